@@ -1,0 +1,132 @@
+# Makefile for train_gpt.
+#   make / make train_gpt   build the trainer (nvcc when the CUDA toolkit is there, else g++)
+#   make train              build, get the data, train (shakespeare-char on a GPU, baby on a CPU)
+#   make test               build and run every test suite; last line "N passed, M failed, K skipped"
+#   make data               put tiny Shakespeare at data/tinyshakespeare/input.txt
+#   make bench              benchmarks (never part of make test)
+#   make clean
+# Overrides: EIGEN_INC=-I/path DOCTEST_INC=-I/path ARCH="80 90" NVCC=/path/nvcc TINYSHAKESPEARE=/path
+# (DOCTEST_INC is the folder that holds doctest/doctest.h.)
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := train_gpt
+MAKEFLAGS += --no-print-directory
+
+BUILD ?= build
+
+# ---- tools and libraries, detected -------------------------------------------------------
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(realpath $(NVCC)))),)
+GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '. ')
+# Without a visible GPU, build device code for A100 (sm_80) and H100 (sm_90).
+ARCH ?= $(if $(GPU_CC),$(GPU_CC),80 90)
+GENCODE := $(foreach a,$(ARCH),-gencode arch=compute_$(a),code=sm_$(a))
+EIGEN_INC ?= $(shell pkg-config --cflags-only-I eigen3 2>/dev/null || { test -d /usr/include/eigen3 && echo -I/usr/include/eigen3; })
+DOCTEST_INC ?=
+
+HASH := \#
+EIGEN_OK := $(shell echo '$(HASH)include <Eigen/Core>' | $(CXX) $(EIGEN_INC) -x c++ -fsyntax-only - 2>/dev/null && echo yes)
+DOCTEST_OK := $(shell echo '$(HASH)include <doctest/doctest.h>' | $(CXX) $(DOCTEST_INC) -x c++ -fsyntax-only - 2>/dev/null && echo yes)
+
+$(info [make] nvcc:    $(if $(NVCC),$(NVCC) ($(shell $(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')),not found: building a CPU-only train_gpt with $(CXX)))
+$(info [make] GPU:     $(if $(GPU_CC),compute capability $(GPU_CC),none visible)$(if $(NVCC),; device code for $(foreach a,$(ARCH),sm_$(a)),))
+$(info [make] Eigen:   $(if $(EIGEN_OK),found ($(or $(EIGEN_INC),system path)),NOT FOUND (apt-get install libeigen3-dev, or EIGEN_INC=-I/path)))
+$(info [make] doctest: $(if $(DOCTEST_OK),found ($(or $(DOCTEST_INC),system path)),NOT FOUND (apt-get install doctest-dev, or DOCTEST_INC=-I/path)))
+
+# ---- flags ---------------------------------------------------------------------------------
+CXXFLAGS ?= -O3 -march=native
+CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -I. $(EIGEN_INC)
+NVCCFLAGS ?= -O3
+NVCCFLAGS += -std=c++17 $(GENCODE) -I. -Xcompiler -fopenmp,-Wall
+LDLIBS := -lgomp -lpthread
+comma := ,
+ifneq ($(NVCC),)
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublas -lcurand
+  CURAND_FLAGS := -DTG_HAVE_CURAND -I$(CUDA_HOME)/include
+endif
+
+# ---- sources -------------------------------------------------------------------------------
+HOST_SRCS := $(wildcard kernels/cpu/*.cpp) $(wildcard model/*.cpp) $(wildcard data/*.cpp)
+HOST_OBJS := $(HOST_SRCS:%.cpp=$(BUILD)/%.o)
+CUDA_SRCS := $(wildcard kernels/*.cu) $(wildcard model/*.cu)
+CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+TEST_CPU_SRCS := $(wildcard tests/cpu/*.cpp)
+TEST_CPU_OBJS := $(TEST_CPU_SRCS:%.cpp=$(BUILD)/%.o)
+TEST_GPU_SRCS := $(wildcard tests/gpu/*.cu)
+TEST_GPU_OBJS := $(TEST_GPU_SRCS:%.cu=$(BUILD)/%.o)
+BENCH_SRCS := $(wildcard tests/bench/*.cpp)
+
+TEST_BINS := $(BUILD)/test_cpu $(if $(NVCC),$(BUILD)/test_gpu,)
+
+.PHONY: all train test test-run data bench clean deps check-deps
+all: train_gpt $(TEST_BINS) $(BUILD)/bench_cpu
+
+$(BUILD)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(CURAND_FLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) -MMD -MP -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) -MMD -MP -c $< -o $@
+
+ifneq ($(NVCC),)
+train_gpt: $(BUILD)/train_gpt.o $(CUDA_OBJS) $(HOST_OBJS)
+	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+else
+train_gpt: train_gpt.cu $(HOST_OBJS)
+	@echo "[make] no CUDA toolkit: train_gpt is CPU-only"
+	$(CXX) $(CXXFLAGS) -DTG_NO_CUDA -x c++ train_gpt.cu -x none $(HOST_OBJS) -o $@ $(LDLIBS)
+endif
+
+$(BUILD)/test_cpu: $(TEST_CPU_OBJS) $(HOST_OBJS)
+	$(CXX) $(CXXFLAGS) -o $@ $^ $(if $(NVCC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcurand,) $(LDLIBS)
+
+$(BUILD)/test_gpu: $(TEST_GPU_OBJS) $(CUDA_OBJS) $(HOST_OBJS)
+	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+
+$(BUILD)/bench_cpu: $(BENCH_SRCS) $(HOST_OBJS)
+	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+
+# ---- dependencies: install on Debian/Ubuntu as root, else say the exact command ---------
+deps:
+	@if [ -z "$(EIGEN_OK)" ] || [ -z "$(DOCTEST_OK)" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "[make] installing Eigen and doctest with apt-get"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libeigen3-dev doctest-dev) >/dev/null || exit 1; \
+	  else \
+	    echo "error: Eigen or doctest is missing; install them with: sudo apt-get install -y libeigen3-dev doctest-dev (or pass EIGEN_INC=-I/path DOCTEST_INC=-I/path)" >&2; exit 1; \
+	  fi; \
+	fi
+
+# ---- data ----------------------------------------------------------------------------------
+DATA_FILE := data/tinyshakespeare/input.txt
+data:
+	@TINYSHAKESPEARE="$(TINYSHAKESPEARE)" bash data/get_tinyshakespeare.sh $(DATA_FILE)
+
+# ---- the main job --------------------------------------------------------------------------
+PRESET ?= $(if $(GPU_CC),shakespeare-char,baby)
+OUT_DIR ?= out/$(PRESET)-$(shell date +%Y%m%d-%H%M%S)
+train:
+	@$(MAKE) deps
+	@$(MAKE) train_gpt
+	@$(MAKE) data
+	./train_gpt --preset $(PRESET) --data $(DATA_FILE) --out-dir $(OUT_DIR) $(ARGS)
+
+# ---- tests: every suite, one closing line ---------------------------------------------------
+test:
+	@$(MAKE) deps
+	@$(MAKE) data
+	@$(MAKE) train_gpt $(TEST_BINS)
+	@$(MAKE) test-run
+
+test-run:
+	@TG_DATA=$(DATA_FILE) TG_TRAIN_GPT=./train_gpt bash tests/run_all.sh $(TEST_BINS)
+
+bench: train_gpt $(BUILD)/bench_cpu
+	@$(MAKE) data
+	$(BUILD)/bench_cpu --data $(DATA_FILE)
+
+clean:
+	rm -rf $(BUILD) train_gpt
+
+-include $(HOST_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(TEST_CPU_OBJS:.o=.d) $(TEST_GPU_OBJS:.o=.d) $(BUILD)/train_gpt.d

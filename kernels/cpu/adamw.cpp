@@ -1,0 +1,66 @@
+// kernels/cpu/adamw.cpp: AdamW and global-norm gradient clipping, the CPU reference (contract
+// in kernels/cpu/adamw.h). Per element, step t >= 1, as torch.optim.AdamW:
+//   m = b1 m + (1 - b1) g,   v = b2 v + (1 - b2) g^2
+//   w -= lr wd w             (decoupled decay, applied first)
+//   w -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+// The bias corrections are computed once in double. global_norm = sqrt(sum g^2) accumulated
+// in double (serially, so it is independent of the thread count); clip_grad_norm multiplies
+// by max_norm / (norm + 1e-6) when that factor is below 1, as torch.nn.utils.clip_grad_norm_.
+#include "adamw.h"
+
+#include <cmath>
+
+namespace cpu {
+
+namespace {
+constexpr long kParallelMin = 1L << 15;
+}
+
+template <typename T>
+void adamw_update(T* params, const T* grads, T* m, T* v, size_t N, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t) {
+  const T b1 = (T)beta1, b2 = (T)beta2, one = (T)1;
+  const T rbc1 = (T)(1.0 / (1.0 - std::pow((double)beta1, t)));
+  const T rbc2 = (T)(1.0 / (1.0 - std::pow((double)beta2, t)));
+  const T lrt = (T)lr, epst = (T)eps, decay = (T)lr * (T)weight_decay;
+#pragma omp parallel for schedule(static) if ((long)N >= kParallelMin)
+  for (long i = 0; i < (long)N; ++i) {
+    const T g = grads[i];
+    const T mi = b1 * m[i] + (one - b1) * g;
+    const T vi = b2 * v[i] + (one - b2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const T mhat = mi * rbc1, vhat = vi * rbc2;
+    T w = params[i];
+    w -= decay * w;
+    w -= lrt * (mhat / (std::sqrt(vhat) + epst));
+    params[i] = w;
+  }
+}
+
+template <typename T>
+double global_norm(const T* grads, size_t N) {
+  double s = 0.0;
+  for (size_t i = 0; i < N; ++i) s += (double)grads[i] * (double)grads[i];
+  return std::sqrt(s);
+}
+
+template <typename T>
+double clip_grad_norm(T* grads, size_t N, double norm, double max_norm) {
+  const double factor = max_norm / (norm + 1e-6);
+  if (!(factor < 1.0)) return 1.0;
+  const T f = (T)factor;
+  for (size_t i = 0; i < N; ++i) grads[i] *= f;
+  return factor;
+}
+
+template void adamw_update<float>(float*, const float*, float*, float*, size_t, float, float,
+                                  float, float, float, int);
+template void adamw_update<double>(double*, const double*, double*, double*, size_t, float,
+                                   float, float, float, float, int);
+template double global_norm<float>(const float*, size_t);
+template double global_norm<double>(const double*, size_t);
+template double clip_grad_norm<float>(float*, size_t, double, double);
+template double clip_grad_norm<double>(double*, size_t, double, double);
+
+}  // namespace cpu

@@ -1,0 +1,131 @@
+// kernels/philox.h: the one random-number generator of train_gpt.
+//
+// Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11): a
+// counter-based generator. philox4x32_10(counter, key) is a pure function: four 32-bit words
+// in, four 32-bit words out, ten rounds. It is __host__ __device__, so the CPU reference, the
+// naive GPU path and the fused flash kernels all call this one function.
+//
+// Dropout. Whether element (b, h, i, j) of layer l at site s on step t is kept is a pure
+// function of (seed, t, l, s, b, h, i, j), never of tile sizes or thread layout:
+//     key     = { seed & 0xffffffff, seed >> 32 }
+//     counter = { j / 4, i, b * NH + h, (t << 10) | (l << 3) | s }
+//     r       = philox4x32_10(counter, key)[j % 4]
+//     keep    = r >= threshold,   threshold = round(p * 2^32)
+// so P(keep) = 1 - threshold / 2^32, which is p honoured to 2^-32 (not quantised to 1/256
+// or 1/16). Kept values are scaled by 1 / (1 - p). For the (B, T, C) sites the same mapping
+// is used with h = 0, i = t (position) and j = c (channel).
+// Limits that keep the packing unique: t < 2^22, l < 128, s < 8 (checked by the config).
+#pragma once
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define TG_HD __host__ __device__ __forceinline__
+#else
+#define TG_HD inline
+#endif
+
+namespace philox {
+
+struct U32x4 { uint32_t v[4]; };
+
+// The Philox4x32 round constants (multipliers and Weyl key increments), as published.
+constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
+constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
+
+TG_HD void mulhilo(uint32_t a, uint32_t b, uint32_t& hi, uint32_t& lo) {
+  uint64_t p = (uint64_t)a * (uint64_t)b;
+  hi = (uint32_t)(p >> 32);
+  lo = (uint32_t)p;
+}
+
+// One Philox round: two 32x32->64 multiplies, xor with the other lanes and the key.
+TG_HD void one_round(uint32_t c[4], uint32_t k0, uint32_t k1) {
+  uint32_t hi0, lo0, hi1, lo1;
+  mulhilo(kM0, c[0], hi0, lo0);
+  mulhilo(kM1, c[2], hi1, lo1);
+  uint32_t n0 = hi1 ^ c[1] ^ k0, n1 = lo1, n2 = hi0 ^ c[3] ^ k1, n3 = lo0;
+  c[0] = n0; c[1] = n1; c[2] = n2; c[3] = n3;
+}
+
+// Philox4x32-10: ten rounds, the key bumped by the Weyl constants between rounds.
+TG_HD U32x4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3,
+                          uint32_t k0, uint32_t k1) {
+  uint32_t c[4] = {c0, c1, c2, c3};
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int r = 0; r < 10; ++r) {
+    one_round(c, k0, k1);
+    k0 += kW0; k1 += kW1;
+  }
+  return U32x4{{c[0], c[1], c[2], c[3]}};
+}
+
+// Dropout sites, in nanoGPT's order inside the network.
+enum Site : uint32_t {
+  kSiteEmbedding = 0,  // after token + position embedding (layer 0)
+  kSiteAttnProbs = 1,  // on the attention probabilities
+  kSiteAttnProj  = 2,  // after the attention output projection
+  kSiteMlp       = 3,  // after the MLP output projection
+  kSiteCount     = 4,
+};
+// Streams that are not dropout but use the same generator. They put the stream id in
+// counter[3], where dropout puts (t << 10) | (l << 3) | s with s < 4: ids 4..7 (low three
+// bits >= 4) can never equal a dropout word, so no two uses share a counter.
+constexpr uint32_t kStreamInit = 4;    // weight init:    counter {element group lo, hi, tensor, 4}
+constexpr uint32_t kStreamBatch = 5;   // train batches:  counter {b, step, 0, 5}
+constexpr uint32_t kStreamEval = 6;    // eval batches:   counter {b, k, split, 6}
+constexpr uint32_t kStreamSample = 7;  // sampling:       counter {token index, 0, 0, 7}
+
+// The four words of stream `stream` at counter (a, b, c).
+TG_HD U32x4 stream_words(uint64_t seed, uint32_t stream, uint32_t a, uint32_t b, uint32_t c) {
+  return philox4x32_10(a, b, c, stream, (uint32_t)seed, (uint32_t)(seed >> 32));
+}
+
+constexpr uint32_t kMaxStep = 1u << 22, kMaxLayer = 128u;
+
+// Everything that selects one dropout mask: the run's seed, the step, the layer, the site,
+// and the probability (as the exact 32-bit threshold). Passed by value to kernels.
+struct DropoutKey {
+  uint64_t seed;
+  uint32_t step;
+  uint32_t layer;
+  uint32_t site;
+  uint32_t threshold;  // round(p * 2^32); 0 means no dropout
+  float scale;         // 1 / (1 - p)
+};
+
+// round(p * 2^32) for p in [0, 1), saturated below 2^32.
+inline uint32_t dropout_threshold(double p) {
+  double t = p * 4294967296.0 + 0.5;
+  if (t <= 0.0) return 0u;
+  if (t >= 4294967295.0) return 4294967295u;
+  return (uint32_t)t;
+}
+
+inline DropoutKey make_dropout_key(uint64_t seed, uint32_t step, uint32_t layer, uint32_t site,
+                                   double p) {
+  return DropoutKey{seed, step, layer, site, dropout_threshold(p), (float)(1.0 / (1.0 - p))};
+}
+
+TG_HD uint32_t dropout_word3(const DropoutKey& k) {
+  return (k.step << 10) | (k.layer << 3) | k.site;
+}
+
+// The four raw words for columns 4*(j/4) .. 4*(j/4)+3 of row i of batch-head bh.
+TG_HD U32x4 dropout_words(const DropoutKey& k, uint32_t bh, uint32_t i, uint32_t j) {
+  return philox4x32_10(j >> 2, i, bh, dropout_word3(k), (uint32_t)k.seed,
+                       (uint32_t)(k.seed >> 32));
+}
+
+// true when element (bh, i, j) is kept.
+TG_HD bool dropout_keep(const DropoutKey& k, uint32_t bh, uint32_t i, uint32_t j) {
+  return dropout_words(k, bh, i, j).v[j & 3u] >= k.threshold;
+}
+
+// Uniform integer in [0, n) from one 32-bit word (multiply-shift; bias < n / 2^32).
+TG_HD uint32_t uniform_below(uint32_t r, uint32_t n) {
+  return (uint32_t)(((uint64_t)r * (uint64_t)n) >> 32);
+}
+
+}  // namespace philox

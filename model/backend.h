@@ -1,0 +1,39 @@
+// model/backend.h: what the training loop asks of a backend (CPU now, CUDA to come). One
+// backend owns the parameters, gradients, AdamW state and activations of one model, all
+// allocated once when it is made; a step allocates nothing.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "gpt.h"
+
+namespace tg {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  // "cpu (2 threads)", later the GPU's name
+  virtual std::string device_name() const = 0;
+  // bytes held for parameters, gradients, optimizer state and activations
+  virtual size_t memory_bytes() const = 0;
+  // Forward and backward of one training batch x, y (B, T) with dropout keyed by step
+  // (gradients overwritten, not accumulated). Returns the mean loss.
+  virtual float forward_backward(const int32_t* x, const int32_t* y, uint32_t step) = 0;
+  // Clips the gradient to the configured global norm (when grad_clip > 0) and applies AdamW
+  // with learning rate lr as update number t (1-based). Returns the norm before clipping.
+  virtual double update(float lr, int t) = 0;
+  // Mean loss of one batch x, y (B, T), no dropout, no gradients.
+  virtual float eval_loss(const int32_t* x, const int32_t* y) = 0;
+  // Logits (V) of the last position of one sequence idx of len tokens (1 <= len <= T).
+  virtual void next_logits(const int32_t* idx, int len, float* out) = 0;
+  // The parameters, in param_table order.
+  virtual std::vector<float> params() const = 0;
+};
+
+// The CPU backend (kernels/cpu, float). Throws InputError when the config cannot be run.
+std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m);
+
+}  // namespace tg

@@ -1,0 +1,68 @@
+// model/backend_cpu.cpp: the CPU backend: GPTCpu<float> plus AdamW and clipping from
+// kernels/cpu/adamw.h.
+#include <omp.h>
+
+#include <algorithm>
+#include <string>
+
+#include "../kernels/cpu/adamw.h"
+#include "backend.h"
+#include "errors.h"
+#include "gpt_cpu.h"
+
+namespace tg {
+
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const Config& c, const ModelConfig& m, const RunShape& run) : c_(c), gpt_(m, run) {
+    init_params(gpt_.params.data(), gpt_.table, c.seed);
+  }
+  std::string device_name() const override {
+    return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
+  }
+  size_t memory_bytes() const override { return gpt_.memory_bytes(); }
+  float forward_backward(const int32_t* x, const int32_t* y, uint32_t step) override {
+    double loss = gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, true, step);
+    gpt_.backward();
+    return (float)loss;
+  }
+  double update(float lr, int t) override {
+    const size_t n = gpt_.params.size();
+    double norm = cpu::global_norm(gpt_.grads.data(), n);
+    if (c_.grad_clip > 0) cpu::clip_grad_norm(gpt_.grads.data(), n, norm, c_.grad_clip);
+    for (const ParamSpec& p : gpt_.table)
+      cpu::adamw_update(gpt_.params.data() + p.offset, gpt_.grads.data() + p.offset, gpt_.m.data() + p.offset,
+                        gpt_.v.data() + p.offset, p.numel, lr, (float)c_.beta1, (float)c_.beta2, 1e-8f,
+                        p.decay ? (float)c_.weight_decay : 0.0f, t);
+    return norm;
+  }
+  float eval_loss(const int32_t* x, const int32_t* y) override {
+    return (float)gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, false, 0);
+  }
+  void next_logits(const int32_t* idx, int len, float* out) override {
+    gpt_.forward(idx, nullptr, 1, len, false, 0);
+    const int V = gpt_.model().vocab_size;
+    std::copy(gpt_.logits() + (size_t)(len - 1) * V, gpt_.logits() + (size_t)len * V, out);
+  }
+  std::vector<float> params() const override { return gpt_.params; }
+
+ private:
+  Config c_;
+  GPTCpu<float> gpt_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m) {
+  RunShape run;
+  run.B = c.batch_size;
+  run.T = c.block_size;
+  run.dropout = c.dropout;
+  run.flash = c.attention == "flash";
+  run.seed = c.seed;
+  return std::make_unique<CpuBackend>(c, m, run);
+}
+
+}  // namespace tg

@@ -1,0 +1,259 @@
+// model/config.cpp: presets and the command line (see model/config.h).
+#include "config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "../kernels/philox.h"
+#include "errors.h"
+
+namespace tg {
+
+void apply_preset(Config& c, const std::string& name) {
+  if (name == "shakespeare-char") {
+    // nanoGPT config/train_shakespeare_char.py
+    c.n_layer = 6; c.n_head = 6; c.n_embd = 384; c.block_size = 256; c.batch_size = 64;
+    c.dropout = 0.2; c.bias = false;
+    c.lr = 1e-3; c.min_lr = 1e-4; c.max_iters = 5000; c.lr_decay_iters = 5000;
+    c.warmup_iters = 100; c.beta1 = 0.9; c.beta2 = 0.99; c.weight_decay = 0.1; c.grad_clip = 1.0;
+    c.eval_interval = 250; c.eval_iters = 200; c.log_interval = 10;
+  } else if (name == "baby") {
+    // the same config with nanoGPT's CPU overrides: --block_size=64 --batch_size=12
+    // --n_layer=4 --n_head=4 --n_embd=128 --max_iters=2000 --lr_decay_iters=2000
+    // --dropout=0.0 --eval_iters=20 --log_interval=1
+    apply_preset(c, "shakespeare-char");
+    c.n_layer = 4; c.n_head = 4; c.n_embd = 128; c.block_size = 64; c.batch_size = 12;
+    c.dropout = 0.0; c.max_iters = 2000; c.lr_decay_iters = 2000;
+    c.eval_iters = 20; c.log_interval = 1;
+  } else {
+    throw InputError("unknown preset '" + name +
+                     "'; expected shakespeare-char or baby; pass --preset shakespeare-char or --preset baby");
+  }
+  c.preset = name;
+}
+
+namespace {
+
+enum class Kind { Int, Real, Str, Bool, Seed };
+
+struct Flag {
+  const char* name;
+  Kind kind;
+  size_t offset;  // of the field inside Config
+  const char* help;
+};
+
+#define TG_FIELD(f) offsetof(Config, f)
+const std::vector<Flag>& flags() {
+  static const std::vector<Flag> table = {
+      {"data", Kind::Str, TG_FIELD(data), "text file to train on (default data/tinyshakespeare/input.txt)"},
+      {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby (default: shakespeare-char on a GPU, baby on a CPU)"},
+      {"device", Kind::Str, TG_FIELD(device), "auto | cpu | cuda (default auto)"},
+      {"attention", Kind::Str, TG_FIELD(attention), "flash | naive (default flash)"},
+      {"n-layer", Kind::Int, TG_FIELD(n_layer), "transformer blocks"},
+      {"n-head", Kind::Int, TG_FIELD(n_head), "attention heads"},
+      {"n-embd", Kind::Int, TG_FIELD(n_embd), "embedding width C (divisible by n-head)"},
+      {"block-size", Kind::Int, TG_FIELD(block_size), "context length T"},
+      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per step B"},
+      {"dropout", Kind::Real, TG_FIELD(dropout), "dropout probability in [0, 1)"},
+      {"bias", Kind::Bool, TG_FIELD(bias), "biases in linear and layernorm layers (--bias, --bias=false)"},
+      {"max-iters", Kind::Int, TG_FIELD(max_iters), "optimizer steps"},
+      {"lr", Kind::Real, TG_FIELD(lr), "peak learning rate"},
+      {"min-lr", Kind::Real, TG_FIELD(min_lr), "learning rate at the end of the cosine decay"},
+      {"warmup-iters", Kind::Int, TG_FIELD(warmup_iters), "linear warmup steps"},
+      {"lr-decay-iters", Kind::Int, TG_FIELD(lr_decay_iters), "step where the cosine decay reaches min-lr"},
+      {"weight-decay", Kind::Real, TG_FIELD(weight_decay), "AdamW decoupled weight decay (2-D weights only)"},
+      {"beta1", Kind::Real, TG_FIELD(beta1), "AdamW beta1"},
+      {"beta2", Kind::Real, TG_FIELD(beta2), "AdamW beta2"},
+      {"grad-clip", Kind::Real, TG_FIELD(grad_clip), "clip the global gradient norm to this (0 = off)"},
+      {"eval-interval", Kind::Int, TG_FIELD(eval_interval), "evaluate every this many steps (0 = only at the end)"},
+      {"eval-iters", Kind::Int, TG_FIELD(eval_iters), "batches per evaluation"},
+      {"log-interval", Kind::Int, TG_FIELD(log_interval), "log every this many steps"},
+      {"seed", Kind::Seed, TG_FIELD(seed), "seed of init, batches and dropout"},
+      {"out-dir", Kind::Str, TG_FIELD(out_dir), "where metrics.jsonl goes (default out/<preset>)"},
+      {"sample-tokens", Kind::Int, TG_FIELD(sample_tokens), "characters to generate at the end (0 = none)"},
+      {"prompt", Kind::Str, TG_FIELD(prompt), "text the sample starts from (default a newline)"},
+      {"temperature", Kind::Real, TG_FIELD(temperature), "sampling temperature (> 0)"},
+      {"top-k", Kind::Int, TG_FIELD(top_k), "sample from the k most likely characters (0 = all)"},
+  };
+  return table;
+}
+#undef TG_FIELD
+
+const Flag* find_flag(const std::string& name) {
+  for (const Flag& f : flags())
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+[[noreturn]] void bad_value(const std::string& flag, const std::string& value, const std::string& expected) {
+  throw InputError("--" + flag + " '" + value + "' is not valid; expected " + expected +
+                   "; see train_gpt --help");
+}
+
+long long parse_int(const std::string& flag, const std::string& v) {
+  errno = 0;
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno == ERANGE || x < -2147483647LL || x > 2147483647LL)
+    bad_value(flag, v, "an integer");
+  return x;
+}
+
+void set_value(Config& c, const Flag& f, const std::string& v) {
+  char* field = reinterpret_cast<char*>(&c) + f.offset;
+  switch (f.kind) {
+    case Kind::Int: *reinterpret_cast<int*>(field) = (int)parse_int(f.name, v); break;
+    case Kind::Real: {
+      errno = 0;
+      char* end = nullptr;
+      double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x)) bad_value(f.name, v, "a finite number");
+      *reinterpret_cast<double*>(field) = x;
+      break;
+    }
+    case Kind::Seed: {
+      errno = 0;
+      char* end = nullptr;
+      unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || v[0] == '-' || *end != '\0' || errno == ERANGE)
+        bad_value(f.name, v, "a non-negative integer below 2^64");
+      *reinterpret_cast<uint64_t*>(field) = x;
+      break;
+    }
+    case Kind::Bool:
+      if (v == "1" || v == "true" || v == "yes") *reinterpret_cast<bool*>(field) = true;
+      else if (v == "0" || v == "false" || v == "no") *reinterpret_cast<bool*>(field) = false;
+      else bad_value(f.name, v, "true or false");
+      break;
+    case Kind::Str: *reinterpret_cast<std::string*>(field) = v; break;
+  }
+}
+
+void require(bool ok, const std::string& what, const std::string& expected, const std::string& fix) {
+  if (!ok) throw InputError(what + "; expected " + expected + "; " + fix);
+}
+
+std::string num(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+}  // namespace
+
+ParsedArgs parse_args(int argc, const char* const* argv, const std::string& default_preset) {
+  ParsedArgs out;
+  std::map<std::string, std::string> given;  // flag name -> value, in the order of flags()
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") { out.help = true; return out; }
+    if (a.size() < 3 || a.compare(0, 2, "--") != 0)
+      throw InputError("unexpected argument '" + a + "'; expected options of the form --name value; see train_gpt --help");
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    size_t eq = name.find('=');
+    if (eq != std::string::npos) { value = name.substr(eq + 1); name = name.substr(0, eq); has_value = true; }
+    if (name == "no-bias" && !has_value) { name = "bias"; value = "false"; has_value = true; }
+    const Flag* f = find_flag(name);
+    if (!f) throw InputError("unknown option --" + name + "; expected one of the options listed by train_gpt --help; check the spelling");
+    if (given.count(name)) throw InputError("option --" + name + " given twice; expected it at most once; remove one of them");
+    if (!has_value) {
+      if (f->kind == Kind::Bool) { value = "true"; }
+      else if (i + 1 >= argc) throw InputError("option --" + name + " needs a value; expected --" + name + " VALUE; see train_gpt --help");
+      else {
+        value = argv[++i];
+        // "--lr --seed 3": a value that is itself an option is a missing value (negative numbers pass)
+        if (value.size() > 2 && value.compare(0, 2, "--") == 0)
+          throw InputError("option --" + name + " needs a value but is followed by " + value + "; expected --" + name + " VALUE; see train_gpt --help");
+      }
+    }
+    given[name] = value;
+  }
+  Config& c = out.config;
+  std::string preset = given.count("preset") ? given["preset"] : default_preset;
+  apply_preset(c, preset);
+  for (const Flag& f : flags()) {
+    auto it = given.find(f.name);
+    if (it != given.end()) set_value(c, f, it->second);
+  }
+  if (c.out_dir.empty()) c.out_dir = "out/" + c.preset;
+  validate(c);
+  return out;
+}
+
+void validate(const Config& c) {
+  auto flag_is = [](const char* flag, double v) { return std::string("--") + flag + " is " + num(v); };
+  const std::string help = "see train_gpt --help";
+  require(c.device == "auto" || c.device == "cpu" || c.device == "cuda", "--device is '" + c.device + "'",
+          "auto, cpu or cuda", "pass one of them");
+  require(c.attention == "flash" || c.attention == "naive", "--attention is '" + c.attention + "'",
+          "flash or naive", "pass one of them");
+  require(c.n_layer >= 1 && (uint32_t)c.n_layer < philox::kMaxLayer, flag_is("n-layer", c.n_layer),
+          "1 to " + std::to_string(philox::kMaxLayer - 1), help);
+  require(c.n_head >= 1, flag_is("n-head", c.n_head), "at least 1", help);
+  require(c.n_embd >= 1, flag_is("n-embd", c.n_embd), "at least 1", help);
+  require(c.n_embd % c.n_head == 0,
+          "--n-embd " + std::to_string(c.n_embd) + " is not divisible by --n-head " + std::to_string(c.n_head),
+          "n-embd a multiple of n-head (the head dim is n-embd / n-head)", "change one of them");
+  require(c.block_size >= 1, flag_is("block-size", c.block_size), "at least 1", help);
+  require(c.batch_size >= 1, flag_is("batch-size", c.batch_size), "at least 1", help);
+  require(c.dropout >= 0.0 && c.dropout < 1.0, flag_is("dropout", c.dropout), "a probability in [0, 1)", help);
+  require(c.max_iters >= 0 && (uint32_t)c.max_iters < philox::kMaxStep, flag_is("max-iters", c.max_iters),
+          "0 to " + std::to_string(philox::kMaxStep - 1), help);
+  require(c.lr > 0, flag_is("lr", c.lr), "a learning rate > 0", help);
+  require(c.min_lr >= 0 && c.min_lr <= c.lr, "--min-lr " + num(c.min_lr) + " with --lr " + num(c.lr),
+          "0 <= min-lr <= lr", "lower --min-lr");
+  require(c.warmup_iters >= 0, flag_is("warmup-iters", c.warmup_iters), "at least 0", help);
+  require(c.lr_decay_iters > c.warmup_iters,
+          "--lr-decay-iters " + std::to_string(c.lr_decay_iters) + " with --warmup-iters " + std::to_string(c.warmup_iters),
+          "lr-decay-iters > warmup-iters (the cosine runs between them)", "raise --lr-decay-iters or lower --warmup-iters");
+  require(c.weight_decay >= 0, flag_is("weight-decay", c.weight_decay), "at least 0", help);
+  require(c.beta1 >= 0 && c.beta1 < 1, flag_is("beta1", c.beta1), "a value in [0, 1)", help);
+  require(c.beta2 >= 0 && c.beta2 < 1, flag_is("beta2", c.beta2), "a value in [0, 1)", help);
+  require(c.grad_clip >= 0, flag_is("grad-clip", c.grad_clip), "at least 0 (0 turns clipping off)", help);
+  require(c.eval_interval >= 0, flag_is("eval-interval", c.eval_interval), "at least 0 (0 = only at the end)", help);
+  require(c.eval_iters >= 1, flag_is("eval-iters", c.eval_iters), "at least 1", help);
+  require(c.log_interval >= 1, flag_is("log-interval", c.log_interval), "at least 1", help);
+  require(c.sample_tokens >= 0, flag_is("sample-tokens", c.sample_tokens), "at least 0", help);
+  require(c.temperature > 0, flag_is("temperature", c.temperature), "a temperature > 0", help);
+  require(c.top_k >= 0, flag_is("top-k", c.top_k), "at least 0 (0 = no top-k cut)", help);
+  require(!c.data.empty(), "--data is empty", "the path of a text file", "pass --data PATH");
+  require(!c.out_dir.empty(), "--out-dir is empty", "a directory path", "pass --out-dir PATH");
+}
+
+std::string usage() {
+  std::ostringstream s;
+  s << "usage: train_gpt [--option value ...]\n"
+       "Trains a character-level GPT (nanoGPT's architecture) on tiny Shakespeare.\n"
+       "Flags override the preset's values, in any order; --name=value works too.\n\n";
+  for (const Flag& f : flags()) {
+    std::string n = std::string("--") + f.name;
+    s << "  " << n << std::string(n.size() < 18 ? 18 - n.size() : 1, ' ') << f.help << "\n";
+  }
+  s << "  --help            this text\n\n"
+       "presets (nanoGPT's shakespeare_char config and its CPU variant):\n"
+       "  shakespeare-char  6 layers, 6 heads, 384 wide, T=256, B=64, dropout 0.2, 5000 iters\n"
+       "  baby              4 layers, 4 heads, 128 wide, T=64, B=12, dropout 0, 2000 iters\n"
+       "exit status: 0 success, 2 bad usage or input, 1 runtime failure\n";
+  return s.str();
+}
+
+std::string describe(const Config& c) {
+  std::ostringstream s;
+  s << "preset " << c.preset << " | data " << c.data << " | out-dir " << c.out_dir << "\n"
+    << "model: n_layer " << c.n_layer << ", n_head " << c.n_head << ", n_embd " << c.n_embd
+    << ", block_size " << c.block_size << ", bias " << (c.bias ? "true" : "false") << ", dropout " << c.dropout << "\n"
+    << "train: batch_size " << c.batch_size << ", max_iters " << c.max_iters << ", lr " << c.lr << " -> " << c.min_lr
+    << " (warmup " << c.warmup_iters << ", decay to " << c.lr_decay_iters << "), weight_decay " << c.weight_decay
+    << ", betas (" << c.beta1 << ", " << c.beta2 << "), grad_clip " << c.grad_clip << "\n"
+    << "eval: every " << c.eval_interval << " steps over " << c.eval_iters << " batches; log every "
+    << c.log_interval << "; seed " << c.seed;
+  return s.str();
+}
+
+}  // namespace tg

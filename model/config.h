@@ -1,0 +1,57 @@
+// model/config.h: everything a run is configured by, the two presets (nanoGPT's
+// shakespeare_char config and its "baby" CPU variant), and the command line that fills it.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace tg {
+
+struct Config {
+  // where and how
+  std::string preset;             // "shakespeare-char" or "baby"
+  std::string data = "data/tinyshakespeare/input.txt";
+  std::string device = "auto";    // auto | cpu | cuda
+  std::string attention = "flash";  // flash | naive
+  std::string out_dir;            // default out/<preset>
+  // model (nanoGPT's GPTConfig)
+  int n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
+  bool bias = false;
+  double dropout = 0.0;
+  // training (nanoGPT's train.py)
+  int batch_size = 0, max_iters = 0;
+  double lr = 0, min_lr = 0;
+  int warmup_iters = 0, lr_decay_iters = 0;
+  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
+  int eval_interval = 0, eval_iters = 0, log_interval = 1;
+  uint64_t seed = 1337;
+  // sampling at the end (nanoGPT's sample.py)
+  int sample_tokens = 500;
+  std::string prompt = "\n";
+  double temperature = 0.8;
+  int top_k = 200;
+};
+
+// Fills c with a preset's values. Throws InputError for an unknown name.
+void apply_preset(Config& c, const std::string& name);
+
+// The result of reading the command line.
+struct ParsedArgs {
+  Config config;
+  bool help = false;  // --help was given: print usage() and exit 0
+};
+
+// Reads GNU-style long options (--name value or --name=value). The preset (given, or
+// default_preset) is applied first; flags given explicitly override it, in any order.
+// Throws InputError, with one line saying what, expected and how to fix, for an unknown,
+// duplicated or value-less flag, a value that is not a number, out of range, or
+// contradicting another. Reads nothing but argv.
+ParsedArgs parse_args(int argc, const char* const* argv, const std::string& default_preset);
+
+// Checks ranges and consistency of a filled Config (parse_args calls it).
+void validate(const Config& c);
+
+std::string usage();
+// The config as printed at the start of a run (one "name = value" line per field).
+std::string describe(const Config& c);
+
+}  // namespace tg

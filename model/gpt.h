@@ -1,0 +1,92 @@
+// model/gpt.h: the GPT-2 architecture as nanoGPT builds it, described once for every backend:
+// the parameter table (order, nanoGPT names, shapes, weight decay, init) and the weight init.
+//
+//   x = drop(wte[idx] + wpe[pos])                                 (B, T, C)
+//   for each block:  x = x + drop(c_proj(attn(ln_1(x))))         attn with dropout on P
+//                    x = x + drop(mlp.c_proj(gelu(c_fc(ln_2(x)))))
+//   logits = ln_f(x) wte^T                                       (B, T, V), lm_head tied to wte
+//
+// Init (nanoGPT GPT._init_weights): every Linear and Embedding weight N(0, 0.02), the two
+// residual projections (attn.c_proj, mlp.c_proj) N(0, 0.02 / sqrt(2 n_layer)), biases 0,
+// layernorm weights 1 and biases 0. The normals come from kernels/philox.h keyed by
+// (seed, tensor index, element index), so every backend starts from the same weights.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tg {
+
+struct ModelConfig {
+  int vocab_size = 0;  // V
+  int block_size = 0;  // maxT
+  int n_layer = 0;     // L
+  int n_head = 0;      // NH
+  int n_embd = 0;      // C
+  bool bias = false;
+};
+
+enum class Init { Normal, Zeros, Ones };
+
+struct ParamSpec {
+  std::string name;          // nanoGPT's state_dict name, e.g. "transformer.h.0.attn.c_attn.weight"
+  std::vector<int> shape;    // as in PyTorch, e.g. {3C, C}
+  size_t offset = 0;         // in the flat parameter buffer
+  size_t numel = 0;
+  bool decay = false;        // AdamW weight decay applies (tensors with 2 or more dimensions)
+  Init init = Init::Zeros;
+  double std = 0.0;          // for Init::Normal
+};
+
+// All parameters in one fixed order: wte, wpe, then per block ln_1, attn.c_attn,
+// attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj (weight then bias, biases only with bias=true),
+// then ln_f. Offsets are packed in that order.
+std::vector<ParamSpec> param_table(const ModelConfig& m);
+size_t param_count(const std::vector<ParamSpec>& table);
+
+// Fills params (param_count floats, host memory) with the init above.
+void init_params(float* params, const std::vector<ParamSpec>& table, uint64_t seed);
+
+// Pointers into a flat buffer laid out by param_table (biases null when bias = false).
+template <typename T>
+struct LayerParams {
+  T *ln1w, *ln1b;          // (C)
+  T *qkvw, *qkvb;          // (3C, C), (3C)
+  T *attprojw, *attprojb;  // (C, C), (C)
+  T *ln2w, *ln2b;          // (C)
+  T *fcw, *fcb;            // (4C, C), (4C)
+  T *fcprojw, *fcprojb;    // (C, 4C), (C)
+};
+
+template <typename T>
+struct GPTParams {
+  T* wte;  // (V, C)
+  T* wpe;  // (maxT, C)
+  std::vector<LayerParams<T>> h;
+  T *lnfw, *lnfb;  // (C)
+};
+
+template <typename T>
+GPTParams<T> bind_params(T* base, const ModelConfig& m) {
+  std::vector<ParamSpec> t = param_table(m);
+  size_t k = 0;
+  auto next = [&](bool present) -> T* { return present ? base + t[k++].offset : nullptr; };
+  GPTParams<T> p;
+  p.wte = next(true);
+  p.wpe = next(true);
+  p.h.resize(m.n_layer);
+  for (auto& l : p.h) {
+    l.ln1w = next(true); l.ln1b = next(m.bias);
+    l.qkvw = next(true); l.qkvb = next(m.bias);
+    l.attprojw = next(true); l.attprojb = next(m.bias);
+    l.ln2w = next(true); l.ln2b = next(m.bias);
+    l.fcw = next(true); l.fcb = next(m.bias);
+    l.fcprojw = next(true); l.fcprojb = next(m.bias);
+  }
+  p.lnfw = next(true);
+  p.lnfb = next(m.bias);
+  return p;
+}
+
+}  // namespace tg

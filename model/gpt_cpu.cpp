@@ -1,0 +1,186 @@
+// model/gpt_cpu.cpp: the GPT call sequence on the CPU reference (see model/gpt_cpu.h and the
+// architecture in model/gpt.h). Activations are allocated once for (B, T); a forward over a
+// smaller (b, t) uses the front of each buffer.
+#include "gpt_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "../kernels/cpu/attention_naive.h"
+#include "../kernels/cpu/attention_tiled.h"
+#include "../kernels/cpu/cross_entropy.h"
+#include "../kernels/cpu/dropout.h"
+#include "../kernels/cpu/encoder.h"
+#include "../kernels/cpu/gelu.h"
+#include "../kernels/cpu/layernorm.h"
+#include "../kernels/cpu/matmul.h"
+#include "../kernels/cpu/residual.h"
+
+namespace tg {
+
+namespace {
+template <typename T>
+void zero(std::vector<T>& v, size_t n) { std::memset(v.data(), 0, n * sizeof(T)); }
+}  // namespace
+
+template <typename T>
+GPTCpu<T>::GPTCpu(const ModelConfig& mc, const RunShape& run) : m_(mc), run_(run) {
+  table = param_table(m_);
+  size_t n = param_count(table);
+  params.assign(n, 0);
+  grads.assign(n, 0);
+  m.assign(n, 0);
+  v.assign(n, 0);
+  P = bind_params(params.data(), m_);
+  G = bind_params(grads.data(), m_);
+
+  const size_t BT = (size_t)run.B * run.T, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size;
+  acts_.encoded.resize(BT * C);
+  acts_.h.resize(m_.n_layer);
+  for (Layer& l : acts_.h) {
+    for (auto* buf : {&l.ln1, &l.atty, &l.attproj, &l.res2, &l.ln2, &l.fcproj, &l.res3}) buf->resize(BT * C);
+    for (auto* buf : {&l.ln1_mean, &l.ln1_rstd, &l.ln2_mean, &l.ln2_rstd}) buf->resize(BT);
+    l.qkv.resize(BT * 3 * C);
+    l.fch.resize(BT * 4 * C);
+    l.fch_gelu.resize(BT * 4 * C);
+    // the two attention paths save different things for the backward
+    if (run.flash) l.lse.resize((size_t)run.B * NH * run.T);
+    else l.att.resize((size_t)run.B * NH * run.T * run.T);
+  }
+  acts_.lnf.resize(BT * C);
+  acts_.lnf_mean.resize(BT);
+  acts_.lnf_rstd.resize(BT);
+  acts_.logits.resize(BT * V);
+  acts_.dlogits.resize(BT * V);
+  acts_.losses.resize(BT);
+  for (auto* buf : {&d_.dres, &d_.dln, &d_.dbtc, &d_.datty}) buf->resize(BT * C);
+  d_.dqkv.resize(BT * 3 * C);
+  d_.dfch.resize(BT * 4 * C);
+  d_.dfch_gelu.resize(BT * 4 * C);
+  inp_.resize(BT);
+}
+
+template <typename T>
+philox::DropoutKey GPTCpu<T>::key(uint32_t layer, uint32_t site) const {
+  double p = train_ ? run_.dropout : 0.0;
+  return philox::make_dropout_key(run_.seed, step_, layer, site, p);
+}
+
+template <typename T>
+double GPTCpu<T>::forward(const int32_t* x, const int32_t* targets, int b, int t, bool train, uint32_t step) {
+  b_ = b; t_ = t; train_ = train; step_ = step;
+  std::copy(x, x + (size_t)b * t, inp_.begin());
+  const int C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, N = b * t;
+
+  cpu::encoder_forward(acts_.encoded.data(), x, P.wte, P.wpe, b, t, C);
+  cpu::dropout_forward(acts_.encoded.data(), acts_.encoded.data(), key(0, philox::kSiteEmbedding), b, t, C);
+  const T* residual = acts_.encoded.data();
+  for (int li = 0; li < m_.n_layer; ++li) {
+    Layer& a = acts_.h[li];
+    const LayerParams<T>& p = P.h[li];
+    // x = x + drop(c_proj(attn(ln_1(x))))
+    cpu::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), residual, p.ln1w, p.ln1b, N, C);
+    cpu::matmul_forward(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C);
+    if (run_.flash)
+      cpu::attention_tiled_forward(a.atty.data(), a.lse.data(), a.qkv.data(), key(li, philox::kSiteAttnProbs), b, t,
+                                   C, NH, true, run_.Br, run_.Bc, nullptr);
+    else
+      cpu::attention_naive_forward(a.atty.data(), a.att.data(), a.qkv.data(), key(li, philox::kSiteAttnProbs), b, t,
+                                   C, NH, true, nullptr);
+    cpu::matmul_forward(a.attproj.data(), a.atty.data(), p.attprojw, p.attprojb, N, C, C);
+    cpu::dropout_forward(a.attproj.data(), a.attproj.data(), key(li, philox::kSiteAttnProj), b, t, C);
+    cpu::residual_forward(a.res2.data(), residual, a.attproj.data(), (size_t)N * C);
+    // x = x + drop(mlp.c_proj(gelu(c_fc(ln_2(x)))))
+    cpu::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C);
+    cpu::matmul_forward(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C);
+    cpu::gelu_forward(a.fch_gelu.data(), a.fch.data(), (size_t)N * 4 * C);
+    cpu::matmul_forward(a.fcproj.data(), a.fch_gelu.data(), p.fcprojw, p.fcprojb, N, 4 * C, C);
+    cpu::dropout_forward(a.fcproj.data(), a.fcproj.data(), key(li, philox::kSiteMlp), b, t, C);
+    cpu::residual_forward(a.res3.data(), a.res2.data(), a.fcproj.data(), (size_t)N * C);
+    residual = a.res3.data();
+  }
+  cpu::layernorm_forward(acts_.lnf.data(), acts_.lnf_mean.data(), acts_.lnf_rstd.data(), residual, P.lnfw, P.lnfb, N, C);
+  cpu::matmul_forward(acts_.logits.data(), acts_.lnf.data(), P.wte, (const T*)nullptr, N, C, V);
+  if (!targets) return 0.0;
+  if (train)
+    cpu::cross_entropy_forward_backward(acts_.losses.data(), acts_.dlogits.data(), acts_.logits.data(), targets,
+                                        (T)(1.0 / N), N, V);
+  else
+    cpu::cross_entropy_forward(acts_.losses.data(), acts_.logits.data(), targets, N, V);
+  double sum = 0;
+  for (int i = 0; i < N; ++i) sum += acts_.losses[i];
+  return sum / N;
+}
+
+template <typename T>
+void GPTCpu<T>::backward() {
+  const int b = b_, t = t_, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, N = b * t;
+  const size_t NC = (size_t)N * C;
+  std::fill(grads.begin(), grads.end(), T(0));
+  // logits = ln_f(x) wte^T
+  zero(d_.dln, NC);
+  cpu::matmul_backward(d_.dln.data(), G.wte, (T*)nullptr, acts_.dlogits.data(), acts_.lnf.data(), P.wte, N, C, V);
+  const T* last = m_.n_layer ? acts_.h.back().res3.data() : acts_.encoded.data();
+  zero(d_.dres, NC);  // dres: the gradient of the residual stream, walked down the blocks
+  cpu::layernorm_backward(d_.dres.data(), G.lnfw, G.lnfb, d_.dln.data(), last, P.lnfw, acts_.lnf_mean.data(),
+                          acts_.lnf_rstd.data(), N, C);
+  for (int li = m_.n_layer - 1; li >= 0; --li) {
+    Layer& a = acts_.h[li];
+    const LayerParams<T>& p = P.h[li];
+    LayerParams<T>& g = G.h[li];
+    const T* residual = li == 0 ? acts_.encoded.data() : acts_.h[li - 1].res3.data();
+    // res3 = res2 + drop(fcproj): dres is d res3, and flows on unchanged into d res2
+    zero(d_.dbtc, NC);
+    cpu::dropout_backward(d_.dbtc.data(), d_.dres.data(), key(li, philox::kSiteMlp), b, t, C);
+    zero(d_.dfch_gelu, NC * 4);
+    cpu::matmul_backward(d_.dfch_gelu.data(), g.fcprojw, g.fcprojb, d_.dbtc.data(), a.fch_gelu.data(), p.fcprojw, N,
+                         4 * C, C);
+    zero(d_.dfch, NC * 4);
+    cpu::gelu_backward(d_.dfch.data(), a.fch.data(), d_.dfch_gelu.data(), NC * 4);
+    zero(d_.dln, NC);
+    cpu::matmul_backward(d_.dln.data(), g.fcw, g.fcb, d_.dfch.data(), a.ln2.data(), p.fcw, N, C, 4 * C);
+    cpu::layernorm_backward(d_.dres.data(), g.ln2w, g.ln2b, d_.dln.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
+                            a.ln2_rstd.data(), N, C);
+    // res2 = residual + drop(attproj): dres is now d res2, and flows on into d residual
+    zero(d_.dbtc, NC);
+    cpu::dropout_backward(d_.dbtc.data(), d_.dres.data(), key(li, philox::kSiteAttnProj), b, t, C);
+    zero(d_.datty, NC);
+    cpu::matmul_backward(d_.datty.data(), g.attprojw, g.attprojb, d_.dbtc.data(), a.atty.data(), p.attprojw, N, C, C);
+    zero(d_.dqkv, NC * 3);
+    if (run_.flash)
+      cpu::attention_tiled_backward(d_.dqkv.data(), d_.datty.data(), a.qkv.data(), a.atty.data(), a.lse.data(),
+                                    key(li, philox::kSiteAttnProbs), b, t, C, NH, true, run_.Br, run_.Bc);
+    else
+      cpu::attention_naive_backward(d_.dqkv.data(), d_.datty.data(), a.qkv.data(), a.att.data(),
+                                    key(li, philox::kSiteAttnProbs), b, t, C, NH, true);
+    zero(d_.dln, NC);
+    cpu::matmul_backward(d_.dln.data(), g.qkvw, g.qkvb, d_.dqkv.data(), a.ln1.data(), p.qkvw, N, C, 3 * C);
+    cpu::layernorm_backward(d_.dres.data(), g.ln1w, g.ln1b, d_.dln.data(), residual, p.ln1w, a.ln1_mean.data(),
+                            a.ln1_rstd.data(), N, C);
+  }
+  // encoded = drop(wte[x] + wpe)
+  zero(d_.dbtc, NC);
+  cpu::dropout_backward(d_.dbtc.data(), d_.dres.data(), key(0, philox::kSiteEmbedding), b, t, C);
+  cpu::encoder_backward(G.wte, G.wpe, d_.dbtc.data(), inp_.data(), b, t, C);
+}
+
+template <typename T>
+size_t GPTCpu<T>::memory_bytes() const {
+  size_t n = params.size() * 4;  // params, grads, m, v
+  auto add = [&n](const std::vector<T>& x) { n += x.size(); };
+  add(acts_.encoded);
+  for (const Layer& l : acts_.h)
+    for (auto* buf : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.atty, &l.att, &l.lse, &l.attproj, &l.res2, &l.ln2,
+                      &l.ln2_mean, &l.ln2_rstd, &l.fch, &l.fch_gelu, &l.fcproj, &l.res3})
+      add(*buf);
+  for (auto* buf : {&acts_.lnf, &acts_.lnf_mean, &acts_.lnf_rstd, &acts_.logits, &acts_.losses, &acts_.dlogits,
+                    &d_.dres, &d_.dln, &d_.dbtc, &d_.datty, &d_.dqkv, &d_.dfch, &d_.dfch_gelu})
+    add(*buf);
+  return n * sizeof(T);
+}
+
+template class GPTCpu<float>;
+template class GPTCpu<double>;
+
+}  // namespace tg

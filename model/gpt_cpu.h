@@ -1,0 +1,68 @@
+// model/gpt_cpu.h: the GPT forward / backward / AdamW call sequence on the CPU reference
+// (kernels/cpu). Templated on the scalar: float trains, double is what the whole-model
+// gradient check runs. The CUDA backend follows the same sequence with the same names.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "../kernels/philox.h"
+#include "gpt.h"
+
+namespace tg {
+
+// What a run fixes besides the architecture.
+struct RunShape {
+  int B = 1, T = 1;          // batch size, sequence length (<= block_size)
+  double dropout = 0.0;      // p at every site while training
+  bool flash = true;         // attention_tiled (flash) or attention_naive
+  int Br = 32, Bc = 32;      // tile sizes of attention_tiled
+  uint64_t seed = 1337;      // dropout seed
+};
+
+template <typename T>
+class GPTCpu {
+ public:
+  GPTCpu(const ModelConfig& m, const RunShape& run);
+
+  const ModelConfig& model() const { return m_; }
+  const RunShape& run() const { return run_; }
+  std::vector<ParamSpec> table;
+  std::vector<T> params, grads, m, v;  // flat, in table order; m, v: AdamW moments
+  GPTParams<T> P, G;                   // views of params and grads
+
+  // Forward over x (b, t) with b <= B, t <= T. With targets: returns the mean loss and
+  // (when train) leaves dlogits ready for backward. Dropout only when train and p > 0,
+  // keyed by (seed, step, layer, site). Without targets returns 0 (logits are filled).
+  double forward(const int32_t* x, const int32_t* targets, int b, int t, bool train, uint32_t step);
+  // Gradients of the mean loss of the last forward(train = true) into grads (overwritten).
+  void backward();
+  // Logits of the last forward: (b, t, V).
+  const T* logits() const { return acts_.logits.data(); }
+  size_t memory_bytes() const;
+
+ private:
+  struct Layer {
+    std::vector<T> ln1, ln1_mean, ln1_rstd, qkv, atty, att, lse, attproj, res2;
+    std::vector<T> ln2, ln2_mean, ln2_rstd, fch, fch_gelu, fcproj, res3;
+  };
+  struct Acts {
+    std::vector<T> encoded;  // (B, T, C) after the embedding dropout
+    std::vector<Layer> h;
+    std::vector<T> lnf, lnf_mean, lnf_rstd, logits, losses, dlogits;
+  };
+  struct Scratch {  // gradients of activations, reused by every layer
+    std::vector<T> dres, dln, dbtc, datty, dqkv, dfch, dfch_gelu;
+  };
+  philox::DropoutKey key(uint32_t layer, uint32_t site) const;
+
+  ModelConfig m_;
+  RunShape run_;
+  Acts acts_;
+  Scratch d_;
+  std::vector<int32_t> inp_;  // (B, T) tokens of the last forward
+  int b_ = 0, t_ = 0;         // shape of the last forward
+  bool train_ = false;
+  uint32_t step_ = 0;
+};
+
+}  // namespace tg

@@ -1,0 +1,129 @@
+// model/train.cpp: the training loop and sampling (see model/train.h).
+#include "train.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "../kernels/philox.h"
+#include "schedule.h"
+
+namespace tg {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+}  // namespace
+
+double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int split) {
+  const std::vector<int32_t>& tokens = split == 0 ? ds.train : ds.val;
+  std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
+  double sum = 0;
+  for (int k = 0; k < c.eval_iters; ++k) {
+    data::eval_batch(tokens, c.seed, (uint32_t)split, (uint32_t)k, c.batch_size, c.block_size, x.data(), y.data());
+    sum += be.eval_loss(x.data(), y.data());
+  }
+  return sum / c.eval_iters;
+}
+
+TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::ostream& log, std::ostream* metrics) {
+  TrainSummary s;
+  s.best_val_loss = INFINITY;
+  std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
+  std::vector<double> step_ms;
+  const double tokens_per_step = (double)c.batch_size * c.block_size;
+  const auto t_start = Clock::now();
+  for (int step = 0; step <= c.max_iters; ++step) {
+    const double lr = lr_at(step, c.lr, c.min_lr, c.warmup_iters, c.lr_decay_iters);
+    const bool last = step == c.max_iters;
+    const bool eval = last || (c.eval_interval > 0 && step % c.eval_interval == 0);
+    double train_est = 0, val = 0;
+    if (eval) {
+      train_est = estimate_loss(be, c, ds, 0);
+      val = estimate_loss(be, c, ds, 1);
+      s.best_val_loss = std::min(s.best_val_loss, val);
+      log << "step " << step << ": train loss " << fmt("%.4f", train_est) << ", val loss " << fmt("%.4f", val)
+          << std::endl;
+    }
+    if (last) {
+      s.final_train_loss = train_est;
+      s.final_val_loss = val;
+      if (metrics)
+        *metrics << "{\"step\": " << step << ", \"train_loss\": " << fmt("%.6f", train_est)
+                 << ", \"val_loss\": " << fmt("%.6f", val) << ", \"lr\": " << fmt("%.6e", lr) << "}" << std::endl;
+      break;
+    }
+    const auto t0 = Clock::now();
+    data::train_batch(ds.train, c.seed, (uint32_t)step, c.batch_size, c.block_size, x.data(), y.data());
+    const float loss = be.forward_backward(x.data(), y.data(), (uint32_t)step);
+    const double norm = be.update((float)lr, step + 1);
+    const double ms = seconds_since(t0) * 1e3;
+    step_ms.push_back(ms);
+    s.steps = step + 1;
+    if (step % c.log_interval == 0 || eval) {
+      const double tps = tokens_per_step / (ms / 1e3);
+      log << "step " << step << "/" << c.max_iters << " | loss " << fmt("%.4f", loss) << " | lr " << fmt("%.3e", lr)
+          << " | norm " << fmt("%.4f", norm) << " | " << fmt("%.1f", ms) << " ms | " << fmt("%.0f", tps) << " tok/s"
+          << std::endl;
+      if (metrics) {
+        *metrics << "{\"step\": " << step << ", \"train_loss\": " << fmt("%.6f", loss);
+        if (eval) *metrics << ", \"val_loss\": " << fmt("%.6f", val) << ", \"eval_train_loss\": " << fmt("%.6f", train_est);
+        *metrics << ", \"lr\": " << fmt("%.6e", lr) << ", \"grad_norm\": " << fmt("%.6f", norm)
+                 << ", \"ms\": " << fmt("%.3f", ms) << ", \"tokens_per_s\": " << fmt("%.1f", tps) << "}" << std::endl;
+      }
+    }
+  }
+  s.wall_s = seconds_since(t_start);
+  if (!step_ms.empty()) {
+    std::sort(step_ms.begin(), step_ms.end());
+    s.median_step_ms = step_ms[step_ms.size() / 2];
+  }
+  return s;
+}
+
+std::string sample(Backend& be, const Config& c, const data::CharTokenizer& tok, std::ostream& out) {
+  std::vector<int32_t> idx = tok.encode(c.prompt);
+  const int V = tok.vocab_size();
+  std::vector<float> logits(V);
+  std::vector<double> prob(V);
+  std::vector<int> order(V);
+  out << c.prompt << std::flush;
+  for (int n = 0; n < c.sample_tokens; ++n) {
+    // the model sees at most block_size tokens: crop the context from the left
+    const int len = std::min((int)idx.size(), c.block_size);
+    be.next_logits(idx.data() + idx.size() - len, len, logits.data());
+    // temperature, then keep the top_k largest logits, then softmax
+    for (int v = 0; v < V; ++v) order[v] = v;
+    int k = (c.top_k > 0 && c.top_k < V) ? c.top_k : V;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int a, int b) { return logits[a] > logits[b]; });
+    const double mx = logits[order[0]] / c.temperature;
+    double sum = 0;
+    std::fill(prob.begin(), prob.end(), 0.0);
+    for (int r = 0; r < k; ++r) sum += prob[order[r]] = std::exp(logits[order[r]] / c.temperature - mx);
+    // one uniform in [0, 1) from the sampling stream, keyed by the token's position
+    philox::U32x4 w = philox::stream_words(c.seed, philox::kStreamSample, (uint32_t)idx.size(), 0, 0);
+    double u = (w.v[0] + 0.5) / 4294967296.0 * sum, acc = 0;
+    int next = order[k - 1];
+    for (int r = 0; r < k; ++r) {
+      acc += prob[order[r]];
+      if (u < acc) { next = order[r]; break; }
+    }
+    idx.push_back(next);
+    out << tok.decode(&idx.back(), 1) << std::flush;
+  }
+  out << "\n";
+  return tok.decode(idx.data(), idx.size());
+}
+
+}  // namespace tg

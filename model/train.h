@@ -1,0 +1,34 @@
+// model/train.h: the training loop (nanoGPT's train.py, one process) and sampling, over any
+// Backend.
+#pragma once
+#include <ostream>
+#include <string>
+
+#include "../data/dataset.h"
+#include "backend.h"
+#include "config.h"
+
+namespace tg {
+
+struct TrainSummary {
+  int steps = 0;                 // optimizer steps taken
+  double best_val_loss = 0;      // over every evaluation
+  double final_train_loss = 0;   // evaluation at the end
+  double final_val_loss = 0;
+  double wall_s = 0;             // whole loop, evaluations included
+  double median_step_ms = 0;     // one training step (forward, backward, update)
+};
+
+// Mean loss over c.eval_iters fixed batches of a split (0 train, 1 val).
+double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int split);
+
+// Trains for c.max_iters steps: a batch per step (data::train_batch), forward + backward,
+// clip, AdamW with lr_at(step); evaluates at every eval_interval and at the end; logs every
+// log_interval steps to log and, as one JSON object per logged step, to metrics (may be null).
+TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::ostream& log, std::ostream* metrics);
+
+// Generates c.sample_tokens characters after c.prompt (temperature, top-k), writing each to
+// out as it comes; returns the whole text (prompt included). The prompt must encode.
+std::string sample(Backend& be, const Config& c, const data::CharTokenizer& tok, std::ostream& out);
+
+}  // namespace tg

@@ -1,0 +1,216 @@
+// tests/cpu/test_cli.cpp: the command line. parse_args against presets, overrides and a table
+// of bad inputs; then the train_gpt binary itself (path in TG_TRAIN_GPT, default ./train_gpt):
+// exit codes, one line on stderr, nothing written on bad input, and a short real run.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../../model/config.h"
+#include "../../model/errors.h"
+
+using namespace tg;
+namespace fs = std::filesystem;
+
+namespace {
+
+Config parse(std::vector<const char*> args, const std::string& def = "baby") {
+  args.insert(args.begin(), "train_gpt");
+  return parse_args((int)args.size(), args.data(), def).config;
+}
+
+// The message parse_args throws for args ("" when it accepts them).
+std::string parse_error(std::vector<const char*> args) {
+  try {
+    parse(args);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct Run {
+  int code;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Runs the train_gpt binary with a shell-quoted argument string.
+Run run_train_gpt(const std::string& args) {
+  const char* bin = std::getenv("TG_TRAIN_GPT");
+  std::string exe = bin ? bin : "./train_gpt";
+  fs::path dir = fs::temp_directory_path() / ("tg_cli_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::string out = (dir / "stdout").string(), err = (dir / "stderr").string();
+  int status = std::system((exe + " " + args + " >" + out + " 2>" + err).c_str());
+  Run r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+  return r;
+}
+
+std::string data_path() {
+  const char* d = std::getenv("TG_DATA");
+  return d ? d : "data/tinyshakespeare/input.txt";
+}
+
+int count_lines(const std::string& s) {
+  int n = 0;
+  for (char ch : s) n += ch == '\n';
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("cli: presets are nanoGPT's configs") {
+  Config s = parse({"--preset", "shakespeare-char"});
+  CHECK(s.n_layer == 6); CHECK(s.n_head == 6); CHECK(s.n_embd == 384); CHECK(s.block_size == 256);
+  CHECK(s.batch_size == 64); CHECK(s.dropout == 0.2); CHECK(s.lr == 1e-3); CHECK(s.min_lr == 1e-4);
+  CHECK(s.max_iters == 5000); CHECK(s.lr_decay_iters == 5000); CHECK(s.warmup_iters == 100);
+  CHECK(s.beta2 == 0.99); CHECK(s.weight_decay == 0.1); CHECK(s.grad_clip == 1.0); CHECK(!s.bias);
+  CHECK(s.eval_interval == 250); CHECK(s.eval_iters == 200); CHECK(s.out_dir == "out/shakespeare-char");
+  Config b = parse({"--preset", "baby"});
+  CHECK(b.n_layer == 4); CHECK(b.n_head == 4); CHECK(b.n_embd == 128); CHECK(b.block_size == 64);
+  CHECK(b.batch_size == 12); CHECK(b.dropout == 0.0); CHECK(b.max_iters == 2000); CHECK(b.lr_decay_iters == 2000);
+  CHECK(b.eval_iters == 20); CHECK(b.lr == 1e-3); CHECK(b.eval_interval == 250);
+  CHECK(parse({}, "baby").preset == "baby");
+  CHECK(parse({}, "shakespeare-char").preset == "shakespeare-char");
+}
+
+TEST_CASE("cli: explicit flags override the preset, in any order, both spellings") {
+  Config c = parse({"--n-layer", "2", "--preset", "shakespeare-char", "--dropout=0.1", "--bias", "--seed", "18446744073709551615"});
+  CHECK(c.n_layer == 2);
+  CHECK(c.n_head == 6);
+  CHECK(c.dropout == 0.1);
+  CHECK(c.bias);
+  CHECK(c.seed == 18446744073709551615ull);
+  CHECK(!parse({"--bias=false"}).bias);
+  CHECK(!parse({"--no-bias"}).bias);
+  CHECK(parse({"--attention", "naive"}).attention == "naive");
+  CHECK(parse({"--prompt", "ROMEO:"}).prompt == "ROMEO:");
+}
+
+TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
+  struct Row {
+    std::vector<const char*> args;
+    const char* says;  // a piece of the message
+  };
+  const std::vector<Row> rows = {
+      {{"--batch-size", "0"}, "--batch-size is 0"},
+      {{"--batch-size", "-3"}, "--batch-size is -3"},
+      {{"--batch-size", "abc"}, "--batch-size 'abc' is not valid"},
+      {{"--batch-size", "12x"}, "--batch-size '12x' is not valid"},
+      {{"--batch-size", "99999999999"}, "is not valid"},
+      {{"--block-size", "0"}, "--block-size is 0"},
+      {{"--max-iters", "1e3"}, "--max-iters '1e3' is not valid"},
+      {{"--max-iters", "-1"}, "--max-iters is -1"},
+      {{"--dropout", "1"}, "--dropout is 1"},
+      {{"--dropout", "-0.1"}, "--dropout is -0.1"},
+      {{"--dropout", "nan"}, "a finite number"},
+      {{"--n-embd", "130", "--n-head", "4"}, "not divisible by --n-head"},
+      {{"--n-head", "0"}, "--n-head is 0"},
+      {{"--n-layer", "0"}, "--n-layer is 0"},
+      {{"--n-layer", "500"}, "--n-layer is 500"},
+      {{"--lr", "0"}, "--lr is 0"},
+      {{"--lr", "-0"}, "--lr is"},
+      {{"--min-lr", "0.1"}, "min-lr <= lr"},
+      {{"--warmup-iters", "3000", "--lr-decay-iters", "2000"}, "lr-decay-iters > warmup-iters"},
+      {{"--beta1", "1"}, "--beta1 is 1"},
+      {{"--beta2", "-0.5"}, "--beta2 is -0.5"},
+      {{"--weight-decay", "-1"}, "--weight-decay is -1"},
+      {{"--grad-clip", "-1"}, "--grad-clip is -1"},
+      {{"--eval-iters", "0"}, "--eval-iters is 0"},
+      {{"--eval-interval", "-5"}, "--eval-interval is -5"},
+      {{"--temperature", "0"}, "--temperature is 0"},
+      {{"--top-k", "-1"}, "--top-k is -1"},
+      {{"--sample-tokens", "-1"}, "--sample-tokens is -1"},
+      {{"--seed", "-1"}, "--seed '-1' is not valid"},
+      {{"--bias=maybe"}, "--bias 'maybe' is not valid"},
+      {{"--device", "gpu"}, "--device is 'gpu'"},
+      {{"--attention", "fast"}, "--attention is 'fast'"},
+      {{"--preset", "large"}, "unknown preset 'large'"},
+      {{"--data", ""}, "--data is empty"},
+      {{"--lerning-rate", "1"}, "unknown option --lerning-rate"},
+      {{"--lr", "1e-3", "--lr", "2e-3"}, "--lr given twice"},
+      {{"--lr"}, "--lr needs a value"},
+      {{"--lr", "--seed", "3"}, "--lr needs a value but is followed by --seed"},
+      {{"input.txt"}, "unexpected argument 'input.txt'"},
+  };
+  for (const Row& r : rows) {
+    std::string joined;
+    for (const char* a : r.args) joined += std::string(a) + " ";
+    CAPTURE(joined);
+    std::string msg = parse_error(r.args);
+    CAPTURE(msg);
+    CHECK(msg.find(r.says) != std::string::npos);
+    CHECK(msg.find("expected") != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+  }
+}
+
+TEST_CASE("cli: the binary exits 2 with one line on stderr and writes nothing") {
+  fs::path out = fs::temp_directory_path() / ("tg_cli_out_" + std::to_string(getpid()));
+  fs::remove_all(out);
+  const std::string o = " --out-dir " + out.string() + " --data " + data_path();
+  const std::vector<std::string> bad = {
+      "--batch-size 0", "--dropout 1.5", "--n-embd 100 --n-head 3", "--frobnicate", "--lr",
+      "--data /nonexistent/input.txt", "--prompt '~~~@@@'",
+  };
+  for (const std::string& args : bad) {
+    CAPTURE(args);
+    Run r = run_train_gpt(args + o);
+    CAPTURE(r.err);
+    CHECK(r.code == 2);
+    CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.rfind("error: ", 0) == 0);
+    CHECK(!fs::exists(out));
+  }
+  // a directory that holds a run is refused, and its metrics are left as they were
+  fs::create_directories(out);
+  { std::ofstream(out / "metrics.jsonl") << "{\"step\": 0}\n"; }
+  Run r = run_train_gpt("--max-iters 1" + o);
+  CHECK(r.code == 2);
+  CHECK(r.err.find("already holds a run") != std::string::npos);
+  CHECK(slurp((out / "metrics.jsonl").string()) == "{\"step\": 0}\n");
+  fs::remove_all(out);
+}
+
+TEST_CASE("cli: --help exits 0; --device cuda without a usable GPU exits 1") {
+  Run h = run_train_gpt("--help");
+  CHECK(h.code == 0);
+  CHECK(h.out.find("--attention") != std::string::npos);
+  CHECK(h.err.empty());
+  Run c = run_train_gpt("--device cuda --max-iters 1 --data " + data_path());
+  CHECK(c.code == 1);
+  CHECK(count_lines(c.err) == 1);
+  CHECK(c.err.find("--device cuda") != std::string::npos);
+}
+
+TEST_CASE("cli: a short real run writes metrics.jsonl and a sample") {
+  fs::path out = fs::temp_directory_path() / ("tg_cli_run_" + std::to_string(getpid()));
+  fs::remove_all(out);
+  Run r = run_train_gpt("--device cpu --max-iters 4 --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 "
+                        "--eval-interval 2 --eval-iters 2 --sample-tokens 20 --prompt ROMEO: --dropout 0.1 --out-dir " +
+                        out.string() + " --data " + data_path());
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("parameters: ") != std::string::npos);
+  CHECK(r.out.find("attention: flash") != std::string::npos);
+  CHECK(r.out.find("ROMEO:") != std::string::npos);
+  std::string m = slurp((out / "metrics.jsonl").string());
+  CHECK(count_lines(m) == 5);  // steps 0..3 and the final evaluation at step 4
+  for (const char* key : {"\"step\": 0,", "\"train_loss\"", "\"val_loss\"", "\"lr\"", "\"ms\"", "\"tokens_per_s\""})
+    CHECK(m.find(key) != std::string::npos);
+  fs::remove_all(out);
+}

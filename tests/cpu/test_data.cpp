@@ -1,0 +1,320 @@
+// tests/cpu/test_data.cpp: the char-level tiny Shakespeare pipeline (data/dataset.h):
+// tokenizer, split sizes, the stateless batch sampler and load_dataset's errors.
+// The data file is $TG_DATA (default data/tinyshakespeare/input.txt); when it is missing the
+// tests fail and say to run `make data`.
+#include <doctest/doctest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "kernels/philox.h"
+#include "model/errors.h"
+
+namespace {
+
+std::string data_path() {
+  const char* env = std::getenv("TG_DATA");
+  return env && *env ? env : "data/tinyshakespeare/input.txt";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The text of tiny Shakespeare; fails the calling test when the file is not there.
+const std::string& shakespeare_text() {
+  static std::string text;
+  if (text.empty()) {
+    struct stat st;
+    if (stat(data_path().c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+      FAIL("tiny Shakespeare not found at '" << data_path()
+           << "'; run `make data` (or set TG_DATA to the path of input.txt)");
+    text = read_file(data_path());
+    REQUIRE(text.size() == 1115394);
+  }
+  return text;
+}
+
+// load_dataset() of tiny Shakespeare, loaded once (block_size 256 as shakespeare-char).
+const data::Dataset& shakespeare() {
+  static data::Dataset d;
+  static bool loaded = false;
+  if (!loaded) {
+    shakespeare_text();  // fails with the `make data` hint when missing
+    auto t0 = std::chrono::steady_clock::now();
+    d = data::load_dataset(data_path(), 256);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    MESSAGE("load_dataset (read + tokenize + split) of " << data_path() << ": " << ms << " ms");
+    loaded = true;
+  }
+  return d;
+}
+
+// tokens[i] = i: a window's first x token is its start.
+std::vector<int32_t> iota_tokens(size_t n) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+struct Batch {
+  std::vector<int32_t> x, y;
+  Batch(int B, int T) : x((size_t)B * T), y((size_t)B * T) {}
+  bool operator==(const Batch& o) const { return x == o.x && y == o.y; }
+};
+
+Batch train(const std::vector<int32_t>& tok, uint64_t seed, uint32_t step, int B, int T) {
+  Batch b(B, T);
+  data::train_batch(tok, seed, step, B, T, b.x.data(), b.y.data());
+  return b;
+}
+
+Batch eval(const std::vector<int32_t>& tok, uint64_t seed, uint32_t split, uint32_t k, int B, int T) {
+  Batch b(B, T);
+  data::eval_batch(tok, seed, split, k, B, T, b.x.data(), b.y.data());
+  return b;
+}
+
+// The message of the tg::InputError load_dataset(path, block) throws; "" when it throws
+// nothing, "<other exception>" for any other exception.
+std::string load_error(const std::string& path, int block) {
+  try {
+    data::load_dataset(path, block);
+  } catch (const tg::InputError& e) {
+    return e.what();
+  } catch (...) {
+    return "<other exception>";
+  }
+  return "";
+}
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its files at scope exit.
+struct TempDir {
+  std::string dir;
+  std::vector<std::string> files;
+  TempDir() {
+    const char* t = std::getenv("TMPDIR");
+    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/tg_test_data.XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    REQUIRE(mkdtemp(buf.data()) != nullptr);
+    dir = buf.data();
+  }
+  std::string write(const std::string& name, const std::string& content) {
+    std::string p = dir + "/" + name;
+    std::ofstream(p, std::ios::binary) << content;
+    files.push_back(p);
+    return p;
+  }
+  ~TempDir() {
+    for (auto& f : files) { chmod(f.c_str(), 0600); unlink(f.c_str()); }
+    rmdir((dir + "/sub").c_str());
+    rmdir(dir.c_str());
+  }
+};
+
+// load_dataset(path, block) throws tg::InputError whose message names the path, says what
+// was expected, and says what was wrong (contains `wrong`).
+void check_load_error(const std::string& what, const std::string& path, int block,
+                      const std::string& wrong) {
+  std::string msg = load_error(path, block);
+  INFO(what << ": message \"" << msg << "\"");
+  CHECK(!msg.empty());
+  CHECK(msg != "<other exception>");
+  CHECK(msg.find(path) != std::string::npos);
+  CHECK(msg.find("expected") != std::string::npos);
+  CHECK(msg.find(wrong) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("data: tokenizer on tiny Shakespeare") {
+  const std::string& text = shakespeare_text();
+  data::CharTokenizer tok = data::CharTokenizer::from_text(text);
+  REQUIRE(tok.vocab_size() == 65);
+  CHECK(std::is_sorted(tok.itos.begin(), tok.itos.end()));
+  CHECK(std::adjacent_find(tok.itos.begin(), tok.itos.end()) == tok.itos.end());
+  CHECK(tok.itos[0] == '\n');
+  CHECK(tok.itos[1] == ' ');
+  CHECK(tok.itos[2] == '!');
+  CHECK(tok.itos[64] == 'z');
+  for (int c = 0; c < 256; ++c) {
+    bool in_text = text.find((char)c) != std::string::npos;
+    if (in_text) CHECK(tok.itos[tok.stoi[c]] == c);
+    else CHECK(tok.stoi[c] == -1);
+  }
+
+  std::vector<int32_t> ids = tok.encode(text);
+  REQUIRE(ids.size() == text.size());
+  CHECK(ids[0] == tok.stoi[(unsigned char)'F']);  // "First Citizen:"
+  CHECK(tok.decode(ids.data(), ids.size()) == text);
+
+  // '@' is not in tiny Shakespeare.
+  CHECK_THROWS_AS(tok.encode("to be @ not"), tg::InputError);
+  try {
+    tok.encode("to be @ not");
+  } catch (const tg::InputError& e) {
+    std::string msg = e.what();
+    INFO("message: " << msg);
+    CHECK(msg.find("'@'") != std::string::npos);
+    CHECK(msg.find("position 6") != std::string::npos);
+    CHECK(msg.find("expected") != std::string::npos);
+  }
+}
+
+TEST_CASE("data: split sizes of tiny Shakespeare") {
+  const data::Dataset& d = shakespeare();
+  CHECK(d.path == data_path());
+  CHECK(d.tok.vocab_size() == 65);
+  CHECK(d.train.size() == 1003854);
+  CHECK(d.val.size() == 111540);
+  CHECK(d.train.size() + d.val.size() == 1115394);
+  std::vector<int32_t> all = d.tok.encode(shakespeare_text());
+  REQUIRE(all.size() == 1115394);
+  CHECK(d.val[0] == all[1003854]);
+  CHECK(std::equal(d.train.begin(), d.train.end(), all.begin()));
+  CHECK(std::equal(d.val.begin(), d.val.end(), all.begin() + 1003854));
+
+  // The floor of n * 0.9 and the block_size + 1 bound on a small file: "hello world\n" has
+  // 12 tokens, so train 10 (int(10.8)) and val 2, enough for block_size 1 but not 2.
+  TempDir tmp;
+  std::string small = tmp.write("small.txt", "hello world\n");
+  data::Dataset s = data::load_dataset(small, 1);
+  CHECK(s.tok.vocab_size() == 9);  // \n ' ' d e h l o r w
+  CHECK(s.train.size() == 10);
+  CHECK(s.val.size() == 2);
+  CHECK(s.tok.decode(s.val.data(), s.val.size()) == "d\n");
+}
+
+TEST_CASE("data: train_batch windows") {
+  const data::Dataset& d = shakespeare();
+  const std::vector<int32_t>& tok = d.train;
+  const int B = 6, T = 64;
+  const uint64_t seed = 1337;
+  Batch a = train(tok, seed, 0, B, T);
+
+  // y is x shifted by one, and each window (x row + last y) is a run of the split.
+  for (int b = 0; b < B; ++b) {
+    const int32_t* xr = &a.x[(size_t)b * T];
+    const int32_t* yr = &a.y[(size_t)b * T];
+    for (int t = 0; t + 1 < T; ++t) CHECK(xr[t + 1] == yr[t]);
+    std::vector<int32_t> w(xr, xr + T);
+    w.push_back(yr[T - 1]);
+    auto it = std::search(tok.begin(), tok.end(), w.begin(), w.end());
+    INFO("window " << b);
+    CHECK(it != tok.end());
+  }
+
+  // A pure function of (seed, step).
+  CHECK(train(tok, seed, 0, B, T) == a);
+  CHECK(train(tok, seed, 7, B, T) == train(tok, seed, 7, B, T));
+  CHECK(!(train(tok, seed, 1, B, T) == a));
+  CHECK(!(train(tok, seed + 1, 0, B, T) == a));
+  CHECK(!(train(tok, seed | (1ull << 40), 0, B, T) == a));  // the seed's high word counts too
+
+  // Starts follow the documented formula exactly and spread over the split.
+  const size_t n = tok.size();
+  std::vector<int32_t> idx = iota_tokens(n);
+  int32_t lo = (int32_t)n, hi = -1;
+  const int BB = 20;
+  for (uint32_t step = 0; step < 100; ++step) {
+    Batch c = train(idx, seed, step, BB, 8);
+    for (int b = 0; b < BB; ++b) {
+      int32_t s = c.x[(size_t)b * 8];
+      philox::U32x4 r = philox::stream_words(seed, philox::kStreamBatch, (uint32_t)b, step, 0);
+      CHECK(s == (int32_t)philox::uniform_below(r.v[0], (uint32_t)(n - 8)));
+      CHECK(c.y[(size_t)b * 8 + 7] == s + 8);
+      lo = std::min(lo, s);
+      hi = std::max(hi, s);
+    }
+  }
+  INFO("2000 starts in [" << lo << ", " << hi << "] of n = " << n);
+  CHECK(lo < 0.05 * n);
+  CHECK(hi > 0.95 * n);
+
+  // The last possible start: n = T + 2 tokens leave starts {0, 1}; both occur, and nothing
+  // is read past the end.
+  const int Ts = 5;
+  std::vector<int32_t> tiny = iota_tokens(Ts + 2);
+  Batch e = train(tiny, seed, 3, 64, Ts);
+  bool saw[2] = {false, false};
+  for (int b = 0; b < 64; ++b) {
+    int32_t s = e.x[(size_t)b * Ts];
+    REQUIRE((s == 0 || s == 1));
+    saw[s] = true;
+    for (int t = 0; t < Ts; ++t) {
+      CHECK(e.x[(size_t)b * Ts + t] == s + t);
+      CHECK(e.y[(size_t)b * Ts + t] == s + t + 1);
+    }
+  }
+  CHECK(saw[0]);
+  CHECK(saw[1]);
+
+  // Too short a split for one window of T + 1.
+  CHECK_THROWS_AS(train(iota_tokens(Ts), seed, 0, 1, Ts), tg::InputError);
+}
+
+TEST_CASE("data: eval_batch fixed set") {
+  const data::Dataset& d = shakespeare();
+  const int B = 4, T = 32;
+  const uint64_t seed = 1337;
+  Batch v0 = eval(d.val, seed, 1, 0, B, T);
+  CHECK(eval(d.val, seed, 1, 0, B, T) == v0);
+  CHECK(!(eval(d.val, seed, 1, 1, B, T) == v0));
+  CHECK(!(eval(d.train, seed, 0, 0, B, T) == v0));
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t + 1 < T; ++t) CHECK(v0.x[(size_t)b * T + t + 1] == v0.y[(size_t)b * T + t]);
+
+  // On the same tokens, the split index alone changes the windows, and an eval batch is not
+  // a training batch of the same number.
+  std::vector<int32_t> idx = iota_tokens(d.train.size());
+  Batch s0 = eval(idx, seed, 0, 2, B, T), s1 = eval(idx, seed, 1, 2, B, T);
+  CHECK(!(s0 == s1));
+  CHECK(!(s0 == train(idx, seed, 2, B, T)));
+  for (int b = 0; b < B; ++b) {
+    philox::U32x4 r = philox::stream_words(seed, philox::kStreamEval, (uint32_t)b, 2, 1);
+    CHECK(s1.x[(size_t)b * T] == (int32_t)philox::uniform_below(r.v[0], (uint32_t)(idx.size() - T)));
+  }
+}
+
+TEST_CASE("data: load_dataset errors") {
+  TempDir tmp;
+  check_load_error("missing file", tmp.dir + "/no_such_file.txt", 8, "does not exist");
+  CHECK(load_error(tmp.dir + "/no_such_file.txt", 8).find("make data") != std::string::npos);
+
+  std::string sub = tmp.dir + "/sub";
+  REQUIRE(mkdir(sub.c_str(), 0700) == 0);
+  check_load_error("a directory", sub, 8, "is a directory");
+
+  check_load_error("empty file", tmp.write("empty.txt", ""), 8, "is empty");
+
+  // 40 tokens: train 36, val 4; block_size 8 needs 9 in each.
+  std::string short_path = tmp.write("short.txt", std::string(40, 'a'));
+  check_load_error("too-short file", short_path, 8, "too short");
+  std::string msg = load_error(short_path, 8);
+  CHECK(msg.find("36 tokens") != std::string::npos);     // what it has
+  CHECK(msg.find("val split 4") != std::string::npos);
+  CHECK(msg.find("at least 9") != std::string::npos);    // what it needs
+  CHECK(load_error(short_path, 3).empty());    // 4 >= 3 + 1: fits
+
+  std::string locked = tmp.write("locked.txt", std::string(1000, 'a'));
+  REQUIRE(chmod(locked.c_str(), 0) == 0);
+  if (geteuid() == 0) {
+    MESSAGE("running as root, which can read a chmod 000 file: unreadable-file case skipped");
+  } else {
+    check_load_error("unreadable file", locked, 8, "cannot be read");
+  }
+}

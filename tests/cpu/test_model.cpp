@@ -1,0 +1,224 @@
+// tests/cpu/test_model.cpp: the model as a whole: parameter table and init, the whole-model
+// gradient check in double with dropout on, initial loss, overfitting one batch, the naive
+// and flash paths giving the same training run, and the lr schedule.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "../../model/backend.h"
+#include "../../model/gpt.h"
+#include "../../model/gpt_cpu.h"
+#include "../../model/schedule.h"
+#include "test_util.h"
+
+using namespace tg;
+
+namespace {
+
+ModelConfig tiny_model(bool bias) {
+  ModelConfig m;
+  m.vocab_size = 11;
+  m.block_size = 6;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.n_embd = 8;
+  m.bias = bias;
+  return m;
+}
+
+// The init plus uniform noise in [-0.1, 0.1] on every parameter (the init alone sets layernorm
+// and biases to exactly 1 and 0, which would hide some gradient terms). Weights much larger
+// than this make the loss so curved that the central difference's truncation error,
+// h^2/6 |L'''|, passes the 1e-6 bound: with weights x10 it reached 1e-5 relative.
+template <typename T>
+void fill_random_params(GPTCpu<T>& g, uint64_t seed) {
+  std::vector<float> w(g.params.size());
+  init_params(w.data(), g.table, seed);
+  auto noise = testutil::random_vec<double>(w.size(), -0.1, 0.1);
+  for (size_t i = 0; i < w.size(); ++i) g.params[i] = (T)(w[i] + noise[i]);
+}
+
+Config tiny_config(const std::string& attention, double dropout) {
+  Config c;
+  apply_preset(c, "baby");
+  c.n_layer = 2; c.n_head = 2; c.n_embd = 16; c.block_size = 16; c.batch_size = 4;
+  c.dropout = dropout;
+  c.attention = attention;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("model: parameter table has nanoGPT's names, shapes and counts") {
+  ModelConfig m;
+  m.vocab_size = 65; m.block_size = 64; m.n_layer = 4; m.n_head = 4; m.n_embd = 128;
+  for (bool bias : {false, true}) {
+    m.bias = bias;
+    auto t = param_table(m);
+    const size_t V = 65, T = 64, L = 4, C = 128;
+    size_t want = V * C + T * C + L * (12 * C * C + 2 * C) + C;  // weights and layernorm weights
+    if (bias) want += L * (2 * C + 3 * C + C + 4 * C + C) + C;    // layernorm and linear biases
+    CHECK(param_count(t) == want);
+    CHECK(t[0].name == "transformer.wte.weight");
+    CHECK(t[1].name == "transformer.wpe.weight");
+    CHECK(t[2].name == "transformer.h.0.ln_1.weight");
+    CHECK(t.back().name == (bias ? "transformer.ln_f.bias" : "transformer.ln_f.weight"));
+    size_t decayed = 0;
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (i) CHECK(t[i].offset == t[i - 1].offset + t[i - 1].numel);
+      CHECK(t[i].decay == (t[i].shape.size() == 2));
+      if (t[i].decay) decayed += t[i].numel;
+    }
+    CHECK(decayed == V * C + T * C + L * 12 * C * C);
+  }
+  m.bias = false;
+  CHECK(param_count(param_table(m)) == 804096);  // nanoGPT prints 0.80M (without wpe: 795,904)
+}
+
+TEST_CASE("model: init is N(0, 0.02), residual projections scaled, layernorm 1, seeded") {
+  ModelConfig m;
+  m.vocab_size = 65; m.block_size = 64; m.n_layer = 4; m.n_head = 4; m.n_embd = 128; m.bias = true;
+  auto t = param_table(m);
+  std::vector<float> w(param_count(t)), w2(w.size()), w3(w.size());
+  init_params(w.data(), t, 1337);
+  init_params(w2.data(), t, 1337);
+  init_params(w3.data(), t, 1338);
+  CHECK(w == w2);
+  CHECK(w != w3);
+  for (const ParamSpec& p : t) {
+    double s = 0, s2 = 0;
+    for (size_t i = 0; i < p.numel; ++i) { s += w[p.offset + i]; s2 += (double)w[p.offset + i] * w[p.offset + i]; }
+    double mean = s / p.numel, sd = std::sqrt(s2 / p.numel - mean * mean);
+    INFO(p.name << ": mean " << mean << ", std " << sd);
+    if (p.init == Init::Normal) {
+      bool proj = p.name.find("c_proj.weight") != std::string::npos;
+      double want = proj ? 0.02 / std::sqrt(8.0) : 0.02;
+      CHECK(p.std == doctest::Approx(want));
+      CHECK(sd == doctest::Approx(want).epsilon(0.05));  // >= 8192 samples: 5% is > 6 sigma
+      CHECK(std::fabs(mean) < 4 * want / std::sqrt((double)p.numel));
+    } else {
+      CHECK(mean == (p.init == Init::Ones ? 1.0 : 0.0));
+      CHECK(sd == 0.0);
+    }
+  }
+}
+
+TEST_CASE("model: whole-model gradient check in double, dropout on") {
+  for (bool bias : {false, true})
+    for (bool flash : {false, true}) {
+      CAPTURE(bias);
+      CAPTURE(flash);
+      RunShape run;
+      run.B = 2; run.T = 5; run.dropout = 0.25; run.flash = flash; run.Br = 2; run.Bc = 3; run.seed = 7;
+      GPTCpu<double> g(tiny_model(bias), run);
+      fill_random_params(g, 42);
+      auto x = testutil::random_tokens(10, 11), y = testutil::random_tokens(10, 11);
+      const uint32_t step = 3;
+      g.forward(x.data(), y.data(), 2, 5, true, step);
+      g.backward();
+      std::vector<double> analytic = g.grads;
+      double nonzero = 0;
+      for (double a : analytic) nonzero += a != 0;
+      CHECK(nonzero > 0.9 * analytic.size() - 6 * 5);  // wpe rows past T get no gradient
+      auto loss = [&] { return g.forward(x.data(), y.data(), 2, 5, true, step); };
+      testutil::check_gradient(std::string("gpt bias=") + (bias ? "1" : "0") + " flash=" + (flash ? "1" : "0"), loss,
+                               g.params.data(), analytic.data(), g.params.size());
+    }
+}
+
+TEST_CASE("model: dropout changes the loss, and is off in evaluation") {
+  RunShape run;
+  run.B = 2; run.T = 5; run.dropout = 0.25; run.seed = 7;
+  GPTCpu<double> g(tiny_model(false), run);
+  fill_random_params(g, 42);
+  auto x = testutil::random_tokens(10, 11), y = testutil::random_tokens(10, 11);
+  double train0 = g.forward(x.data(), y.data(), 2, 5, true, 0);
+  double train1 = g.forward(x.data(), y.data(), 2, 5, true, 1);
+  double eval0 = g.forward(x.data(), y.data(), 2, 5, false, 0);
+  double eval1 = g.forward(x.data(), y.data(), 2, 5, false, 1);
+  CHECK(train0 != train1);  // another step, another mask
+  CHECK(train0 != eval0);
+  CHECK(eval0 == eval1);
+}
+
+TEST_CASE("model: causal: logits at position i do not depend on later tokens") {
+  RunShape run;
+  run.B = 1; run.T = 6;
+  GPTCpu<double> g(tiny_model(true), run);
+  fill_random_params(g, 5);
+  auto x = testutil::random_tokens(6, 11);
+  g.forward(x.data(), nullptr, 1, 6, false, 0);
+  std::vector<double> full(g.logits(), g.logits() + 6 * 11);
+  for (int t = 1; t <= 6; ++t) {
+    g.forward(x.data(), nullptr, 1, t, false, 0);
+    for (int i = 0; i < t * 11; ++i) CHECK(g.logits()[i] == doctest::Approx(full[i]).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("model: initial loss is about ln(65)") {
+  Config c;
+  apply_preset(c, "baby");
+  ModelConfig m;
+  m.vocab_size = 65; m.block_size = c.block_size; m.n_layer = c.n_layer; m.n_head = c.n_head; m.n_embd = c.n_embd;
+  auto be = make_cpu_backend(c, m);
+  auto x = testutil::random_tokens((size_t)c.batch_size * c.block_size, 65);
+  auto y = testutil::random_tokens(x.size(), 65);
+  double loss = be->eval_loss(x.data(), y.data());
+  // logits have std about 0.02 sqrt(C) = 0.23, which adds about var/2 = 0.03 to ln(65) = 4.174
+  CHECK(loss == doctest::Approx(std::log(65.0)).epsilon(0.02));
+}
+
+TEST_CASE("model: a tiny model overfits one batch") {
+  Config c = tiny_config("flash", 0.0);
+  c.lr = 1e-2;
+  c.weight_decay = 0.0;
+  ModelConfig m;
+  m.vocab_size = 65; m.block_size = c.block_size; m.n_layer = c.n_layer; m.n_head = c.n_head; m.n_embd = c.n_embd;
+  auto be = make_cpu_backend(c, m);
+  auto x = testutil::random_tokens((size_t)c.batch_size * c.block_size, 65);
+  auto y = testutil::random_tokens(x.size(), 65);
+  float first = 0, loss = 0;
+  for (int step = 0; step < 300; ++step) {
+    loss = be->forward_backward(x.data(), y.data(), step);
+    if (step == 0) first = loss;
+    be->update((float)c.lr, step + 1);
+  }
+  INFO("loss " << first << " -> " << loss);
+  CHECK(first > 4.0f);
+  CHECK(loss < 0.1f);  // 64 random targets memorised
+}
+
+TEST_CASE("model: flash and naive give the same training run with dropout on") {
+  Config cf = tiny_config("flash", 0.2), cn = tiny_config("naive", 0.2), cd = tiny_config("naive", 0.2);
+  cd.seed = cf.seed + 1;  // another dropout seed (and init): the control that must differ
+  ModelConfig m;
+  m.vocab_size = 65; m.block_size = cf.block_size; m.n_layer = cf.n_layer; m.n_head = cf.n_head; m.n_embd = cf.n_embd;
+  auto bf = make_cpu_backend(cf, m), bn = make_cpu_backend(cn, m), bd = make_cpu_backend(cd, m);
+  auto x = testutil::random_tokens((size_t)cf.batch_size * cf.block_size, 65);
+  auto y = testutil::random_tokens(x.size(), 65);
+  double worst = 0, control = 0;
+  for (int step = 0; step < 20; ++step) {
+    float lf = bf->forward_backward(x.data(), y.data(), step);
+    float ln = bn->forward_backward(x.data(), y.data(), step);
+    float ld = bd->forward_backward(x.data(), y.data(), step);
+    worst = std::max(worst, std::fabs((double)lf - ln) / ln);
+    control = std::max(control, std::fabs((double)ld - ln) / ln);
+    for (auto* b : {bf.get(), bn.get(), bd.get()}) b->update(1e-3f, step + 1);
+  }
+  INFO("max relative loss difference flash vs naive " << worst << ", other seed " << control);
+  CHECK(worst < 1e-5);     // float rounding of a different summation order only
+  CHECK(control > 1e-3);   // a different mask is visible at this size
+}
+
+TEST_CASE("model: learning-rate schedule is nanoGPT's get_lr") {
+  // lr 1e-3, min 1e-4, warmup 100, decay 5000
+  auto lr = [](int it) { return lr_at(it, 1e-3, 1e-4, 100, 5000); };
+  CHECK(lr(0) == doctest::Approx(1e-3 * 1 / 101));
+  CHECK(lr(99) == doctest::Approx(1e-3 * 100 / 101));
+  CHECK(lr(100) == doctest::Approx(1e-3));
+  CHECK(lr(2550) == doctest::Approx(1e-4 + 0.5 * (1e-3 - 1e-4)));  // halfway: cos = 0
+  CHECK(lr(5000) == doctest::Approx(1e-4));
+  CHECK(lr(6000) == doctest::Approx(1e-4));
+  for (int it = 101; it < 5000; ++it) CHECK(lr(it) <= lr(it - 1));
+}

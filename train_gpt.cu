@@ -1,0 +1,106 @@
+// train_gpt.cu: main(). Reads the flags, loads tiny Shakespeare, builds the model on a
+// backend, trains, evaluates, and prints a sample. No kernels live here.
+// Exit status: 0 success, 2 bad usage or input (nothing written), 1 runtime failure.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "data/dataset.h"
+#include "model/backend.h"
+#include "model/config.h"
+#include "model/errors.h"
+#include "model/train.h"
+
+#ifndef TG_NO_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Number of usable CUDA devices (0 without a driver, a device or CUDA support in the build).
+int cuda_devices() {
+#ifndef TG_NO_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n;
+#else
+  return 0;
+#endif
+}
+
+// Picks the backend for --device; says which one on stdout.
+std::string resolve_device(const std::string& wanted, int gpus) {
+  if (wanted == "cuda")
+    throw tg::RuntimeError(gpus == 0 ? "--device cuda: no usable CUDA device is visible; run on a machine with an NVIDIA GPU or pass --device cpu"
+                                     : "--device cuda: this build has no CUDA training backend yet; pass --device cpu (or auto)");
+  if (wanted == "auto")
+    std::cout << (gpus == 0 ? "no CUDA device visible: training on the CPU"
+                            : "a CUDA device is visible, but this build has no CUDA training backend yet: training on the CPU")
+              << std::endl;
+  return "cpu";
+}
+
+int run(int argc, char** argv) {
+  const int gpus = cuda_devices();
+  tg::ParsedArgs args = tg::parse_args(argc, argv, gpus > 0 ? "shakespeare-char" : "baby");
+  if (args.help) { std::cout << tg::usage(); return 0; }
+  tg::Config c = args.config;
+
+  // everything that can be wrong with the input is checked before anything is written
+  const fs::path metrics_path = fs::path(c.out_dir) / "metrics.jsonl";
+  if (fs::exists(metrics_path))
+    throw tg::InputError("--out-dir " + c.out_dir + " already holds a run (metrics.jsonl); expected a new or empty directory; pass another --out-dir or move that one away");
+  if (fs::exists(c.out_dir) && !fs::is_directory(c.out_dir))
+    throw tg::InputError("--out-dir " + c.out_dir + " is a file; expected a directory; pass another --out-dir");
+  data::Dataset ds = data::load_dataset(c.data, c.block_size);
+  ds.tok.encode(c.prompt);  // a prompt with characters outside the vocabulary fails now, not after training
+  const std::string device = resolve_device(c.device, gpus);
+
+  tg::ModelConfig m;
+  m.vocab_size = ds.tok.vocab_size();
+  m.block_size = c.block_size;
+  m.n_layer = c.n_layer;
+  m.n_head = c.n_head;
+  m.n_embd = c.n_embd;
+  m.bias = c.bias;
+  const auto table = tg::param_table(m);
+  const size_t n_params = tg::param_count(table);
+  std::unique_ptr<tg::Backend> be = tg::make_cpu_backend(c, m);
+
+  std::cout << tg::describe(c) << "\n"
+            << "data: " << ds.path << ", vocab " << m.vocab_size << ", train " << ds.train.size() << " tokens, val "
+            << ds.val.size() << " tokens\n"
+            << "parameters: " << n_params << " (" << (n_params - table[1].numel) << " without position embeddings)\n"
+            << "device: " << be->device_name() << " | attention: " << c.attention << " | precision: fp32 | memory: "
+            << be->memory_bytes() / (1 << 20) << " MiB" << std::endl;
+
+  fs::create_directories(c.out_dir);
+  std::ofstream metrics(metrics_path);
+  if (!metrics) throw tg::RuntimeError("cannot write " + metrics_path.string() + "; check the permissions and free space of --out-dir");
+  tg::TrainSummary s = tg::train(*be, c, ds, std::cout, &metrics);
+  std::printf("done: %d steps in %.1f s, median %.2f ms/step, best val loss %.4f, final train %.4f val %.4f\n", s.steps,
+              s.wall_s, s.median_step_ms, s.best_val_loss, s.final_train_loss, s.final_val_loss);
+  if (c.sample_tokens > 0) {
+    std::cout << "---- sample (" << c.sample_tokens << " characters, temperature " << c.temperature << ", top-k "
+              << c.top_k << ") ----" << std::endl;
+    tg::sample(*be, c, ds.tok, std::cout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const tg::InputError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
