@@ -15,7 +15,7 @@ struct RunShape {
   int B = 1, T = 1;          // batch size, sequence length (<= block_size)
   double dropout = 0.0;      // p at every site while training
   bool flash = true;         // attention_tiled (flash) or attention_naive
-  int Br = 32, Bc = 32;      // tile sizes of attention_tiled
+  int Br = 64, Bc = 64;      // tile sizes of attention_tiled
   uint64_t seed = 1337;      // dropout seed
 };
 

@@ -11,8 +11,9 @@
 //   dQ_i += sum_j dS_ij K_j / sqrt(HS),  dK_j += sum_i dS_ij Q_i / sqrt(HS).
 // The backward regenerates M from the key (nothing but att is saved). key.threshold == 0 is
 // "no dropout": Philox is not called and every applied entry counts as kept.
-// Arithmetic is in T (float accumulation for float, all double for double). The (b, h) pairs
-// run in parallel; each writes only its own head's columns of out / dqkv, so no races.
+// Arithmetic is in T (float accumulation for float, all double for double); the dot products
+// are "omp simd" reductions (vectorised: partial sums per lane, then combined). The (b, h)
+// pairs run in parallel; each writes only its own head's columns of out / dqkv, so no races.
 #include "attention_naive.h"
 
 #include <cmath>
@@ -20,15 +21,11 @@
 #include <limits>
 #include <vector>
 
+#include "attention_common.h"
+
 namespace cpu {
 
 namespace {
-
-// OpenMP only when there is enough work: a parallel region costs microseconds (much more on
-// a loaded machine), and the small shapes of the tests would be dominated by it.
-inline bool parallel_worth_it(int B, int NH, int Tn, int HS) {
-  return (long)B * NH * Tn * Tn * HS >= (1L << 16);
-}
 
 // keep[j] for j in [0, jn) of row i of batch-head bh: one Philox call per 4 columns (the same
 // decisions as philox::dropout_keep, which picks word j % 4 of the call for column j / 4).
@@ -50,7 +47,7 @@ void attention_naive_forward(T* out, T* att, const T* qkv, const philox::Dropout
   const T sc = T(1) / std::sqrt(T(HS));
   const bool drop = key.threshold != 0;
   const T s = drop ? (T)key.scale : T(1);
-#pragma omp parallel for collapse(2) schedule(static) if (parallel_worth_it(B, NH, Tn, HS))
+#pragma omp parallel for collapse(2) schedule(static) if (attention_parallel_worth_it(B, NH, Tn, HS))
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
       const uint32_t bh = (uint32_t)(b * NH + h);
@@ -69,6 +66,7 @@ void attention_naive_forward(T* out, T* att, const T* qkv, const philox::Dropout
         for (int j = 0; j < jn; ++j) {
           const T* kj = k + (size_t)j * C3;
           T d = 0;
+#pragma omp simd reduction(+ : d)
           for (int c = 0; c < HS; ++c) d += qi[c] * kj[c];
           d *= sc;
           ai[j] = d;
@@ -111,7 +109,7 @@ void attention_naive_backward(T* dqkv, const T* dout, const T* qkv, const T* att
   const T sc = T(1) / std::sqrt(T(HS));
   const bool drop = key.threshold != 0;
   const T s = drop ? (T)key.scale : T(1);
-#pragma omp parallel for collapse(2) schedule(static) if (parallel_worth_it(B, NH, Tn, HS))
+#pragma omp parallel for collapse(2) schedule(static) if (attention_parallel_worth_it(B, NH, Tn, HS))
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; ++h) {
       const uint32_t bh = (uint32_t)(b * NH + h);
@@ -141,6 +139,7 @@ void attention_naive_backward(T* dqkv, const T* dout, const T* qkv, const T* att
           T* dvj = dv + (size_t)j * C3;
           const T pd = ai[j] * s;
           T dpd = 0;
+#pragma omp simd reduction(+ : dpd)
           for (int c = 0; c < HS; ++c) {
             dpd += doi[c] * vj[c];
             dvj[c] += pd * doi[c];

@@ -15,14 +15,7 @@
 
 #include <algorithm>
 
-// Eigen 3.4's AVX-512 packet code trips GCC 12's -Wmaybe-uninitialized / -Wunused-variable
-// inside Eigen's own headers; silenced for those headers only, by location.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wunused-variable"
-#include <Eigen/Core>
-#pragma GCC diagnostic pop
+#include "eigen.h"
 
 namespace cpu {
 

@@ -7,28 +7,9 @@
 // project is built with -fopenmp. .noalias() writes the product straight into the output.
 #include "matmul.h"
 
-// Eigen 3.4's AVX-512 packet code trips GCC 12's -Wmaybe-uninitialized / -Wunused-variable
-// inside Eigen's own headers (and in the intrinsics they inline); silenced for those
-// headers only, by location.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wunused-variable"
-#include <Eigen/Core>
-#pragma GCC diagnostic pop
+#include "eigen.h"
 
 namespace cpu {
-
-namespace {
-template <typename T>
-using RowMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-template <typename T>
-using RowVec = Eigen::Matrix<T, 1, Eigen::Dynamic>;
-template <typename T>
-using MapMat = Eigen::Map<RowMat<T>>;
-template <typename T>
-using MapConstMat = Eigen::Map<const RowMat<T>>;
-}  // namespace
 
 template <typename T>
 void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C,
