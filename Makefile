@@ -15,23 +15,30 @@ MAKEFLAGS += --no-print-directory
 BUILD ?= build
 
 # ---- tools and libraries, detected -------------------------------------------------------
-NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
-CUDA_HOME ?= $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(realpath $(NVCC)))),)
+# (each detection runs once: ":=" unless given on the command line or in the environment)
+ifeq ($(origin NVCC),undefined)
+  NVCC := $(shell command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
+endif
+CUDA_HOME := $(if $(NVCC),$(patsubst %/bin/,%,$(dir $(realpath $(NVCC)))),)
 GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '. ')
 # Without a visible GPU, build device code for A100 (sm_80) and H100 (sm_90).
 ARCH ?= $(if $(GPU_CC),$(GPU_CC),80 90)
 GENCODE := $(foreach a,$(ARCH),-gencode arch=compute_$(a),code=sm_$(a))
-EIGEN_INC ?= $(shell pkg-config --cflags-only-I eigen3 2>/dev/null || { test -d /usr/include/eigen3 && echo -I/usr/include/eigen3; })
+ifeq ($(origin EIGEN_INC),undefined)
+  EIGEN_INC := $(shell pkg-config --cflags-only-I eigen3 2>/dev/null || { test -d /usr/include/eigen3 && echo -I/usr/include/eigen3; })
+endif
 DOCTEST_INC ?=
 
 HASH := \#
 EIGEN_OK := $(shell echo '$(HASH)include <Eigen/Core>' | $(CXX) $(EIGEN_INC) -x c++ -fsyntax-only - 2>/dev/null && echo yes)
 DOCTEST_OK := $(shell echo '$(HASH)include <doctest/doctest.h>' | $(CXX) $(DOCTEST_INC) -x c++ -fsyntax-only - 2>/dev/null && echo yes)
 
+ifeq ($(MAKELEVEL),0)
 $(info [make] nvcc:    $(if $(NVCC),$(NVCC) ($(shell $(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')),not found: building a CPU-only train_gpt with $(CXX)))
 $(info [make] GPU:     $(if $(GPU_CC),compute capability $(GPU_CC),none visible)$(if $(NVCC),; device code for $(foreach a,$(ARCH),sm_$(a)),))
 $(info [make] Eigen:   $(if $(EIGEN_OK),found ($(or $(EIGEN_INC),system path)),NOT FOUND (apt-get install libeigen3-dev, or EIGEN_INC=-I/path)))
 $(info [make] doctest: $(if $(DOCTEST_OK),found ($(or $(DOCTEST_INC),system path)),NOT FOUND (apt-get install doctest-dev, or DOCTEST_INC=-I/path)))
+endif
 
 # ---- flags ---------------------------------------------------------------------------------
 CXXFLAGS ?= -O3 -march=native
