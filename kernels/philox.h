@@ -118,9 +118,15 @@ TG_HD U32x4 dropout_words(const DropoutKey& k, uint32_t bh, uint32_t i, uint32_t
                        (uint32_t)(k.seed >> 32));
 }
 
+// Word w (0..3) of r, chosen by selects rather than a dynamic index, so that on the GPU r
+// stays in registers (a dynamic index would put it in local memory).
+TG_HD uint32_t word(const U32x4& r, uint32_t w) {
+  return w == 0 ? r.v[0] : w == 1 ? r.v[1] : w == 2 ? r.v[2] : r.v[3];
+}
+
 // true when element (bh, i, j) is kept.
 TG_HD bool dropout_keep(const DropoutKey& k, uint32_t bh, uint32_t i, uint32_t j) {
-  return dropout_words(k, bh, i, j).v[j & 3u] >= k.threshold;
+  return word(dropout_words(k, bh, i, j), j & 3u) >= k.threshold;
 }
 
 // Uniform integer in [0, n) from one 32-bit word (multiply-shift; bias < n / 2^32).
