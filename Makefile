@@ -111,7 +111,8 @@ data:
 	@TINYSHAKESPEARE="$(TINYSHAKESPEARE)" bash data/get_tinyshakespeare.sh $(DATA_FILE)
 
 # ---- the main job --------------------------------------------------------------------------
-PRESET ?= $(if $(GPU_CC),shakespeare-char,baby)
+# shakespeare-char when a GPU is visible and the CUDA backend (model/gpt_cuda.cu) is built
+PRESET ?= $(if $(and $(GPU_CC),$(NVCC),$(wildcard model/gpt_cuda.cu)),shakespeare-char,baby)
 OUT_DIR ?= out/$(PRESET)-$(shell date +%Y%m%d-%H%M%S)
 train:
 	@$(MAKE) deps

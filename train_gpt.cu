@@ -31,6 +31,9 @@ int cuda_devices() {
 #endif
 }
 
+// Whether this build has a CUDA training backend (not yet: the CPU backend trains).
+constexpr bool kHaveCudaBackend = false;
+
 // Picks the backend for --device; says which one on stdout.
 std::string resolve_device(const std::string& wanted, int gpus) {
   if (wanted == "cuda")
@@ -45,7 +48,8 @@ std::string resolve_device(const std::string& wanted, int gpus) {
 
 int run(int argc, char** argv) {
   const int gpus = cuda_devices();
-  tg::ParsedArgs args = tg::parse_args(argc, argv, gpus > 0 ? "shakespeare-char" : "baby");
+  // the default preset follows the backend that will train: shakespeare-char needs a GPU
+  tg::ParsedArgs args = tg::parse_args(argc, argv, gpus > 0 && kHaveCudaBackend ? "shakespeare-char" : "baby");
   if (args.help) { std::cout << tg::usage(); return 0; }
   tg::Config c = args.config;
 

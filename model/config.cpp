@@ -51,7 +51,7 @@ struct Flag {
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
       {"data", Kind::Str, TG_FIELD(data), "text file to train on (default data/tinyshakespeare/input.txt)"},
-      {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby (default: shakespeare-char on a GPU, baby on a CPU)"},
+      {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby (default: shakespeare-char when training on a GPU, else baby)"},
       {"device", Kind::Str, TG_FIELD(device), "auto | cpu | cuda (default auto)"},
       {"attention", Kind::Str, TG_FIELD(attention), "flash | naive (default flash)"},
       {"n-layer", Kind::Int, TG_FIELD(n_layer), "transformer blocks"},
