@@ -65,7 +65,7 @@ BENCH_SRCS := $(wildcard tests/bench/*.cpp)
 
 TEST_BINS := $(BUILD)/test_cpu $(if $(NVCC),$(BUILD)/test_gpu,)
 
-.PHONY: all train test test-run data bench clean deps check-deps
+.PHONY: all train test test-run data bench plot clean deps
 all: train_gpt $(TEST_BINS) $(BUILD)/bench_cpu
 
 $(BUILD)/%.o: %.cpp
@@ -133,6 +133,11 @@ test-run:
 bench: train_gpt $(BUILD)/bench_cpu
 	@$(MAKE) data
 	$(BUILD)/bench_cpu --data $(DATA_FILE)
+
+# ---- loss curves: make plot RUNS="out/a out/b" [PLOT=docs/loss.svg] -------------------------
+PLOT ?= docs/loss.svg
+plot: train_gpt
+	./train_gpt --plot $(PLOT) $(foreach r,$(RUNS),$(r)/metrics.jsonl)
 
 clean:
 	rm -rf $(BUILD) train_gpt

@@ -10,6 +10,7 @@
 #include "model/backend.h"
 #include "model/config.h"
 #include "model/errors.h"
+#include "model/plot.h"
 #include "model/train.h"
 
 #ifndef TG_NO_CUDA
@@ -46,7 +47,23 @@ std::string resolve_device(const std::string& wanted, int gpus) {
   return "cpu";
 }
 
+// train_gpt --plot OUT.svg RUN/metrics.jsonl...: loss curves of one or more runs, labelled by
+// their directory names.
+int plot(int argc, char** argv) {
+  if (argc < 4)
+    throw tg::InputError("--plot needs an output file and at least one metrics file; expected train_gpt --plot OUT.svg RUN/metrics.jsonl ...; see README");
+  std::vector<tg::RunCurves> runs;
+  for (int i = 3; i < argc; ++i)
+    runs.push_back(tg::read_metrics(argv[i], fs::path(argv[i]).parent_path().filename().string()));
+  const std::string svg = tg::loss_svg(runs, "train_gpt loss");
+  std::ofstream out(argv[2]);
+  if (!(out << svg)) throw tg::RuntimeError(std::string("cannot write ") + argv[2] + "; check the path and free space");
+  std::cout << "wrote " << argv[2] << " (" << runs.size() << " runs)" << std::endl;
+  return 0;
+}
+
 int run(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--plot") return plot(argc, argv);
   const int gpus = cuda_devices();
   // the default preset follows the backend that will train: shakespeare-char needs a GPU
   tg::ParsedArgs args = tg::parse_args(argc, argv, gpus > 0 && kHaveCudaBackend ? "shakespeare-char" : "baby");

@@ -1,0 +1,24 @@
+// model/plot.h: loss curves as an SVG picture, from one or more runs' metrics.jsonl
+// (train_gpt --plot OUT.svg RUN/metrics.jsonl ...; make plot RUNS="out/a out/b").
+#pragma once
+#include <string>
+#include <vector>
+
+namespace tg {
+
+// One run's curves: the training loss of every logged step, and the evaluations.
+struct RunCurves {
+  std::string label;                          // shown in the legend
+  std::vector<std::pair<double, double>> train;  // (step, train_loss) of the training steps
+  std::vector<std::pair<double, double>> val;    // (step, val_loss) where evaluated
+};
+
+// Reads a metrics.jsonl written by train(). Throws InputError (missing, unreadable, or a
+// line that is not one of train_gpt's JSON objects: says which line).
+RunCurves read_metrics(const std::string& path, const std::string& label);
+
+// The SVG text: train loss (thin line) and val loss (thick line with dots) against step,
+// one colour per run, axes with ticks, a legend. Throws InputError when no run has a point.
+std::string loss_svg(const std::vector<RunCurves>& runs, const std::string& title);
+
+}  // namespace tg
