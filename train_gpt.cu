@@ -35,16 +35,14 @@ int cuda_devices() {
 // Whether this build has a CUDA training backend (not yet: the CPU backend trains).
 constexpr bool kHaveCudaBackend = false;
 
-// Picks the backend for --device; says which one on stdout.
+// Picks the backend for --device: returns the line that says why (empty when asked for).
 std::string resolve_device(const std::string& wanted, int gpus) {
   if (wanted == "cuda")
     throw tg::RuntimeError(gpus == 0 ? "--device cuda: no usable CUDA device is visible; run on a machine with an NVIDIA GPU or pass --device cpu"
                                      : "--device cuda: this build has no CUDA training backend yet; pass --device cpu (or auto)");
-  if (wanted == "auto")
-    std::cout << (gpus == 0 ? "no CUDA device visible: training on the CPU"
-                            : "a CUDA device is visible, but this build has no CUDA training backend yet: training on the CPU")
-              << std::endl;
-  return "cpu";
+  if (wanted == "cpu") return "";
+  return gpus == 0 ? "no CUDA device visible: training on the CPU"
+                   : "a CUDA device is visible, but this build has no CUDA training backend yet: training on the CPU";
 }
 
 // train_gpt --plot OUT.svg RUN/metrics.jsonl...: loss curves of one or more runs, labelled by
@@ -78,7 +76,7 @@ int run(int argc, char** argv) {
     throw tg::InputError("--out-dir " + c.out_dir + " is a file; expected a directory; pass another --out-dir");
   data::Dataset ds = data::load_dataset(c.data, c.block_size);
   ds.tok.encode(c.prompt);  // a prompt with characters outside the vocabulary fails now, not after training
-  const std::string device = resolve_device(c.device, gpus);
+  const std::string device_note = resolve_device(c.device, gpus);
 
   tg::ModelConfig m;
   m.vocab_size = ds.tok.vocab_size();
@@ -91,6 +89,7 @@ int run(int argc, char** argv) {
   const size_t n_params = tg::param_count(table);
   std::unique_ptr<tg::Backend> be = tg::make_cpu_backend(c, m);
 
+  if (!device_note.empty()) std::cout << device_note << "\n";
   std::cout << tg::describe(c) << "\n"
             << "data: " << ds.path << ", vocab " << m.vocab_size << ", train " << ds.train.size() << " tokens, val "
             << ds.val.size() << " tokens\n"
@@ -120,6 +119,9 @@ int main(int argc, char** argv) {
   } catch (const tg::InputError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "error: out of memory; expected the run to fit in this machine's memory; reduce --batch-size, --block-size, --n-layer or --n-embd\n");
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -1,6 +1,9 @@
 // model/backend_cpu.cpp: the CPU backend: GPTCpu<float> plus AdamW and clipping from
 // kernels/cpu/adamw.h.
 #include <omp.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include <algorithm>
 #include <string>
@@ -62,6 +65,19 @@ std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m)
   run.dropout = c.dropout;
   run.flash = c.attention == "flash";
   run.seed = c.seed;
+  // refuse, before allocating, a model that cannot fit in this machine's memory
+  const double need = (double)GPTCpu<float>::bytes_needed(m, run);
+  const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+  if (have > 0 && need > 0.9 * have) {
+    char msg[512];
+    std::snprintf(msg, sizeof msg,
+                  "the model needs %.1f GiB of memory for its weights, optimizer state and activations "
+                  "(B=%d, T=%d, %d layers, %d wide, %s attention) but this machine has %.1f GiB; expected at most 90%% "
+                  "of it; reduce --batch-size, --block-size, --n-layer or --n-embd%s",
+                  need / (1 << 30), c.batch_size, c.block_size, c.n_layer, c.n_embd, c.attention.c_str(),
+                  have / (1 << 30), run.flash ? "" : " (or use --attention flash, which stores no T x T probabilities)");
+    throw InputError(msg);
+  }
   return std::make_unique<CpuBackend>(c, m, run);
 }
 

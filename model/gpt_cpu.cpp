@@ -166,18 +166,15 @@ void GPTCpu<T>::backward() {
 }
 
 template <typename T>
-size_t GPTCpu<T>::memory_bytes() const {
-  size_t n = params.size() * 4;  // params, grads, m, v
-  auto add = [&n](const std::vector<T>& x) { n += x.size(); };
-  add(acts_.encoded);
-  for (const Layer& l : acts_.h)
-    for (auto* buf : {&l.ln1, &l.ln1_mean, &l.ln1_rstd, &l.qkv, &l.atty, &l.att, &l.lse, &l.attproj, &l.res2, &l.ln2,
-                      &l.ln2_mean, &l.ln2_rstd, &l.fch, &l.fch_gelu, &l.fcproj, &l.res3})
-      add(*buf);
-  for (auto* buf : {&acts_.lnf, &acts_.lnf_mean, &acts_.lnf_rstd, &acts_.logits, &acts_.losses, &acts_.dlogits,
-                    &d_.dres, &d_.dln, &d_.dbtc, &d_.datty, &d_.dqkv, &d_.dfch, &d_.dfch_gelu})
-    add(*buf);
-  return n * sizeof(T);
+size_t GPTCpu<T>::bytes_needed(const ModelConfig& m, const RunShape& run) {
+  const size_t BT = (size_t)run.B * run.T, C = m.n_embd, NH = m.n_head, V = m.vocab_size, L = m.n_layer;
+  const size_t att = run.flash ? (size_t)run.B * NH * run.T : (size_t)run.B * NH * run.T * run.T;
+  size_t n = 4 * param_count(param_table(m));     // params, grads, m, v
+  n += BT * C;                                     // encoded
+  n += L * (BT * C * (7 + 3 + 8) + 4 * BT + att);  // per block (see the constructor)
+  n += BT * C + 3 * BT + 2 * BT * V;               // ln_f, losses, logits, dlogits
+  n += BT * C * (4 + 3 + 8);                       // activation-gradient scratch
+  return n * sizeof(T) + BT * sizeof(int32_t);
 }
 
 template class GPTCpu<float>;

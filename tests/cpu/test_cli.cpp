@@ -165,6 +165,7 @@ TEST_CASE("cli: the binary exits 2 with one line on stderr and writes nothing") 
   const std::vector<std::string> bad = {
       "--batch-size 0", "--dropout 1.5", "--n-embd 100 --n-head 3", "--frobnicate", "--lr",
       "--data /nonexistent/input.txt", "--prompt '~~~@@@'",
+      "--n-embd 65536 --n-head 1",  // terabytes: refused before allocating, on any machine
   };
   for (const std::string& args : bad) {
     CAPTURE(args);
