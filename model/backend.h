@@ -22,9 +22,11 @@ class Backend {
   // Forward and backward of one training batch x, y (B, T) with dropout keyed by step
   // (gradients overwritten, not accumulated). Returns the mean loss.
   virtual float forward_backward(const int32_t* x, const int32_t* y, uint32_t step) = 0;
-  // Clips the gradient to the configured global norm (when grad_clip > 0) and applies AdamW
-  // with learning rate lr as update number t (1-based). Returns the norm before clipping.
-  virtual double update(float lr, int t) = 0;
+  // The global L2 norm of the gradients of the last forward_backward.
+  virtual double grad_norm() = 0;
+  // Clips the gradients to the configured global norm (when grad_clip > 0; norm is
+  // grad_norm()) and applies AdamW with learning rate lr as update number t (1-based).
+  virtual void update(float lr, int t, double norm) = 0;
   // Mean loss of one batch x, y (B, T), no dropout, no gradients.
   virtual float eval_loss(const int32_t* x, const int32_t* y) = 0;
   // Logits (V) of the last position of one sequence idx of len tokens (1 <= len <= T).

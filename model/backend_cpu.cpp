@@ -31,15 +31,13 @@ class CpuBackend final : public Backend {
     gpt_.backward();
     return (float)loss;
   }
-  double update(float lr, int t) override {
-    const size_t n = gpt_.params.size();
-    double norm = cpu::global_norm(gpt_.grads.data(), n);
-    if (c_.grad_clip > 0) cpu::clip_grad_norm(gpt_.grads.data(), n, norm, c_.grad_clip);
+  double grad_norm() override { return cpu::global_norm(gpt_.grads.data(), gpt_.grads.size()); }
+  void update(float lr, int t, double norm) override {
+    if (c_.grad_clip > 0) cpu::clip_grad_norm(gpt_.grads.data(), gpt_.grads.size(), norm, c_.grad_clip);
     for (const ParamSpec& p : gpt_.table)
       cpu::adamw_update(gpt_.params.data() + p.offset, gpt_.grads.data() + p.offset, gpt_.m.data() + p.offset,
                         gpt_.v.data() + p.offset, p.numel, lr, (float)c_.beta1, (float)c_.beta2, 1e-8f,
                         p.decay ? (float)c_.weight_decay : 0.0f, t);
-    return norm;
   }
   float eval_loss(const int32_t* x, const int32_t* y) override {
     return (float)gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, false, 0);
@@ -49,7 +47,7 @@ class CpuBackend final : public Backend {
     const int V = gpt_.model().vocab_size;
     std::copy(gpt_.logits() + (size_t)(len - 1) * V, gpt_.logits() + (size_t)len * V, out);
   }
-  std::vector<float> params() const override { return gpt_.params; }
+  std::vector<float> params() const override { return {gpt_.params.begin(), gpt_.params.end()}; }
 
  private:
   Config c_;

@@ -21,7 +21,7 @@ namespace tg {
 
 namespace {
 template <typename T>
-void zero(std::vector<T>& v, size_t n) { std::memset(v.data(), 0, n * sizeof(T)); }
+void zero(Buffer<T>& v, size_t n) { std::memset(v.data(), 0, n * sizeof(T)); }
 }  // namespace
 
 template <typename T>

@@ -3,6 +3,8 @@
 // gradient check runs. The CUDA backend follows the same sequence with the same names.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <vector>
 
 #include "../kernels/philox.h"
@@ -19,6 +21,28 @@ struct RunShape {
   uint64_t seed = 1337;      // dropout seed
 };
 
+// Every buffer starts on a 64-byte boundary. Vectorised reductions (Eigen's sums, for one)
+// peel their first elements up to an aligned address, so their summation order, and thus
+// the last bit of the result, depends on the address modulo 64: with the base aligned it is
+// fixed by the layout alone, and a run is bitwise the same in any process.
+template <typename T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <typename U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) {
+    void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64);
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  bool operator==(const Aligned64&) const { return true; }
+  bool operator!=(const Aligned64&) const { return false; }
+};
+template <typename T>
+using Buffer = std::vector<T, Aligned64<T>>;
+
 template <typename T>
 class GPTCpu {
  public:
@@ -27,7 +51,7 @@ class GPTCpu {
   const ModelConfig& model() const { return m_; }
   const RunShape& run() const { return run_; }
   std::vector<ParamSpec> table;
-  std::vector<T> params, grads, m, v;  // flat, in table order; m, v: AdamW moments
+  Buffer<T> params, grads, m, v;  // flat, in table order; m, v: AdamW moments
   GPTParams<T> P, G;                   // views of params and grads
 
   // Forward over x (b, t) with b <= B, t <= T. With targets: returns the mean loss and
@@ -45,16 +69,16 @@ class GPTCpu {
 
  private:
   struct Layer {
-    std::vector<T> ln1, ln1_mean, ln1_rstd, qkv, atty, att, lse, attproj, res2;
-    std::vector<T> ln2, ln2_mean, ln2_rstd, fch, fch_gelu, fcproj, res3;
+    Buffer<T> ln1, ln1_mean, ln1_rstd, qkv, atty, att, lse, attproj, res2;
+    Buffer<T> ln2, ln2_mean, ln2_rstd, fch, fch_gelu, fcproj, res3;
   };
   struct Acts {
-    std::vector<T> encoded;  // (B, T, C) after the embedding dropout
+    Buffer<T> encoded;  // (B, T, C) after the embedding dropout
     std::vector<Layer> h;
-    std::vector<T> lnf, lnf_mean, lnf_rstd, logits, losses, dlogits;
+    Buffer<T> lnf, lnf_mean, lnf_rstd, logits, losses, dlogits;
   };
   struct Scratch {  // gradients of activations, reused by every layer
-    std::vector<T> dres, dln, dbtc, datty, dqkv, dfch, dfch_gelu;
+    Buffer<T> dres, dln, dbtc, datty, dqkv, dfch, dfch_gelu;
   };
   philox::DropoutKey key(uint32_t layer, uint32_t site) const;
 

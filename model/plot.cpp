@@ -61,7 +61,7 @@ RunCurves read_metrics(const std::string& path, const std::string& label) {
   r.label = label;
   std::string line;
   for (int n = 1; std::getline(f, line); ++n) {
-    if (line.empty()) continue;
+    if (line.empty() || line.find("\"skipped\": true") != std::string::npos) continue;  // NaN-guarded step
     double step, loss, val;
     if (line.front() != '{' || !json_number(line, "step", step) || !json_number(line, "train_loss", loss))
       throw InputError("metrics file '" + path + "' line " + std::to_string(n) +

@@ -5,9 +5,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <set>
 #include <vector>
 
 #include "../kernels/philox.h"
+#include "errors.h"
 #include "schedule.h"
 
 namespace tg {
@@ -21,6 +24,21 @@ std::string fmt(const char* f, double x) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, x);
   return buf;
+}
+
+// Steps whose loss is replaced by NaN, from the environment variable TG_INJECT_NAN ("3,4,7"):
+// the hook tests use to exercise the NaN guard.
+std::set<int> injected_nan_steps() {
+  std::set<int> steps;
+  const char* env = std::getenv("TG_INJECT_NAN");
+  for (const char* p = env; p && *p;) {
+    char* end = nullptr;
+    long v = std::strtol(p, &end, 10);
+    if (end == p) break;
+    steps.insert((int)v);
+    p = *end == ',' ? end + 1 : end;
+  }
+  return steps;
 }
 
 }  // namespace
@@ -42,6 +60,8 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
   std::vector<double> step_ms;
   const double tokens_per_step = (double)c.batch_size * c.block_size;
+  const std::set<int> injected = injected_nan_steps();
+  int bad_in_a_row = 0, updates = 0;  // AdamW counts applied updates only, as torch's step()
   const auto t_start = Clock::now();
   for (int step = 0; step <= c.max_iters; ++step) {
     const double lr = lr_at(step, c.lr, c.min_lr, c.warmup_iters, c.lr_decay_iters);
@@ -65,8 +85,26 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
     }
     const auto t0 = Clock::now();
     data::train_batch(ds.train, c.seed, (uint32_t)step, c.batch_size, c.block_size, x.data(), y.data());
-    const float loss = be.forward_backward(x.data(), y.data(), (uint32_t)step);
-    const double norm = be.update((float)lr, step + 1);
+    float loss = be.forward_backward(x.data(), y.data(), (uint32_t)step);
+    const double norm = be.grad_norm();
+    if (injected.count(step)) loss = NAN;
+    // NaN guard: a non-finite loss or gradient norm skips the update (weights and AdamW state
+    // stay as they were); kMaxBadSteps of them in a row stop the run
+    if (!std::isfinite(loss) || !std::isfinite(norm)) {
+      ++bad_in_a_row;
+      ++s.skipped;
+      s.steps = step + 1;
+      log << "step " << step << ": loss " << loss << ", gradient norm " << norm << ": not finite, update skipped ("
+          << bad_in_a_row << " in a row)" << std::endl;
+      if (metrics) *metrics << "{\"step\": " << step << ", \"train_loss\": null, \"skipped\": true}" << std::endl;
+      if (bad_in_a_row >= kMaxBadSteps)
+        throw RuntimeError(std::to_string(kMaxBadSteps) + " steps in a row (the last at step " + std::to_string(step) +
+                           ") had a non-finite loss or gradient norm; expected finite values; lower --lr or raise "
+                           "--warmup-iters, and check --data");
+      continue;
+    }
+    bad_in_a_row = 0;
+    be.update((float)lr, ++updates, norm);
     const double ms = seconds_since(t0) * 1e3;
     step_ms.push_back(ms);
     s.steps = step + 1;

@@ -10,8 +10,11 @@
 
 namespace tg {
 
+constexpr int kMaxBadSteps = 5;
+
 struct TrainSummary {
-  int steps = 0;                 // optimizer steps taken
+  int steps = 0;                 // training steps run (updates applied + skipped)
+  int skipped = 0;               // updates skipped by the NaN guard
   double best_val_loss = 0;      // over every evaluation
   double final_train_loss = 0;   // evaluation at the end
   double final_val_loss = 0;
@@ -25,6 +28,9 @@ double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int 
 // Trains for c.max_iters steps: a batch per step (data::train_batch), forward + backward,
 // clip, AdamW with lr_at(step); evaluates at every eval_interval and at the end; logs every
 // log_interval steps to log and, as one JSON object per logged step, to metrics (may be null).
+// A step whose loss or gradient norm is not finite applies no update (logged, and written to
+// metrics as {"step": N, "train_loss": null, "skipped": true}); kMaxBadSteps such steps in a
+// row throw RuntimeError. Tests inject NaN losses with TG_INJECT_NAN="step,step,...".
 TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::ostream& log, std::ostream* metrics);
 
 // Generates c.sample_tokens characters after c.prompt (temperature, top-k), writing each to

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
         data::train_batch(ds.train, c.seed, s, c.batch_size, c.block_size, x.data(), y.data());
         auto t0 = std::chrono::steady_clock::now();
         be->forward_backward(x.data(), y.data(), s);
-        be->update(1e-3f, s + 1);
+        be->update(1e-3f, s + 1, be->grad_norm());
         double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         if (s >= 5) ms.push_back(dt);
       }

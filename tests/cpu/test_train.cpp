@@ -1,0 +1,104 @@
+// tests/cpu/test_train.cpp: the training loop: reproducibility and the NaN guard.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "../../data/dataset.h"
+#include "../../model/backend.h"
+#include "../../model/errors.h"
+#include "../../model/train.h"
+
+using namespace tg;
+
+namespace {
+
+data::Dataset small_dataset() {
+  std::string text;
+  for (int i = 0; i < 200; ++i) text += "To be, or not to be: that is the question. ";
+  data::Dataset ds;
+  ds.path = "(in memory)";
+  ds.tok = data::CharTokenizer::from_text(text);
+  std::vector<int32_t> ids = ds.tok.encode(text);
+  size_t n_train = (size_t)(ids.size() * 0.9);
+  ds.train.assign(ids.begin(), ids.begin() + n_train);
+  ds.val.assign(ids.begin() + n_train, ids.end());
+  return ds;
+}
+
+Config small_config(int max_iters) {
+  Config c;
+  apply_preset(c, "baby");
+  c.n_layer = 1; c.n_head = 2; c.n_embd = 16; c.block_size = 8; c.batch_size = 4;
+  c.dropout = 0.1; c.max_iters = max_iters; c.warmup_iters = 2; c.lr_decay_iters = 10;
+  c.eval_interval = 0; c.eval_iters = 2;
+  return c;
+}
+
+struct Result {
+  std::vector<float> params;
+  TrainSummary summary;
+  std::string log, metrics;
+};
+
+Result run(const Config& c, const char* inject) {
+  if (inject) setenv("TG_INJECT_NAN", inject, 1);
+  else unsetenv("TG_INJECT_NAN");
+  data::Dataset ds = small_dataset();
+  ModelConfig m;
+  m.vocab_size = ds.tok.vocab_size(); m.block_size = c.block_size; m.n_layer = c.n_layer;
+  m.n_head = c.n_head; m.n_embd = c.n_embd; m.bias = c.bias;
+  auto be = make_cpu_backend(c, m);
+  std::ostringstream log, metrics;
+  Result r;
+  try {
+    r.summary = train(*be, c, ds, log, &metrics);
+  } catch (...) {
+    unsetenv("TG_INJECT_NAN");
+    throw;
+  }
+  unsetenv("TG_INJECT_NAN");
+  r.params = be->params();
+  r.log = log.str();
+  r.metrics = metrics.str();
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("train: the same seed gives bitwise the same run; another seed does not") {
+  Config c = small_config(6);
+  Result a = run(c, nullptr), b = run(c, nullptr);
+  CHECK(a.params == b.params);
+  CHECK(a.summary.final_val_loss == b.summary.final_val_loss);
+  c.seed += 1;
+  CHECK(run(c, nullptr).params != a.params);
+}
+
+TEST_CASE("train: a NaN step applies no update and the run goes on") {
+  // steps 0..4 with step 4 poisoned end with the weights of a clean run of steps 0..3
+  Result poisoned = run(small_config(5), "4");
+  Result clean = run(small_config(4), nullptr);
+  CHECK(poisoned.summary.skipped == 1);
+  CHECK(poisoned.summary.steps == 5);
+  CHECK(poisoned.params == clean.params);
+  CHECK(poisoned.log.find("step 4: loss nan") != std::string::npos);
+  CHECK(poisoned.metrics.find("{\"step\": 4, \"train_loss\": null, \"skipped\": true}") != std::string::npos);
+  // a poisoned step in the middle: the run completes with finite losses
+  Result middle = run(small_config(6), "2");
+  CHECK(middle.summary.skipped == 1);
+  CHECK(std::isfinite(middle.summary.final_val_loss));
+}
+
+TEST_CASE("train: kMaxBadSteps NaN steps in a row stop the run with a clear error") {
+  CHECK(run(small_config(10), "1,2,3,4").summary.skipped == 4);  // one short of the limit: goes on
+  try {
+    run(small_config(10), "1,2,3,4,5");
+    FAIL("the run did not stop");
+  } catch (const RuntimeError& e) {
+    std::string m = e.what();
+    CHECK(m.find("5 steps in a row (the last at step 5)") != std::string::npos);
+    CHECK(m.find("expected") != std::string::npos);
+  }
+}
