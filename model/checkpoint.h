@@ -1,0 +1,113 @@
+// model/checkpoint.h: saving and resuming a run. A checkpoint is a directory with the model
+// weights in safetensors (loadable by nanoGPT / PyTorch as is) and the rest of the training
+// state in a small checksummed binary file.
+//
+// Directory layout, inside out_dir:
+//   ckpt-00001000/model.safetensors   weights after 1000 steps (step numbers: 8 digits)
+//   ckpt-00001000/state.bin           config, step, AdamW moments, seed, losses
+// save_checkpoint writes both files (each atomically, weights first) into ckpt-<step>.tmp/,
+// then renames that directory to ckpt-<step>/ and fsyncs out_dir: a ckpt-* directory without
+// ".tmp" is complete by construction; a crash leaves at most a stale *.tmp directory, which
+// the next save deletes.
+//
+// model.safetensors (https://github.com/huggingface/safetensors format):
+//   u64 N (little endian) | N bytes of JSON header, padded with spaces to a multiple of 8 |
+//   raw little-endian F32 data.
+//   header: {"__metadata__":{"format":"pt","train_gpt_config":"n_layer=4 n_head=4 ..."},
+//            "transformer.wte.weight":{"dtype":"F32","shape":[65,128],"data_offsets":[0,33280]},
+//            ... one entry per param_table tensor, in param_table order, nanoGPT's names ...,
+//            "lm_head.weight":{...}}   a copy of transformer.wte.weight (nanoGPT's state_dict
+//   holds the tied head under both names and load_state_dict(strict=True) wants both).
+//   data_offsets are [begin, end) in bytes from the start of the data; tensors are contiguous.
+//
+// state.bin (all integers little endian):
+//   "TGSTATE\0" | u32 format version (kFormatVersion) | sections, each:
+//   4-byte tag | u64 payload length | payload | u32 CRC-32 (IEEE) of the payload.
+//   "CONF"  config_to_text(config)
+//   "STEP"  u32 next step to run, u32 optimizer steps done
+//   "ADAM"  m then v: param_count floats each
+//   "WSUM"  u32 CRC-32 of the whole model.safetensors beside it (pairs the two files)
+//   "RNG "  u64 seed: the data loader and dropout are pure functions of (seed, step), so this
+//           and STEP are the whole RNG and loader state
+//   "LOSS"  u32 count, then count doubles: the losses logged so far
+// Readers skip sections with unknown tags (their CRC still checked); all six above are
+// required.
+//
+// Every problem with a file read back (missing, truncated at any length, bad magic, newer
+// format, CRC mismatch, missing section, bad JSON, another model's tensors, weights not the
+// ones the state was written with) throws InputError with one line saying what, expected
+// and how to fix. Failing to write throws RuntimeError.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "gpt.h"
+
+namespace tg {
+namespace ckpt {
+
+constexpr uint32_t kFormatVersion = 1;  // of state.bin; readers reject newer ones
+
+// CRC-32, IEEE 802.3 (reflected polynomial 0xEDB88320, as zlib's crc32): crc32("123456789")
+// is 0xCBF43926. Pass the previous result as crc to continue over more bytes.
+uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
+
+// Writes bytes to path + ".tmp", fsyncs it, renames it over path and fsyncs the directory,
+// so path holds either its old content or all of bytes. On failure (no space, no
+// permission, short write, ...) removes the temp file, leaves path untouched and throws
+// RuntimeError naming the path and the OS error.
+void write_file_atomic(const std::string& path, const std::string& bytes);
+
+// Every field of c as "name=value\n" lines, in Config's declaration order (names as in
+// Config: n_layer, prompt, ...). Ints and the seed in decimal, bools true/false, doubles
+// with %.17g (round-trip exact); string bytes outside printable ASCII, and '%', as %XX.
+// A field added to Config must be added to both functions (model/checkpoint.cpp).
+std::string config_to_text(const Config& c);
+// The inverse. Throws InputError for a malformed line or value, an unknown, repeated or
+// missing field.
+Config config_from_text(const std::string& text);
+
+// The model.safetensors file of params (param_count(table) floats laid out by table) as
+// bytes; config_text goes to __metadata__.train_gpt_config (a short description).
+std::string safetensors_bytes(const std::vector<ParamSpec>& table, const float* params,
+                              const std::string& config_text);
+
+// Reads a safetensors file and returns the expected tensors laid out by expected (a buffer
+// of max(offset + numel) floats). Every expected name must be there with dtype F32 and the
+// expected shape; tensors other than those and lm_head.weight are rejected. Throws
+// InputError for a missing or truncated file, bad header JSON or another model's tensors.
+std::vector<float> read_safetensors(const std::string& path, const std::vector<ParamSpec>& expected);
+
+// Everything a run resumes from.
+struct Checkpoint {
+  uint32_t step = 0;        // the next step to run
+  uint32_t steps_done = 0;  // optimizer steps taken so far
+  Config config;
+  std::vector<float> params, m, v;  // param_count(table) each: weights, AdamW moments
+  uint64_t seed = 0;
+  std::vector<double> losses;  // logged so far
+};
+
+// Writes out_dir/ckpt-<step>/ (creating out_dir if needed; replacing an existing
+// ckpt-<step>/ atomically), then deletes the complete checkpoints beyond the newest keep
+// (by step; never the one just written; keep <= 0 keeps all) and stale ckpt-*.tmp
+// directories. Throws RuntimeError if the checkpoint cannot be written (deleting old ones
+// is best effort).
+void save_checkpoint(const std::string& out_dir, const Checkpoint& c, const std::vector<ParamSpec>& table,
+                     int keep = 2);
+
+// The path of the newest complete ckpt-<step> directory in out_dir whose two files read
+// back intact (magic, version, CRCs, sections, safetensors header, WSUM): a damaged newest
+// one falls back to the one before. "" if there is none (or no out_dir).
+std::string latest_checkpoint(const std::string& out_dir);
+
+// Reads a checkpoint directory and cross-checks it: WSUM equals the CRC-32 of
+// model.safetensors, the tensors and AdamW moments match table, the config describes table.
+// Throws InputError otherwise.
+Checkpoint load_checkpoint(const std::string& ckpt_dir, const std::vector<ParamSpec>& table);
+
+}  // namespace ckpt
+}  // namespace tg
