@@ -708,7 +708,10 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
 
 namespace {
 
-// Calls f(name, field) for every field of Config, in declaration order.
+// Calls f(name, field) for every field of Config, in declaration order. The size check makes
+// a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 336,
+              "Config changed: add the new field to each_field (model/checkpoint.cpp), then update this size");
 template <typename C, typename F>
 void each_field(C& c, F&& f) {
   f("preset", c.preset); f("data", c.data); f("device", c.device); f("attention", c.attention);
