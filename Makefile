@@ -42,9 +42,9 @@ endif
 
 # ---- flags ---------------------------------------------------------------------------------
 CXXFLAGS ?= -O3 -march=native
-CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -I. $(EIGEN_INC)
+override CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -I. $(EIGEN_INC)
 NVCCFLAGS ?= -O3
-NVCCFLAGS += -std=c++17 $(GENCODE) -I. -Xcompiler -fopenmp,-Wall
+override NVCCFLAGS += -std=c++17 $(GENCODE) -I. -Xcompiler -fopenmp,-Wall
 LDLIBS := -lgomp -lpthread
 comma := ,
 ifneq ($(NVCC),)

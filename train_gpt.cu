@@ -1,6 +1,8 @@
 // train_gpt.cu: main(). Reads the flags, loads tiny Shakespeare, builds the model on a
 // backend, trains, evaluates, and prints a sample. No kernels live here.
 // Exit status: 0 success, 2 bad usage or input (nothing written), 1 runtime failure.
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -45,6 +47,20 @@ std::string resolve_device(const std::string& wanted, int gpus) {
                    : "a CUDA device is visible, but this build has no CUDA training backend yet: training on the CPU";
 }
 
+// --out-dir must hold no run yet, and its nearest existing ancestor must be a directory this
+// process can write in. Checked before anything is loaded or written.
+void check_out_dir(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / "metrics.jsonl", ec))
+    throw tg::InputError("--out-dir " + dir + " already holds a run (metrics.jsonl); expected a new or empty directory; pass another --out-dir or move that one away");
+  fs::path p = fs::absolute(dir, ec);
+  while (p.has_parent_path() && p != p.parent_path() && !fs::exists(p, ec)) p = p.parent_path();
+  if (!fs::is_directory(p, ec))
+    throw tg::InputError("--out-dir " + dir + ": " + p.string() + " is not a directory; expected a directory path; pass another --out-dir");
+  if (access(p.c_str(), W_OK) != 0)
+    throw tg::InputError("--out-dir " + dir + ": cannot write in " + p.string() + "; expected a writable place; pass another --out-dir");
+}
+
 // train_gpt --plot OUT.svg RUN/metrics.jsonl...: loss curves of one or more runs, labelled by
 // their directory names.
 int plot(int argc, char** argv) {
@@ -70,12 +86,15 @@ int run(int argc, char** argv) {
 
   // everything that can be wrong with the input is checked before anything is written
   const fs::path metrics_path = fs::path(c.out_dir) / "metrics.jsonl";
-  if (fs::exists(metrics_path))
-    throw tg::InputError("--out-dir " + c.out_dir + " already holds a run (metrics.jsonl); expected a new or empty directory; pass another --out-dir or move that one away");
-  if (fs::exists(c.out_dir) && !fs::is_directory(c.out_dir))
-    throw tg::InputError("--out-dir " + c.out_dir + " is a file; expected a directory; pass another --out-dir");
+  check_out_dir(c.out_dir);
   data::Dataset ds = data::load_dataset(c.data, c.block_size);
-  ds.tok.encode(c.prompt);  // a prompt with characters outside the vocabulary fails now, not after training
+  if (c.sample_tokens > 0) {  // a prompt with characters outside the vocabulary fails now, not after training
+    try {
+      ds.tok.encode(c.prompt);
+    } catch (const tg::InputError& e) {
+      throw tg::InputError(std::string("--prompt: ") + e.what());
+    }
+  }
   const std::string device_note = resolve_device(c.device, gpus);
 
   tg::ModelConfig m;

@@ -114,6 +114,9 @@ Dataset load_dataset(const std::string& path, int block_size) {
   if (S_ISDIR(st.st_mode))
     throw tg::InputError("data file " + p + " is a directory; expected a text file such as tiny "
                          "Shakespeare's input.txt; pass --data PATH of the file itself");
+  if (!S_ISREG(st.st_mode))
+    throw tg::InputError("data file " + p + " is not a regular file (a device, FIFO or socket); expected a "
+                         "text file such as tiny Shakespeare's input.txt; pass --data PATH of a file");
 
   std::string text;
   FILE* f = std::fopen(path.c_str(), "rb");

@@ -1,6 +1,7 @@
 // model/backend.h: what the training loop asks of a backend (CPU now, CUDA to come). One
 // backend owns the parameters, gradients, AdamW state and activations of one model, all
-// allocated once when it is made; a step allocates nothing.
+// allocated once when it is made (the CPU attention ops still allocate small per-head tile
+// scratch on each call).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -31,8 +32,9 @@ class Backend {
   virtual float eval_loss(const int32_t* x, const int32_t* y) = 0;
   // Logits (V) of the last position of one sequence idx of len tokens (1 <= len <= T).
   virtual void next_logits(const int32_t* idx, int len, float* out) = 0;
-  // The parameters, in param_table order.
+  // The parameters, and the gradients of the last forward_backward, in param_table order.
   virtual std::vector<float> params() const = 0;
+  virtual std::vector<float> grads() const = 0;
 };
 
 // The CPU backend (kernels/cpu, float). Throws InputError when the config cannot be run.

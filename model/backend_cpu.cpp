@@ -48,6 +48,7 @@ class CpuBackend final : public Backend {
     std::copy(gpt_.logits() + (size_t)(len - 1) * V, gpt_.logits() + (size_t)len * V, out);
   }
   std::vector<float> params() const override { return {gpt_.params.begin(), gpt_.params.end()}; }
+  std::vector<float> grads() const override { return {gpt_.grads.begin(), gpt_.grads.end()}; }
 
  private:
   Config c_;
@@ -64,7 +65,7 @@ std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m)
   run.flash = c.attention == "flash";
   run.seed = c.seed;
   // refuse, before allocating, a model that cannot fit in this machine's memory
-  const double need = (double)GPTCpu<float>::bytes_needed(m, run);
+  const double need = GPTCpu<float>::bytes_needed(m, run);
   const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
   if (have > 0 && need > 0.9 * have) {
     char msg[512];

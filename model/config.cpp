@@ -140,6 +140,7 @@ void require(bool ok, const std::string& what, const std::string& expected, cons
 
 std::string num(double x) {
   std::ostringstream s;
+  s.precision(12);  // integers up to 10^12 without an exponent, 0.1 as 0.1
   s << x;
   return s.str();
 }
@@ -196,12 +197,12 @@ void validate(const Config& c) {
   require(c.n_layer >= 1 && (uint32_t)c.n_layer < philox::kMaxLayer, flag_is("n-layer", c.n_layer),
           "1 to " + std::to_string(philox::kMaxLayer - 1), help);
   require(c.n_head >= 1, flag_is("n-head", c.n_head), "at least 1", help);
-  require(c.n_embd >= 1, flag_is("n-embd", c.n_embd), "at least 1", help);
+  require(c.n_embd >= 1 && c.n_embd <= 65536, flag_is("n-embd", c.n_embd), "1 to 65536", help);
   require(c.n_embd % c.n_head == 0,
           "--n-embd " + std::to_string(c.n_embd) + " is not divisible by --n-head " + std::to_string(c.n_head),
           "n-embd a multiple of n-head (the head dim is n-embd / n-head)", "change one of them");
-  require(c.block_size >= 1, flag_is("block-size", c.block_size), "at least 1", help);
-  require(c.batch_size >= 1, flag_is("batch-size", c.batch_size), "at least 1", help);
+  require(c.block_size >= 1 && c.block_size <= (1 << 20), flag_is("block-size", c.block_size), "1 to 1048576", help);
+  require(c.batch_size >= 1 && c.batch_size <= (1 << 20), flag_is("batch-size", c.batch_size), "1 to 1048576", help);
   require(c.dropout >= 0.0 && c.dropout < 1.0, flag_is("dropout", c.dropout), "a probability in [0, 1)", help);
   require(c.max_iters >= 0 && (uint32_t)c.max_iters < philox::kMaxStep, flag_is("max-iters", c.max_iters),
           "0 to " + std::to_string(philox::kMaxStep - 1), help);
@@ -221,6 +222,8 @@ void validate(const Config& c) {
   require(c.log_interval >= 1, flag_is("log-interval", c.log_interval), "at least 1", help);
   require(c.sample_tokens >= 0, flag_is("sample-tokens", c.sample_tokens), "at least 0", help);
   require(c.temperature > 0, flag_is("temperature", c.temperature), "a temperature > 0", help);
+  require(c.sample_tokens == 0 || !c.prompt.empty(), "--prompt is empty", "at least one character to start the sample from",
+          "pass --prompt TEXT (the default is a newline) or --sample-tokens 0");
   require(c.top_k >= 0, flag_is("top-k", c.top_k), "at least 0 (0 = no top-k cut)", help);
   require(!c.data.empty(), "--data is empty", "the path of a text file", "pass --data PATH");
   require(!c.out_dir.empty(), "--out-dir is empty", "a directory path", "pass --out-dir PATH");

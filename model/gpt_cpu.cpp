@@ -166,10 +166,11 @@ void GPTCpu<T>::backward() {
 }
 
 template <typename T>
-size_t GPTCpu<T>::bytes_needed(const ModelConfig& m, const RunShape& run) {
-  const size_t BT = (size_t)run.B * run.T, C = m.n_embd, NH = m.n_head, V = m.vocab_size, L = m.n_layer;
-  const size_t att = run.flash ? (size_t)run.B * NH * run.T : (size_t)run.B * NH * run.T * run.T;
-  size_t n = 4 * param_count(param_table(m));     // params, grads, m, v
+double GPTCpu<T>::bytes_needed(const ModelConfig& m, const RunShape& run) {
+  // in double: a config far too large for any machine must not wrap around
+  const double BT = (double)run.B * run.T, C = m.n_embd, NH = m.n_head, V = m.vocab_size, L = m.n_layer;
+  const double att = run.flash ? (double)run.B * NH * run.T : (double)run.B * NH * run.T * run.T;
+  double n = 4 * (double)param_count(param_table(m));  // params, grads, m, v
   n += BT * C;                                     // encoded
   n += L * (BT * C * (7 + 3 + 8) + 4 * BT + att);  // per block (see the constructor)
   n += BT * C + 3 * BT + 2 * BT * V;               // ln_f, losses, logits, dlogits

@@ -62,10 +62,10 @@ class GPTCpu {
   void backward();
   // Logits of the last forward: (b, t, V).
   const T* logits() const { return acts_.logits.data(); }
-  size_t memory_bytes() const { return bytes_needed(m_, run_); }
+  size_t memory_bytes() const { return (size_t)bytes_needed(m_, run_); }
   // Bytes the constructor allocates for a model and run shape (parameters, gradients, AdamW
   // state, activations and their gradients): checked before allocating.
-  static size_t bytes_needed(const ModelConfig& m, const RunShape& run);
+  static double bytes_needed(const ModelConfig& m, const RunShape& run);
 
  private:
   struct Layer {

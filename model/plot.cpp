@@ -63,12 +63,12 @@ RunCurves read_metrics(const std::string& path, const std::string& label) {
   for (int n = 1; std::getline(f, line); ++n) {
     if (line.empty() || line.find("\"skipped\": true") != std::string::npos) continue;  // NaN-guarded step
     double step, loss, val;
-    if (line.front() != '{' || !json_number(line, "step", step) || !json_number(line, "train_loss", loss))
+    const bool has_loss = json_number(line, "train_loss", loss) || line.find("\"train_loss\": null") != std::string::npos;
+    if (line.front() != '{' || !json_number(line, "step", step) || !has_loss)
       throw InputError("metrics file '" + path + "' line " + std::to_string(n) +
                        " is not a train_gpt metrics object; expected {\"step\": ..., \"train_loss\": ...}; pass a metrics.jsonl written by train_gpt");
-    // the closing evaluation has no "ms": its train_loss is an evaluation, not a step's loss
-    double ms;
-    if (json_number(line, "ms", ms)) r.train.push_back({step, loss});
+    // the closing evaluation (train_loss null) has no training step
+    if (json_number(line, "train_loss", loss)) r.train.push_back({step, loss});
     if (json_number(line, "val_loss", val)) r.val.push_back({step, val});
   }
   return r;

@@ -26,6 +26,9 @@ std::string fmt(const char* f, double x) {
   return buf;
 }
 
+// A number for metrics.jsonl: JSON has no NaN or Inf, so those are written as null.
+std::string jnum(const char* f, double x) { return std::isfinite(x) ? fmt(f, x) : "null"; }
+
 // Steps whose loss is replaced by NaN, from the environment variable TG_INJECT_NAN ("3,4,7"):
 // the hook tests use to exercise the NaN guard.
 std::set<int> injected_nan_steps() {
@@ -79,8 +82,9 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
       s.final_train_loss = train_est;
       s.final_val_loss = val;
       if (metrics)
-        *metrics << "{\"step\": " << step << ", \"train_loss\": " << fmt("%.6f", train_est)
-                 << ", \"val_loss\": " << fmt("%.6f", val) << ", \"lr\": " << fmt("%.6e", lr) << "}" << std::endl;
+        *metrics << "{\"step\": " << step << ", \"train_loss\": null, \"val_loss\": " << jnum("%.6f", val)
+                 << ", \"eval_train_loss\": " << jnum("%.6f", train_est) << ", \"lr\": " << fmt("%.6e", lr)
+                 << ", \"ms\": null, \"tokens_per_s\": null, \"final\": true}" << std::endl;
       break;
     }
     const auto t0 = Clock::now();
@@ -114,8 +118,8 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
           << " | norm " << fmt("%.4f", norm) << " | " << fmt("%.1f", ms) << " ms | " << fmt("%.0f", tps) << " tok/s"
           << std::endl;
       if (metrics) {
-        *metrics << "{\"step\": " << step << ", \"train_loss\": " << fmt("%.6f", loss);
-        if (eval) *metrics << ", \"val_loss\": " << fmt("%.6f", val) << ", \"eval_train_loss\": " << fmt("%.6f", train_est);
+        *metrics << "{\"step\": " << step << ", \"train_loss\": " << jnum("%.6f", loss);
+        if (eval) *metrics << ", \"val_loss\": " << jnum("%.6f", val) << ", \"eval_train_loss\": " << jnum("%.6f", train_est);
         *metrics << ", \"lr\": " << fmt("%.6e", lr) << ", \"grad_norm\": " << fmt("%.6f", norm)
                  << ", \"ms\": " << fmt("%.3f", ms) << ", \"tokens_per_s\": " << fmt("%.1f", tps) << "}" << std::endl;
       }
@@ -140,6 +144,10 @@ std::string sample(Backend& be, const Config& c, const data::CharTokenizer& tok,
     // the model sees at most block_size tokens: crop the context from the left
     const int len = std::min((int)idx.size(), c.block_size);
     be.next_logits(idx.data() + idx.size() - len, len, logits.data());
+    for (float l : logits)
+      if (!std::isfinite(l))
+        throw RuntimeError("the model's logits are not finite, so there is nothing to sample; expected a model "
+                           "that trained without diverging; lower --lr or raise --warmup-iters");
     // temperature, then keep the top_k largest logits, then softmax
     for (int v = 0; v < V; ++v) order[v] = v;
     int k = (c.top_k > 0 && c.top_k < V) ? c.top_k : V;

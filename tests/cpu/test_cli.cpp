@@ -211,7 +211,16 @@ TEST_CASE("cli: a short real run writes metrics.jsonl and a sample") {
   CHECK(r.out.find("ROMEO:") != std::string::npos);
   std::string m = slurp((out / "metrics.jsonl").string());
   CHECK(count_lines(m) == 5);  // steps 0..3 and the final evaluation at step 4
-  for (const char* key : {"\"step\": 0,", "\"train_loss\"", "\"val_loss\"", "\"lr\"", "\"ms\"", "\"tokens_per_s\""})
-    CHECK(m.find(key) != std::string::npos);
+  std::istringstream lines(m);
+  std::string line;
+  for (int n = 0; std::getline(lines, line); ++n) {
+    CAPTURE(line);
+    CHECK(line.rfind("{\"step\": " + std::to_string(n) + ",", 0) == 0);
+    for (const char* key : {"\"train_loss\": ", "\"lr\": ", "\"ms\": ", "\"tokens_per_s\": "})
+      CHECK(line.find(key) != std::string::npos);
+    const bool evaluated = n == 0 || n == 2 || n == 4;  // --eval-interval 2, and the end
+    CHECK((line.find("\"val_loss\": ") != std::string::npos) == evaluated);
+    CHECK(line.find("nan") == std::string::npos);
+  }
   fs::remove_all(out);
 }

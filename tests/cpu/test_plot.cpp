@@ -29,9 +29,10 @@ TEST_CASE("plot: reads train_gpt's metrics and draws every run") {
                          "{\"step\": 0, \"train_loss\": 4.2, \"val_loss\": 4.19, \"eval_train_loss\": 4.2, \"lr\": 1e-05, "
                          "\"grad_norm\": 1.0, \"ms\": 50.0, \"tokens_per_s\": 15000.0}\n"
                          "{\"step\": 1, \"train_loss\": 3.9, \"lr\": 2e-05, \"grad_norm\": 1.0, \"ms\": 49.0, \"tokens_per_s\": 15000.0}\n"
-                         "{\"step\": 2, \"train_loss\": 3.5, \"val_loss\": 3.6, \"lr\": 3e-05}\n");
+                         "{\"step\": 2, \"train_loss\": null, \"val_loss\": 3.6, \"eval_train_loss\": 3.5, \"lr\": 3e-05, "
+                         "\"ms\": null, \"tokens_per_s\": null, \"final\": true}\n");
   RunCurves r = read_metrics(a.string(), "flash");
-  REQUIRE(r.train.size() == 2);  // the closing evaluation (no "ms") is not a training step
+  REQUIRE(r.train.size() == 2);  // the closing evaluation (train_loss null) is not a training step
   CHECK(r.train[1] == std::make_pair(1.0, 3.9));
   REQUIRE(r.val.size() == 2);
   CHECK(r.val[1] == std::make_pair(2.0, 3.6));

@@ -102,3 +102,51 @@ TEST_CASE("train: kMaxBadSteps NaN steps in a row stop the run with a clear erro
     CHECK(m.find("expected") != std::string::npos);
   }
 }
+
+TEST_CASE("train: one update is clipping plus AdamW, decay on 2-D tensors only") {
+  // Two updates of the backend against the formulas written out here in double.
+  Config c = small_config(2);
+  c.grad_clip = 0.05;  // small enough to clip
+  c.weight_decay = 0.3;
+  data::Dataset ds = small_dataset();
+  ModelConfig m;
+  m.vocab_size = ds.tok.vocab_size(); m.block_size = c.block_size; m.n_layer = c.n_layer;
+  m.n_head = c.n_head; m.n_embd = c.n_embd; m.bias = true;
+  auto be = make_cpu_backend(c, m);
+  const auto table = param_table(m);
+  std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
+  const std::vector<float> p0 = be->params();
+  std::vector<double> w(p0.begin(), p0.end()), mom(w.size(), 0.0), vel(w.size(), 0.0);
+  const double lr = 1e-3, eps = 1e-8;
+  for (int t = 1; t <= 2; ++t) {
+    data::train_batch(ds.train, c.seed, t, c.batch_size, c.block_size, x.data(), y.data());
+    be->forward_backward(x.data(), y.data(), t);
+    std::vector<float> g = be->grads();
+    double sq = 0;
+    for (float gi : g) sq += (double)gi * gi;
+    const double norm = be->grad_norm();
+    CHECK(norm == doctest::Approx(std::sqrt(sq)).epsilon(1e-6));
+    REQUIRE(norm > c.grad_clip);
+    const double clip = c.grad_clip / (norm + 1e-6);
+    be->update((float)lr, t, norm);
+    std::vector<float> got = be->params();
+    double worst = 0;
+    size_t decayed = 0;
+    for (const ParamSpec& p : table) {
+      const double wd = p.shape.size() >= 2 ? c.weight_decay : 0.0;
+      decayed += wd > 0;
+      for (size_t i = p.offset; i < p.offset + p.numel; ++i) {
+        const double gi = g[i] * clip;
+        mom[i] = c.beta1 * mom[i] + (1 - c.beta1) * gi;
+        vel[i] = c.beta2 * vel[i] + (1 - c.beta2) * gi * gi;
+        const double mhat = mom[i] / (1 - std::pow(c.beta1, t)), vhat = vel[i] / (1 - std::pow(c.beta2, t));
+        w[i] = w[i] - lr * wd * w[i] - lr * mhat / (std::sqrt(vhat) + eps);
+        worst = std::max(worst, std::fabs(got[i] - w[i]) / (std::fabs(w[i]) + 1e-3));
+      }
+    }
+    CHECK(decayed > 0);
+    CAPTURE(t);
+    CHECK(worst < 1e-5);  // float arithmetic against double: a few ulp of |w|
+    for (size_t i = 0; i < w.size(); ++i) w[i] = got[i];  // go on from the backend's own floats
+  }
+}
