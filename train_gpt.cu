@@ -10,6 +10,7 @@
 
 #include "data/dataset.h"
 #include "model/backend.h"
+#include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/errors.h"
 #include "model/plot.h"
@@ -61,6 +62,17 @@ void check_out_dir(const std::string& dir) {
     throw tg::InputError("--out-dir " + dir + ": cannot write in " + p.string() + "; expected a writable place; pass another --out-dir");
 }
 
+// Rewrites metrics.jsonl with only the lines of steps before step (atomically).
+void keep_metrics_before(const fs::path& path, int step) {
+  std::ifstream in(path);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    const size_t p = line.find("\"step\": ");
+    if (p != std::string::npos && std::atoi(line.c_str() + p + 8) < step) kept += line + "\n";
+  }
+  tg::ckpt::write_file_atomic(path.string(), kept);
+}
+
 // train_gpt --plot OUT.svg RUN/metrics.jsonl...: loss curves of one or more runs, labelled by
 // their directory names.
 int plot(int argc, char** argv) {
@@ -86,7 +98,18 @@ int run(int argc, char** argv) {
 
   // everything that can be wrong with the input is checked before anything is written
   const fs::path metrics_path = fs::path(c.out_dir) / "metrics.jsonl";
-  check_out_dir(c.out_dir);
+  std::string resume_from;  // --resume: the newest complete checkpoint; its config is the run's
+  if (c.resume) {
+    resume_from = tg::ckpt::latest_checkpoint(c.out_dir);
+    if (resume_from.empty())
+      throw tg::InputError("--resume: --out-dir " + c.out_dir + " holds no complete checkpoint; expected the --out-dir of a run that wrote checkpoints; pass that directory, or drop --resume to start a new run");
+    const std::string out_dir = c.out_dir;
+    c = tg::ckpt::checkpoint_config(resume_from);
+    c.out_dir = out_dir;
+    c.resume = true;
+  } else {
+    check_out_dir(c.out_dir);
+  }
   data::Dataset ds = data::load_dataset(c.data, c.block_size);
   if (c.sample_tokens > 0) {  // a prompt with characters outside the vocabulary fails now, not after training
     try {
@@ -106,9 +129,14 @@ int run(int argc, char** argv) {
   m.bias = c.bias;
   const auto table = tg::param_table(m);
   const size_t n_params = tg::param_count(table);
+  tg::ckpt::Checkpoint start;
+  if (c.resume) start = tg::ckpt::load_checkpoint(resume_from, table);
   std::unique_ptr<tg::Backend> be = tg::make_cpu_backend(c, m);
+  if (c.resume) be->set_state(start.params.data(), start.m.data(), start.v.data());
 
   if (!device_note.empty()) std::cout << device_note << "\n";
+  if (c.resume)
+    std::cout << "resuming from " << resume_from << " at step " << start.step << " (its config below)\n";
   std::cout << tg::describe(c) << "\n"
             << "data: " << ds.path << ", vocab " << m.vocab_size << ", train " << ds.train.size() << " tokens, val "
             << ds.val.size() << " tokens\n"
@@ -117,9 +145,22 @@ int run(int argc, char** argv) {
             << be->memory_bytes() / (1 << 20) << " MiB" << std::endl;
 
   fs::create_directories(c.out_dir);
-  std::ofstream metrics(metrics_path);
+  // a resumed run keeps the metrics of the steps before its checkpoint and logs the rest again
+  if (c.resume) keep_metrics_before(metrics_path, (int)start.step);
+  std::ofstream metrics(metrics_path, c.resume ? std::ios::app : std::ios::trunc);
   if (!metrics) throw tg::RuntimeError("cannot write " + metrics_path.string() + "; check the permissions and free space of --out-dir");
-  tg::TrainSummary s = tg::train(*be, c, ds, std::cout, &metrics);
+  auto save = [&](int next_step, int updates) {
+    tg::ckpt::Checkpoint ck;
+    ck.step = (uint32_t)next_step;
+    ck.steps_done = (uint32_t)updates;
+    ck.config = c;
+    ck.config.resume = false;
+    ck.params = be->params();
+    be->adam_state(ck.m, ck.v);
+    ck.seed = c.seed;
+    tg::ckpt::save_checkpoint(c.out_dir, ck, table);
+  };
+  tg::TrainSummary s = tg::train(*be, c, ds, std::cout, &metrics, (int)start.step, (int)start.steps_done, save);
   std::printf("done: %d steps in %.1f s, median %.2f ms/step, best val loss %.4f, final train %.4f val %.4f\n", s.steps,
               s.wall_s, s.median_step_ms, s.best_val_loss, s.final_train_loss, s.final_val_loss);
   if (c.sample_tokens > 0) {

@@ -35,6 +35,10 @@ class Backend {
   // The parameters, and the gradients of the last forward_backward, in param_table order.
   virtual std::vector<float> params() const = 0;
   virtual std::vector<float> grads() const = 0;
+  // The AdamW moments m and v, and setting the whole training state (params, m, v) back
+  // from a checkpoint.
+  virtual void adam_state(std::vector<float>& m, std::vector<float>& v) const = 0;
+  virtual void set_state(const float* params, const float* m, const float* v) = 0;
 };
 
 // The CPU backend (kernels/cpu, float). Throws InputError when the config cannot be run.

@@ -49,6 +49,16 @@ class CpuBackend final : public Backend {
   }
   std::vector<float> params() const override { return {gpt_.params.begin(), gpt_.params.end()}; }
   std::vector<float> grads() const override { return {gpt_.grads.begin(), gpt_.grads.end()}; }
+  void adam_state(std::vector<float>& m, std::vector<float>& v) const override {
+    m.assign(gpt_.m.begin(), gpt_.m.end());
+    v.assign(gpt_.v.begin(), gpt_.v.end());
+  }
+  void set_state(const float* params, const float* m, const float* v) override {
+    const size_t n = gpt_.params.size();
+    std::copy(params, params + n, gpt_.params.begin());
+    std::copy(m, m + n, gpt_.m.begin());
+    std::copy(v, v + n, gpt_.v.begin());
+  }
 
  private:
   Config c_;

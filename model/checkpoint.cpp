@@ -710,7 +710,7 @@ namespace {
 
 // Calls f(name, field) for every field of Config, in declaration order. The size check makes
 // a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
-static_assert(sizeof(void*) != 8 || sizeof(Config) == 336,
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 344,
               "Config changed: add the new field to each_field (model/checkpoint.cpp), then update this size");
 template <typename C, typename F>
 void each_field(C& c, F&& f) {
@@ -722,6 +722,7 @@ void each_field(C& c, F&& f) {
   f("warmup_iters", c.warmup_iters); f("lr_decay_iters", c.lr_decay_iters);
   f("weight_decay", c.weight_decay); f("beta1", c.beta1); f("beta2", c.beta2); f("grad_clip", c.grad_clip);
   f("eval_interval", c.eval_interval); f("eval_iters", c.eval_iters); f("log_interval", c.log_interval);
+  f("ckpt_interval", c.ckpt_interval); f("resume", c.resume);
   f("seed", c.seed);
   f("sample_tokens", c.sample_tokens); f("prompt", c.prompt); f("temperature", c.temperature);
   f("top_k", c.top_k);
@@ -957,6 +958,11 @@ std::string latest_checkpoint(const std::string& out_dir) {
   for (const auto& c : list_checkpoints(out_dir))
     if (intact(c.second)) return c.second;
   return "";
+}
+
+Config checkpoint_config(const std::string& ckpt_dir) {
+  const std::string state_path = join(ckpt_dir, kStateFile);
+  return parse_state(read_whole(state_path), state_path).ck.config;
 }
 
 Checkpoint load_checkpoint(const std::string& ckpt_dir, const std::vector<ParamSpec>& table) {

@@ -104,6 +104,10 @@ void save_checkpoint(const std::string& out_dir, const Checkpoint& c, const std:
 // one falls back to the one before. "" if there is none (or no out_dir).
 std::string latest_checkpoint(const std::string& out_dir);
 
+// The config a checkpoint was written with (from its state.bin): what a resumed run uses to
+// build its model before load_checkpoint. Throws InputError as load_checkpoint.
+Config checkpoint_config(const std::string& ckpt_dir);
+
 // Reads a checkpoint directory and cross-checks it: WSUM equals the CRC-32 of
 // model.safetensors, the tensors and AdamW moments match table, the config describes table.
 // Throws InputError otherwise.

@@ -73,6 +73,8 @@ const std::vector<Flag>& flags() {
       {"eval-interval", Kind::Int, TG_FIELD(eval_interval), "evaluate every this many steps (0 = only at the end)"},
       {"eval-iters", Kind::Int, TG_FIELD(eval_iters), "batches per evaluation"},
       {"log-interval", Kind::Int, TG_FIELD(log_interval), "log every this many steps"},
+      {"ckpt-interval", Kind::Int, TG_FIELD(ckpt_interval), "checkpoint every this many steps (0 = only at the end)"},
+      {"resume", Kind::Bool, TG_FIELD(resume), "continue the run in --out-dir from its newest complete checkpoint"},
       {"seed", Kind::Seed, TG_FIELD(seed), "seed of init, batches and dropout"},
       {"out-dir", Kind::Str, TG_FIELD(out_dir), "where metrics.jsonl goes (default out/<preset>)"},
       {"sample-tokens", Kind::Int, TG_FIELD(sample_tokens), "characters to generate at the end (0 = none)"},
@@ -220,6 +222,7 @@ void validate(const Config& c) {
   require(c.eval_interval >= 0, flag_is("eval-interval", c.eval_interval), "at least 0 (0 = only at the end)", help);
   require(c.eval_iters >= 1, flag_is("eval-iters", c.eval_iters), "at least 1", help);
   require(c.log_interval >= 1, flag_is("log-interval", c.log_interval), "at least 1", help);
+  require(c.ckpt_interval >= 0, flag_is("ckpt-interval", c.ckpt_interval), "at least 0 (0 = only at the end)", help);
   require(c.sample_tokens >= 0, flag_is("sample-tokens", c.sample_tokens), "at least 0", help);
   require(c.temperature > 0, flag_is("temperature", c.temperature), "a temperature > 0", help);
   require(c.sample_tokens == 0 || !c.prompt.empty(), "--prompt is empty", "at least one character to start the sample from",

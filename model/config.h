@@ -23,6 +23,8 @@ struct Config {
   int warmup_iters = 0, lr_decay_iters = 0;
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
   int eval_interval = 0, eval_iters = 0, log_interval = 1;
+  int ckpt_interval = 250;  // checkpoint every this many steps (0 = only at the end)
+  bool resume = false;     // continue from the newest complete checkpoint in out_dir
   uint64_t seed = 1337;
   // sampling at the end (nanoGPT's sample.py)
   int sample_tokens = 500;

@@ -57,16 +57,20 @@ double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int 
   return sum / c.eval_iters;
 }
 
-TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::ostream& log, std::ostream* metrics) {
+TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::ostream& log, std::ostream* metrics,
+                   int start_step, int updates, const std::function<void(int, int)>& checkpoint) {
   TrainSummary s;
   s.best_val_loss = INFINITY;
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
   std::vector<double> step_ms;
   const double tokens_per_step = (double)c.batch_size * c.block_size;
   const std::set<int> injected = injected_nan_steps();
-  int bad_in_a_row = 0, updates = 0;  // AdamW counts applied updates only, as torch's step()
+  int bad_in_a_row = 0;  // updates: AdamW counts applied updates only, as torch's step()
   const auto t_start = Clock::now();
-  for (int step = 0; step <= c.max_iters; ++step) {
+  for (int step = start_step; step <= c.max_iters; ++step) {
+    // a checkpoint holds the state before this step: every ckpt_interval steps
+    if (checkpoint && c.ckpt_interval > 0 && step > start_step && step < c.max_iters && step % c.ckpt_interval == 0)
+      checkpoint(step, updates);
     const double lr = lr_at(step, c.lr, c.min_lr, c.warmup_iters, c.lr_decay_iters);
     const bool last = step == c.max_iters;
     const bool eval = last || (c.eval_interval > 0 && step % c.eval_interval == 0);
@@ -85,6 +89,7 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
         *metrics << "{\"step\": " << step << ", \"train_loss\": null, \"val_loss\": " << jnum("%.6f", val)
                  << ", \"eval_train_loss\": " << jnum("%.6f", train_est) << ", \"lr\": " << fmt("%.6e", lr)
                  << ", \"ms\": null, \"tokens_per_s\": null, \"final\": true}" << std::endl;
+      if (checkpoint) checkpoint(step, updates);
       break;
     }
     const auto t0 = Clock::now();

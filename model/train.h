@@ -1,6 +1,7 @@
 // model/train.h: the training loop (nanoGPT's train.py, one process) and sampling, over any
 // Backend.
 #pragma once
+#include <functional>
 #include <ostream>
 #include <string>
 
@@ -31,7 +32,12 @@ double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int 
 // A step whose loss or gradient norm is not finite applies no update (logged, and written to
 // metrics as {"step": N, "train_loss": null, "skipped": true}); kMaxBadSteps such steps in a
 // row throw RuntimeError. Tests inject NaN losses with TG_INJECT_NAN="step,step,...".
-TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::ostream& log, std::ostream* metrics);
+// Resuming: start_step is the first step to run and updates the AdamW updates applied before
+// it; checkpoint (may be empty) is called with (next step, updates applied) after every
+// c.ckpt_interval-th step and once at the end, when the backend holds that state.
+TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::ostream& log, std::ostream* metrics,
+                   int start_step = 0, int updates = 0,
+                   const std::function<void(int next_step, int updates)>& checkpoint = nullptr);
 
 // Generates c.sample_tokens characters after c.prompt (temperature, top-k), writing each to
 // out as it comes; returns the whole text (prompt included). The prompt must encode.

@@ -182,6 +182,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   a.warmup_iters = -1; a.lr_decay_iters = 99;
   a.weight_decay = std::nextafter(1.0, 2.0); a.beta1 = 1.0 / 3.0; a.beta2 = -0.0; a.grad_clip = 2.0 / 3.0;
   a.eval_interval = 3; a.eval_iters = 4; a.log_interval = 5;
+  a.ckpt_interval = 8; a.resume = true;
   a.seed = UINT64_MAX;
   a.sample_tokens = 6;
   a.prompt = std::string("\n=%\0\x7f\x80 ROMEO:\n", 15);
@@ -192,7 +193,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   const char* names[] = {"preset", "data", "device", "attention", "out_dir", "n_layer", "n_head", "n_embd",
                          "block_size", "bias", "dropout", "batch_size", "max_iters", "lr", "min_lr",
                          "warmup_iters", "lr_decay_iters", "weight_decay", "beta1", "beta2", "grad_clip",
-                         "eval_interval", "eval_iters", "log_interval", "seed", "sample_tokens", "prompt",
+                         "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "resume", "seed", "sample_tokens", "prompt",
                          "temperature", "top_k"};
   // one "name=value" line per field: strings with newlines did not add lines
   size_t lines = 0;
@@ -216,6 +217,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   CHECK(same_bits(b.beta2, a.beta2)); CHECK(same_bits(b.grad_clip, a.grad_clip));
   CHECK(b.eval_interval == a.eval_interval); CHECK(b.eval_iters == a.eval_iters);
   CHECK(b.log_interval == a.log_interval); CHECK(b.seed == a.seed);
+  CHECK(b.ckpt_interval == a.ckpt_interval); CHECK(b.resume == a.resume);
   CHECK(b.sample_tokens == a.sample_tokens); CHECK(b.prompt == a.prompt);
   CHECK(same_bits(b.temperature, a.temperature)); CHECK(b.top_k == a.top_k);
   CHECK(ckpt::config_to_text(b) == text);

@@ -224,3 +224,45 @@ TEST_CASE("cli: a short real run writes metrics.jsonl and a sample") {
   }
   fs::remove_all(out);
 }
+
+TEST_CASE("cli: --resume continues bitwise from the newest checkpoint, dropout included") {
+  fs::path out = fs::temp_directory_path() / ("tg_cli_resume_" + std::to_string(getpid()));
+  fs::remove_all(out);
+  const std::string args = "--device cpu --max-iters 6 --ckpt-interval 3 --n-layer 1 --n-head 2 --n-embd 16 "
+                           "--block-size 8 --batch-size 2 --eval-interval 2 --eval-iters 2 --sample-tokens 0 "
+                           "--dropout 0.2 --data " + data_path() + " --out-dir " + out.string();
+  Run first = run_train_gpt(args);
+  CAPTURE(first.err);
+  REQUIRE(first.code == 0);
+  const fs::path c3 = out / "ckpt-00000003", c6 = out / "ckpt-00000006";
+  REQUIRE(fs::exists(c3 / "state.bin"));
+  REQUIRE(fs::exists(c6 / "model.safetensors"));
+  const std::string weights = slurp((c6 / "model.safetensors").string()), state = slurp((c6 / "state.bin").string());
+  const std::string metrics = slurp((out / "metrics.jsonl").string());
+  // as if the run had been killed after its step-3 checkpoint
+  fs::remove_all(c6);
+  Run again = run_train_gpt("--resume --out-dir " + out.string());
+  CAPTURE(again.err);
+  REQUIRE(again.code == 0);
+  CHECK(again.out.find("resuming from") != std::string::npos);
+  CHECK(slurp((c6 / "model.safetensors").string()) == weights);
+  CHECK(slurp((c6 / "state.bin").string()) == state);
+  // the same losses step by step (the "ms" fields differ)
+  auto losses = [](const std::string& m) {
+    std::string out;
+    std::istringstream in(m);
+    for (std::string line; std::getline(in, line);) {
+      size_t a = line.find("\"train_loss\": "), b = line.find(", \"lr\"");
+      out += line.substr(0, a) + line.substr(a, b - a) + "\n";
+    }
+    return out;
+  };
+  CHECK(losses(slurp((out / "metrics.jsonl").string())) == losses(metrics));
+  // nothing to resume
+  fs::path empty = out / "empty";
+  fs::create_directories(empty);
+  Run none = run_train_gpt("--resume --out-dir " + empty.string());
+  CHECK(none.code == 2);
+  CHECK(none.err.find("holds no complete checkpoint") != std::string::npos);
+  fs::remove_all(out);
+}
