@@ -1,6 +1,8 @@
 // train_gpt.cu: main(). Reads the flags, loads tiny Shakespeare, builds the model on a
 // backend, trains, evaluates, and prints a sample. No kernels live here.
-// Exit status: 0 success, 2 bad usage or input (nothing written), 1 runtime failure.
+// Exit status: 0 success, 2 bad usage or input (nothing written), 1 runtime failure, 130 stopped
+// by SIGINT / SIGTERM (after writing a checkpoint).
+#include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -160,7 +162,17 @@ int run(int argc, char** argv) {
     ck.seed = c.seed;
     tg::ckpt::save_checkpoint(c.out_dir, ck, table);
   };
+  // SIGINT / SIGTERM: finish the step, write a checkpoint, stop
+  struct sigaction sa = {};
+  sa.sa_handler = [](int) { tg::request_stop(); };
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   tg::TrainSummary s = tg::train(*be, c, ds, std::cout, &metrics, (int)start.step, (int)start.steps_done, save);
+  if (s.stopped) {
+    std::fprintf(stderr, "interrupted after step %d: checkpoint written in %s; continue the run with: train_gpt --resume --out-dir %s\n",
+                 s.steps - 1, c.out_dir.c_str(), c.out_dir.c_str());
+    return 130;
+  }
   std::printf("done: %d steps in %.1f s, median %.2f ms/step, best val loss %.4f, final train %.4f val %.4f\n", s.steps,
               s.wall_s, s.median_step_ms, s.best_val_loss, s.final_train_loss, s.final_val_loss);
   if (c.sample_tokens > 0) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <csignal>
 #include <cstdlib>
 #include <set>
 #include <vector>
@@ -44,7 +45,11 @@ std::set<int> injected_nan_steps() {
   return steps;
 }
 
+volatile std::sig_atomic_t g_stop = 0;
+
 }  // namespace
+
+void request_stop() { g_stop = 1; }
 
 double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int split) {
   const std::vector<int32_t>& tokens = split == 0 ? ds.train : ds.val;
@@ -128,6 +133,11 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
         *metrics << ", \"lr\": " << fmt("%.6e", lr) << ", \"grad_norm\": " << fmt("%.6f", norm)
                  << ", \"ms\": " << fmt("%.3f", ms) << ", \"tokens_per_s\": " << fmt("%.1f", tps) << "}" << std::endl;
       }
+    }
+    if (g_stop && step + 1 < c.max_iters) {  // SIGINT / SIGTERM: the step is done; checkpoint and stop
+      if (checkpoint) checkpoint(step + 1, updates);
+      s.stopped = true;
+      break;
     }
   }
   s.wall_s = seconds_since(t_start);

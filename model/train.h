@@ -13,9 +13,14 @@ namespace tg {
 
 constexpr int kMaxBadSteps = 5;
 
+// Asks a running train() to stop after its current step (it writes a checkpoint first): the
+// SIGINT / SIGTERM handler calls it. Async-signal-safe.
+void request_stop();
+
 struct TrainSummary {
   int steps = 0;                 // training steps run (updates applied + skipped)
   int skipped = 0;               // updates skipped by the NaN guard
+  bool stopped = false;          // request_stop() ended the run early (checkpoint written)
   double best_val_loss = 0;      // over every evaluation
   double final_train_loss = 0;   // evaluation at the end
   double final_val_loss = 0;

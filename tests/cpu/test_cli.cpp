@@ -47,17 +47,20 @@ std::string slurp(const std::string& path) {
   return s.str();
 }
 
-// Runs the train_gpt binary with a shell-quoted argument string.
-Run run_train_gpt(const std::string& args) {
+// Runs the train_gpt binary with a shell-quoted argument string, after a command prefix
+// (e.g. "timeout ...").
+Run run_train_gpt_prefixed(const std::string& prefix, const std::string& args) {
   const char* bin = std::getenv("TG_TRAIN_GPT");
   std::string exe = bin ? bin : "./train_gpt";
   fs::path dir = fs::temp_directory_path() / ("tg_cli_" + std::to_string(getpid()));
   fs::create_directories(dir);
   std::string out = (dir / "stdout").string(), err = (dir / "stderr").string();
-  int status = std::system((exe + " " + args + " >" + out + " 2>" + err).c_str());
+  int status = std::system((prefix + exe + " " + args + " >" + out + " 2>" + err).c_str());
   Run r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
   return r;
 }
+
+Run run_train_gpt(const std::string& args) { return run_train_gpt_prefixed("", args); }
 
 std::string data_path() {
   const char* d = std::getenv("TG_DATA");
@@ -264,5 +267,23 @@ TEST_CASE("cli: --resume continues bitwise from the newest checkpoint, dropout i
   Run none = run_train_gpt("--resume --out-dir " + empty.string());
   CHECK(none.code == 2);
   CHECK(none.err.find("holds no complete checkpoint") != std::string::npos);
+  fs::remove_all(out);
+}
+
+TEST_CASE("cli: SIGTERM finishes the step, writes a checkpoint, and says how to resume") {
+  fs::path out = fs::temp_directory_path() / ("tg_cli_sigterm_" + std::to_string(getpid()));
+  fs::remove_all(out);
+  // a run far longer than the 3 s after which timeout sends SIGTERM
+  Run r = run_train_gpt_prefixed("timeout --preserve-status -s TERM 3 ",
+                                 "--device cpu --max-iters 1000000 --ckpt-interval 0 --n-layer 1 --n-head 2 --n-embd 16 "
+                                 "--block-size 8 --batch-size 2 --eval-interval 0 --eval-iters 1 --sample-tokens 0 --data " +
+                                     data_path() + " --out-dir " + out.string());
+  CAPTURE(r.err);
+  CHECK(r.code == 130);
+  CHECK(count_lines(r.err) == 1);
+  CHECK(r.err.find("train_gpt --resume --out-dir " + out.string()) != std::string::npos);
+  bool found = false;
+  for (const auto& e : fs::directory_iterator(out)) found |= e.path().filename().string().rfind("ckpt-", 0) == 0;
+  CHECK(found);
   fs::remove_all(out);
 }
