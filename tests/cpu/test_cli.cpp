@@ -8,11 +8,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "../../model/checkpoint.h"
 #include "../../model/config.h"
+#include "../../model/gpt.h"
 #include "../../model/errors.h"
 
 using namespace tg;
@@ -286,4 +289,46 @@ TEST_CASE("cli: SIGTERM finishes the step, writes a checkpoint, and says how to 
   for (const auto& e : fs::directory_iterator(out)) found |= e.path().filename().string().rfind("ckpt-", 0) == 0;
   CHECK(found);
   fs::remove_all(out);
+}
+
+TEST_CASE("cli: kill -9 at random instants, then --resume: bitwise the uninterrupted run") {
+  fs::path base = fs::temp_directory_path() / ("tg_cli_kill_" + std::to_string(getpid()));
+  fs::remove_all(base);
+  const fs::path ref = base / "ref", run = base / "run";
+  const std::string args = "--device cpu --max-iters 30000 --ckpt-interval 100 --n-layer 1 --n-head 2 --n-embd 16 "
+                           "--block-size 8 --batch-size 2 --eval-interval 10000 --eval-iters 2 --sample-tokens 0 "
+                           "--dropout 0.2 --data " + data_path();
+  REQUIRE(run_train_gpt(args + " --out-dir " + ref.string()).code == 0);
+  // SIGKILL after a random delay, over and over; a kill before the first checkpoint starts afresh
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_int_distribution<int> delay_ms(5, 120);
+  int kills = 0, finished = 0;
+  while (!finished && kills < 200) {
+    const bool has_ckpt = fs::exists(run) && [&] {
+      for (const auto& e : fs::directory_iterator(run))
+        if (e.path().filename().string().rfind("ckpt-", 0) == 0 && e.path().extension() != ".tmp") return true;
+      return false;
+    }();
+    if (!has_ckpt) fs::remove_all(run);
+    const std::string cmd = has_ckpt ? "--resume --out-dir " + run.string() : args + " --out-dir " + run.string();
+    // after 20 kills let it finish
+    const std::string prefix = kills < 20 ? "timeout -s KILL 0." + std::to_string(1000 + delay_ms(rng)).substr(1) + " " : "";
+    Run r = run_train_gpt_prefixed(prefix, cmd);
+    if (r.code == 0) finished = 1;
+    else if (r.code == 137) ++kills;  // killed by SIGKILL (timeout reports 128 + 9)
+    else FAIL("unexpected exit " << r.code << ": " << r.err);
+  }
+  MESSAGE(kills << " kills");
+  CHECK(kills >= 20);
+  REQUIRE(finished);
+  const fs::path a = ref / "ckpt-00030000", b = run / "ckpt-00030000";
+  CHECK(slurp((a / "model.safetensors").string()) == slurp((b / "model.safetensors").string()));
+  ModelConfig m;
+  m.vocab_size = 65; m.block_size = 8; m.n_layer = 1; m.n_head = 2; m.n_embd = 16;
+  const auto table = param_table(m);
+  ckpt::Checkpoint ca = ckpt::load_checkpoint(a.string(), table), cb = ckpt::load_checkpoint(b.string(), table);
+  CHECK(ca.m == cb.m);
+  CHECK(ca.v == cb.v);
+  CHECK(ca.steps_done == cb.steps_done);
+  fs::remove_all(base);
 }
