@@ -30,8 +30,13 @@ class Backend {
   virtual void update(float lr, int t, double norm) = 0;
   // Mean loss of one batch x, y (B, T), no dropout, no gradients.
   virtual float eval_loss(const int32_t* x, const int32_t* y) = 0;
-  // Logits (V) of the last position of one sequence idx of len tokens (1 <= len <= T).
-  virtual void next_logits(const int32_t* idx, int len, float* out) = 0;
+  // Generation with a KV cache (no dropout): generate_reset() empties the context;
+  // generate_step(token, out) appends token to it and writes the logits (V) of that position to
+  // out. The model sees at most block_size tokens, cropped from the left as nanoGPT does: once
+  // the context is full, each step runs on the last block_size tokens at positions 0 ..
+  // block_size - 1 (GPTCpu::decode_step says how the CPU backend re-primes its cache).
+  virtual void generate_reset() = 0;
+  virtual void generate_step(int32_t token, float* out) = 0;
   // The parameters, and the gradients of the last forward_backward, in param_table order.
   virtual std::vector<float> params() const = 0;
   virtual std::vector<float> grads() const = 0;

@@ -42,10 +42,10 @@ class CpuBackend final : public Backend {
   float eval_loss(const int32_t* x, const int32_t* y) override {
     return (float)gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, false, 0);
   }
-  void next_logits(const int32_t* idx, int len, float* out) override {
-    gpt_.forward(idx, nullptr, 1, len, false, 0);
-    const int V = gpt_.model().vocab_size;
-    std::copy(gpt_.logits() + (size_t)(len - 1) * V, gpt_.logits() + (size_t)len * V, out);
+  void generate_reset() override { gpt_.decode_reset(); }
+  void generate_step(int32_t token, float* out) override {
+    const float* logits = gpt_.decode_step(token);
+    std::copy(logits, logits + gpt_.model().vocab_size, out);
   }
   std::vector<float> params() const override { return {gpt_.params.begin(), gpt_.params.end()}; }
   std::vector<float> grads() const override { return {gpt_.grads.begin(), gpt_.grads.end()}; }

@@ -31,6 +31,7 @@ struct Config {
   std::string prompt = "\n";
   double temperature = 0.8;
   int top_k = 200;
+  double top_p = 1.0;  // nucleus sampling: the smallest set of tokens with this much probability
 };
 
 // Fills c with a preset's values. Throws InputError for an unknown name.

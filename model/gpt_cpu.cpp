@@ -1,11 +1,13 @@
 // model/gpt_cpu.cpp: the GPT call sequence on the CPU reference (see model/gpt_cpu.h and the
 // architecture in model/gpt.h). Activations are allocated once for (B, T); a forward over a
-// smaller (b, t) uses the front of each buffer.
+// smaller (b, t) uses the front of each buffer. decode_step (the KV-cache decoder) has its own
+// cache and one-row buffers.
 #include "gpt_cpu.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "../kernels/cpu/attention_naive.h"
 #include "../kernels/cpu/attention_tiled.h"
@@ -59,6 +61,20 @@ GPTCpu<T>::GPTCpu(const ModelConfig& mc, const RunShape& run) : m_(mc), run_(run
   d_.dfch.resize(BT * 4 * C);
   d_.dfch_gelu.resize(BT * 4 * C);
   inp_.resize(BT);
+
+  // the KV cache and the one-row buffers of decode_step
+  const size_t maxT = m_.block_size, L = m_.n_layer;
+  dec_.k.assign(L * maxT * C, 0);  // (L, NH, maxT, HS): NH * HS = C
+  dec_.v.assign(L * maxT * C, 0);
+  for (auto* buf : {&dec_.x, &dec_.ln, &dec_.atty, &dec_.proj}) buf->resize(C);
+  dec_.mean.resize(1);
+  dec_.rstd.resize(1);
+  dec_.qkv.resize(3 * C);
+  dec_.fch.resize(4 * C);
+  dec_.fch_gelu.resize(4 * C);
+  dec_.logits.resize(V);
+  dec_.scores.resize(maxT);
+  window_.reserve(maxT);
 }
 
 template <typename T>
@@ -166,6 +182,109 @@ void GPTCpu<T>::backward() {
 }
 
 template <typename T>
+void GPTCpu<T>::decode_reset() {
+  window_.clear();
+}
+
+template <typename T>
+const T* GPTCpu<T>::decode_step(int32_t token) {
+  if ((int)window_.size() == m_.block_size) {  // full: the window slides by one, re-prime it all
+    window_.erase(window_.begin());
+    window_.push_back(token);
+    decode_prime();
+  } else {
+    window_.push_back(token);
+    decode_row(token);
+  }
+  return dec_.logits.data();
+}
+
+template <typename T>
+void GPTCpu<T>::decode_prime() {
+  const int n = (int)window_.size(), C = m_.n_embd, NH = m_.n_head, HS = C / NH, V = m_.vocab_size,
+            maxT = m_.block_size;
+  if (run_.B >= 1 && run_.T >= n) {
+    // one forward over the window; its qkv rows hold every layer's keys and values
+    forward(window_.data(), nullptr, 1, n, false, 0);
+    for (int li = 0; li < m_.n_layer; ++li) {
+      const T* qkv = acts_.h[li].qkv.data();
+      for (int h = 0; h < NH; ++h) {
+        T* kc = dec_.k.data() + ((size_t)li * NH + h) * maxT * HS;
+        T* vc = dec_.v.data() + ((size_t)li * NH + h) * maxT * HS;
+        for (int t = 0; t < n; ++t) {
+          const T* row = qkv + (size_t)t * 3 * C + (size_t)h * HS;
+          std::copy(row + C, row + C + HS, kc + (size_t)t * HS);
+          std::copy(row + 2 * C, row + 2 * C + HS, vc + (size_t)t * HS);
+        }
+      }
+    }
+    const T* last = acts_.logits.data() + (size_t)(n - 1) * V;
+    std::copy(last, last + V, dec_.logits.begin());
+  } else {
+    // the run shape is too small for one forward: replay the tokens one row at a time
+    const std::vector<int32_t> tokens = window_;
+    window_.clear();
+    for (int32_t tok : tokens) {
+      window_.push_back(tok);
+      decode_row(tok);
+    }
+  }
+}
+
+template <typename T>
+void GPTCpu<T>::decode_row(int32_t token) {
+  const int C = m_.n_embd, NH = m_.n_head, HS = C / NH, V = m_.vocab_size, maxT = m_.block_size;
+  const int pos = (int)window_.size() - 1;  // 0 <= pos < block_size
+  Decode& d = dec_;
+  // x = wte[token] + wpe[pos]: the encoder op with Tn = 1 on wpe shifted to row pos
+  cpu::encoder_forward(d.x.data(), &token, P.wte, P.wpe + (size_t)pos * C, 1, 1, C);
+  const T sc = T(1) / std::sqrt(T(HS));
+  for (int li = 0; li < m_.n_layer; ++li) {
+    const LayerParams<T>& p = P.h[li];
+    // x = x + c_proj(attn(ln_1(x)))
+    cpu::layernorm_forward(d.ln.data(), d.mean.data(), d.rstd.data(), d.x.data(), p.ln1w, p.ln1b, 1, C);
+    cpu::matmul_forward(d.qkv.data(), d.ln.data(), p.qkvw, p.qkvb, 1, C, 3 * C);
+    for (int h = 0; h < NH; ++h) {
+      T* kc = d.k.data() + ((size_t)li * NH + h) * maxT * HS;
+      T* vc = d.v.data() + ((size_t)li * NH + h) * maxT * HS;
+      const T* q = d.qkv.data() + (size_t)h * HS;
+      std::copy(q + C, q + C + HS, kc + (size_t)pos * HS);
+      std::copy(q + 2 * C, q + 2 * C + HS, vc + (size_t)pos * HS);
+      // softmax(q K^T / sqrt(HS)) over the cached rows 0 .. pos, then times V
+      T* s = d.scores.data();
+      T mx = -std::numeric_limits<T>::infinity();
+      for (int j = 0; j <= pos; ++j) {
+        const T* kj = kc + (size_t)j * HS;
+        T dot = 0;
+        for (int c = 0; c < HS; ++c) dot += q[c] * kj[c];
+        s[j] = dot * sc;
+        mx = std::max(mx, s[j]);
+      }
+      T sum = 0;
+      for (int j = 0; j <= pos; ++j) sum += s[j] = std::exp(s[j] - mx);
+      const T inv = T(1) / sum;
+      T* o = d.atty.data() + (size_t)h * HS;
+      std::fill(o, o + HS, T(0));
+      for (int j = 0; j <= pos; ++j) {
+        const T pj = s[j] * inv;
+        const T* vj = vc + (size_t)j * HS;
+        for (int c = 0; c < HS; ++c) o[c] += pj * vj[c];
+      }
+    }
+    cpu::matmul_forward(d.proj.data(), d.atty.data(), p.attprojw, p.attprojb, 1, C, C);
+    cpu::residual_forward(d.x.data(), d.x.data(), d.proj.data(), (size_t)C);
+    // x = x + mlp.c_proj(gelu(c_fc(ln_2(x))))
+    cpu::layernorm_forward(d.ln.data(), d.mean.data(), d.rstd.data(), d.x.data(), p.ln2w, p.ln2b, 1, C);
+    cpu::matmul_forward(d.fch.data(), d.ln.data(), p.fcw, p.fcb, 1, C, 4 * C);
+    cpu::gelu_forward(d.fch_gelu.data(), d.fch.data(), (size_t)4 * C);
+    cpu::matmul_forward(d.proj.data(), d.fch_gelu.data(), p.fcprojw, p.fcprojb, 1, 4 * C, C);
+    cpu::residual_forward(d.x.data(), d.x.data(), d.proj.data(), (size_t)C);
+  }
+  cpu::layernorm_forward(d.ln.data(), d.mean.data(), d.rstd.data(), d.x.data(), P.lnfw, P.lnfb, 1, C);
+  cpu::matmul_forward(d.logits.data(), d.ln.data(), P.wte, (const T*)nullptr, 1, C, V);
+}
+
+template <typename T>
 double GPTCpu<T>::bytes_needed(const ModelConfig& m, const RunShape& run) {
   // in double: a config far too large for any machine must not wrap around
   const double BT = (double)run.B * run.T, C = m.n_embd, NH = m.n_head, V = m.vocab_size, L = m.n_layer;
@@ -175,6 +294,7 @@ double GPTCpu<T>::bytes_needed(const ModelConfig& m, const RunShape& run) {
   n += L * (BT * C * (7 + 3 + 8) + 4 * BT + att);  // per block (see the constructor)
   n += BT * C + 3 * BT + 2 * BT * V;               // ln_f, losses, logits, dlogits
   n += BT * C * (4 + 3 + 8);                       // activation-gradient scratch
+  n += 2 * L * m.block_size * C + C * (4 + 3 + 8) + 2 + V + m.block_size;  // KV cache, decode rows
   return n * sizeof(T) + BT * sizeof(int32_t);
 }
 

@@ -64,8 +64,37 @@ class GPTCpu {
   const T* logits() const { return acts_.logits.data(); }
   size_t memory_bytes() const { return (size_t)bytes_needed(m_, run_); }
   // Bytes the constructor allocates for a model and run shape (parameters, gradients, AdamW
-  // state, activations and their gradients): checked before allocating.
+  // state, activations and their gradients, the decode_step KV cache): checked before allocating.
   static double bytes_needed(const ModelConfig& m, const RunShape& run);
+
+  // Incremental decoding with a KV cache (evaluation: no dropout). The cache holds the keys
+  // and values of every layer and head, (L, NH, block_size, HS) each, allocated once by the
+  // constructor, for the positions 0 .. pos - 1 of the current window of tokens.
+  //
+  // decode_reset() empties the window. decode_step(token) appends token at position pos and
+  // runs the whole network for that one row: ln_1, the qkv matmul of one row (its k and v go
+  // into the cache at pos), attention of the new query against the cached rows 0 .. pos of
+  // each head, softmax(q K^T / sqrt(HS)) V in T, c_proj, the MLP, ln_f and the lm head. It
+  // returns the (V) logits of that position, equal (to rounding) to the last row of the
+  // logits of forward() over the window; they stay valid until the next decode call. The
+  // embedding is cpu::encoder_forward with Tn = 1 on the wpe pointer shifted to row pos.
+  //
+  // Cropping, as nanoGPT's generate(): the model sees at most block_size tokens, positions
+  // counted from the start of the window. When the window is full (pos == block_size), it
+  // becomes its last block_size - 1 tokens followed by token, at positions 0 .. block_size - 1:
+  // every key and value changes with the shift (they depend on the position embedding), so
+  // the whole cache is re-primed and, past block_size, each token costs a whole window, as in
+  // nanoGPT. The re-priming is one forward() over the window, whose keys and values are
+  // copied into the cache and whose last row gives the logits (it overwrites the activations
+  // and logits() of the last forward), when the run shape holds it (B >= 1, T >= block_size);
+  // otherwise decode_reset() and the window replayed one row at a time. The two agree to
+  // rounding.
+  // Precondition: 0 <= token < vocab_size.
+  void decode_reset();
+  const T* decode_step(int32_t token);
+  // Number of tokens in the current window (the position the next decode_step takes, unless
+  // the window is full).
+  int decode_pos() const { return (int)window_.size(); }
 
  private:
   struct Layer {
@@ -80,7 +109,13 @@ class GPTCpu {
   struct Scratch {  // gradients of activations, reused by every layer
     Buffer<T> dres, dln, dbtc, datty, dqkv, dfch, dfch_gelu;
   };
+  struct Decode {  // the KV cache and the one-row activations of decode_step
+    Buffer<T> k, v;  // (L, NH, block_size, HS)
+    Buffer<T> x, ln, mean, rstd, qkv, atty, proj, fch, fch_gelu, logits, scores;
+  };
   philox::DropoutKey key(uint32_t layer, uint32_t site) const;
+  void decode_row(int32_t token);  // one row at position window_.size() - 1
+  void decode_prime();             // the cache and logits for all of window_ (see decode_step)
 
   ModelConfig m_;
   RunShape run_;
@@ -90,6 +125,8 @@ class GPTCpu {
   int b_ = 0, t_ = 0;         // shape of the last forward
   bool train_ = false;
   uint32_t step_ = 0;
+  Decode dec_;
+  std::vector<int32_t> window_;  // tokens whose keys and values are in the cache, position order
 };
 
 }  // namespace tg

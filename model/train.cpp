@@ -155,10 +155,19 @@ std::string sample(Backend& be, const Config& c, const data::CharTokenizer& tok,
   std::vector<double> prob(V);
   std::vector<int> order(V);
   out << c.prompt << std::flush;
+  if (c.sample_tokens <= 0) {
+    out << "\n";
+    return c.prompt;
+  }
+  if (idx.empty())
+    throw InputError("--prompt is empty; expected at least one character to start the sample from; pass --prompt "
+                     "TEXT (the default is a newline) or --sample-tokens 0");
+  // the prompt goes through the KV cache one token at a time; logits are then those of its
+  // last position (the backend crops the context to block_size tokens as nanoGPT does)
+  be.generate_reset();
+  for (int32_t t : idx) be.generate_step(t, logits.data());
   for (int n = 0; n < c.sample_tokens; ++n) {
-    // the model sees at most block_size tokens: crop the context from the left
-    const int len = std::min((int)idx.size(), c.block_size);
-    be.next_logits(idx.data() + idx.size() - len, len, logits.data());
+    if (n > 0) be.generate_step(idx.back(), logits.data());
     for (float l : logits)
       if (!std::isfinite(l))
         throw RuntimeError("the model's logits are not finite, so there is nothing to sample; expected a model "
@@ -172,6 +181,15 @@ std::string sample(Backend& be, const Config& c, const data::CharTokenizer& tok,
     double sum = 0;
     std::fill(prob.begin(), prob.end(), 0.0);
     for (int r = 0; r < k; ++r) sum += prob[order[r]] = std::exp(logits[order[r]] / c.temperature - mx);
+    // top-p (nucleus): of those, the most likely whose probabilities first reach top_p of the
+    // total (at least one); order[0 .. k) is already by decreasing probability. 1 keeps all.
+    if (c.top_p < 1) {
+      double kept = 0;
+      int r = 0;
+      while (r < k && (r == 0 || kept < c.top_p * sum)) kept += prob[order[r++]];
+      k = r;
+      sum = kept;
+    }
     // one uniform in [0, 1) from the sampling stream, keyed by the token's position
     philox::U32x4 w = philox::stream_words(c.seed, philox::kStreamSample, (uint32_t)idx.size(), 0, 0);
     double u = (w.v[0] + 0.5) / 4294967296.0 * sum, acc = 0;

@@ -44,8 +44,11 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
                    int start_step = 0, int updates = 0,
                    const std::function<void(int next_step, int updates)>& checkpoint = nullptr);
 
-// Generates c.sample_tokens characters after c.prompt (temperature, top-k), writing each to
-// out as it comes; returns the whole text (prompt included). The prompt must encode.
+// Generates c.sample_tokens characters after c.prompt (temperature, then top-k, then top-p
+// with c.top_p, 1 = off), writing each to out as it comes; returns the whole text (prompt
+// included). The prompt must encode. The prompt and each new token go through the backend's
+// KV cache (generate_reset / generate_step), one step per token. Token n of the text is drawn
+// with one uniform from philox::stream_words(seed, kStreamSample, n, 0, 0).
 std::string sample(Backend& be, const Config& c, const data::CharTokenizer& tok, std::ostream& out);
 
 }  // namespace tg
