@@ -90,6 +90,37 @@ int plot(int argc, char** argv) {
   return 0;
 }
 
+// train_gpt --sample --ckpt DIR [--prompt ... --sample-tokens N --temperature T --top-k K
+// --top-p P --seed S]: text from a checkpoint's weights (its config gives the model and data).
+int sample_from_checkpoint(const tg::Config& flags) {
+  std::string dir = flags.ckpt;
+  if (!fs::exists(fs::path(dir) / "state.bin")) dir = tg::ckpt::latest_checkpoint(flags.ckpt);
+  if (dir.empty())
+    throw tg::InputError("--ckpt " + flags.ckpt + " is neither a checkpoint nor a run directory holding one; expected a ckpt-<step> directory or a run's --out-dir; pass one of them");
+  tg::Config c = tg::ckpt::checkpoint_config(dir);
+  c.prompt = flags.prompt;
+  c.sample_tokens = flags.sample_tokens;
+  c.temperature = flags.temperature;
+  c.top_k = flags.top_k;
+  c.top_p = flags.top_p;
+  c.seed = flags.seed;
+  c.batch_size = 1;  // no training batch: the smallest activations
+  data::Dataset ds = data::load_dataset(c.data, c.block_size);  // the tokenizer of the run
+  try {
+    ds.tok.encode(c.prompt);
+  } catch (const tg::InputError& e) {
+    throw tg::InputError(std::string("--prompt: ") + e.what());
+  }
+  tg::ModelConfig m{ds.tok.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
+  const auto table = tg::param_table(m);
+  tg::ckpt::Checkpoint ck = tg::ckpt::load_checkpoint(dir, table);
+  std::unique_ptr<tg::Backend> be = tg::make_cpu_backend(c, m);
+  be->set_state(ck.params.data(), ck.m.data(), ck.v.data());
+  std::cerr << "sampling from " << dir << " (step " << ck.step << ")" << std::endl;
+  tg::sample(*be, c, ds.tok, std::cout);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--plot") return plot(argc, argv);
   const int gpus = cuda_devices();
@@ -97,6 +128,7 @@ int run(int argc, char** argv) {
   tg::ParsedArgs args = tg::parse_args(argc, argv, gpus > 0 && kHaveCudaBackend ? "shakespeare-char" : "baby");
   if (args.help) { std::cout << tg::usage(); return 0; }
   tg::Config c = args.config;
+  if (c.sample) return sample_from_checkpoint(c);
 
   // everything that can be wrong with the input is checked before anything is written
   const fs::path metrics_path = fs::path(c.out_dir) / "metrics.jsonl";

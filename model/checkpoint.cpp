@@ -710,7 +710,7 @@ namespace {
 
 // Calls f(name, field) for every field of Config, in declaration order. The size check makes
 // a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
-static_assert(sizeof(void*) != 8 || sizeof(Config) == 352,
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 392,
               "Config changed: add the new field to each_field (model/checkpoint.cpp), then update this size");
 template <typename C, typename F>
 void each_field(C& c, F&& f) {
@@ -726,6 +726,7 @@ void each_field(C& c, F&& f) {
   f("seed", c.seed);
   f("sample_tokens", c.sample_tokens); f("prompt", c.prompt); f("temperature", c.temperature);
   f("top_k", c.top_k); f("top_p", c.top_p);
+  f("sample", c.sample); f("ckpt", c.ckpt);
 }
 
 struct FieldWriter {

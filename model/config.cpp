@@ -81,6 +81,8 @@ const std::vector<Flag>& flags() {
       {"prompt", Kind::Str, TG_FIELD(prompt), "text the sample starts from (default a newline)"},
       {"temperature", Kind::Real, TG_FIELD(temperature), "sampling temperature (> 0)"},
       {"top-k", Kind::Int, TG_FIELD(top_k), "sample from the k most likely characters (0 = all)"},
+      {"sample", Kind::Bool, TG_FIELD(sample), "only generate text from the checkpoint --ckpt (no training)"},
+      {"ckpt", Kind::Str, TG_FIELD(ckpt), "with --sample: a ckpt-<step> directory, or a run's --out-dir (its newest)"},
       {"top-p", Kind::Real, TG_FIELD(top_p), "sample from the most likely characters holding this probability (1 = all)"},
   };
   return table;
@@ -231,6 +233,8 @@ void validate(const Config& c) {
   require(c.top_k >= 0, flag_is("top-k", c.top_k), "at least 0 (0 = no top-k cut)", help);
   require(c.top_p > 0 && c.top_p <= 1, flag_is("top-p", c.top_p), "a probability in (0, 1]", help);
   require(!c.data.empty(), "--data is empty", "the path of a text file", "pass --data PATH");
+  require(!c.sample || !c.ckpt.empty(), "--sample without --ckpt", "the checkpoint to sample from",
+          "pass --ckpt out/<run> (its newest checkpoint) or --ckpt out/<run>/ckpt-<step>");
   require(!c.out_dir.empty(), "--out-dir is empty", "a directory path", "pass --out-dir PATH");
 }
 

@@ -31,7 +31,9 @@ struct Config {
   std::string prompt = "\n";
   double temperature = 0.8;
   int top_k = 200;
-  double top_p = 1.0;  // nucleus sampling: the smallest set of tokens with this much probability
+  double top_p = 1.0;
+  bool sample = false;  // --sample: only generate text, from the checkpoint --ckpt
+  std::string ckpt;     // a ckpt-<step> directory, or a run's --out-dir (its newest checkpoint)  // nucleus sampling: the smallest set of tokens with this much probability
 };
 
 // Fills c with a preset's values. Throws InputError for an unknown name.

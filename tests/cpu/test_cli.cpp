@@ -332,3 +332,28 @@ TEST_CASE("cli: kill -9 at random instants, then --resume: bitwise the uninterru
   CHECK(ca.steps_done == cb.steps_done);
   fs::remove_all(base);
 }
+
+TEST_CASE("cli: --sample --ckpt generates from a checkpoint, reproducibly") {
+  fs::path out = fs::temp_directory_path() / ("tg_cli_sample_" + std::to_string(getpid()));
+  fs::remove_all(out);
+  REQUIRE(run_train_gpt("--device cpu --max-iters 20 --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 "
+                        "--eval-iters 1 --sample-tokens 0 --data " + data_path() + " --out-dir " + out.string())
+              .code == 0);
+  const std::string args = " --prompt ROMEO: --sample-tokens 30 --temperature 0.9 --top-k 20 --top-p 0.95 --seed 5";
+  Run a = run_train_gpt("--sample --ckpt " + out.string() + args);
+  Run b = run_train_gpt("--sample --ckpt " + (out / "ckpt-00000020").string() + args);
+  Run other = run_train_gpt("--sample --ckpt " + out.string() + " --prompt ROMEO: --sample-tokens 30 --seed 6");
+  CAPTURE(a.err);
+  REQUIRE(a.code == 0);
+  CHECK(a.out.rfind("ROMEO:", 0) == 0);
+  CHECK(a.out.size() == 6 + 30 + 1);  // prompt, 30 characters, a newline
+  CHECK(a.out == b.out);              // the run's newest checkpoint is ckpt-00000020
+  CHECK(other.out != a.out);
+  Run bad = run_train_gpt("--sample --ckpt " + (out / "nothing").string());
+  CHECK(bad.code == 2);
+  CHECK(count_lines(bad.err) == 1);
+  Run none = run_train_gpt("--sample");
+  CHECK(none.code == 2);
+  CHECK(none.err.find("--sample without --ckpt") != std::string::npos);
+  fs::remove_all(out);
+}
