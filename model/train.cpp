@@ -1,10 +1,13 @@
 // model/train.cpp: the training loop and sampling (see model/train.h).
 #include "train.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <csignal>
 #include <cstdlib>
 #include <set>
@@ -71,6 +74,9 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
   const double tokens_per_step = (double)c.batch_size * c.block_size;
   const std::set<int> injected = injected_nan_steps();
   int bad_in_a_row = 0;  // updates: AdamW counts applied updates only, as torch's step()
+  // a live progress line when the log is a terminal; plain lines otherwise
+  const bool progress = &log == &std::cout && isatty(STDOUT_FILENO);
+  double ms_sum = 0;
   const auto t_start = Clock::now();
   for (int step = start_step; step <= c.max_iters; ++step) {
     // a checkpoint holds the state before this step: every ckpt_interval steps
@@ -84,6 +90,7 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
       train_est = estimate_loss(be, c, ds, 0);
       val = estimate_loss(be, c, ds, 1);
       s.best_val_loss = std::min(s.best_val_loss, val);
+      if (progress) log << "\r\033[K";
       log << "step " << step << ": train loss " << fmt("%.4f", train_est) << ", val loss " << fmt("%.4f", val)
           << std::endl;
     }
@@ -122,6 +129,7 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
     const double ms = seconds_since(t0) * 1e3;
     step_ms.push_back(ms);
     s.steps = step + 1;
+    if (progress) log << "\r\033[K";  // clear the progress line before a log line
     if (step % c.log_interval == 0 || eval) {
       const double tps = tokens_per_step / (ms / 1e3);
       log << "step " << step << "/" << c.max_iters << " | loss " << fmt("%.4f", loss) << " | lr " << fmt("%.3e", lr)
@@ -134,12 +142,21 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
                  << ", \"ms\": " << fmt("%.3f", ms) << ", \"tokens_per_s\": " << fmt("%.1f", tps) << "}" << std::endl;
       }
     }
+    if (progress) {  // on a terminal: step, loss and time left, rewritten in place
+      ms_sum += ms;
+      const double eta_s = ms_sum / (step + 1 - start_step) * (c.max_iters - step - 1) / 1e3;
+      char line[160];
+      std::snprintf(line, sizeof line, "step %d/%d | loss %.4f | %.1f ms/step | ETA %dm%02ds", step + 1, c.max_iters,
+                    loss, ms, (int)eta_s / 60, (int)eta_s % 60);
+      log << line << std::flush;
+    }
     if (g_stop && step + 1 < c.max_iters) {  // SIGINT / SIGTERM: the step is done; checkpoint and stop
       if (checkpoint) checkpoint(step + 1, updates);
       s.stopped = true;
       break;
     }
   }
+  if (progress) log << "\r\033[K" << std::flush;
   s.wall_s = seconds_since(t_start);
   if (!step_ms.empty()) {
     std::sort(step_ms.begin(), step_ms.end());
