@@ -43,8 +43,8 @@ constexpr bool kHaveCudaBackend = false;
 // Picks the backend for --device: returns the line that says why (empty when asked for).
 std::string resolve_device(const std::string& wanted, int gpus) {
   if (wanted == "cuda")
-    throw tg::RuntimeError(gpus == 0 ? "--device cuda: no usable CUDA device is visible; run on a machine with an NVIDIA GPU or pass --device cpu"
-                                     : "--device cuda: this build has no CUDA training backend yet; pass --device cpu (or auto)");
+    throw tg::RuntimeError(gpus == 0 ? "--device cuda: no usable CUDA device is visible; expected an NVIDIA GPU with its driver; run on such a machine or pass --device cpu"
+                                     : "--device cuda: this build has no CUDA training backend yet; expected --device cpu or auto; pass one of them");
   if (wanted == "cpu") return "";
   return gpus == 0 ? "no CUDA device visible: training on the CPU"
                    : "a CUDA device is visible, but this build has no CUDA training backend yet: training on the CPU";
@@ -135,6 +135,15 @@ int run(int argc, char** argv) {
   std::string resume_from;  // --resume: the newest complete checkpoint; its config is the run's
   if (c.resume) {
     resume_from = tg::ckpt::latest_checkpoint(c.out_dir);
+    // none intact: the newest checkpoint directory, if any, says what is wrong with it
+    std::string newest;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(c.out_dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("ckpt-", 0) == 0 && e.path().extension() != ".tmp" && name > fs::path(newest).filename().string())
+        newest = e.path().string();
+    }
+    if (resume_from.empty() && !newest.empty()) tg::ckpt::load_checkpoint(newest, tg::param_table({1, 1, 1, 1, 1, false}));
     if (resume_from.empty())
       throw tg::InputError("--resume: --out-dir " + c.out_dir + " holds no complete checkpoint; expected the --out-dir of a run that wrote checkpoints; pass that directory, or drop --resume to start a new run");
     const std::string out_dir = c.out_dir;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -356,4 +357,76 @@ TEST_CASE("cli: --sample --ckpt generates from a checkpoint, reproducibly") {
   CHECK(none.code == 2);
   CHECK(none.err.find("--sample without --ckpt") != std::string::npos);
   fs::remove_all(out);
+}
+
+TEST_CASE("cli: every bad input, one table: exit code, one line on stderr, nothing written") {
+  fs::path base = fs::temp_directory_path() / ("tg_cli_table_" + std::to_string(getpid()));
+  fs::remove_all(base);
+  fs::create_directories(base);
+  auto file = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream((base / name).string(), std::ios::binary) << bytes;
+    return (base / name).string();
+  };
+  const std::string tiny = " --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 --eval-iters 1 --sample-tokens 0";
+  // a run with checkpoints to damage: copies of its newest checkpoint, one per row
+  const fs::path good = base / "good";
+  REQUIRE(run_train_gpt("--max-iters 2" + tiny + " --data " + data_path() + " --out-dir " + good.string()).code == 0);
+  auto damaged = [&](const std::string& name, const std::function<void(const fs::path&)>& harm) {
+    fs::path run = base / name;
+    fs::create_directories(run);
+    fs::copy(good / "ckpt-00000002", run / "ckpt-00000002", fs::copy_options::recursive);
+    harm(run / "ckpt-00000002");
+    return run.string();
+  };
+  auto truncate_to = [](const fs::path& f, size_t n) { fs::resize_file(f, n); };
+  auto flip_byte = [](const fs::path& f, size_t at) {
+    std::fstream s(f, std::ios::in | std::ios::out | std::ios::binary);
+    s.seekg(at);
+    char c = 0;
+    s.get(c);
+    s.seekp(at);
+    s.put((char)(c ^ 0x5a));
+  };
+  struct Row {
+    const char* what;
+    std::string args;
+    int code;
+    const char* says;
+  };
+  const std::string out = " --out-dir " + (base / "out").string();
+  const std::vector<Row> rows = {
+      {"missing data", "--data " + (base / "none.txt").string() + out, 2, "does not exist"},
+      {"empty data", "--data " + file("empty.txt", "") + out, 2, "empty"},
+      {"too-short data", "--data " + file("short.txt", "abcdefghij") + out, 2, "too short"},
+      {"directory as data", "--data " + base.string() + out, 2, "is a directory"},
+      {"non-numeric value", "--batch-size twelve" + out, 2, "--batch-size 'twelve' is not valid"},
+      {"out-of-range value", "--dropout 1" + out, 2, "--dropout is 1"},
+      {"contradictory values", "--n-embd 100 --n-head 3" + out, 2, "not divisible"},
+      {"B <= 0", "--batch-size 0" + out, 2, "--batch-size is 0"},
+      {"T <= 0", "--block-size 0" + out, 2, "--block-size is 0"},
+      {"unknown flag", "--learning-rate 1" + out, 2, "unknown option"},
+      {"duplicated flag", "--seed 1 --seed 2" + out, 2, "given twice"},
+      {"value-less flag", "--seed" + out, 2, "needs a value"},
+      {"model too large for memory", "--n-embd 65536 --n-head 1" + out, 2, "memory"},
+      {"CUDA without a device", "--device cuda --data " + data_path() + out, 1, "--device cuda"},
+      {"--resume with nothing to resume", "--resume" + out, 2, "holds no complete checkpoint"},
+      {"truncated checkpoint", "--resume --out-dir " + damaged("trunc", [&](const fs::path& d) { truncate_to(d / "state.bin", 20); }), 2,
+       "truncated"},
+      {"corrupted checkpoint", "--resume --out-dir " + damaged("flip", [&](const fs::path& d) { flip_byte(d / "model.safetensors", fs::file_size(d / "model.safetensors") - 3); }), 2,
+       "state.bin"},
+      {"checkpoint from a newer format", "--resume --out-dir " + damaged("newer", [&](const fs::path& d) { flip_byte(d / "state.bin", 9); }), 2,
+       "newer"},
+
+  };
+  for (const Row& r : rows) {
+    CAPTURE(std::string(r.what));
+    Run run = run_train_gpt(r.args);
+    CAPTURE(run.err);
+    CHECK(run.code == r.code);
+    CHECK(count_lines(run.err) == 1);
+    CHECK(run.err.find(r.says) != std::string::npos);
+    CHECK(run.err.find("expected") != std::string::npos);
+    CHECK(!fs::exists(base / "out"));
+  }
+  fs::remove_all(base);
 }
