@@ -33,16 +33,8 @@ using namespace tg;
 
 namespace {
 
-ModelConfig small_model(bool bias) {
-  ModelConfig m;
-  m.vocab_size = 11;
-  m.block_size = 8;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.n_embd = 8;
-  m.bias = bias;
-  return m;
-}
+// V = 11, block 8, 2 layers, 2 heads, C = 8
+ModelConfig small_model(bool bias) { return ModelConfig{11, 8, 2, 2, 8, bias}; }
 
 RunShape shape(int B, int T) {
   RunShape r;

@@ -16,16 +16,8 @@ using namespace tg;
 
 namespace {
 
-ModelConfig tiny_model(bool bias) {
-  ModelConfig m;
-  m.vocab_size = 11;
-  m.block_size = 6;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.n_embd = 8;
-  m.bias = bias;
-  return m;
-}
+// V = 11, block 6, 2 layers, 2 heads, C = 8
+ModelConfig tiny_model(bool bias) { return ModelConfig{11, 6, 2, 2, 8, bias}; }
 
 // The init plus uniform noise in [-0.1, 0.1] on every parameter (the init alone sets layernorm
 // and biases to exactly 1 and 0, which would hide some gradient terms). Weights much larger
