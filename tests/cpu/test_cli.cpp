@@ -71,6 +71,13 @@ std::string data_path() {
   return d ? d : "data/tinyshakespeare/input.txt";
 }
 
+// An empty path under the temp directory, unique to this process (removed if left over).
+fs::path fresh_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / (name + "_" + std::to_string(getpid()));
+  fs::remove_all(p);
+  return p;
+}
+
 int count_lines(const std::string& s) {
   int n = 0;
   for (char ch : s) n += ch == '\n';
@@ -166,8 +173,7 @@ TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
 }
 
 TEST_CASE("cli: the binary exits 2 with one line on stderr and writes nothing") {
-  fs::path out = fs::temp_directory_path() / ("tg_cli_out_" + std::to_string(getpid()));
-  fs::remove_all(out);
+  const fs::path out = fresh_dir("tg_cli_out");
   const std::string o = " --out-dir " + out.string() + " --data " + data_path();
   const std::vector<std::string> bad = {
       "--batch-size 0", "--dropout 1.5", "--n-embd 100 --n-head 3", "--frobnicate", "--lr",
@@ -205,8 +211,7 @@ TEST_CASE("cli: --help exits 0; --device cuda without a usable GPU exits 1") {
 }
 
 TEST_CASE("cli: a short real run writes metrics.jsonl and a sample") {
-  fs::path out = fs::temp_directory_path() / ("tg_cli_run_" + std::to_string(getpid()));
-  fs::remove_all(out);
+  const fs::path out = fresh_dir("tg_cli_run");
   Run r = run_train_gpt("--device cpu --max-iters 4 --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 "
                         "--eval-interval 2 --eval-iters 2 --sample-tokens 20 --prompt ROMEO: --dropout 0.1 --out-dir " +
                         out.string() + " --data " + data_path());
@@ -233,8 +238,7 @@ TEST_CASE("cli: a short real run writes metrics.jsonl and a sample") {
 }
 
 TEST_CASE("cli: --resume continues bitwise from the newest checkpoint, dropout included") {
-  fs::path out = fs::temp_directory_path() / ("tg_cli_resume_" + std::to_string(getpid()));
-  fs::remove_all(out);
+  const fs::path out = fresh_dir("tg_cli_resume");
   const std::string args = "--device cpu --max-iters 6 --ckpt-interval 3 --n-layer 1 --n-head 2 --n-embd 16 "
                            "--block-size 8 --batch-size 2 --eval-interval 2 --eval-iters 2 --sample-tokens 0 "
                            "--dropout 0.2 --data " + data_path() + " --out-dir " + out.string();
@@ -275,8 +279,7 @@ TEST_CASE("cli: --resume continues bitwise from the newest checkpoint, dropout i
 }
 
 TEST_CASE("cli: SIGTERM finishes the step, writes a checkpoint, and says how to resume") {
-  fs::path out = fs::temp_directory_path() / ("tg_cli_sigterm_" + std::to_string(getpid()));
-  fs::remove_all(out);
+  const fs::path out = fresh_dir("tg_cli_sigterm");
   // a run far longer than the 3 s after which timeout sends SIGTERM
   Run r = run_train_gpt_prefixed("timeout --preserve-status -s TERM 3 ",
                                  "--device cpu --max-iters 1000000 --ckpt-interval 0 --n-layer 1 --n-head 2 --n-embd 16 "
@@ -293,8 +296,7 @@ TEST_CASE("cli: SIGTERM finishes the step, writes a checkpoint, and says how to 
 }
 
 TEST_CASE("cli: kill -9 at random instants, then --resume: bitwise the uninterrupted run") {
-  fs::path base = fs::temp_directory_path() / ("tg_cli_kill_" + std::to_string(getpid()));
-  fs::remove_all(base);
+  const fs::path base = fresh_dir("tg_cli_kill");
   const fs::path ref = base / "ref", run = base / "run";
   const std::string args = "--device cpu --max-iters 30000 --ckpt-interval 100 --n-layer 1 --n-head 2 --n-embd 16 "
                            "--block-size 8 --batch-size 2 --eval-interval 10000 --eval-iters 2 --sample-tokens 0 "
@@ -335,8 +337,7 @@ TEST_CASE("cli: kill -9 at random instants, then --resume: bitwise the uninterru
 }
 
 TEST_CASE("cli: --sample --ckpt generates from a checkpoint, reproducibly") {
-  fs::path out = fs::temp_directory_path() / ("tg_cli_sample_" + std::to_string(getpid()));
-  fs::remove_all(out);
+  const fs::path out = fresh_dir("tg_cli_sample");
   REQUIRE(run_train_gpt("--device cpu --max-iters 20 --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 "
                         "--eval-iters 1 --sample-tokens 0 --data " + data_path() + " --out-dir " + out.string())
               .code == 0);
@@ -360,8 +361,7 @@ TEST_CASE("cli: --sample --ckpt generates from a checkpoint, reproducibly") {
 }
 
 TEST_CASE("cli: every bad input, one table: exit code, one line on stderr, nothing written") {
-  fs::path base = fs::temp_directory_path() / ("tg_cli_table_" + std::to_string(getpid()));
-  fs::remove_all(base);
+  const fs::path base = fresh_dir("tg_cli_table");
   fs::create_directories(base);
   auto file = [&](const std::string& name, const std::string& bytes) {
     std::ofstream((base / name).string(), std::ios::binary) << bytes;
