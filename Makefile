@@ -48,7 +48,7 @@ override NVCCFLAGS += -std=c++17 $(GENCODE) -I. -Xcompiler -fopenmp,-Wall
 LDLIBS := -lgomp -lpthread
 comma := ,
 ifneq ($(NVCC),)
-  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublas -lcurand
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcurand
   CURAND_FLAGS := -DTG_HAVE_CURAND -I$(CUDA_HOME)/include
 endif
 
@@ -62,11 +62,14 @@ TEST_CPU_OBJS := $(TEST_CPU_SRCS:%.cpp=$(BUILD)/%.o)
 TEST_GPU_SRCS := $(wildcard tests/gpu/*.cu)
 TEST_GPU_OBJS := $(TEST_GPU_SRCS:%.cu=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard tests/bench/*.cpp)
+BENCH_GPU_SRCS := $(wildcard tests/bench/*.cu)
+BENCH_GPU_OBJS := $(BENCH_GPU_SRCS:%.cu=$(BUILD)/%.o)
 
 TEST_BINS := $(BUILD)/test_cpu $(if $(NVCC),$(BUILD)/test_gpu,)
 
 .PHONY: all train test test-run data bench plot clean deps
-all: train_gpt $(TEST_BINS) $(BUILD)/bench_cpu
+BENCH_GPU_BINS := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_step,)
+all: train_gpt $(TEST_BINS) $(BUILD)/bench_cpu $(BENCH_GPU_BINS)
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -93,6 +96,14 @@ $(BUILD)/test_gpu: $(TEST_GPU_OBJS) $(CUDA_OBJS) $(HOST_OBJS)
 
 $(BUILD)/bench_cpu: $(BENCH_SRCS) $(HOST_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+
+# GPU benchmarks, one binary each: bench_gpu (attention kernels, tests/bench/bench_attention.cu)
+# and bench_step (a whole training step against T, tests/bench/bench_step.cu)
+$(BUILD)/bench_gpu: $(BUILD)/tests/bench/bench_attention.o $(CUDA_OBJS) $(HOST_OBJS)
+	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+
+$(BUILD)/bench_step: $(BUILD)/tests/bench/bench_step.o $(CUDA_OBJS) $(HOST_OBJS)
+	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
 # ---- dependencies: install on Debian/Ubuntu as root, else say the exact command ---------
 deps:
@@ -130,9 +141,16 @@ test:
 test-run:
 	@TG_DATA=$(DATA_FILE) TG_TRAIN_GPT=./train_gpt bash tests/run_all.sh $(TEST_BINS)
 
-bench: train_gpt $(BUILD)/bench_cpu
+# on a GPU machine: the attention kernels (flash, naive, PyTorch SDPA when python3 has torch)
+# and a training step against T; on a CPU machine: the CPU training step
+bench: train_gpt $(BUILD)/bench_cpu $(BENCH_GPU_BINS)
 	@$(MAKE) data
+ifneq ($(GPU_CC),)
+	$(BUILD)/bench_gpu $(BENCH_ARGS)
+	$(BUILD)/bench_step
+else
 	$(BUILD)/bench_cpu --data $(DATA_FILE)
+endif
 
 # ---- loss curves: make plot RUNS="out/a out/b" [PLOT=docs/loss.svg] -------------------------
 PLOT ?= docs/loss.svg
@@ -142,4 +160,4 @@ plot: train_gpt
 clean:
 	rm -rf $(BUILD) train_gpt
 
--include $(HOST_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(TEST_CPU_OBJS:.o=.d) $(TEST_GPU_OBJS:.o=.d) $(BUILD)/train_gpt.d
+-include $(HOST_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(TEST_CPU_OBJS:.o=.d) $(TEST_GPU_OBJS:.o=.d) $(BENCH_GPU_OBJS:.o=.d) $(BUILD)/train_gpt.d

@@ -37,17 +37,43 @@ int cuda_devices() {
 #endif
 }
 
-// Whether this build has a CUDA training backend (not yet: the CPU backend trains).
-constexpr bool kHaveCudaBackend = false;
+#ifndef TG_NO_CUDA
+constexpr bool kHaveCudaBackend = true;
+#else
+constexpr bool kHaveCudaBackend = false;  // built with g++ alone (make NVCC=)
+#endif
 
-// Picks the backend for --device: returns the line that says why (empty when asked for).
-std::string resolve_device(const std::string& wanted, int gpus) {
-  if (wanted == "cuda")
-    throw tg::RuntimeError(gpus == 0 ? "--device cuda: no usable CUDA device is visible; expected an NVIDIA GPU with its driver; run on such a machine or pass --device cpu"
-                                     : "--device cuda: this build has no CUDA training backend yet; expected --device cpu or auto; pass one of them");
-  if (wanted == "cpu") return "";
-  return gpus == 0 ? "no CUDA device visible: training on the CPU"
-                   : "a CUDA device is visible, but this build has no CUDA training backend yet: training on the CPU";
+// The backend --device asks for, and the line that says why when it was not asked for
+// explicitly. Precision bf16 is a GPU precision: the CPU backend runs fp32.
+std::unique_ptr<tg::Backend> make_backend(const tg::Config& c, const tg::ModelConfig& m, int gpus, std::string& note) {
+  if (c.device == "cuda" && !kHaveCudaBackend)
+    throw tg::RuntimeError("--device cuda: this train_gpt was built without the CUDA toolkit; expected a build with nvcc; rebuild with make (nvcc on PATH) or pass --device cpu");
+  if (c.device == "cuda" && gpus == 0)
+    throw tg::RuntimeError("--device cuda: no usable CUDA device is visible; expected an NVIDIA GPU with its driver; run on such a machine or pass --device cpu");
+  const bool cuda = kHaveCudaBackend && gpus > 0 && c.device != "cpu";
+  if (!cuda && c.precision == "bf16")
+    throw tg::InputError("--precision bf16 on the CPU backend; expected fp32 or auto there (bf16 runs on a GPU); pass --precision fp32 or --device cuda on a GPU machine");
+  if (c.device == "auto")
+    note = cuda ? "a CUDA device is visible: training on the GPU"
+                : gpus == 0 ? "no CUDA device visible: training on the CPU"
+                            : "a CUDA device is visible, but this build has no CUDA backend: training on the CPU";
+#ifndef TG_NO_CUDA
+  if (cuda) return tg::make_cuda_backend(c, m);
+#endif
+  return tg::make_cpu_backend(c, m);
+}
+
+// --attention check: both attention paths on the first training batch, per layer.
+int attention_check(tg::Backend& be, const tg::Config& c, const data::Dataset& ds) {
+  std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
+  data::train_batch(ds.train, c.seed, 0, c.batch_size, c.block_size, x.data(), y.data());
+  const auto diffs = be.attention_check(x.data(), y.data(), 0);
+  std::printf("attention check (step 0 batch, dropout %g, %s): max |flash - naive| / max |naive| per layer\n",
+              c.dropout, be.precision().c_str());
+  std::printf("layer          O         dQ         dK         dV\n");
+  for (size_t l = 0; l < diffs.size(); ++l)
+    std::printf("%5zu  %9.3e  %9.3e  %9.3e  %9.3e\n", l, diffs[l].o, diffs[l].dq, diffs[l].dk, diffs[l].dv);
+  return 0;
 }
 
 // --out-dir must hold no run yet, and its nearest existing ancestor must be a directory this
@@ -92,7 +118,7 @@ int plot(int argc, char** argv) {
 
 // train_gpt --sample --ckpt DIR [--prompt ... --sample-tokens N --temperature T --top-k K
 // --top-p P --seed S]: text from a checkpoint's weights (its config gives the model and data).
-int sample_from_checkpoint(const tg::Config& flags) {
+int sample_from_checkpoint(const tg::Config& flags, int gpus) {
   std::string dir = flags.ckpt;
   if (!fs::exists(fs::path(dir) / "state.bin")) dir = tg::ckpt::latest_checkpoint(flags.ckpt);
   if (dir.empty())
@@ -114,7 +140,10 @@ int sample_from_checkpoint(const tg::Config& flags) {
   tg::ModelConfig m{ds.tok.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
   const auto table = tg::param_table(m);
   tg::ckpt::Checkpoint ck = tg::ckpt::load_checkpoint(dir, table);
-  std::unique_ptr<tg::Backend> be = tg::make_cpu_backend(c, m);
+  c.device = flags.device;
+  c.precision = flags.precision;
+  std::string note;
+  std::unique_ptr<tg::Backend> be = make_backend(c, m, gpus, note);
   be->set_state(ck.params.data(), ck.m.data(), ck.v.data());
   std::cerr << "sampling from " << dir << " (step " << ck.step << ")" << std::endl;
   tg::sample(*be, c, ds.tok, std::cout);
@@ -128,7 +157,7 @@ int run(int argc, char** argv) {
   tg::ParsedArgs args = tg::parse_args(argc, argv, gpus > 0 && kHaveCudaBackend ? "shakespeare-char" : "baby");
   if (args.help) { std::cout << tg::usage(); return 0; }
   tg::Config c = args.config;
-  if (c.sample) return sample_from_checkpoint(c);
+  if (c.sample) return sample_from_checkpoint(c, gpus);
 
   // everything that can be wrong with the input is checked before anything is written
   const fs::path metrics_path = fs::path(c.out_dir) / "metrics.jsonl";
@@ -150,7 +179,7 @@ int run(int argc, char** argv) {
     c = tg::ckpt::checkpoint_config(resume_from);
     c.out_dir = out_dir;
     c.resume = true;
-  } else {
+  } else if (c.attention != "check") {  // the check writes nothing
     check_out_dir(c.out_dir);
   }
   data::Dataset ds = data::load_dataset(c.data, c.block_size);
@@ -161,8 +190,6 @@ int run(int argc, char** argv) {
       throw tg::InputError(std::string("--prompt: ") + e.what());
     }
   }
-  const std::string device_note = resolve_device(c.device, gpus);
-
   tg::ModelConfig m;
   m.vocab_size = ds.tok.vocab_size();
   m.block_size = c.block_size;
@@ -174,7 +201,9 @@ int run(int argc, char** argv) {
   const size_t n_params = tg::param_count(table);
   tg::ckpt::Checkpoint start;
   if (c.resume) start = tg::ckpt::load_checkpoint(resume_from, table);
-  std::unique_ptr<tg::Backend> be = tg::make_cpu_backend(c, m);
+  std::string device_note;
+  std::unique_ptr<tg::Backend> be = make_backend(c, m, gpus, device_note);
+  if (c.attention == "check") return attention_check(*be, c, ds);
   if (c.resume) be->set_state(start.params.data(), start.m.data(), start.v.data());
 
   if (!device_note.empty()) std::cout << device_note << "\n";
@@ -184,7 +213,7 @@ int run(int argc, char** argv) {
             << "data: " << ds.path << ", vocab " << m.vocab_size << ", train " << ds.train.size() << " tokens, val "
             << ds.val.size() << " tokens\n"
             << "parameters: " << n_params << " (" << (n_params - table[1].numel) << " without position embeddings)\n"
-            << "device: " << be->device_name() << " | attention: " << c.attention << " | precision: fp32 | memory: "
+            << "device: " << be->device_name() << " | attention: " << c.attention << " | precision: " << be->precision() << " | memory: "
             << be->memory_bytes() / (1 << 20) << " MiB" << std::endl;
 
   fs::create_directories(c.out_dir);

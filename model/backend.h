@@ -1,4 +1,4 @@
-// model/backend.h: what the training loop asks of a backend (CPU now, CUDA to come). One
+// model/backend.h: what the training loop asks of a backend (CPU or CUDA). One
 // backend owns the parameters, gradients, AdamW state and activations of one model, all
 // allocated once when it is made (the CPU attention ops still allocate small per-head tile
 // scratch on each call).
@@ -20,6 +20,10 @@ class Backend {
   virtual std::string device_name() const = 0;
   // bytes held for parameters, gradients, optimizer state and activations
   virtual size_t memory_bytes() const = 0;
+  // "fp32" or "bf16": the storage type of activations and of the weights the forward reads
+  virtual std::string precision() const { return "fp32"; }
+  // The device's dense bf16 tensor-core peak in FLOP/s, for MFU; 0 when unknown (no MFU printed).
+  virtual double peak_flops() const { return 0; }
   // Forward and backward of one training batch x, y (B, T) with dropout keyed by step
   // (gradients overwritten, not accumulated). Returns the mean loss.
   virtual float forward_backward(const int32_t* x, const int32_t* y, uint32_t step) = 0;
@@ -44,9 +48,24 @@ class Backend {
   // from a checkpoint.
   virtual void adam_state(std::vector<float>& m, std::vector<float>& v) const = 0;
   virtual void set_state(const float* params, const float* m, const float* v) = 0;
+
+  // --attention check: one training forward of x, y (B, T) with dropout keyed by step, then for
+  // every layer both attention paths (naive and flash) on that layer's qkv with the same masks,
+  // forward and backward (the backward of a fixed pseudo-random dO). Per layer, the largest
+  // |flash - naive| of O, dQ, dK, dV, each divided by the largest |naive| of that tensor.
+  struct AttentionDiff {
+    double o = 0, dq = 0, dk = 0, dv = 0;
+  };
+  virtual std::vector<AttentionDiff> attention_check(const int32_t* x, const int32_t* y, uint32_t step) = 0;
 };
 
 // The CPU backend (kernels/cpu, float). Throws InputError when the config cannot be run.
 std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m);
+
+// The CUDA backend (kernels/*.cu) on the current device, precision from c.precision (auto: bf16
+// on compute capability 8.0 and newer). Throws InputError when the config cannot run there (the
+// model does not fit in free device memory, a head size the flash kernels do not support) and
+// RuntimeError when the device fails. Not in a build without the CUDA toolkit (TG_NO_CUDA).
+std::unique_ptr<Backend> make_cuda_backend(const Config& c, const ModelConfig& m);
 
 }  // namespace tg

@@ -9,6 +9,9 @@
 #include <string>
 
 #include "../kernels/cpu/adamw.h"
+#include "../kernels/cpu/attention_naive.h"
+#include "../kernels/cpu/attention_tiled.h"
+#include "attention_check.h"
 #include "backend.h"
 #include "errors.h"
 #include "gpt_cpu.h"
@@ -47,6 +50,28 @@ class CpuBackend final : public Backend {
     const float* logits = gpt_.decode_step(token);
     std::copy(logits, logits + gpt_.model().vocab_size, out);
   }
+  std::vector<AttentionDiff> attention_check(const int32_t* x, const int32_t* y, uint32_t step) override {
+    const RunShape& r = gpt_.run();
+    const ModelConfig& m = gpt_.model();
+    const int B = r.B, T = r.T, C = m.n_embd, NH = m.n_head;
+    const size_t BTC = (size_t)B * T * C;
+    gpt_.forward(x, y, B, T, true, step);
+    std::vector<float> out_n(BTC), out_f(BTC), att((size_t)B * NH * T * T), lse((size_t)B * NH * T);
+    const std::vector<float> dout = attention_check_dout(BTC, c_.seed);
+    std::vector<AttentionDiff> diffs;
+    for (int li = 0; li < m.n_layer; ++li) {
+      const float* qkv = gpt_.layer_qkv(li);
+      const philox::DropoutKey key = philox::make_dropout_key(r.seed, step, li, philox::kSiteAttnProbs, r.dropout);
+      std::vector<float> dqkv_n(3 * BTC, 0.0f), dqkv_f(3 * BTC, 0.0f);
+      cpu::attention_naive_forward(out_n.data(), att.data(), qkv, key, B, T, C, NH, true, nullptr);
+      cpu::attention_naive_backward(dqkv_n.data(), dout.data(), qkv, att.data(), key, B, T, C, NH, true);
+      cpu::attention_tiled_forward(out_f.data(), lse.data(), qkv, key, B, T, C, NH, true, r.Br, r.Bc, nullptr);
+      cpu::attention_tiled_backward(dqkv_f.data(), dout.data(), qkv, out_f.data(), lse.data(), key, B, T, C, NH, true,
+                                    r.Br, r.Bc);
+      diffs.push_back(attention_diff(out_n, out_f, dqkv_n, dqkv_f, C));
+    }
+    return diffs;
+  }
   std::vector<float> params() const override { return {gpt_.params.begin(), gpt_.params.end()}; }
   std::vector<float> grads() const override { return {gpt_.grads.begin(), gpt_.grads.end()}; }
   void adam_state(std::vector<float>& m, std::vector<float>& v) const override {
@@ -72,7 +97,7 @@ std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m)
   run.B = c.batch_size;
   run.T = c.block_size;
   run.dropout = c.dropout;
-  run.flash = c.attention == "flash";
+  run.flash = c.attention != "naive";
   run.seed = c.seed;
   // refuse, before allocating, a model that cannot fit in this machine's memory
   const double need = GPTCpu<float>::bytes_needed(m, run);

@@ -710,11 +710,12 @@ namespace {
 
 // Calls f(name, field) for every field of Config, in declaration order. The size check makes
 // a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
-static_assert(sizeof(void*) != 8 || sizeof(Config) == 392,
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 424,
               "Config changed: add the new field to each_field (model/checkpoint.cpp), then update this size");
 template <typename C, typename F>
 void each_field(C& c, F&& f) {
   f("preset", c.preset); f("data", c.data); f("device", c.device); f("attention", c.attention);
+  f("precision", c.precision);
   f("out_dir", c.out_dir);
   f("n_layer", c.n_layer); f("n_head", c.n_head); f("n_embd", c.n_embd); f("block_size", c.block_size);
   f("bias", c.bias); f("dropout", c.dropout);

@@ -53,7 +53,8 @@ const std::vector<Flag>& flags() {
       {"data", Kind::Str, TG_FIELD(data), "text file to train on (default data/tinyshakespeare/input.txt)"},
       {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby (default: shakespeare-char when training on a GPU, else baby)"},
       {"device", Kind::Str, TG_FIELD(device), "auto | cpu | cuda (default auto)"},
-      {"attention", Kind::Str, TG_FIELD(attention), "flash | naive (default flash)"},
+      {"attention", Kind::Str, TG_FIELD(attention), "flash | naive | check (default flash; check compares both on one batch and exits)"},
+      {"precision", Kind::Str, TG_FIELD(precision), "auto | bf16 | fp32 on a GPU (default auto: bf16 on compute capability 8.0+); the CPU runs fp32"},
       {"n-layer", Kind::Int, TG_FIELD(n_layer), "transformer blocks"},
       {"n-head", Kind::Int, TG_FIELD(n_head), "attention heads"},
       {"n-embd", Kind::Int, TG_FIELD(n_embd), "embedding width C (divisible by n-head)"},
@@ -197,8 +198,10 @@ void validate(const Config& c) {
   const std::string help = "see train_gpt --help";
   require(c.device == "auto" || c.device == "cpu" || c.device == "cuda", "--device is '" + c.device + "'",
           "auto, cpu or cuda", "pass one of them");
-  require(c.attention == "flash" || c.attention == "naive", "--attention is '" + c.attention + "'",
-          "flash or naive", "pass one of them");
+  require(c.attention == "flash" || c.attention == "naive" || c.attention == "check",
+          "--attention is '" + c.attention + "'", "flash, naive or check", "pass one of them");
+  require(c.precision == "auto" || c.precision == "bf16" || c.precision == "fp32",
+          "--precision is '" + c.precision + "'", "auto, bf16 or fp32", "pass one of them");
   require(c.n_layer >= 1 && (uint32_t)c.n_layer < philox::kMaxLayer, flag_is("n-layer", c.n_layer),
           "1 to " + std::to_string(philox::kMaxLayer - 1), help);
   require(c.n_head >= 1, flag_is("n-head", c.n_head), "at least 1", help);

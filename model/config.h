@@ -11,7 +11,8 @@ struct Config {
   std::string preset;             // "shakespeare-char" or "baby"
   std::string data = "data/tinyshakespeare/input.txt";
   std::string device = "auto";    // auto | cpu | cuda
-  std::string attention = "flash";  // flash | naive
+  std::string attention = "flash";  // flash | naive | check (both paths on one batch, compared)
+  std::string precision = "auto";  // auto (bf16 on a GPU of compute capability 8.0 or newer, else fp32) | bf16 | fp32
   std::string out_dir;            // default out/<preset>
   // model (nanoGPT's GPTConfig)
   int n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
@@ -33,7 +34,7 @@ struct Config {
   int top_k = 200;
   double top_p = 1.0;
   bool sample = false;  // --sample: only generate text, from the checkpoint --ckpt
-  std::string ckpt;     // a ckpt-<step> directory, or a run's --out-dir (its newest checkpoint)  // nucleus sampling: the smallest set of tokens with this much probability
+  std::string ckpt;     // a ckpt-<step> directory, or a run's --out-dir (its newest checkpoint)
 };
 
 // Fills c with a preset's values. Throws InputError for an unknown name.

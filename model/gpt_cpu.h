@@ -62,6 +62,8 @@ class GPTCpu {
   void backward();
   // Logits of the last forward: (b, t, V).
   const T* logits() const { return acts_.logits.data(); }
+  // The qkv (B, T, 3C) of layer li in the last forward (the input of its attention).
+  const T* layer_qkv(int li) const { return acts_.h[li].qkv.data(); }
   size_t memory_bytes() const { return (size_t)bytes_needed(m_, run_); }
   // Bytes the constructor allocates for a model and run shape (parameters, gradients, AdamW
   // state, activations and their gradients, the decode_step KV cache): checked before allocating.

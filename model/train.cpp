@@ -72,6 +72,12 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
   std::vector<double> step_ms;
   const double tokens_per_step = (double)c.batch_size * c.block_size;
+  // MFU as llm.c counts it: 6 N FLOPs per token for the matmuls of forward and backward plus
+  // 6 L C T for attention, against the device's dense bf16 peak (none when unknown)
+  const ModelConfig mc{ds.tok.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
+  const double flops_per_token =
+      6.0 * (double)param_count(param_table(mc)) + 6.0 * c.n_layer * (double)c.n_embd * c.block_size;
+  const double peak = be.peak_flops();
   const std::set<int> injected = injected_nan_steps();
   int bad_in_a_row = 0;  // updates: AdamW counts applied updates only, as torch's step()
   // a live progress line when the log is a terminal; plain lines otherwise
@@ -133,13 +139,16 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
     if (step % c.log_interval == 0 || eval) {
       const double tps = tokens_per_step / (ms / 1e3);
       log << "step " << step << "/" << c.max_iters << " | loss " << fmt("%.4f", loss) << " | lr " << fmt("%.3e", lr)
-          << " | norm " << fmt("%.4f", norm) << " | " << fmt("%.1f", ms) << " ms | " << fmt("%.0f", tps) << " tok/s"
-          << std::endl;
+          << " | norm " << fmt("%.4f", norm) << " | " << fmt("%.1f", ms) << " ms | " << fmt("%.0f", tps) << " tok/s";
+      if (peak > 0) log << " | mfu " << fmt("%.1f", 100.0 * flops_per_token * tps / peak) << "%";
+      log << std::endl;
       if (metrics) {
         *metrics << "{\"step\": " << step << ", \"train_loss\": " << jnum("%.6f", loss);
         if (eval) *metrics << ", \"val_loss\": " << jnum("%.6f", val) << ", \"eval_train_loss\": " << jnum("%.6f", train_est);
         *metrics << ", \"lr\": " << fmt("%.6e", lr) << ", \"grad_norm\": " << fmt("%.6f", norm)
-                 << ", \"ms\": " << fmt("%.3f", ms) << ", \"tokens_per_s\": " << fmt("%.1f", tps) << "}" << std::endl;
+                 << ", \"ms\": " << fmt("%.3f", ms) << ", \"tokens_per_s\": " << fmt("%.1f", tps);
+        if (peak > 0) *metrics << ", \"mfu\": " << fmt("%.4f", flops_per_token * tps / peak);
+        *metrics << "}" << std::endl;
       }
     }
     if (progress) {  // on a terminal: step, loss and time left, rewritten in place

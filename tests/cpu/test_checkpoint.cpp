@@ -173,6 +173,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   a.data = std::string("dir with spaces/\xc3\xbc\xff\x01.txt");
   a.device = "cpu";
   a.attention = "naive";
+  a.precision = "bf16";
   a.out_dir = "out/a=b%41%\r\n=";
   a.n_layer = 7; a.n_head = -3; a.n_embd = INT_MAX; a.block_size = INT_MIN;
   a.bias = true;
@@ -193,7 +194,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   a.ckpt = "out/x\n";
 
   std::string text = ckpt::config_to_text(a);
-  const char* names[] = {"preset", "data", "device", "attention", "out_dir", "n_layer", "n_head", "n_embd",
+  const char* names[] = {"preset", "data", "device", "attention", "precision", "out_dir", "n_layer", "n_head", "n_embd",
                          "block_size", "bias", "dropout", "batch_size", "max_iters", "lr", "min_lr",
                          "warmup_iters", "lr_decay_iters", "weight_decay", "beta1", "beta2", "grad_clip",
                          "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "resume", "seed", "sample_tokens", "prompt",
@@ -210,7 +211,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
 
   Config b = ckpt::config_from_text(text);
   CHECK(b.preset == a.preset); CHECK(b.data == a.data); CHECK(b.device == a.device);
-  CHECK(b.attention == a.attention); CHECK(b.out_dir == a.out_dir);
+  CHECK(b.attention == a.attention); CHECK(b.precision == a.precision); CHECK(b.out_dir == a.out_dir);
   CHECK(b.n_layer == a.n_layer); CHECK(b.n_head == a.n_head); CHECK(b.n_embd == a.n_embd);
   CHECK(b.block_size == a.block_size); CHECK(b.bias == a.bias); CHECK(same_bits(b.dropout, a.dropout));
   CHECK(b.batch_size == a.batch_size); CHECK(b.max_iters == a.max_iters);

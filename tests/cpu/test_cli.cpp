@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -152,6 +153,7 @@ TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
       {{"--bias=maybe"}, "--bias 'maybe' is not valid"},
       {{"--device", "gpu"}, "--device is 'gpu'"},
       {{"--attention", "fast"}, "--attention is 'fast'"},
+      {{"--precision", "half"}, "--precision is 'half'"},
       {{"--preset", "large"}, "unknown preset 'large'"},
       {{"--data", ""}, "--data is empty"},
       {{"--lerning-rate", "1"}, "unknown option --lerning-rate"},
@@ -336,6 +338,33 @@ TEST_CASE("cli: kill -9 at random instants, then --resume: bitwise the uninterru
   fs::remove_all(base);
 }
 
+TEST_CASE("cli: --attention check prints both paths' differences per layer and writes nothing") {
+  const fs::path out = fresh_dir("tg_cli_check");
+  Run r = run_train_gpt("--device cpu --attention check --n-layer 3 --n-head 2 --n-embd 16 --block-size 33 "
+                        "--batch-size 2 --dropout 0.2 --out-dir " + out.string() + " --data " + data_path());
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(!fs::exists(out));
+  // one row per layer: O, dQ, dK, dV relative differences, all at fp32 rounding level (the
+  // two paths sum in different orders; 1e-5 is ~100 float ulps, far below a wrong mask's O(1))
+  std::istringstream lines(r.out);
+  std::string line;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    int layer = -1;
+    double d[4];
+    if (std::sscanf(line.c_str(), "%d %lf %lf %lf %lf", &layer, d, d + 1, d + 2, d + 3) != 5) continue;
+    CHECK(layer == rows);
+    for (double x : d) {
+      CHECK(x >= 0);
+      CHECK(x < 1e-5);
+    }
+    ++rows;
+  }
+  CHECK(rows == 3);
+}
+
 TEST_CASE("cli: --sample --ckpt generates from a checkpoint, reproducibly") {
   const fs::path out = fresh_dir("tg_cli_sample");
   REQUIRE(run_train_gpt("--device cpu --max-iters 20 --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 "
@@ -409,6 +438,8 @@ TEST_CASE("cli: every bad input, one table: exit code, one line on stderr, nothi
       {"value-less flag", "--seed" + out, 2, "needs a value"},
       {"model too large for memory", "--n-embd 65536 --n-head 1" + out, 2, "memory"},
       {"CUDA without a device", "--device cuda --data " + data_path() + out, 1, "--device cuda"},
+      {"bf16 on the CPU backend", "--device cpu --precision bf16 --data " + data_path() + out, 2, "--precision bf16"},
+      {"unknown precision", "--precision fp16" + out, 2, "--precision is 'fp16'"},
       {"--resume with nothing to resume", "--resume" + out, 2, "holds no complete checkpoint"},
       {"truncated checkpoint", "--resume --out-dir " + damaged("trunc", [&](const fs::path& d) { truncate_to(d / "state.bin", 20); }), 2,
        "truncated"},

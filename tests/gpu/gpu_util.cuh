@@ -1,11 +1,18 @@
 // tests/gpu/gpu_util.cuh: what the GPU tests share: device detection, the skip decorator,
-// and the check macro.
+// the check macro, a device buffer that converts to and from the storage type, fresh random
+// inputs, and the comparison that reports the worst element.
 #pragma once
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../kernels/cuda_common.cuh"
 
 namespace tg_test {
 
@@ -16,6 +23,114 @@ inline bool gpu_available() {
   }();
   return yes;
 }
+
+// The seed of this run's random inputs: TG_TEST_SEED when set (to replay a failure), else
+// fresh; printed once by tests/gpu/main.cu.
+uint64_t test_seed();
+
+// A device array of n values of storage type T (float or bf16), zeroed; uploads and
+// downloads go through double so tests compare against the double CPU reference.
+template <typename T>
+struct DeviceArray {
+  T* ptr = nullptr;
+  size_t n = 0;
+  DeviceArray() = default;
+  explicit DeviceArray(size_t count) : n(count) {
+    if (n) {
+      cudaCheck(cudaMalloc(&ptr, n * sizeof(T)));
+      cudaCheck(cudaMemset(ptr, 0, n * sizeof(T)));
+      // gpu::Context's stream is non-blocking: it does not wait for the legacy stream, so
+      // setup work on it must be complete before a launcher runs
+      cudaCheck(cudaDeviceSynchronize());
+    }
+  }
+  explicit DeviceArray(const std::vector<double>& host) : DeviceArray(host.size()) { upload(host); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  ~DeviceArray() {
+    if (ptr) cudaFree(ptr);
+  }
+  void upload(const std::vector<double>& host) {
+    std::vector<T> tmp(n);
+    for (size_t i = 0; i < n; ++i) tmp[i] = gpu::from_float<T>((float)host[i]);
+    cudaCheck(cudaMemcpy(ptr, tmp.data(), n * sizeof(T), cudaMemcpyHostToDevice));
+    cudaCheck(cudaDeviceSynchronize());  // (see the constructor)
+  }
+  std::vector<double> download() const {
+    std::vector<T> tmp(n);
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(tmp.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
+    std::vector<double> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = gpu::to_float(tmp[i]);
+    return out;
+  }
+  // The values as the device holds them (rounded to T), for feeding the CPU reference the
+  // same inputs the kernel saw.
+  std::vector<double> rounded() const { return download(); }
+};
+
+// n values uniform in [lo, hi), from a generator seeded by test_seed() and salt.
+inline std::vector<double> random_vector(size_t n, uint64_t salt, double lo = -1.0, double hi = 1.0) {
+  std::mt19937_64 g(test_seed() * 0x9E3779B97F4A7C15ull + salt);
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> v(n);
+  for (double& x : v) x = u(g);
+  return v;
+}
+
+// v rounded to storage type T and back (what a kernel reading T sees).
+template <typename T>
+std::vector<double> round_to(const std::vector<double>& v) {
+  std::vector<double> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = gpu::to_float(gpu::from_float<T>((float)v[i]));
+  return r;
+}
+
+// |got - ref| <= atol + rtol * |ref| elementwise; on failure names the worst element (by
+// the ratio of error to bound), its index and values, and the count of violations.
+inline bool all_close(const std::vector<double>& got, const std::vector<double>& ref, double rtol, double atol,
+                      const std::string& what) {
+  if (got.size() != ref.size()) {
+    MESSAGE(what << ": size " << got.size() << " != " << ref.size());
+    return false;
+  }
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(got[i] - ref[i]), bound = atol + rtol * std::fabs(ref[i]);
+    const double ratio = std::isfinite(got[i]) ? err / bound : INFINITY;
+    if (!(ratio <= 1.0)) ++bad;
+    if (!(ratio <= worst_ratio)) { worst_ratio = ratio; worst = i; }
+  }
+  if (bad)
+    MESSAGE(what << ": " << bad << " of " << got.size() << " elements out of tolerance (rtol " << rtol << ", atol "
+                 << atol << "); worst at " << worst << ": got " << got[worst] << ", expected " << ref[worst]
+                 << " (" << worst_ratio << "x the bound)");
+  return bad == 0;
+}
+
+// The largest |got - ref| over the elements (for error-ratio rules such as flash vs naive).
+inline double max_abs_diff(const std::vector<double>& got, const std::vector<double>& ref) {
+  double m = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(got[i] - ref[i]);
+    m = std::isfinite(d) ? std::max(m, d) : INFINITY;
+  }
+  return m;
+}
+
+// A gpu::Context for one test: created with scratch_bytes of op scratch, destroyed at scope end.
+struct TestContext {
+  gpu::Context ctx;
+  explicit TestContext(size_t scratch_bytes = 0, gpu::Precision p = gpu::Precision::FP32) {
+    ctx.create(scratch_bytes);
+    ctx.precision = p;
+  }
+  ~TestContext() {
+    cudaDeviceSynchronize();
+    ctx.destroy();
+  }
+};
 
 }  // namespace tg_test
 

@@ -1,0 +1,36 @@
+// kernels/cross_entropy.cuh: fused softmax + cross-entropy over the vocabulary on the GPU (CPU
+// twin: kernels/cpu/cross_entropy.h).
+//   loss[n]  = logsumexp(logits[n, :]) - logits[n, target[n]]
+//   dlogits  = (softmax(logits[n, :]) - onehot(target[n])) * dloss
+// cross_entropy_forward overwrites losses; cross_entropy_forward_backward overwrites losses
+// and dlogits in the same pass (dlogits may be the logits buffer itself). fp32 math. A target
+// outside [0, V) gives a NaN loss (and no -dloss term). loss_mean overwrites out.
+#pragma once
+#include <cstdint>
+
+#include "cuda_common.cuh"
+
+namespace gpu {
+
+template <typename T>
+void cross_entropy_forward(const Context& ctx,
+                           float* losses,           // (N)
+                           const T* logits,         // (N, V)
+                           const int32_t* targets,  // (N)
+                           int N, int V);
+
+template <typename T>
+void cross_entropy_forward_backward(const Context& ctx,
+                                    float* losses,           // (N)
+                                    T* dlogits,              // (N, V) overwritten, may be logits
+                                    const T* logits,         // (N, V)
+                                    const int32_t* targets,  // (N)
+                                    float dloss, int N, int V);
+
+// out[0] = sum_n losses[n] / N, accumulated in double in a fixed order (one block).
+void loss_mean(const Context& ctx,
+               float* out,            // (1) device
+               const float* losses,   // (N)
+               int N);
+
+}  // namespace gpu

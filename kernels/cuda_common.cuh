@@ -1,0 +1,153 @@
+// kernels/cuda_common.cuh: what every CUDA op of train_gpt shares.
+//   - the check macros cudaCheck / cublasCheck / curandCheck: a failing call throws
+//     gpu::CudaError naming the call, the file and the line (model/ turns it into one line on
+//     stderr and exit 1);
+//   - gpu::Context: the one stream, the cuBLAS / cuBLASLt handles, the cuBLAS workspace and
+//     the op scratch buffer, made once per backend and passed by reference to every launcher
+//     (no hidden globals);
+//   - the activation types (float, or __nv_bfloat16 for --precision bf16) and their
+//     conversions to and from float, which is what every kernel computes in;
+//   - small launch helpers (ceil_div, grid sizes) and the warp / block reductions in a fixed
+//     order (so that a reduction is bitwise the same on every run: no float atomics anywhere).
+#pragma once
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace gpu {
+
+struct CudaError : std::runtime_error {
+  explicit CudaError(const std::string& m) : std::runtime_error(m) {}
+};
+
+[[noreturn]] void throw_cuda_error(const char* what, const char* call, const char* file, int line);
+
+}  // namespace gpu
+
+#define cudaCheck(call)                                                                           \
+  do {                                                                                            \
+    cudaError_t e_ = (call);                                                                      \
+    if (e_ != cudaSuccess) ::gpu::throw_cuda_error(cudaGetErrorString(e_), #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define cublasCheck(call)                                                                         \
+  do {                                                                                            \
+    cublasStatus_t s_ = (call);                                                                   \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                                                              \
+      ::gpu::throw_cuda_error(cublasGetStatusString(s_), #call, __FILE__, __LINE__);              \
+  } while (0)
+
+#define curandCheck(call)                                                                         \
+  do {                                                                                            \
+    int s_ = (int)(call);                                                                         \
+    if (s_ != 0) ::gpu::throw_cuda_error(("curandStatus " + std::to_string(s_)).c_str(), #call,  \
+                                         __FILE__, __LINE__);                                     \
+  } while (0)
+
+// After a <<<...>>> launch: reports a bad configuration at once (not at the next sync).
+#define cudaCheckLaunch() cudaCheck(cudaGetLastError())
+
+namespace gpu {
+
+using bf16 = __nv_bfloat16;
+
+enum class Precision { FP32, BF16 };
+
+// One per backend: made once, before any allocation of the step, destroyed last.
+struct Context {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* cublas_workspace = nullptr;  // for cuBLAS / cuBLASLt (kCublasWorkspaceBytes)
+  size_t cublas_workspace_bytes = 0;
+  void* scratch = nullptr;  // op scratch (partial sums, sort buffers, attention tiles)
+  size_t scratch_bytes = 0;  // the maximum of every op's <op>_scratch_bytes() for the run
+  int device = 0;
+  int sm_count = 0;
+  int cc_major = 0, cc_minor = 0;
+  Precision precision = Precision::BF16;
+
+  // Sets up the stream, the handles and the cuBLAS workspace on the current device, and
+  // allocates scratch_bytes of op scratch. Throws CudaError.
+  void create(size_t scratch_bytes);
+  void destroy();
+};
+
+constexpr size_t kCublasWorkspaceBytes = 32u << 20;
+
+// ---- the activation types ------------------------------------------------------------------
+// Kernels are templated on the storage type T of activations (float or bf16) and compute in
+// float. Parameter gradients, master weights, AdamW moments, layernorm statistics and losses
+// are always float.
+__host__ __device__ __forceinline__ float to_float(float x) { return x; }
+__host__ __device__ __forceinline__ float to_float(bf16 x) { return __bfloat162float(x); }
+template <typename T>
+__host__ __device__ __forceinline__ T from_float(float x);
+template <>
+__host__ __device__ __forceinline__ float from_float<float>(float x) { return x; }
+template <>
+__host__ __device__ __forceinline__ bf16 from_float<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+// cuBLAS data type of a storage type.
+template <typename T>
+constexpr cudaDataType_t cuda_type();
+template <>
+constexpr cudaDataType_t cuda_type<float>() { return CUDA_R_32F; }
+template <>
+constexpr cudaDataType_t cuda_type<bf16>() { return CUDA_R_16BF; }
+
+// Unit roundoff of a storage type: 2^-24 for float, 2^-8 for bf16 (tolerances derive from it).
+template <typename T>
+constexpr double unit_roundoff();
+template <>
+constexpr double unit_roundoff<float>() { return 5.9604644775390625e-8; }
+template <>
+constexpr double unit_roundoff<bf16>() { return 3.90625e-3; }
+
+// ---- launch helpers ------------------------------------------------------------------------
+__host__ __device__ constexpr inline long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
+
+// A 1-D grid of `threads`-wide blocks covering n elements, capped (kernels loop with a
+// grid-stride) so that n may exceed 2^31.
+inline unsigned grid_1d(size_t n, int threads) {
+  long long blocks = ceil_div((long long)n, threads);
+  return (unsigned)(blocks < 65535LL * 32 ? (blocks > 0 ? blocks : 1) : 65535LL * 32);
+}
+
+// Sum over a warp, in a fixed butterfly order: every lane gets the same bits on every run.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over a block of blockDim.x threads (a multiple of 32, at most 1024), fixed order;
+// every thread gets the result. shared must hold 32 values; the function syncs.
+template <typename F>
+__device__ __forceinline__ F block_sum(F v, F* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // shared may still be read by a previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? shared[lane] : F(0);
+  return warp_sum(v);
+}
+
+}  // namespace gpu

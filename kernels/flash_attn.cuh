@@ -1,0 +1,43 @@
+// kernels/flash_attn.cuh: fused flash attention (FlashAttention-2, Dao 2023) with dropout on the
+// GPU: the forward never stores the (T, T) scores, only O and the row logsumexp; the backward
+// recomputes P tile by tile from Q, K and lse and regenerates the same Philox dropout mask.
+// Math and contract in kernels/flash_attn_fwd.cu and kernels/flash_attn_bwd.cu; CPU twin
+// (the spec) in kernels/cpu/attention_tiled.h. T = bf16 runs on tensor cores (mma.sync bf16,
+// fp32 accumulate); T = float runs a plain fp32 SIMT kernel (no TF32).
+// forward overwrites out and lse (and mask when not null); backward accumulates (+=) into dqkv.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "cuda_common.cuh"
+#include "philox.h"
+
+namespace gpu {
+
+// true when the flash kernels support head size HS (32, 64 or 128); otherwise *why (when not
+// null) gets one sentence naming the supported sizes.
+bool flash_attn_supported(int HS, std::string* why);
+
+// Scratch the backward needs in ctx.scratch: D = rowsum(dO o O), (B, NH, T) floats.
+size_t flash_attn_scratch_bytes(int B, int Tn, int C, int NH);
+
+template <typename T>
+void flash_attn_forward(const Context& ctx,
+                        T* out,          // (B, T, C) overwritten
+                        float* lse,      // (B, NH, T) overwritten: row logsumexp of S = Q K^T / sqrt(HS)
+                        const T* qkv,    // (B, T, 3C)
+                        const philox::DropoutKey& key, int B, int Tn, int C, int NH, bool causal,
+                        uint8_t* mask);  // (B, NH, T, T) keep decisions applied, or null; entries
+                                         // above the causal diagonal untouched
+
+template <typename T>
+void flash_attn_backward(const Context& ctx,
+                         T* dqkv,           // (B, T, 3C) +=
+                         const T* dout,     // (B, T, C)
+                         const T* qkv,      // (B, T, 3C)
+                         const T* out,      // (B, T, C) from the forward
+                         const float* lse,  // (B, NH, T) from the forward
+                         const philox::DropoutKey& key, int B, int Tn, int C, int NH, bool causal);
+
+}  // namespace gpu

@@ -1,0 +1,631 @@
+// kernels/flash_attn_bwd.cu: the fused flash-attention backward with dropout (FlashAttention-2,
+// Dao 2023, algorithm 2), deterministic. CPU twin (the spec): cpu::attention_tiled_backward in
+// kernels/cpu/attention_tiled.cpp; launcher contract in kernels/flash_attn.cuh.
+//
+// Per batch b and head h (bh = b*NH + h), with lse_i from the forward, s = 1 / (1 - p) and
+// M_ij = philox::dropout_keep(key, bh, i, j) regenerated (the forward's mask, bit for bit):
+//   D_i    = rowsum(dO_i o O_i)                      (preprocessing pass, into ctx.scratch)
+//   P_ij   = exp(S_ij - lse_i),  S_ij = Q_i K_j^T / sqrt(HS)   (recomputed; 0 at j >= T and,
+//            causal, at j > i)
+//   Pd_ij  = P_ij o M_ij s
+//   dV_j  += Pd_ij^T dO_i,   dPd_ij = dO_i V_j^T,   dP_ij = dPd_ij o M_ij s
+//   dS_ij  = P_ij o (dP_ij - D_i)
+//   dQ_i  += dS_ij K_j / sqrt(HS),   dK_j += dS_ij^T Q_i / sqrt(HS)
+// Writes: dqkv (B, T, 3C) accumulated (+=): dQ into the Q columns, dK and dV into the K and
+// V columns. ctx.scratch holds D (flash_attn_scratch_bytes).
+//
+// No floating-point atomics; every sum has a fixed order, so repeated runs are bitwise equal.
+// Two kernels after the D pass, each owning what it writes:
+//   dK/dV kernel: one CTA per (K_j, V_j tile of Bc keys, bh), looping over the query tiles
+//     Q_i, dO_i (two shared stages, cp.async), dK_j and dV_j accumulated in registers and
+//     added to dqkv once at the end. It computes the transposed tiles S_ij^T = K_j Q_i^T
+//     (each warp owns 16 keys), so P^T, dP^T, dS^T are already in the A-operand layout of
+//     dV_j += Pd^T dO_i and dK_j += dS^T Q_i. The keep bits of the tile are made once per
+//     tile into shared memory by all threads (one Philox call per 4 keys of a query row) and
+//     read back in the transposed layout.
+//   dQ kernel: one CTA per (Q_i tile, bh), looping over K_j, V_j (two stages), recomputing
+//     P_ij and dP_ij in the forward's layout (same dropout helper as the forward), dQ_i in
+//     registers, added to dqkv at the end.
+// T = bf16: all five tile products on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate;
+// ldmatrix operands). T = float: the same two-kernel scheme in plain fp32 SIMT (no TF32).
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "flash_attn.cuh"
+#include "flash_attn_common.cuh"
+
+namespace gpu {
+
+size_t flash_attn_scratch_bytes(int B, int Tn, int C, int NH) {
+  (void)C;
+  const size_t d_bytes = (size_t)B * NH * Tn * sizeof(float);  // D (B, NH, T)
+  return (d_bytes + 255) / 256 * 256;
+}
+
+namespace flash {
+namespace {
+
+// ---- preprocessing: D_i = rowsum(dO_i o O_i) ---------------------------------------------------
+// One warp per (b, i, h) row, rows ordered (b, i, h) so that consecutive warps read
+// consecutive HS-wide pieces of a (B, T, C) row; lanes take columns lane, lane+32, ... and
+// the warp sum is a fixed butterfly. grid-stride over B*T*NH rows.
+template <typename T>
+__global__ void flash_bwd_dot_do_o_kernel(const BwdParams<T> p) {
+  const long long rows = (long long)p.B * p.T * p.NH;
+  const int lane = threadIdx.x % 32;
+  const long long warps_total = (long long)gridDim.x * (blockDim.x / 32);
+  for (long long r = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps_total) {
+    const int h = (int)(r % p.NH);
+    const long long bi = r / p.NH;  // b*T + i
+    const int b = (int)(bi / p.T), i = (int)(bi % p.T);
+    const long long off = bi * p.ld_out + (long long)h * p.HS;
+    float acc = 0.f;
+    for (int d = lane; d < p.HS; d += 32) acc = fmaf(to_float(p.dout[off + d]), to_float(p.out[off + d]), acc);
+    acc = warp_sum(acc);
+    if (lane == 0) p.D[((long long)b * p.NH + h) * p.T + i] = acc;
+  }
+}
+
+// ---- bf16: the dK / dV kernel ------------------------------------------------------------------
+// Bc = 64 keys per CTA (4 warps x 16 keys); Br query rows per inner tile: 64 for HS <= 64, 32
+// for HS = 128 (registers: dK_j, dV_j take HS/2 floats each per lane, S^T and dP^T Br/2 each).
+// Shared: K_j, V_j [Bc][HS+8]; two stages of Q_i, dO_i [Br][HS+8], lse_i * log2(e) and D_i
+// [Br]; the keep bits [Bc][Br+4] bytes (the 4-byte pad spreads the 8 key rows a quad-column
+// read touches over different banks).
+//   HS = 32: 35 KB, HS = 64: 59 KB, HS = 128: 71 KB.
+template <int HS>
+struct DkvTile {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBc = 16 * kWarps;
+  static constexpr int kBr = HS == 128 ? 32 : 64;
+  static constexpr int kStride = HS + kPad;
+  static constexpr int kMaskStride = kBr + 4;
+  static constexpr size_t kTileBytes = (size_t)(2 * kBc + 4 * kBr) * kStride * sizeof(bf16);
+  static constexpr size_t kSmemBytes = kTileBytes + 4 * kBr * sizeof(float) + (size_t)kBc * kMaskStride;
+};
+
+// The keep bits M_ij of the tile (queries i0 .. i0+Br-1, keys j0 .. j0+Bc-1) into
+// sM[key][query] (row stride MS), by all threads: one Philox call per (query, 4 keys).
+template <int Br, int Bc, int MS, int NThreads>
+__device__ __forceinline__ void make_mask_tile(uint8_t* sM, const philox::DropoutKey& key, uint32_t bh, int i0,
+                                               int j0) {
+  constexpr int kGroups = Bc / 4, kCalls = Br * kGroups;
+  static_assert(kCalls % NThreads == 0, "Philox calls must divide evenly among the threads");
+#pragma unroll
+  for (int it = 0; it < kCalls / NThreads; ++it) {
+    const int c = it * NThreads + (int)threadIdx.x;
+    const int q = c / kGroups, kg = c % kGroups;
+    const philox::U32x4 w = philox::dropout_words(key, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 4 * kg));
+#pragma unroll
+    for (int u = 0; u < 4; ++u) sM[(4 * kg + u) * MS + q] = (uint8_t)(w.v[u] >= key.threshold);
+  }
+}
+
+// The keep bits of the elements a lane owns in the key-major layout (rows = keys, columns =
+// queries): element (nt, e) is key 16w + g + 8(e/2), query 8nt + 2t + e%2 (tile-relative);
+// the two queries of a row are adjacent bytes of sM, read as one 16-bit word.
+template <int NT, int MS>
+__device__ __forceinline__ uint32_t keep_bits_from_tile(const uint8_t* sM, int warp, int lane) {
+  uint32_t bits = 0;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int k = 16 * warp + g + 8 * half, q = 8 * nt + 2 * t;
+      const uint32_t v = *reinterpret_cast<const uint16_t*>(sM + k * MS + q);
+      bits |= ((v & 1u) | (((v >> 8) & 1u) << 1)) << (4 * nt + 2 * half);
+    }
+  return bits;
+}
+
+// Masking in the key-major layout: element (nt, e) is key k_g + 8(e/2), query q_t + 8nt + e%2
+// (absolute); -inf where the query is past T or, causal, q < k (key after the query).
+template <int NT, bool IsCausal>
+__device__ __forceinline__ void mask_scores_t(float (&s)[NT][4], int k_g, int q_t, int Tn) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int k = k_g + 8 * (e / 2), q = q_t + 8 * nt + (e % 2);
+      if (q >= Tn || (IsCausal && q < k)) s[nt][e] = -INFINITY;
+    }
+}
+
+// dqkv[rows, col0 .. col0+HS) += scale * acc for the rows r_g (c0, c1) and r_g+8 (c2, c3) that
+// are < T; element (nt, e) goes to column col0 + 8nt + 2t + e%2 (bf16x2 read-add-write).
+template <int NO>
+__device__ __forceinline__ void add_to_dqkv(bf16* dqkv_b /*row 0 of batch b*/, long long ld, long long col0,
+                                            const float (&acc)[NO][4], float scale, int r_g, int Tn, int lane) {
+  const int t = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = r_g + 8 * r;
+    if (row >= Tn) continue;
+    bf16* dst = dqkv_b + (long long)row * ld + col0 + 2 * t;
+#pragma unroll
+    for (int no = 0; no < NO; ++no) {
+      __nv_bfloat162* q = reinterpret_cast<__nv_bfloat162*>(dst + 8 * no);
+      const float2 old = __bfloat1622float2(*q);
+      *q = __floats2bfloat162_rn(old.x + scale * acc[no][2 * r], old.y + scale * acc[no][2 * r + 1]);
+    }
+  }
+}
+
+// grid (B*NH, ceil(T / Bc)).
+template <int HS, bool IsCausal, bool IsDropout>
+__global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_kernel(const BwdParams<bf16> p) {
+  using Tile = DkvTile<HS>;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, S = Tile::kStride, MS = Tile::kMaskStride,
+                NThreads = Tile::kThreads;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sK = reinterpret_cast<bf16*>(smem);  // K_j  [Bc][S]
+  bf16* sV = sK + Bc * S;                    // V_j  [Bc][S]
+  bf16* sQ = sV + Bc * S;                    // Q_i  [2][Br][S]
+  bf16* sdO = sQ + 2 * Br * S;               // dO_i [2][Br][S]
+  float* sL = reinterpret_cast<float*>(smem + Tile::kTileBytes);  // lse_i log2(e) [2][Br]
+  float* sD = sL + 2 * Br;                                         // D_i [2][Br]
+  uint8_t* sM = reinterpret_cast<uint8_t*>(sD + 2 * Br);           // M_ij^T [Bc][MS]
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int j0 = blockIdx.y * Bc;     // first key of K_j
+  const int jw0 = j0 + 16 * warp;     // first key of this warp
+  const int k_g = jw0 + g;            // key of this lane's c0, c1 (c2, c3: +8)
+  const long long qkv_b = (long long)b * p.T * p.ld_qkv;
+  const bf16* Q = p.qkv + qkv_b + (long long)h * HS;
+  const bf16* K = Q + p.C;
+  const bf16* V = Q + 2LL * p.C;
+  const bf16* dO = p.dout + (long long)b * p.T * p.ld_out + (long long)h * HS;
+  const float* lse = p.lse + (long long)bh * p.T;
+  const float* Dg = p.D + (long long)bh * p.T;
+
+  // causal: query tiles that end before j0 see only keys after their queries
+  const int it0 = IsCausal ? j0 / Br : 0;
+  const int n_it = (p.T + Br - 1) / Br;
+
+  // load tile: Q_i, dO_i, lse_i log2(e) (+inf past T: P = 0 there) and D_i into a stage
+  auto load_q_tile = [&](int it, int stage) {
+    const int i0 = it * Br;
+    load_tile_async<Br, HS, NThreads>(sQ + stage * Br * S, Q, p.ld_qkv, i0, p.T);
+    load_tile_async<Br, HS, NThreads>(sdO + stage * Br * S, dO, p.ld_out, i0, p.T);
+    for (int r = threadIdx.x; r < Br; r += NThreads) {
+      const int i = i0 + r;
+      sL[stage * Br + r] = i < p.T ? lse[i] * kLog2e : INFINITY;
+      sD[stage * Br + r] = i < p.T ? Dg[i] : 0.f;
+    }
+  };
+  load_tile_async<Bc, HS, NThreads>(sK, K, p.ld_qkv, j0, p.T);
+  load_tile_async<Bc, HS, NThreads>(sV, V, p.ld_qkv, j0, p.T);
+  load_q_tile(it0, 0);
+  cp_async_commit();
+
+  float dk[HS / 8][4], dv[HS / 8][4];
+  zero(dk);
+  zero(dv);
+  for (int it = it0; it < n_it; ++it) {
+    const int i0 = it * Br, stage = (it - it0) % 2;
+    if (it + 1 < n_it) {
+      load_q_tile(it + 1, 1 - stage);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    if constexpr (IsDropout) make_mask_tile<Br, Bc, MS, NThreads>(sM, p.key, bh, i0, j0);
+    __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
+    // a warp whose 16 keys all come after the tile's last query has nothing unmasked here
+    if (!(IsCausal && i0 + Br - 1 < jw0)) {
+      const bf16* sQi = sQ + stage * Br * S;
+      const bf16* sdOi = sdO + stage * Br * S;
+      const float* sLi = sL + stage * Br;
+      const float* sDi = sD + stage * Br;
+      // S_ij^T = K_j Q_i^T (raw), masked
+      float st[Br / 8][4];
+      zero(st);
+      warp_gemm_ss<HS, Br, S>(st, sK + 16 * warp * S, sQi, lane);
+      if (i0 + Br > p.T || (IsCausal && i0 < jw0 + 15)) mask_scores_t<Br / 8, IsCausal>(st, k_g, i0 + 2 * t, p.T);
+      // P_ij^T = exp(S_ij^T - lse_i) (lse of the column's query)
+#pragma unroll
+      for (int nt = 0; nt < Br / 8; ++nt) {
+        const float2 L = *reinterpret_cast<const float2*>(sLi + 8 * nt + 2 * t);
+        st[nt][0] = exp2f(fmaf(st[nt][0], p.scale_log2, -L.x));
+        st[nt][1] = exp2f(fmaf(st[nt][1], p.scale_log2, -L.y));
+        st[nt][2] = exp2f(fmaf(st[nt][2], p.scale_log2, -L.x));
+        st[nt][3] = exp2f(fmaf(st[nt][3], p.scale_log2, -L.y));
+      }
+      // dV_j += (P_ij o M_ij)^T dO_i   (the scale s is applied once, at the end)
+      const uint32_t bits = IsDropout ? keep_bits_from_tile<Br / 8, MS>(sM, warp, lane) : ~0u;
+      warp_gemm_rs<Br, HS, S, IsDropout>(dv, st, bits, sdOi, lane);
+      // dPd_ij^T = V_j dO_i^T
+      float dpt[Br / 8][4];
+      zero(dpt);
+      warp_gemm_ss<HS, Br, S>(dpt, sV + 16 * warp * S, sdOi, lane);
+      // dP = dPd o M s, dS_ij^T = P_ij^T o (dP_ij^T - D_i), in place in dpt
+#pragma unroll
+      for (int nt = 0; nt < Br / 8; ++nt) {
+        const float2 Dq = *reinterpret_cast<const float2*>(sDi + 8 * nt + 2 * t);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float dp = dpt[nt][e];
+          if constexpr (IsDropout) dp = ((bits >> (4 * nt + e)) & 1u) ? dp * p.dropout_scale : 0.f;
+          dpt[nt][e] = st[nt][e] * (dp - ((e % 2) ? Dq.y : Dq.x));
+        }
+      }
+      // dK_j += dS_ij^T Q_i   (the 1/sqrt(HS) is applied once, at the end)
+      warp_gemm_rs<Br, HS, S, false>(dk, dpt, 0u, sQi, lane);
+    }
+    __syncthreads();  // every warp is done with this stage and the keep bits
+  }
+  // dqkv[K_j] += dK_j / sqrt(HS), dqkv[V_j] += dV_j s
+  bf16* dqkv_b = p.dqkv + qkv_b;
+  add_to_dqkv(dqkv_b, p.ld_qkv, (long long)p.C + (long long)h * HS, dk, p.scale, k_g, p.T, lane);
+  add_to_dqkv(dqkv_b, p.ld_qkv, 2LL * p.C + (long long)h * HS, dv, p.dropout_scale, k_g, p.T, lane);
+}
+
+// ---- bf16: the dQ kernel -----------------------------------------------------------------------
+// Br = 64 query rows per CTA (4 warps x 16 rows), Bc = 64 keys per tile. Shared: Q_i, dO_i
+// [Br][HS+8]; two stages of K_j, V_j [Bc][HS+8]:
+//   HS = 32: 30 KB, HS = 64: 54 KB, HS = 128: 102 KB.
+template <int HS>
+struct DqTile {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBr = 16 * kWarps;
+  static constexpr int kBc = 64;
+  static constexpr int kStride = HS + kPad;
+  static constexpr size_t kSmemBytes = (size_t)(2 * kBr + 4 * kBc) * kStride * sizeof(bf16);
+};
+
+// grid (B*NH, ceil(T / Br)); query tiles last-first (causal: longest first).
+template <int HS, bool IsCausal, bool IsDropout>
+__global__ void __launch_bounds__(DqTile<HS>::kThreads, 1) flash_bwd_dq_bf16_kernel(const BwdParams<bf16> p) {
+  using Tile = DqTile<HS>;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, S = Tile::kStride, NThreads = Tile::kThreads;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // Q_i  [Br][S]
+  bf16* sdO = sQ + Br * S;                   // dO_i [Br][S]
+  bf16* sK = sdO + Br * S;                   // K_j  [2][Bc][S]
+  bf16* sV = sK + 2 * Bc * S;                // V_j  [2][Bc][S]
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * Br;
+  const int iw0 = i0 + 16 * warp;
+  const int i_g = iw0 + lane / 4;
+  const long long qkv_b = (long long)b * p.T * p.ld_qkv;
+  const bf16* Q = p.qkv + qkv_b + (long long)h * HS;
+  const bf16* K = Q + p.C;
+  const bf16* V = Q + 2LL * p.C;
+  const bf16* dO = p.dout + (long long)b * p.T * p.ld_out + (long long)h * HS;
+
+  const int j_end = IsCausal ? min(p.T, i0 + Br) : p.T;
+  const int n_j = (j_end + Bc - 1) / Bc;
+
+  // load tile: Q_i, dO_i once; K_0, V_0 into stage 0
+  load_tile_async<Br, HS, NThreads>(sQ, Q, p.ld_qkv, i0, p.T);
+  load_tile_async<Br, HS, NThreads>(sdO, dO, p.ld_out, i0, p.T);
+  load_tile_async<Bc, HS, NThreads>(sK, K, p.ld_qkv, 0, p.T);
+  load_tile_async<Bc, HS, NThreads>(sV, V, p.ld_qkv, 0, p.T);
+  cp_async_commit();
+
+  // lse_i log2(e) and D_i of the lane's rows (+inf past T: P = 0 there)
+  float lse2[2], Di[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i_g + 8 * r;
+    lse2[r] = i < p.T ? p.lse[(long long)bh * p.T + i] * kLog2e : INFINITY;
+    Di[r] = i < p.T ? p.D[(long long)bh * p.T + i] : 0.f;
+  }
+
+  float dq[HS / 8][4];
+  zero(dq);
+  for (int jt = 0; jt < n_j; ++jt) {
+    const int j0 = jt * Bc, stage = jt % 2;
+    if (jt + 1 < n_j) {
+      load_tile_async<Bc, HS, NThreads>(sK + (1 - stage) * Bc * S, K, p.ld_qkv, j0 + Bc, p.T);
+      load_tile_async<Bc, HS, NThreads>(sV + (1 - stage) * Bc * S, V, p.ld_qkv, j0 + Bc, p.T);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (!(IsCausal && j0 > iw0 + 15)) {
+      const bf16* sKj = sK + stage * Bc * S;
+      const bf16* sVj = sV + stage * Bc * S;
+      // S_ij = Q_i K_j^T (raw), masked; P_ij = exp(S_ij - lse_i)
+      float s[Bc / 8][4];
+      zero(s);
+      warp_gemm_ss<HS, Bc, S>(s, sQ + 16 * warp * S, sKj, lane);
+      if (j0 + Bc > p.T || (IsCausal && j0 + Bc - 1 > iw0)) mask_scores<Bc / 8, IsCausal>(s, i_g, j0 + 2 * (lane % 4), p.T);
+#pragma unroll
+      for (int nt = 0; nt < Bc / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(fmaf(s[nt][e], p.scale_log2, -lse2[e / 2]));
+      // dPd_ij = dO_i V_j^T
+      float dp[Bc / 8][4];
+      zero(dp);
+      warp_gemm_ss<HS, Bc, S>(dp, sdO + 16 * warp * S, sVj, lane);
+      // dP_ij = dPd_ij o M_ij s (the forward's keep bits), dS_ij = P_ij o (dP_ij - D_i), in place
+      const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(p.key, bh, i_g, j0, lane) : ~0u;
+#pragma unroll
+      for (int nt = 0; nt < Bc / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float d = dp[nt][e];
+          if constexpr (IsDropout) d = ((bits >> (4 * nt + e)) & 1u) ? d * p.dropout_scale : 0.f;
+          dp[nt][e] = s[nt][e] * (d - Di[e / 2]);
+        }
+      // dQ_i += dS_ij K_j   (the 1/sqrt(HS) is applied once, at the end)
+      warp_gemm_rs<Bc, HS, S, false>(dq, dp, 0u, sKj, lane);
+    }
+    __syncthreads();
+  }
+  // dqkv[Q_i] += dQ_i / sqrt(HS)
+  add_to_dqkv(p.dqkv + qkv_b, p.ld_qkv, (long long)h * HS, dq, p.scale, i_g, p.T, lane);
+}
+
+// ---- T = float: SIMT ---------------------------------------------------------------------------
+// The same two kernels in fp32 FMAs. 8 warps per CTA, 32-row tiles (lane c <-> the c-th
+// query or key of the inner tile); dot products are sequential over HS, sums over the
+// inner tile are shuffles in index order: fixed order everywhere. Shared tiles indexed by
+// the lane get a +1 pad (conflict-free), tiles read by row broadcast none.
+struct SimtTile {
+  static constexpr int kWarps = 8, kThreads = 256, kTile = 32, kPerWarp = kTile / kWarps;
+};
+template <int HS>
+constexpr size_t simt_bwd_smem_bytes() {
+  return (size_t)(2 * SimtTile::kTile * HS + 2 * SimtTile::kTile * (HS + 1) + 2 * SimtTile::kTile) * sizeof(float);
+}
+
+template <int R, int HS, int LD>
+__device__ __forceinline__ void load_tile_f32(float* s, const float* g, long long ld, int row0, int Tn) {
+  for (int c = threadIdx.x; c < R * HS; c += blockDim.x) {
+    const int r = c / HS, d = c % HS, row = row0 + r;
+    s[r * LD + d] = row < Tn ? g[(long long)row * ld + d] : 0.f;
+  }
+}
+
+// dK / dV: one CTA per (32 keys, bh), each warp owning 4 keys; loops over 32-query tiles.
+// Shared: K_j, V_j [32][HS] (row broadcast), Q_i, dO_i [32][HS+1] (lane = query), lse_i, D_i.
+template <int HS, bool IsCausal, bool IsDropout>
+__global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dkdv_f32_kernel(const BwdParams<float> p) {
+  constexpr int NTile = SimtTile::kTile, KPW = SimtTile::kPerWarp, KD = HS / 32;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* sK = reinterpret_cast<float*>(smem);  // [32][HS]
+  float* sV = sK + NTile * HS;                 // [32][HS]
+  float* sQ = sV + NTile * HS;                 // [32][HS+1]
+  float* sdO = sQ + NTile * (HS + 1);          // [32][HS+1]
+  float* sL = sdO + NTile * (HS + 1);          // [32] lse_i
+  float* sD = sL + NTile;                      // [32] D_i
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int j0 = blockIdx.y * NTile;
+  const long long qkv_b = (long long)b * p.T * p.ld_qkv;
+  const float* Q = p.qkv + qkv_b + (long long)h * HS;
+  const float* K = Q + p.C;
+  const float* V = Q + 2LL * p.C;
+  const float* dO = p.dout + (long long)b * p.T * p.ld_out + (long long)h * HS;
+
+  load_tile_f32<NTile, HS, HS>(sK, K, p.ld_qkv, j0, p.T);
+  load_tile_f32<NTile, HS, HS>(sV, V, p.ld_qkv, j0, p.T);
+  float dk[KPW][KD], dv[KPW][KD];
+#pragma unroll
+  for (int kk = 0; kk < KPW; ++kk)
+#pragma unroll
+    for (int k = 0; k < KD; ++k) dk[kk][k] = dv[kk][k] = 0.f;
+
+  for (int i0 = IsCausal ? j0 : 0; i0 < p.T; i0 += NTile) {
+    __syncthreads();  // the previous query tile is consumed (K_j, V_j visible on the first)
+    load_tile_f32<NTile, HS, HS + 1>(sQ, Q, p.ld_qkv, i0, p.T);
+    load_tile_f32<NTile, HS, HS + 1>(sdO, dO, p.ld_out, i0, p.T);
+    if (threadIdx.x < NTile) {
+      const int i = i0 + threadIdx.x;
+      sL[threadIdx.x] = i < p.T ? p.lse[(long long)bh * p.T + i] : 0.f;
+      sD[threadIdx.x] = i < p.T ? p.D[(long long)bh * p.T + i] : 0.f;
+    }
+    __syncthreads();
+    const int i = i0 + lane;  // this lane's query
+#pragma unroll
+    for (int kk = 0; kk < KPW; ++kk) {
+      const int kr = warp * KPW + kk, j = j0 + kr;
+      if (j >= p.T || (IsCausal && i0 + NTile - 1 < j)) continue;  // warp-uniform
+      const bool valid = i < p.T && (!IsCausal || j <= i);
+      // S_ij = Q_i . K_j / sqrt(HS), P_ij = exp(S_ij - lse_i); dPd_ij = dO_i . V_j
+      float sdot = 0.f, dpd = 0.f;
+#pragma unroll 8
+      for (int d = 0; d < HS; ++d) {
+        sdot = fmaf(sQ[lane * (HS + 1) + d], sK[kr * HS + d], sdot);
+        dpd = fmaf(sdO[lane * (HS + 1) + d], sV[kr * HS + d], dpd);
+      }
+      const float pij = valid ? expf(sdot * p.scale - sL[lane]) : 0.f;
+      // Pd = P o M s, dP = dPd o M s, dS = P o (dP - D_i)
+      bool keep = true;
+      if constexpr (IsDropout) keep = philox::dropout_keep(p.key, bh, (uint32_t)i, (uint32_t)j);
+      const float pd = keep ? pij * p.dropout_scale : 0.f;
+      const float dp = keep ? dpd * p.dropout_scale : 0.f;
+      const float ds = pij * (dp - sD[lane]);
+      // dV_j += Pd_ij^T dO_i, dK_j += dS_ij^T Q_i, queries in order
+      for (int c = 0; c < NTile; ++c) {
+        const float pdc = __shfl_sync(0xffffffffu, pd, c), dsc = __shfl_sync(0xffffffffu, ds, c);
+#pragma unroll
+        for (int k = 0; k < KD; ++k) {
+          dv[kk][k] = fmaf(pdc, sdO[c * (HS + 1) + lane + 32 * k], dv[kk][k]);
+          dk[kk][k] = fmaf(dsc, sQ[c * (HS + 1) + lane + 32 * k], dk[kk][k]);
+        }
+      }
+    }
+  }
+  // dqkv[K_j] += dK_j / sqrt(HS), dqkv[V_j] += dV_j
+#pragma unroll
+  for (int kk = 0; kk < KPW; ++kk) {
+    const int j = j0 + warp * KPW + kk;
+    if (j >= p.T) continue;
+    float* dst = p.dqkv + qkv_b + (long long)j * p.ld_qkv + (long long)h * HS;
+#pragma unroll
+    for (int k = 0; k < KD; ++k) {
+      dst[p.C + lane + 32 * k] += dk[kk][k] * p.scale;
+      dst[2LL * p.C + lane + 32 * k] += dv[kk][k];
+    }
+  }
+}
+
+// dQ: one CTA per (32 queries, bh), each warp owning 4 query rows; loops over 32-key tiles.
+// Shared: Q_i, dO_i [32][HS] (row broadcast), K_j, V_j [32][HS+1] (lane = key).
+template <int HS, bool IsCausal, bool IsDropout>
+__global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dq_f32_kernel(const BwdParams<float> p) {
+  constexpr int NTile = SimtTile::kTile, RPW = SimtTile::kPerWarp, KD = HS / 32;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* sQ = reinterpret_cast<float*>(smem);  // [32][HS]
+  float* sdO = sQ + NTile * HS;                // [32][HS]
+  float* sK = sdO + NTile * HS;                // [32][HS+1]
+  float* sV = sK + NTile * (HS + 1);           // [32][HS+1]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * NTile;
+  const long long qkv_b = (long long)b * p.T * p.ld_qkv;
+  const float* Q = p.qkv + qkv_b + (long long)h * HS;
+  const float* K = Q + p.C;
+  const float* V = Q + 2LL * p.C;
+  const float* dO = p.dout + (long long)b * p.T * p.ld_out + (long long)h * HS;
+  const int j_end = IsCausal ? min(p.T, i0 + NTile) : p.T;
+
+  load_tile_f32<NTile, HS, HS>(sQ, Q, p.ld_qkv, i0, p.T);
+  load_tile_f32<NTile, HS, HS>(sdO, dO, p.ld_out, i0, p.T);
+  float dq[RPW][KD], lse[RPW], Dr[RPW];
+#pragma unroll
+  for (int rr = 0; rr < RPW; ++rr) {
+    const int i = i0 + warp * RPW + rr;
+    lse[rr] = i < p.T ? p.lse[(long long)bh * p.T + i] : 0.f;
+    Dr[rr] = i < p.T ? p.D[(long long)bh * p.T + i] : 0.f;
+#pragma unroll
+    for (int k = 0; k < KD; ++k) dq[rr][k] = 0.f;
+  }
+  for (int j0 = 0; j0 < j_end; j0 += NTile) {
+    __syncthreads();
+    load_tile_f32<NTile, HS, HS + 1>(sK, K, p.ld_qkv, j0, p.T);
+    load_tile_f32<NTile, HS, HS + 1>(sV, V, p.ld_qkv, j0, p.T);
+    __syncthreads();
+    const int j = j0 + lane;  // this lane's key
+#pragma unroll
+    for (int rr = 0; rr < RPW; ++rr) {
+      const int r = warp * RPW + rr, i = i0 + r;
+      if (i >= p.T || (IsCausal && j0 > i)) continue;  // warp-uniform
+      const bool valid = j < p.T && (!IsCausal || j <= i);
+      // S_ij = Q_i . K_j / sqrt(HS), P_ij = exp(S_ij - lse_i); dPd_ij = dO_i . V_j
+      float sdot = 0.f, dpd = 0.f;
+#pragma unroll 8
+      for (int d = 0; d < HS; ++d) {
+        sdot = fmaf(sQ[r * HS + d], sK[lane * (HS + 1) + d], sdot);
+        dpd = fmaf(sdO[r * HS + d], sV[lane * (HS + 1) + d], dpd);
+      }
+      const float pij = valid ? expf(sdot * p.scale - lse[rr]) : 0.f;
+      // dP = dPd o M s, dS = P o (dP - D_i)
+      bool keep = true;
+      if constexpr (IsDropout) keep = philox::dropout_keep(p.key, bh, (uint32_t)i, (uint32_t)j);
+      const float dp = keep ? dpd * p.dropout_scale : 0.f;
+      const float ds = pij * (dp - Dr[rr]);
+      // dQ_i += dS_ij K_j, keys in order
+      for (int c = 0; c < NTile; ++c) {
+        const float dsc = __shfl_sync(0xffffffffu, ds, c);
+#pragma unroll
+        for (int k = 0; k < KD; ++k) dq[rr][k] = fmaf(dsc, sK[c * (HS + 1) + lane + 32 * k], dq[rr][k]);
+      }
+    }
+  }
+  // dqkv[Q_i] += dQ_i / sqrt(HS)
+#pragma unroll
+  for (int rr = 0; rr < RPW; ++rr) {
+    const int i = i0 + warp * RPW + rr;
+    if (i >= p.T) continue;
+    float* dst = p.dqkv + qkv_b + (long long)i * p.ld_qkv + (long long)h * HS;
+#pragma unroll
+    for (int k = 0; k < KD; ++k) dst[lane + 32 * k] += dq[rr][k] * p.scale;
+  }
+}
+
+// One (T, HS, causal, dropout) instantiation: the D pass, then dK/dV, then dQ, on ctx.stream.
+template <typename T, int HS, bool IsCausal, bool IsDropout>
+void run_bwd(const Context& ctx, const BwdParams<T>& p) {
+  {
+    const long long rows = (long long)p.B * p.T * p.NH;
+    const int threads = 256;
+    launch(ctx, flash_bwd_dot_do_o_kernel<T>, dim3(grid_1d((size_t)rows * 32, threads)), threads, 0, p);
+  }
+  if constexpr (std::is_same_v<T, bf16>) {
+    using Kv = DkvTile<HS>;
+    using Dq = DqTile<HS>;
+    const long long kv_tiles = ceil_div(p.T, Kv::kBc), q_tiles = ceil_div(p.T, Dq::kBr);
+    if (kv_tiles > 65535 || q_tiles > 65535) throw std::invalid_argument("flash_attn_backward: T too large for the grid");
+    launch(ctx, flash_bwd_dkdv_bf16_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)kv_tiles),
+           Kv::kThreads, Kv::kSmemBytes, p);
+    launch(ctx, flash_bwd_dq_bf16_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)q_tiles),
+           Dq::kThreads, Dq::kSmemBytes, p);
+  } else {
+    const long long tiles = ceil_div(p.T, SimtTile::kTile);
+    if (tiles > 65535) throw std::invalid_argument("flash_attn_backward: T too large for the grid");
+    const dim3 grid((unsigned)(p.B * p.NH), (unsigned)tiles);
+    launch(ctx, flash_bwd_dkdv_f32_kernel<HS, IsCausal, IsDropout>, grid, SimtTile::kThreads, simt_bwd_smem_bytes<HS>(), p);
+    launch(ctx, flash_bwd_dq_f32_kernel<HS, IsCausal, IsDropout>, grid, SimtTile::kThreads, simt_bwd_smem_bytes<HS>(), p);
+  }
+}
+
+}  // namespace
+}  // namespace flash
+
+template <typename T>
+void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
+                         const philox::DropoutKey& key, int B, int Tn, int C, int NH, bool causal) {
+  const int HS = flash::check_shape(B, Tn, C, NH, "flash_attn_backward");
+  if (!dqkv || !dout || !qkv || !out || !lse) throw std::invalid_argument("flash_attn_backward: null buffer");
+  if constexpr (std::is_same_v<T, bf16>) {
+    flash::check_aligned(qkv, 16, "flash_attn_backward", "qkv");    // cp.async moves 16 bytes
+    flash::check_aligned(dout, 16, "flash_attn_backward", "dout");
+    flash::check_aligned(dqkv, 4, "flash_attn_backward", "dqkv");   // bf16x2 read-add-write
+  }
+  const size_t need = flash_attn_scratch_bytes(B, Tn, C, NH);
+  if (!ctx.scratch || ctx.scratch_bytes < need)
+    throw std::invalid_argument("flash_attn_backward: ctx.scratch holds " + std::to_string(ctx.scratch_bytes) +
+                                " bytes, the backward needs flash_attn_scratch_bytes = " + std::to_string(need));
+  flash::BwdParams<T> p{};
+  p.qkv = qkv;
+  p.out = const_cast<T*>(out);    // read only here (D pass)
+  p.lse = const_cast<float*>(lse);  // read only here
+  p.mask = nullptr;
+  p.key = key;
+  p.dropout_scale = key.threshold != 0 ? key.scale : 1.f;
+  p.scale = (float)(1.0 / std::sqrt((double)HS));
+  p.scale_log2 = (float)(flash::kLog2e / std::sqrt((double)HS));
+  p.B = B;
+  p.T = Tn;
+  p.C = C;
+  p.NH = NH;
+  p.HS = HS;
+  p.ld_qkv = 3LL * C;
+  p.ld_out = C;
+  p.dout = dout;
+  p.dqkv = dqkv;
+  p.D = static_cast<float*>(ctx.scratch);
+  const bool dropout = key.threshold != 0;
+  // the one place where the runtime flags become template parameters
+  FLASH_HEADDIM_SWITCH(HS, kHS, [&] {
+    FLASH_BOOL_SWITCH(causal, kCausal, [&] {
+      FLASH_BOOL_SWITCH(dropout, kDropout, [&] { flash::run_bwd<T, kHS, kCausal, kDropout>(ctx, p); });
+    });
+  });
+}
+
+template void flash_attn_backward<float>(const Context&, float*, const float*, const float*, const float*,
+                                         const float*, const philox::DropoutKey&, int, int, int, int, bool);
+template void flash_attn_backward<bf16>(const Context&, bf16*, const bf16*, const bf16*, const bf16*, const float*,
+                                        const philox::DropoutKey&, int, int, int, int, bool);
+
+}  // namespace gpu

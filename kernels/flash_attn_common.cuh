@@ -1,0 +1,355 @@
+// kernels/flash_attn_common.cuh: what the flash-attention forward (flash_attn_fwd.cu) and
+// backward (flash_attn_bwd.cu) share. Not a launcher header: device helpers only.
+//   - the static switch (head dim, causal, dropout become template parameters in one place);
+//   - the params structs (the backward's extends the forward's);
+//   - thin PTX wrappers: cp.async (16-byte, zero-filling), ldmatrix (.x4, plain and .trans),
+//     mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32;
+//   - warp-level tile products on those, the tile loader, and the score masking / dropout
+//     helpers written for the m16n8 accumulator layout.
+//
+// The m16n8k16 fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16", bf16), with
+// g = lane / 4 and t = lane % 4; every 32-bit register holds two bf16, lower column (or k)
+// in the low half:
+//   A (16 x 16, row-major): a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1],
+//                           a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9]
+//   B (16 x 8, "col"):      b0 = B[2t, 2t+1][g],  b1 = B[2t+8, 2t+9][g]
+//   C (16 x 8, fp32):       c0, c1 = C[g][2t, 2t+1],  c2, c3 = C[g+8][2t, 2t+1]
+// ldmatrix.x4: lanes 8m .. 8m+7 give the row addresses of 8x8 matrix m (m = 0..3); register
+// r_m of lane l then holds M_m[l/4][2(l%4), 2(l%4)+1] (plain) or M_m[2(l%4), 2(l%4)+1][l/4]
+// (.trans). A warp's accumulator "element e of n-tile nt" below is register e of the C
+// fragment of columns 8nt .. 8nt+7: row g + 8*(e/2), column 8nt + 2t + (e%2).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "cuda_common.cuh"
+#include "flash_attn.cuh"
+#include "philox.h"
+
+namespace gpu {
+namespace flash {
+
+// ---- the static switch: runtime flags -> template parameters, used once per launcher --------
+#define FLASH_BOOL_SWITCH(COND, NAME, ...)    \
+  [&] {                                       \
+    if (COND) {                               \
+      constexpr static bool NAME = true;      \
+      return __VA_ARGS__();                   \
+    } else {                                  \
+      constexpr static bool NAME = false;     \
+      return __VA_ARGS__();                   \
+    }                                         \
+  }()
+
+// HSV must already be one of 32, 64, 128 (flash_attn_supported).
+#define FLASH_HEADDIM_SWITCH(HSV, NAME, ...)  \
+  [&] {                                       \
+    if ((HSV) == 32) {                        \
+      constexpr static int NAME = 32;         \
+      return __VA_ARGS__();                   \
+    } else if ((HSV) == 64) {                 \
+      constexpr static int NAME = 64;         \
+      return __VA_ARGS__();                   \
+    } else {                                  \
+      constexpr static int NAME = 128;        \
+      return __VA_ARGS__();                   \
+    }                                         \
+  }()
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ---- params ------------------------------------------------------------------------------------
+template <typename Act>  // activation storage type: float or bf16
+struct FwdParams {
+  const Act* qkv;          // (B, T, 3C): Q at columns [0, C), K at [C, 2C), V at [2C, 3C), head h at h*HS
+  Act* out;                // (B, T, C) forward: overwritten; backward: read only (D = rowsum(dO o O))
+  float* lse;              // (B, NH, T) lse_i = m_i + log(l_i), natural log of the scaled scores;
+                           // forward: overwritten; backward: read only
+  uint8_t* mask;           // (B, NH, T, T) forward debug dump of the keep decisions, or null
+  philox::DropoutKey key;  // selects the dropout mask M (kernels/philox.h); key.threshold used as is
+  float dropout_scale;     // s = 1 / (1 - p): kept values are scaled by s; exactly 1 without dropout
+  float scale;             // 1 / sqrt(HS): S_ij = Q_i K_j^T * scale
+  float scale_log2;        // scale * log2(e): exp(S - m) = exp2(QK^T * scale_log2 - m * scale_log2)
+  int B, T, C, NH, HS;     // batch, sequence length, channels, heads, head size (C = NH * HS)
+  long long ld_qkv;        // 3C: row stride of qkv / dqkv in elements
+  long long ld_out;        // C: row stride of out / dout in elements
+};
+
+template <typename Act>
+struct BwdParams : FwdParams<Act> {
+  const Act* dout;  // (B, T, C) upstream gradient dO
+  Act* dqkv;        // (B, T, 3C) +=: dQ, dK, dV at the columns of Q, K, V
+  float* D;         // (B, NH, T) scratch: D_i = rowsum(dO_i o O_i), written by the preprocessing pass
+};
+
+// ---- host-side checks shared by the launchers ------------------------------------------------
+// Validates the shape (throws std::invalid_argument naming what is wrong) and returns HS.
+inline int check_shape(int B, int Tn, int C, int NH, const char* who) {
+  if (B < 1 || Tn < 1 || NH < 1 || C < 1 || C % NH != 0)
+    throw std::invalid_argument(std::string(who) + ": need B, T, NH >= 1 and C a multiple of NH (B=" +
+                                std::to_string(B) + ", T=" + std::to_string(Tn) + ", C=" + std::to_string(C) +
+                                ", NH=" + std::to_string(NH) + ")");
+  const int HS = C / NH;
+  std::string why;
+  if (!flash_attn_supported(HS, &why)) throw std::invalid_argument(std::string(who) + ": " + why);
+  return HS;
+}
+
+inline void check_aligned(const void* p, size_t bytes, const char* who, const char* what) {
+  if (reinterpret_cast<uintptr_t>(p) % bytes != 0)
+    throw std::invalid_argument(std::string(who) + ": " + what + " must be " + std::to_string(bytes) +
+                                "-byte aligned");
+}
+
+// Launches kernel<<<grid, threads, smem, ctx.stream>>>(p), opting in to more than 48 KB of
+// dynamic shared memory when the tiles need it, and checks the launch.
+template <typename P>
+void launch(const Context& ctx, void (*kernel)(P), dim3 grid, int threads, size_t smem, const P& p) {
+  if (smem > 48 * 1024) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  kernel<<<grid, threads, smem, ctx.stream>>>(p);
+  cudaCheckLaunch();
+}
+
+// ---- PTX wrappers ------------------------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronous; when !valid nothing is read and the 16 bytes are
+// zero-filled (src-size 0). gmem must be a valid address either way.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const int src_size = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem), "r"(src_size)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// d (16 x 8, fp32) += a (16 x 16, bf16) b (16 x 8, bf16), one warp.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats -> one register of two bf16 (lo in the low half), round to nearest even.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, sizeof u);
+  return u;
+}
+
+// ---- tiles in shared memory --------------------------------------------------------------------
+// A tile of R rows of a head's (T, HS) slice is stored [R][HS + kPad] bf16: the 16-byte pad
+// makes the row stride (HS*2 + 16 bytes) an odd multiple of 16 bytes modulo 128, so the 8
+// row addresses of one ldmatrix 8x8 matrix fall in 8 different 16-byte bank groups (no
+// bank conflicts), and every row start stays 16-byte aligned for cp.async.
+constexpr int kPad = 8;
+
+// load tile: rows row0 .. row0+R-1 of the (T, HS) slice starting at g (row stride ld
+// elements) into s [R][HS + kPad], asynchronously (cp.async, 16 bytes per thread per step,
+// consecutive threads on consecutive 16-byte chunks of a row); rows >= Tn are zero-filled,
+// so scores against them are 0 (masked by the caller) and P V never meets garbage.
+template <int R, int HS, int NThreads>
+__device__ __forceinline__ void load_tile_async(bf16* s, const bf16* g, long long ld, int row0, int Tn) {
+  constexpr int kChunks = HS / 8;  // 16-byte chunks per row
+  constexpr int kTotal = R * kChunks;
+  constexpr int S = HS + kPad;
+  static_assert(kTotal % NThreads == 0, "tile chunks must divide evenly among the threads");
+#pragma unroll
+  for (int it = 0; it < kTotal / NThreads; ++it) {
+    const int c = it * NThreads + (int)threadIdx.x;
+    const int r = c / kChunks, k = c % kChunks;
+    const int row = row0 + r;
+    const bool valid = row < Tn;
+    const bf16* src = g + (long long)(valid ? row : 0) * ld + k * 8;  // row 0 exists: T >= 1
+    cp_async_16(s + r * S + k * 8, src, valid);
+  }
+}
+
+// ---- fragment index maps (host and device, so that they can be checked on the host) -------------
+struct RowCol {
+  int r, c;
+};
+// The (row, column) element offset of the 8-element row that `lane` addresses in an ldmatrix.x4
+// load of, respectively: the A operand (16 rows x k-step kk) of a row-major tile; the B operand
+// of n-tiles 2np, 2np+1 for k-step kk from a tile stored N x K (plain); the B operand of
+// n-tiles 2np, 2np+1 for k-step kk from a tile stored K x N (.trans). Derivations below.
+__host__ __device__ constexpr RowCol ldsm_a(int lane, int kk) { return {lane % 16, kk * 16 + (lane / 16) * 8}; }
+__host__ __device__ constexpr RowCol ldsm_b(int lane, int np, int kk) {
+  return {np * 16 + (lane % 8) + (lane / 16) * 8, kk * 16 + ((lane / 8) % 2) * 8};
+}
+__host__ __device__ constexpr RowCol ldsm_bt(int lane, int kk, int np) {
+  return {kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8, np * 16 + (lane / 16) * 8};
+}
+// Element e (0..3) of n-tile nt of a warp's 16 x N accumulator held by `lane`: row g + 8(e/2),
+// column 8nt + 2t + e%2 (g = lane/4, t = lane%4).
+__host__ __device__ constexpr RowCol c_elem(int lane, int nt, int e) {
+  return {lane / 4 + 8 * (e / 2), 8 * nt + 2 * (lane % 4) + (e % 2)};
+}
+
+// ---- warp-level tile products on tensor cores -------------------------------------------------
+// acc (16 x N) += A B^T: A = 16 rows x K of a shared tile at sA, B = N rows x K at sB (row
+// stride S elements for both), e.g. S_ij = Q_i K_j^T. Both operands come through plain
+// ldmatrix:
+//   A, k-step kk: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
+//     (rows 8-15, k 8-15) = a0..a3; lane l addresses row l%16, column 16kk + 8(l/16).
+//   B = (rows of sB)^T, "col" operand = N x K row-major = sB itself; for n-tiles 2np, 2np+1
+//     (rows 16np .. 16np+15 of sB): matrices (rows 0-7, k 0-7) = b0 of n-tile 2np,
+//     (rows 0-7, k 8-15) = b1 of 2np, (rows 8-15, k 0-7) = b0 of 2np+1, (rows 8-15, k 8-15)
+//     = b1 of 2np+1; lane l (m = l/8) addresses row 16np + l%8 + 8(m/2), column 16kk + 8(m%2).
+//     Check: lane l of b0 gets M[l/4][2(l%4)..] = sB[row g][k 2t..] = B[k 2t..][n g].
+template <int K, int N, int S>
+__device__ __forceinline__ void warp_gemm_ss(float (&acc)[N / 8][4], const bf16* sA, const bf16* sB, int lane) {
+  static_assert(K % 16 == 0 && N % 16 == 0, "tile sizes must be multiples of 16");
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t a[4];
+    const RowCol ra = ldsm_a(lane, kk);
+    ldmatrix_x4(a, smem_u32(sA + ra.r * S + ra.c));
+#pragma unroll
+    for (int np = 0; np < N / 16; ++np) {
+      uint32_t b[4];
+      const RowCol rb = ldsm_b(lane, np, kk);
+      ldmatrix_x4(b, smem_u32(sB + rb.r * S + rb.c));
+      mma_bf16_16816(acc[2 * np], a, b[0], b[1]);
+      mma_bf16_16816(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc (16 x N) += P B: P = 16 x K in registers as K/8 C fragments (fp32, rounded to bf16
+// here), B = K rows x N of a shared tile at sB (row stride S), e.g. O_i += P_ij V_j.
+//   A from C fragments, k-step kk (columns 16kk .. 16kk+15 of P): a0 = C[g][2t..] of n-tile
+//     2kk = (c0, c1), a1 = (c2, c3) of 2kk, a2 = (c0, c1) of 2kk+1, a3 = (c2, c3) of 2kk+1.
+//   B = sB (K x N row-major) read with ldmatrix.trans: lane l of b0 gets M[2t..][g] =
+//     sB[k 2t..][n g] = B[k 2t..][n g]; for n-tiles 2np, 2np+1: matrices (k 0-7, n 0-7) = b0
+//     of 2np, (k 8-15, n 0-7) = b1 of 2np, (k 0-7, n 8-15) = b0 of 2np+1, (k 8-15, n 8-15)
+//     = b1 of 2np+1; lane l (m = l/8) addresses row 16kk + l%8 + 8(m%2), column 16np + 8(m/2).
+// With Masked, element e of n-tile nt of P enters as 0 unless bit 4nt+e of keep is set.
+template <int K, int N, int S, bool Masked>
+__device__ __forceinline__ void warp_gemm_rs(float (&acc)[N / 8][4], const float (&p)[K / 8][4], uint32_t keep,
+                                             const bf16* sB, int lane) {
+  static_assert(K % 16 == 0 && N % 16 == 0 && (!Masked || K / 2 <= 32), "tile sizes");
+  auto el = [&](int nt, int e) -> float {
+    if constexpr (Masked) return ((keep >> (4 * nt + e)) & 1u) ? p[nt][e] : 0.f;
+    return p[nt][e];
+  };
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t a[4];
+    a[0] = pack_bf16x2(el(2 * kk, 0), el(2 * kk, 1));
+    a[1] = pack_bf16x2(el(2 * kk, 2), el(2 * kk, 3));
+    a[2] = pack_bf16x2(el(2 * kk + 1, 0), el(2 * kk + 1, 1));
+    a[3] = pack_bf16x2(el(2 * kk + 1, 2), el(2 * kk + 1, 3));
+#pragma unroll
+    for (int np = 0; np < N / 16; ++np) {
+      uint32_t b[4];
+      const RowCol rb = ldsm_bt(lane, kk, np);
+      ldmatrix_x4_trans(b, smem_u32(sB + rb.r * S + rb.c));
+      mma_bf16_16816(acc[2 * np], a, b[0], b[1]);
+      mma_bf16_16816(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+template <int NT>
+__device__ __forceinline__ void zero(float (&acc)[NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
+}
+
+// ---- masking in the query-major accumulator layout ---------------------------------------------
+// (forward and dQ: rows = queries i, columns = keys j). Element (nt, e) of the lane with
+// i_g = absolute query row of its c0 (first row of the warp + g) and j_t = absolute key
+// column of its c0 in n-tile 0 (j0 + 2t) is row i_g + 8(e/2), column j_t + 8nt + e%2.
+// -inf where j >= T (keys past the end) or, causal, j > i.
+template <int NT, bool IsCausal>
+__device__ __forceinline__ void mask_scores(float (&s)[NT][4], int i_g, int j_t, int Tn) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = i_g + 8 * (e / 2), j = j_t + 8 * nt + (e % 2);
+      if (j >= Tn || (IsCausal && j > i)) s[nt][e] = -INFINITY;
+    }
+}
+
+// ---- dropout in the query-major accumulator layout ---------------------------------------------
+// M_ij = philox::dropout_keep(key, bh, i, j): one Philox call gives the 4 words of columns
+// 4(j/4) .. 4(j/4)+3 of row i. In n-tile nt the lane pair (t, t^1) owns columns
+// c = j0 + 8nt + 4(t/2) + 0..3, i.e. exactly one Philox group (j0 is a multiple of 8): the
+// even lane (t = 0, 2) owns words 0, 1 (columns 4(j/4)+0, +1), the odd lane words 2, 3, each
+// for rows g and g+8. So the even lane makes the call for row g, the odd lane the call for
+// row g+8, and they swap the two keep bits the other needs (one shuffle): every element's
+// decision is still the word of its own (bh, i, j), whatever the tile or thread layout.
+// Returns the keep bits, bit 4nt+e for element (nt, e). All 32 lanes must call it.
+template <int NT>
+__device__ __forceinline__ uint32_t dropout_keep_bits(const philox::DropoutKey& key, uint32_t bh, int i_g, int j0,
+                                                      int lane) {
+  static_assert(NT * 4 <= 32, "keep bits must fit one register");
+  const int t = lane % 4;
+  const bool odd = (t & 1) != 0;
+  const uint32_t row = (uint32_t)(i_g + (odd ? 8 : 0));  // this lane's Philox row
+  const uint32_t thr = key.threshold;
+  uint32_t bits = 0;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const uint32_t j = (uint32_t)(j0 + 8 * nt + 2 * t);  // column of element e = 0; j/4 shared by t, t^1
+    const philox::U32x4 w = philox::dropout_words(key, bh, row, j);
+    const uint32_t k01 = (uint32_t)(w.v[0] >= thr) | ((uint32_t)(w.v[1] >= thr) << 1);
+    const uint32_t k23 = (uint32_t)(w.v[2] >= thr) | ((uint32_t)(w.v[3] >= thr) << 1);
+    // even lane: row g = own k01, row g+8 = the odd lane's k01; odd lane: row g = the even
+    // lane's k23, row g+8 = own k23
+    const uint32_t recv = __shfl_xor_sync(0xffffffffu, odd ? k01 : k23, 1);
+    const uint32_t top = odd ? recv : k01;  // row g:   columns j, j+1 -> elements 0, 1
+    const uint32_t bot = odd ? k23 : recv;  // row g+8: columns j, j+1 -> elements 2, 3
+    bits |= (top | (bot << 2)) << (4 * nt);
+  }
+  return bits;
+}
+
+// Records the keep decisions of the elements a lane owns into the (T, T) mask of one (b, h)
+// (mask_bh points at its [0][0]): only i < T, j < T and, causal, j <= i (the CPU twin leaves
+// the entries above the diagonal untouched).
+template <int NT, bool IsCausal>
+__device__ __forceinline__ void write_mask(uint8_t* mask_bh, uint32_t bits, int i_g, int j_t, int Tn) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = i_g + 8 * (e / 2), j = j_t + 8 * nt + (e % 2);
+      if (i < Tn && j < Tn && (!IsCausal || j <= i)) mask_bh[(long long)i * Tn + j] = (uint8_t)((bits >> (4 * nt + e)) & 1u);
+    }
+}
+
+}  // namespace flash
+}  // namespace gpu

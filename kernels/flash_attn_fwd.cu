@@ -1,0 +1,366 @@
+// kernels/flash_attn_fwd.cu: the fused flash-attention forward with dropout (FlashAttention-2,
+// Dao 2023, algorithm 1). CPU twin (the spec): cpu::attention_tiled_forward in
+// kernels/cpu/attention_tiled.cpp; launcher contract in kernels/flash_attn.cuh.
+//
+// Per batch b and head h (bh = b*NH + h), Q, K, V the (T, HS) slices of qkv, the query rows
+// cut into tiles Q_i of Br rows (one CTA each) and the keys into tiles K_j, V_j of Bc rows,
+// s = 1 / (1 - p) = key.scale, M the Philox mask (M_ij = philox::dropout_keep(key, bh, i, j)):
+//   m_i = -inf, l_i = 0, O_i = 0
+//   for each K_j, V_j (causal: tiles wholly above the diagonal skipped):
+//     S_ij  = Q_i K_j^T / sqrt(HS)          (-inf at j >= T and, causal, at j > i)
+//     m_new = max(m_i, rowmax(S_ij)),  P~_ij = exp(S_ij - m_new)
+//     l_i   = exp(m_i - m_new) l_i + rowsum(P~_ij)          (softmax sum: BEFORE dropout)
+//     O_i   = exp(m_i - m_new) O_i + (P~_ij o M_ij) V_j,  m_i = m_new
+//   O_i = O_i * s / l_i   (the dropout scale s folded into the final normalisation),
+//   lse_i = m_i + log(l_i)
+// Writes: out (B, T, C) and lse (B, NH, T) overwritten; mask (B, NH, T, T) when not null: the
+// keep decisions, written by the same code that applies them (entries above the causal
+// diagonal untouched). Nothing of size T x T is stored otherwise.
+//
+// T = bf16 (tensor cores): one CTA of kWarps warps per (Q_i, bh), each warp owning 16 query
+// rows; Q_i loaded once to shared memory, K_j / V_j streamed through two shared stages with
+// cp.async (tile j+1 in flight while tile j is used); S_ij and O_i += P V_j by
+// mma.sync m16n8k16 bf16 with fp32 accumulators (operands through ldmatrix); m_i, l_i, O_i
+// and the dropout bits live in registers. In the scores m_i is kept in raw Q K^T units and
+// exp(x) is computed as exp2(x log2 e) (FlashAttention-2's trick: one FMA per element).
+// T = float: a SIMT kernel with the same tiles-and-online-softmax algorithm in plain fp32
+// FMAs (no tensor cores, so no TF32), one warp per query row at a time, lane c on key c of
+// the tile: for tight comparisons with the CPU reference.
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "flash_attn.cuh"
+#include "flash_attn_common.cuh"
+
+namespace gpu {
+
+bool flash_attn_supported(int HS, std::string* why) {
+  if (HS == 32 || HS == 64 || HS == 128) return true;
+  if (why)
+    *why = "the flash attention kernels support head sizes 32, 64 and 128 only (HS = C / NH = " +
+           std::to_string(HS) + "); use --attention naive or change n_embd / n_head";
+  return false;
+}
+
+namespace flash {
+namespace {
+
+// ---- tile sizes (bf16) -------------------------------------------------------------------------
+// Br = 128 query rows (8 warps x 16 rows), Bc = 64 keys for every head size. Shared memory:
+// Q_i [Br][HS+8] + two stages of K_j and V_j [Bc][HS+8], bf16:
+//   HS = 32: 30 KB, HS = 64: 54 KB, HS = 128: 102 KB (opt-in dynamic shared memory; two
+//   CTAs per SM on sm_90, one on sm_80).
+template <int HS>
+struct FwdTile {
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBr = 16 * kWarps;
+  static constexpr int kBc = 64;
+  static constexpr int kStride = HS + kPad;
+  static constexpr size_t kSmemBytes = (size_t)(kBr + 4 * kBc) * kStride * sizeof(bf16);
+};
+
+// online softmax update, per lane for its rows g (r = 0) and g+8 (r = 1), columns of s:
+//   m_new = max(m_i, rowmax(S_ij))             (row max across the quad: lanes 4g .. 4g+3)
+//   P~_ij = exp(S_ij - m_new)                   in place in s
+//   alpha = exp(m_i - m_new);  l_i = alpha l_i + rowsum(P~_ij);  O_i = alpha O_i;  m_i = m_new
+// l_i is the lane's partial sum over its own columns (the quad sum is taken once, at the
+// end, in a fixed order). A row with nothing unmasked yet (m_new = -inf) keeps its state and
+// gets P~ = 0, as in the CPU twin.
+template <int NT, int NO>
+__device__ __forceinline__ void online_softmax_update(float (&s)[NT][4], float (&o)[NO][4], float (&m)[2],
+                                                      float (&l)[2], float scale_log2) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = m[r];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const bool empty = mx == -INFINITY;
+    const float m_scaled = empty ? 0.f : mx * scale_log2;
+    const float alpha = empty ? 1.f : exp2f(m[r] * scale_log2 - m_scaled);  // 0 on the first tile
+    float rowsum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 2 * r; e < 2 * r + 2; ++e) {
+        s[nt][e] = exp2f(fmaf(s[nt][e], scale_log2, -m_scaled));  // exp2(-inf) = 0 at masked entries
+        rowsum += s[nt][e];
+      }
+    l[r] = alpha * l[r] + rowsum;
+#pragma unroll
+    for (int no = 0; no < NO; ++no) {
+      o[no][2 * r] *= alpha;
+      o[no][2 * r + 1] *= alpha;
+    }
+    m[r] = mx;
+  }
+}
+
+// apply dropout: P~_ij o M_ij (the scale s comes at the end), with M_ij from
+// dropout_keep_bits; the same bits go to the mask dump when it is requested.
+template <int NT, bool IsCausal>
+__device__ __forceinline__ void apply_dropout(float (&s)[NT][4], const FwdParams<bf16>& p, uint32_t bh, int i_g,
+                                              int j0, int lane) {
+  const uint32_t bits = dropout_keep_bits<NT>(p.key, bh, i_g, j0, lane);
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (!((bits >> (4 * nt + e)) & 1u)) s[nt][e] = 0.f;
+  if (p.mask) write_mask<NT, IsCausal>(p.mask + (long long)bh * p.T * p.T, bits, i_g, j0 + 2 * (lane % 4), p.T);
+}
+
+// write O and LSE: l_i = quad sum of the lane partials; O_i = O_i * s / l_i to out (rows < T),
+// lse_i = m_i / sqrt(HS) + log(l_i) (m_i is in raw Q K^T units) by the lane with t = 0.
+template <int NO>
+__device__ __forceinline__ void write_out_lse(const FwdParams<bf16>& p, float (&o)[NO][4], const float (&m)[2],
+                                              const float (&l)[2], uint32_t bh, int b, int h, int i_g, int lane) {
+  const int t = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float lt = l[r] + __shfl_xor_sync(0xffffffffu, l[r], 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    const int i = i_g + 8 * r;
+    if (i >= p.T) continue;
+    const float inv = p.dropout_scale / lt;
+    bf16* dst = p.out + ((long long)b * p.T + i) * p.ld_out + (long long)h * p.HS + 2 * t;
+#pragma unroll
+    for (int no = 0; no < NO; ++no)
+      *reinterpret_cast<__nv_bfloat162*>(dst + 8 * no) = __floats2bfloat162_rn(o[no][2 * r] * inv, o[no][2 * r + 1] * inv);
+    if (t == 0) p.lse[(long long)bh * p.T + i] = m[r] * p.scale + logf(lt);
+  }
+}
+
+// grid (B*NH, ceil(T / Br)); the query tiles are taken last-first so that, causal, the
+// longest CTAs start first.
+template <int HS, bool IsCausal, bool IsDropout>
+__global__ void __launch_bounds__(FwdTile<HS>::kThreads, 1) flash_fwd_bf16_kernel(const FwdParams<bf16> p) {
+  using Tile = FwdTile<HS>;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, S = Tile::kStride, NThreads = Tile::kThreads;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);  // Q_i   [Br][S]
+  bf16* sK = sQ + Br * S;                    // K_j   [2][Bc][S]
+  bf16* sV = sK + 2 * Bc * S;                // V_j   [2][Bc][S]
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * Br;  // first query row of Q_i
+  const int iw0 = i0 + 16 * warp;                     // first row of this warp
+  const int i_g = iw0 + lane / 4;                     // row of this lane's c0, c1 (c2, c3: +8)
+  const bf16* Q = p.qkv + (long long)b * p.T * p.ld_qkv + (long long)h * HS;  // Q[0][0] of (b, h)
+  const bf16* K = Q + p.C;
+  const bf16* V = Q + 2LL * p.C;
+
+  // causal: key tiles past the last query row of Q_i are wholly above the diagonal
+  const int j_end = IsCausal ? min(p.T, i0 + Br) : p.T;
+  const int n_j = (j_end + Bc - 1) / Bc;
+
+  // load tile: Q_i once, K_0 and V_0 into stage 0 (one cp.async group)
+  load_tile_async<Br, HS, NThreads>(sQ, Q, p.ld_qkv, i0, p.T);
+  load_tile_async<Bc, HS, NThreads>(sK, K, p.ld_qkv, 0, p.T);
+  load_tile_async<Bc, HS, NThreads>(sV, V, p.ld_qkv, 0, p.T);
+  cp_async_commit();
+
+  // m_i = -inf, l_i = 0, O_i = 0
+  float o[HS / 8][4];
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+
+  for (int jt = 0; jt < n_j; ++jt) {
+    const int j0 = jt * Bc, stage = jt % 2;
+    if (jt + 1 < n_j) {  // K_{j+1}, V_{j+1} into the other stage while this one is used
+      load_tile_async<Bc, HS, NThreads>(sK + (1 - stage) * Bc * S, K, p.ld_qkv, j0 + Bc, p.T);
+      load_tile_async<Bc, HS, NThreads>(sV + (1 - stage) * Bc * S, V, p.ld_qkv, j0 + Bc, p.T);
+      cp_async_commit();
+      cp_async_wait<1>();  // everything but the group just issued has landed
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // Q_i, K_j, V_j visible to every warp
+    // a warp whose 16 rows all lie above this tile's first key has nothing unmasked here
+    if (!(IsCausal && j0 > iw0 + 15)) {
+      // S_ij = Q_i K_j^T (raw; the 1/sqrt(HS) is folded into scale_log2)
+      float s[Bc / 8][4];
+      zero(s);
+      warp_gemm_ss<HS, Bc, S>(s, sQ + 16 * warp * S, sK + stage * Bc * S, lane);
+      if (j0 + Bc > p.T || (IsCausal && j0 + Bc - 1 > iw0)) mask_scores<Bc / 8, IsCausal>(s, i_g, j0 + 2 * (lane % 4), p.T);
+      // m_new = max(m_i, rowmax S_ij), P~_ij = exp(S_ij - m_new), l_i = e^(m_i - m_new) l_i + rowsum(P~_ij)
+      online_softmax_update(s, o, m, l, p.scale_log2);
+      // P~_ij o M_ij
+      if constexpr (IsDropout) apply_dropout<Bc / 8, IsCausal>(s, p, bh, i_g, j0, lane);
+      // O_i += (P~_ij o M_ij) V_j   (O_i already rescaled by e^(m_i - m_new))
+      warp_gemm_rs<Bc, HS, S, false>(o, s, 0u, sV + stage * Bc * S, lane);
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+  // O_i = diag(l_i)^-1 O_i s, lse_i = m_i + log(l_i)
+  write_out_lse(p, o, m, l, bh, b, h, i_g, lane);
+}
+
+// ---- T = float: SIMT ---------------------------------------------------------------------------
+// One CTA of 8 warps per (Q_i of 32 rows, bh); each warp owns 4 rows and takes them one at
+// a time; for a row, lane c computes S_ic against key j0 + c of the tile (a sequential FMA
+// dot product over HS), the row max / sum are warp reductions in a fixed butterfly order,
+// and lane c accumulates output columns c, c+32, ... with P broadcast by shuffles in key
+// order. Shared: Q_i [32][HS], K_j [32][HS+1] (the pad puts the 32 lanes' rows in 32
+// different banks), V_j [32][HS].
+struct SimtTile {
+  static constexpr int kWarps = 8, kThreads = 256, kBr = 32, kBc = 32, kRowsPerWarp = kBr / kWarps;
+};
+template <int HS>
+constexpr size_t simt_fwd_smem_bytes() {
+  return (size_t)(SimtTile::kBr * HS + SimtTile::kBc * (HS + 1) + SimtTile::kBc * HS) * sizeof(float);
+}
+
+// rows row0 .. row0+R-1 of a (T, HS) fp32 slice into s [R][LD], zeros past T.
+template <int R, int HS, int LD>
+__device__ __forceinline__ void load_tile_f32(float* s, const float* g, long long ld, int row0, int Tn) {
+  for (int c = threadIdx.x; c < R * HS; c += blockDim.x) {
+    const int r = c / HS, d = c % HS, row = row0 + r;
+    s[r * LD + d] = row < Tn ? g[(long long)row * ld + d] : 0.f;
+  }
+}
+
+template <int HS, bool IsCausal, bool IsDropout>
+__global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_fwd_f32_kernel(const FwdParams<float> p) {
+  constexpr int Br = SimtTile::kBr, Bc = SimtTile::kBc, RPW = SimtTile::kRowsPerWarp, KD = HS / 32;
+  extern __shared__ __align__(16) unsigned char smem[];
+  float* sQ = reinterpret_cast<float*>(smem);  // Q_i [Br][HS]
+  float* sK = sQ + Br * HS;                    // K_j [Bc][HS+1]
+  float* sV = sK + Bc * (HS + 1);              // V_j [Bc][HS]
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * Br;
+  const float* Q = p.qkv + (long long)b * p.T * p.ld_qkv + (long long)h * HS;
+  const float* K = Q + p.C;
+  const float* V = Q + 2LL * p.C;
+  const int j_end = IsCausal ? min(p.T, i0 + Br) : p.T;
+
+  load_tile_f32<Br, HS, HS>(sQ, Q, p.ld_qkv, i0, p.T);
+  float o[RPW][KD], m[RPW], l[RPW];
+#pragma unroll
+  for (int rr = 0; rr < RPW; ++rr) {
+    m[rr] = -INFINITY;
+    l[rr] = 0.f;
+#pragma unroll
+    for (int k = 0; k < KD; ++k) o[rr][k] = 0.f;
+  }
+  for (int j0 = 0; j0 < j_end; j0 += Bc) {
+    __syncthreads();  // the previous K_j, V_j are consumed
+    load_tile_f32<Bc, HS, HS + 1>(sK, K, p.ld_qkv, j0, p.T);
+    load_tile_f32<Bc, HS, HS>(sV, V, p.ld_qkv, j0, p.T);
+    __syncthreads();
+#pragma unroll
+    for (int rr = 0; rr < RPW; ++rr) {
+      const int r = warp * RPW + rr, i = i0 + r, j = j0 + lane;
+      if (i >= p.T || (IsCausal && j0 > i)) continue;  // warp-uniform
+      const bool valid = j < p.T && (!IsCausal || j <= i);
+      // S_ij = Q_i . K_j / sqrt(HS), -inf where masked
+      float dot = 0.f;
+#pragma unroll 8
+      for (int d = 0; d < HS; ++d) dot = fmaf(sQ[r * HS + d], sK[lane * (HS + 1) + d], dot);
+      const float sij = valid ? dot * p.scale : -INFINITY;
+      // m_new = max(m_i, rowmax S_ij); P~ = exp(S - m_new); l_i = e^(m_i - m_new) l_i + rowsum(P~)
+      const float m_new = fmaxf(m[rr], warp_max(sij));
+      if (m_new == -INFINITY) continue;  // nothing unmasked yet: state unchanged
+      float pij = expf(sij - m_new);
+      const float alpha = expf(m[rr] - m_new);
+      l[rr] = alpha * l[rr] + warp_sum(pij);
+      m[rr] = m_new;
+      // P~_ij o M_ij (and the mask dump)
+      if constexpr (IsDropout) {
+        const bool keep = philox::dropout_keep(p.key, bh, (uint32_t)i, (uint32_t)j);
+        if (p.mask && valid) p.mask[((long long)bh * p.T + i) * p.T + j] = keep ? 1 : 0;
+        if (!keep) pij = 0.f;
+      }
+      // O_i = e^(m_i - m_new) O_i + (P~_ij o M_ij) V_j, keys in order
+#pragma unroll
+      for (int k = 0; k < KD; ++k) o[rr][k] *= alpha;
+      for (int c = 0; c < Bc; ++c) {
+        const float pc = __shfl_sync(0xffffffffu, pij, c);
+#pragma unroll
+        for (int k = 0; k < KD; ++k) o[rr][k] = fmaf(pc, sV[c * HS + lane + 32 * k], o[rr][k]);
+      }
+    }
+  }
+  // O_i = diag(l_i)^-1 O_i s, lse_i = m_i + log(l_i)
+#pragma unroll
+  for (int rr = 0; rr < RPW; ++rr) {
+    const int i = i0 + warp * RPW + rr;
+    if (i >= p.T) continue;
+    const float inv = p.dropout_scale / l[rr];
+    float* dst = p.out + ((long long)b * p.T + i) * p.ld_out + (long long)h * HS;
+#pragma unroll
+    for (int k = 0; k < KD; ++k) dst[lane + 32 * k] = o[rr][k] * inv;
+    if (lane == 0) p.lse[(long long)bh * p.T + i] = m[rr] + logf(l[rr]);
+  }
+}
+
+// One (T, HS, causal, dropout) instantiation: grid and launch.
+template <typename T, int HS, bool IsCausal, bool IsDropout>
+void run_fwd(const Context& ctx, const FwdParams<T>& p) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    using Tile = FwdTile<HS>;
+    const long long tiles = ceil_div(p.T, Tile::kBr);
+    if (tiles > 65535) throw std::invalid_argument("flash_attn_forward: T too large for the grid");
+    launch(ctx, flash_fwd_bf16_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles),
+           Tile::kThreads, Tile::kSmemBytes, p);
+  } else {
+    const long long tiles = ceil_div(p.T, SimtTile::kBr);
+    if (tiles > 65535) throw std::invalid_argument("flash_attn_forward: T too large for the grid");
+    launch(ctx, flash_fwd_f32_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles),
+           SimtTile::kThreads, simt_fwd_smem_bytes<HS>(), p);
+  }
+}
+
+}  // namespace
+}  // namespace flash
+
+template <typename T>
+void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, const philox::DropoutKey& key, int B,
+                        int Tn, int C, int NH, bool causal, uint8_t* mask) {
+  const int HS = flash::check_shape(B, Tn, C, NH, "flash_attn_forward");
+  if (!out || !lse || !qkv) throw std::invalid_argument("flash_attn_forward: null buffer");
+  if constexpr (std::is_same_v<T, bf16>) {
+    flash::check_aligned(qkv, 16, "flash_attn_forward", "qkv");  // cp.async moves 16 bytes
+    flash::check_aligned(out, 4, "flash_attn_forward", "out");   // bf16x2 stores
+  }
+  flash::FwdParams<T> p{};
+  p.qkv = qkv;
+  p.out = out;
+  p.lse = lse;
+  p.mask = mask;
+  p.key = key;
+  p.dropout_scale = key.threshold != 0 ? key.scale : 1.f;
+  p.scale = (float)(1.0 / std::sqrt((double)HS));
+  p.scale_log2 = (float)(flash::kLog2e / std::sqrt((double)HS));
+  p.B = B;
+  p.T = Tn;
+  p.C = C;
+  p.NH = NH;
+  p.HS = HS;
+  p.ld_qkv = 3LL * C;
+  p.ld_out = C;
+  // with the mask dump and p = 0 the dropout path runs with threshold 0 (every element kept,
+  // s = 1: the same result) so that the dump is written by the code that applies dropout
+  const bool dropout = key.threshold != 0 || mask != nullptr;
+  // the one place where the runtime flags become template parameters
+  FLASH_HEADDIM_SWITCH(HS, kHS, [&] {
+    FLASH_BOOL_SWITCH(causal, kCausal, [&] {
+      FLASH_BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd<T, kHS, kCausal, kDropout>(ctx, p); });
+    });
+  });
+}
+
+template void flash_attn_forward<float>(const Context&, float*, float*, const float*, const philox::DropoutKey&, int,
+                                        int, int, int, bool, uint8_t*);
+template void flash_attn_forward<bf16>(const Context&, bf16*, float*, const bf16*, const philox::DropoutKey&, int,
+                                       int, int, int, bool, uint8_t*);
+
+}  // namespace gpu

@@ -1,0 +1,182 @@
+// model/backend_cuda.cu: the CUDA backend: GPTCuda<float> or GPTCuda<bf16> (model/gpt_cuda.cuh)
+// behind the Backend interface. The weights start from the same host init as the CPU backend
+// (init_params, copied to the device), so both backends begin from identical weights.
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "../kernels/attention.cuh"
+#include "attention_check.h"
+#include "backend.h"
+#include "errors.h"
+#include "gpt_cuda.cuh"
+
+namespace tg {
+
+namespace {
+
+// Dense bf16 tensor-core peak by device name (0 = unknown, no MFU printed): H100 SXM and H200
+// 989 TFLOP/s, A100 312 TFLOP/s. Other parts (an H100 PCIe or NVL, consumer cards) print none
+// rather than a wrong one.
+double dense_bf16_peak(const std::string& name) {
+  if (name.find("H200") != std::string::npos) return 989e12;
+  if (name.find("H100") != std::string::npos &&
+      (name.find("SXM") != std::string::npos || name.find("HBM3") != std::string::npos))
+    return 989e12;
+  if (name.find("A100") != std::string::npos) return 312e12;
+  return 0;
+}
+
+template <typename T>
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const Config& c, const ModelConfig& m, const CudaRunShape& run) : c_(c), gpt_(m, run) {
+    cudaDeviceProp prop{};
+    cudaCheck(cudaGetDeviceProperties(&prop, gpt_.ctx().device));
+    name_ = prop.name;
+    std::vector<float> p(gpt_.n_params);
+    init_params(p.data(), gpt_.table, c.seed);
+    gpt_.upload_state(p.data(), nullptr, nullptr);
+  }
+  std::string device_name() const override {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s (compute capability %d.%d, %d SMs)", name_.c_str(), gpt_.ctx().cc_major,
+                  gpt_.ctx().cc_minor, gpt_.ctx().sm_count);
+    return buf;
+  }
+  size_t memory_bytes() const override { return gpt_.memory_bytes(); }
+  std::string precision() const override { return std::is_same<T, float>::value ? "fp32" : "bf16"; }
+  double peak_flops() const override { return dense_bf16_peak(name_); }
+
+  float forward_backward(const int32_t* x, const int32_t* y, uint32_t step) override {
+    gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, true, step);
+    gpt_.backward();
+    const StepStats s = gpt_.read_stats();  // the one synchronisation of the step
+    norm_ = std::sqrt((double)s.norm_squared);
+    return s.loss;
+  }
+  double grad_norm() override { return norm_; }
+  void update(float lr, int t, double) override { gpt_.update(lr, t); }  // clips by the norm on the device
+  float eval_loss(const int32_t* x, const int32_t* y) override {
+    gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, false, 0);
+    return gpt_.read_stats().loss;
+  }
+  // Generation runs the forward over the whole window for each token (no KV cache on the GPU
+  // yet): the window is at most block_size tokens, cropped from the left as nanoGPT does.
+  void generate_reset() override { window_.clear(); }
+  void generate_step(int32_t token, float* out) override {
+    if ((int)window_.size() == gpt_.model().block_size) window_.erase(window_.begin());
+    window_.push_back(token);
+    const int n = (int)window_.size();
+    gpt_.forward(window_.data(), nullptr, 1, n, false, 0);
+    gpt_.download_logits_row(n - 1, out);
+  }
+  std::vector<float> params() const override { return gpt_.download_params(); }
+  std::vector<float> grads() const override { return gpt_.download_grads(); }
+  void adam_state(std::vector<float>& m, std::vector<float>& v) const override { gpt_.download_adam(m, v); }
+  void set_state(const float* params, const float* m, const float* v) override { gpt_.upload_state(params, m, v); }
+
+  std::vector<AttentionDiff> attention_check(const int32_t* x, const int32_t* y, uint32_t step) override {
+    const CudaRunShape& r = gpt_.run();
+    const ModelConfig& m = gpt_.model();
+    const gpu::Context& ctx = gpt_.ctx();
+    const int B = r.B, Tn = r.T, C = m.n_embd, NH = m.n_head;
+    const size_t BTC = (size_t)B * Tn * C;
+    gpt_.forward(x, y, B, Tn, true, step);
+    // dO in T on the device; the outputs go to the step's own spare buffers
+    std::vector<float> dout_f = attention_check_dout(BTC, c_.seed);
+    std::vector<T> dout_t(BTC);
+    for (size_t i = 0; i < BTC; ++i) dout_t[i] = gpu::from_float<T>(dout_f[i]);
+    T* dout = gpt_.spare_btc();
+    T* dqkv = gpt_.spare_btc3();
+    cudaCheck(cudaMemcpyAsync(dout, dout_t.data(), BTC * sizeof(T), cudaMemcpyHostToDevice, ctx.stream));
+    std::vector<T> out_buf(BTC), dqkv_buf(3 * BTC);
+    auto fetch = [&](const T* d, std::vector<T>& h) {
+      cudaCheck(cudaMemcpyAsync(h.data(), d, h.size() * sizeof(T), cudaMemcpyDeviceToHost, ctx.stream));
+      cudaCheck(cudaStreamSynchronize(ctx.stream));
+      std::vector<float> f(h.size());
+      for (size_t i = 0; i < h.size(); ++i) f[i] = gpu::to_float(h[i]);
+      return f;
+    };
+    std::vector<AttentionDiff> diffs;
+    for (int li = 0; li < m.n_layer; ++li) {
+      const auto L = gpt_.layer(li);
+      const philox::DropoutKey key = philox::make_dropout_key(r.seed, step, li, philox::kSiteAttnProbs, r.dropout);
+      std::vector<float> out[2], dq[2];
+      int k = 0;
+      for (gpu::AttentionPath path : {gpu::AttentionPath::Naive, gpu::AttentionPath::Flash}) {
+        // the layer's own output buffer is rewritten: the check ends the run
+        gpu::attention_forward(ctx, path, L.atty, L.saved, L.qkv, key, B, Tn, C, NH, true);
+        cudaCheck(cudaMemsetAsync(dqkv, 0, 3 * BTC * sizeof(T), ctx.stream));
+        gpu::attention_backward(ctx, path, dqkv, dout, L.qkv, L.atty, L.saved, key, B, Tn, C, NH, true);
+        out[k] = fetch(L.atty, out_buf);
+        dq[k] = fetch(dqkv, dqkv_buf);
+        ++k;
+      }
+      diffs.push_back(attention_diff(out[0], out[1], dq[0], dq[1], C));
+    }
+    return diffs;
+  }
+
+ private:
+  Config c_;
+  GPTCuda<T> gpt_;
+  std::string name_;
+  double norm_ = 0;
+  std::vector<int32_t> window_;
+};
+
+template <typename T>
+std::unique_ptr<Backend> make(const Config& c, const ModelConfig& m, const CudaRunShape& run) {
+  // refuse, before allocating, a model that cannot fit in the device's free memory
+  size_t free_b = 0, total_b = 0;
+  cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+  const size_t need = GPTCuda<T>::bytes_needed(m, run);
+  if (need > free_b) {
+    char msg[512];
+    std::snprintf(msg, sizeof msg,
+                  "the model needs %.2f GiB of GPU memory (B=%d, T=%d, %d layers, %d wide, %s attention, %s) but the "
+                  "GPU has %.2f GiB free of %.2f GiB; expected it to fit; reduce --batch-size or --block-size%s",
+                  need / 1073741824.0, c.batch_size, c.block_size, c.n_layer, c.n_embd, c.attention.c_str(),
+                  std::is_same<T, float>::value ? "fp32" : "bf16", free_b / 1073741824.0, total_b / 1073741824.0,
+                  run.path == gpu::AttentionPath::Naive ? ", or use --attention flash (no T x T probabilities)"
+                                                        : ", or use --precision bf16");
+    throw InputError(msg);
+  }
+  return std::make_unique<CudaBackend<T>>(c, m, run);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const Config& c, const ModelConfig& m) {
+  int dev = 0;
+  cudaDeviceProp prop{};
+  cudaCheck(cudaGetDevice(&dev));
+  cudaCheck(cudaGetDeviceProperties(&prop, dev));
+  CudaRunShape run;
+  run.B = c.batch_size;
+  run.T = c.block_size;
+  run.dropout = c.dropout;
+  run.path = c.attention == "naive" ? gpu::AttentionPath::Naive : gpu::AttentionPath::Flash;
+  run.both_paths = c.attention == "check";
+  run.seed = c.seed;
+  run.grad_clip = (float)c.grad_clip;
+  run.beta1 = (float)c.beta1;
+  run.beta2 = (float)c.beta2;
+  run.weight_decay = (float)c.weight_decay;
+  const int HS = c.n_embd / c.n_head;
+  std::string why;
+  if (run.path == gpu::AttentionPath::Flash && !gpu::attention_supported(run.path, HS, &why))
+    throw InputError("--attention " + c.attention + " with head size " + std::to_string(HS) + " (n-embd " +
+                     std::to_string(c.n_embd) + " / n-head " + std::to_string(c.n_head) + "): " + why +
+                     "; change --n-embd or --n-head, or pass --attention naive");
+  const bool bf16_ok = prop.major >= 8;
+  if (c.precision == "bf16" && !bf16_ok)
+    throw InputError(std::string("--precision bf16 on ") + prop.name + " (compute capability " +
+                     std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+                     "); expected compute capability 8.0 or newer; pass --precision fp32");
+  const bool bf16 = c.precision == "bf16" || (c.precision == "auto" && bf16_ok);
+  return bf16 ? make<gpu::bf16>(c, m, run) : make<float>(c, m, run);
+}
+
+}  // namespace tg

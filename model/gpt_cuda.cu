@@ -1,0 +1,312 @@
+// model/gpt_cuda.cu: the GPT call sequence on the GPU (see model/gpt_cuda.cuh), line for line
+// the twin of model/gpt_cpu.cpp: the same ops in the same order under the same names, with
+// gpu:: launchers in place of cpu:: functions.
+#include "gpt_cuda.cuh"
+
+#include <algorithm>
+#include <cstring>
+
+#include "../kernels/cross_entropy.cuh"
+#include "../kernels/dropout.cuh"
+#include "../kernels/encoder.cuh"
+#include "../kernels/gelu.cuh"
+#include "../kernels/layernorm.cuh"
+#include "../kernels/matmul.cuh"
+#include "../kernels/residual.cuh"
+
+namespace tg {
+
+// Hands out 256-byte aligned regions of one allocation; with base null it only counts.
+template <typename T>
+class GPTCuda<T>::Carver {
+ public:
+  explicit Carver(char* base) : base_(base) {}
+  template <typename U>
+  U* take(size_t n) {
+    const size_t off = (used_ + 255) / 256 * 256;
+    used_ = off + n * sizeof(U);
+    return base_ ? reinterpret_cast<U*>(base_ + off) : nullptr;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+template <typename T>
+void GPTCuda<T>::carve(Buffers& b, Carver& a, const ModelConfig& m, const CudaRunShape& run, size_t n_params,
+                       size_t n_tensors) {
+  const size_t BT = (size_t)run.B * run.T, C = m.n_embd, V = m.vocab_size;
+  const bool naive = run.both_paths || run.path == gpu::AttentionPath::Naive;
+  const bool flash = run.both_paths || run.path == gpu::AttentionPath::Flash;
+  Acts& acts_ = b.acts;
+  Scratch& d_ = b.d;
+  // parameters, gradients, AdamW state
+  b.params = a.template take<float>(n_params);
+  b.grads = a.template take<float>(n_params);
+  b.m = a.template take<float>(n_params);
+  b.v = a.template take<float>(n_params);
+  b.params_t = std::is_same<T, float>::value ? reinterpret_cast<T*>(b.params) : a.template take<T>(n_params);
+  b.tensors = a.template take<gpu::AdamWTensor>(n_tensors);
+  // activations
+  acts_.inp = a.template take<int32_t>(BT);
+  acts_.targets = a.template take<int32_t>(BT);
+  acts_.encoded = a.template take<T>(BT * C);
+  acts_.h.resize(m.n_layer);
+  for (Layer& l : acts_.h) {
+    for (T** buf : {&l.ln1, &l.atty, &l.attproj, &l.res2, &l.ln2, &l.fcproj, &l.res3}) *buf = a.template take<T>(BT * C);
+    for (float** buf : {&l.ln1_mean, &l.ln1_rstd, &l.ln2_mean, &l.ln2_rstd}) *buf = a.template take<float>(BT);
+    l.qkv = a.template take<T>(BT * 3 * C);
+    l.fch = a.template take<T>(BT * 4 * C);
+    l.fch_gelu = a.template take<T>(BT * 4 * C);
+    // the two attention paths save different things for the backward
+    l.saved = {};
+    if (naive) l.saved.att = a.template take<T>(gpu::attention_saved_elems(gpu::AttentionPath::Naive, run.B, run.T, m.n_head));
+    if (flash) l.saved.lse = a.template take<float>(gpu::attention_saved_elems(gpu::AttentionPath::Flash, run.B, run.T, m.n_head));
+  }
+  acts_.lnf = a.template take<T>(BT * C);
+  acts_.lnf_mean = a.template take<float>(BT);
+  acts_.lnf_rstd = a.template take<float>(BT);
+  acts_.logits = a.template take<T>(BT * V);
+  acts_.dlogits = a.template take<T>(BT * V);
+  acts_.losses = a.template take<float>(BT);
+  acts_.stats = a.template take<float>(4);
+  // activation gradients
+  for (T** buf : {&d_.dres, &d_.dln, &d_.dbtc, &d_.datty}) *buf = a.template take<T>(BT * C);
+  d_.dqkv = a.template take<T>(BT * 3 * C);
+  d_.dfch = a.template take<T>(BT * 4 * C);
+  d_.dfch_gelu = a.template take<T>(BT * 4 * C);
+}
+
+size_t gpt_cuda_scratch_bytes(const ModelConfig& m, const CudaRunShape& run, size_t elem_size, size_t n_params) {
+  const int B = run.B, Tn = run.T, C = m.n_embd, NH = m.n_head, V = m.vocab_size, N = B * Tn;
+  size_t s = std::max({gpu::encoder_backward_scratch_bytes(B, Tn, C, V), gpu::layernorm_backward_scratch_bytes(N, C),
+                       gpu::global_norm_scratch_bytes(n_params),
+                       gpu::matmul_scratch_bytes(N, std::max({3 * C, 4 * C, V}))});
+  for (gpu::AttentionPath p : {gpu::AttentionPath::Naive, gpu::AttentionPath::Flash})
+    if (run.both_paths || p == run.path) s = std::max(s, gpu::attention_scratch_bytes(p, B, Tn, C, NH, elem_size));
+  return s;
+}
+
+template <typename T>
+size_t GPTCuda<T>::bytes_needed(const ModelConfig& m, const CudaRunShape& run) {
+  const std::vector<ParamSpec> table = param_table(m);
+  const size_t n = param_count(table);
+  Buffers b{};
+  Carver count(nullptr);
+  carve(b, count, m, run, n, table.size());
+  return count.used() + gpt_cuda_scratch_bytes(m, run, sizeof(T), n) + gpu::kCublasWorkspaceBytes;
+}
+
+template <typename T>
+GPTCuda<T>::GPTCuda(const ModelConfig& mc, const CudaRunShape& run) : m_(mc), run_(run) {
+  table = param_table(m_);
+  n_params = param_count(table);
+  Carver count(nullptr);
+  carve(buf_, count, m_, run_, n_params, table.size());
+  arena_bytes_ = count.used();
+  ctx_.create(gpt_cuda_scratch_bytes(m_, run_, sizeof(T), n_params));
+  ctx_.precision = std::is_same<T, float>::value ? gpu::Precision::FP32 : gpu::Precision::BF16;
+  try {
+    cudaCheck(cudaMalloc(&arena_, arena_bytes_));
+    cudaCheck(cudaMemsetAsync(arena_, 0, arena_bytes_, ctx_.stream));
+  } catch (...) {
+    ctx_.destroy();
+    throw;
+  }
+  Carver fill(arena_);
+  carve(buf_, fill, m_, run_, n_params, table.size());
+  P = bind_params(buf_.params_t, m_);
+  G = bind_params(buf_.grads, m_);
+  // the per-tensor weight decay of the fused AdamW kernel
+  std::vector<gpu::AdamWTensor> tensors;
+  for (const ParamSpec& p : table) tensors.push_back({p.offset, p.numel, p.decay ? run_.weight_decay : 0.0f});
+  cudaCheck(cudaMemcpyAsync(buf_.tensors, tensors.data(), tensors.size() * sizeof(gpu::AdamWTensor),
+                            cudaMemcpyHostToDevice, ctx_.stream));
+  cudaCheck(cudaStreamSynchronize(ctx_.stream));
+}
+
+template <typename T>
+GPTCuda<T>::~GPTCuda() {
+  if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
+  if (arena_) cudaFree(arena_);
+  ctx_.destroy();
+}
+
+template <typename T>
+philox::DropoutKey GPTCuda<T>::key(uint32_t layer, uint32_t site) const {
+  double p = train_ ? run_.dropout : 0.0;
+  return philox::make_dropout_key(run_.seed, step_, layer, site, p);
+}
+
+template <typename T>
+void GPTCuda<T>::forward(const int32_t* x, const int32_t* targets, int b, int t, bool train, uint32_t step) {
+  b_ = b; t_ = t; train_ = train; step_ = step;
+  const gpu::Context& ctx = ctx_;
+  const int C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, N = b * t;
+  cudaCheck(cudaMemcpyAsync(acts_.inp, x, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, ctx.stream));
+
+  gpu::encoder_forward(ctx, acts_.encoded, acts_.inp, P.wte, P.wpe, b, t, C);
+  gpu::dropout_forward(ctx, acts_.encoded, acts_.encoded, key(0, philox::kSiteEmbedding), b, t, C);
+  const T* residual = acts_.encoded;
+  for (int li = 0; li < m_.n_layer; ++li) {
+    Layer& a = acts_.h[li];
+    const LayerParams<T>& p = P.h[li];
+    // x = x + drop(c_proj(attn(ln_1(x))))
+    gpu::layernorm_forward(ctx, a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
+    gpu::matmul_forward(ctx, a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * C);
+    gpu::attention_forward(ctx, run_.path, a.atty, a.saved, a.qkv, key(li, philox::kSiteAttnProbs), b, t, C, NH, true);
+    gpu::matmul_forward(ctx, a.attproj, a.atty, p.attprojw, p.attprojb, N, C, C);
+    gpu::dropout_forward(ctx, a.attproj, a.attproj, key(li, philox::kSiteAttnProj), b, t, C);
+    gpu::residual_forward(ctx, a.res2, residual, a.attproj, (size_t)N * C);
+    // x = x + drop(mlp.c_proj(gelu(c_fc(ln_2(x)))))
+    gpu::layernorm_forward(ctx, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, N, C);
+    gpu::matmul_forward(ctx, a.fch, a.ln2, p.fcw, p.fcb, N, C, 4 * C);
+    gpu::gelu_forward(ctx, a.fch_gelu, a.fch, (size_t)N * 4 * C);
+    gpu::matmul_forward(ctx, a.fcproj, a.fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
+    gpu::dropout_forward(ctx, a.fcproj, a.fcproj, key(li, philox::kSiteMlp), b, t, C);
+    gpu::residual_forward(ctx, a.res3, a.res2, a.fcproj, (size_t)N * C);
+    residual = a.res3;
+  }
+  gpu::layernorm_forward(ctx, acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual, P.lnfw, P.lnfb, N, C);
+  gpu::matmul_forward(ctx, acts_.logits, acts_.lnf, P.wte, (const T*)nullptr, N, C, V);
+  if (!targets) return;
+  cudaCheck(cudaMemcpyAsync(acts_.targets, targets, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, ctx.stream));
+  if (train)
+    gpu::cross_entropy_forward_backward(ctx, acts_.losses, acts_.dlogits, acts_.logits, acts_.targets, 1.0f / N, N, V);
+  else
+    gpu::cross_entropy_forward(ctx, acts_.losses, acts_.logits, acts_.targets, N, V);
+  gpu::loss_mean(ctx, acts_.stats, acts_.losses, N);
+}
+
+template <typename T>
+void GPTCuda<T>::backward() {
+  const gpu::Context& ctx = ctx_;
+  const int b = b_, t = t_, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, N = b * t;
+  const size_t NC = (size_t)N * C;
+  auto zero = [&](T* p, size_t n) { cudaCheck(cudaMemsetAsync(p, 0, n * sizeof(T), ctx.stream)); };
+  cudaCheck(cudaMemsetAsync(buf_.grads, 0, n_params * sizeof(float), ctx.stream));
+  // logits = ln_f(x) wte^T
+  zero(d_.dln, NC);
+  gpu::matmul_backward(ctx, d_.dln, G.wte, (float*)nullptr, acts_.dlogits, acts_.lnf, P.wte, N, C, V);
+  const T* last = m_.n_layer ? acts_.h.back().res3 : acts_.encoded;
+  zero(d_.dres, NC);  // dres: the gradient of the residual stream, walked down the blocks
+  gpu::layernorm_backward(ctx, d_.dres, G.lnfw, G.lnfb, d_.dln, last, P.lnfw, acts_.lnf_mean, acts_.lnf_rstd, N, C);
+  for (int li = m_.n_layer - 1; li >= 0; --li) {
+    Layer& a = acts_.h[li];
+    const LayerParams<T>& p = P.h[li];
+    LayerParams<float>& g = G.h[li];
+    const T* residual = li == 0 ? acts_.encoded : acts_.h[li - 1].res3;
+    // res3 = res2 + drop(fcproj): dres is d res3, and flows on unchanged into d res2
+    zero(d_.dbtc, NC);
+    gpu::dropout_backward(ctx, d_.dbtc, d_.dres, key(li, philox::kSiteMlp), b, t, C);
+    zero(d_.dfch_gelu, NC * 4);
+    gpu::matmul_backward(ctx, d_.dfch_gelu, g.fcprojw, g.fcprojb, d_.dbtc, a.fch_gelu, p.fcprojw, N, 4 * C, C);
+    zero(d_.dfch, NC * 4);
+    gpu::gelu_backward(ctx, d_.dfch, a.fch, d_.dfch_gelu, NC * 4);
+    zero(d_.dln, NC);
+    gpu::matmul_backward(ctx, d_.dln, g.fcw, g.fcb, d_.dfch, a.ln2, p.fcw, N, C, 4 * C);
+    gpu::layernorm_backward(ctx, d_.dres, g.ln2w, g.ln2b, d_.dln, a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd, N, C);
+    // res2 = residual + drop(attproj): dres is now d res2, and flows on into d residual
+    zero(d_.dbtc, NC);
+    gpu::dropout_backward(ctx, d_.dbtc, d_.dres, key(li, philox::kSiteAttnProj), b, t, C);
+    zero(d_.datty, NC);
+    gpu::matmul_backward(ctx, d_.datty, g.attprojw, g.attprojb, d_.dbtc, a.atty, p.attprojw, N, C, C);
+    zero(d_.dqkv, NC * 3);
+    gpu::attention_backward(ctx, run_.path, d_.dqkv, d_.datty, a.qkv, a.atty, a.saved, key(li, philox::kSiteAttnProbs),
+                            b, t, C, NH, true);
+    zero(d_.dln, NC);
+    gpu::matmul_backward(ctx, d_.dln, g.qkvw, g.qkvb, d_.dqkv, a.ln1, p.qkvw, N, C, 3 * C);
+    gpu::layernorm_backward(ctx, d_.dres, g.ln1w, g.ln1b, d_.dln, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, N, C);
+  }
+  // encoded = drop(wte[x] + wpe)
+  zero(d_.dbtc, NC);
+  gpu::dropout_backward(ctx, d_.dbtc, d_.dres, key(0, philox::kSiteEmbedding), b, t, C);
+  gpu::encoder_backward(ctx, G.wte, G.wpe, d_.dbtc, acts_.inp, b, t, C, V);
+  gpu::global_norm_squared(ctx, acts_.stats + 1, buf_.grads, n_params);
+}
+
+template <typename T>
+void GPTCuda<T>::update(float lr, int t) {
+  const gpu::Context& ctx = ctx_;
+  const float* scale = nullptr;
+  if (run_.grad_clip > 0) {
+    gpu::clip_scale(ctx, acts_.stats + 2, acts_.stats + 1, run_.grad_clip);
+    scale = acts_.stats + 2;
+  }
+  gpu::AdamWArgs args{lr, run_.beta1, run_.beta2, 1e-8f, t};
+  gpu::adamw_update(ctx, buf_.params, std::is_same<T, float>::value ? (T*)nullptr : buf_.params_t, buf_.grads, buf_.m, buf_.v,
+                    n_params, buf_.tensors, (int)table.size(), args, scale);
+}
+
+template <typename T>
+StepStats GPTCuda<T>::read_stats() {
+  float s[2];
+  cudaCheck(cudaMemcpyAsync(s, acts_.stats, sizeof s, cudaMemcpyDeviceToHost, ctx_.stream));
+  cudaCheck(cudaStreamSynchronize(ctx_.stream));
+  return StepStats{s[0], s[1]};
+}
+
+namespace {
+template <typename U>
+std::vector<U> download(const U* d, size_t n, cudaStream_t stream) {
+  std::vector<U> h(n);
+  cudaCheck(cudaMemcpyAsync(h.data(), d, n * sizeof(U), cudaMemcpyDeviceToHost, stream));
+  cudaCheck(cudaStreamSynchronize(stream));
+  return h;
+}
+template <typename T>
+std::vector<float> to_floats(const std::vector<T>& v) {
+  std::vector<float> f(v.size());
+  for (size_t i = 0; i < v.size(); ++i) f[i] = gpu::to_float(v[i]);
+  return f;
+}
+}  // namespace
+
+template <typename T>
+std::vector<float> GPTCuda<T>::download_params() const { return download(buf_.params, n_params, ctx_.stream); }
+
+template <typename T>
+std::vector<float> GPTCuda<T>::download_grads() const { return download(buf_.grads, n_params, ctx_.stream); }
+
+template <typename T>
+void GPTCuda<T>::download_adam(std::vector<float>& m, std::vector<float>& v) const {
+  m = download(buf_.m, n_params, ctx_.stream);
+  v = download(buf_.v, n_params, ctx_.stream);
+}
+
+template <typename T>
+std::vector<float> GPTCuda<T>::download_logits() const {
+  return to_floats(download(acts_.logits, (size_t)b_ * t_ * m_.vocab_size, ctx_.stream));
+}
+
+template <typename T>
+void GPTCuda<T>::download_logits_row(int row, float* out) const {
+  const size_t V = m_.vocab_size;
+  std::vector<float> f = to_floats(download(acts_.logits + (size_t)row * V, V, ctx_.stream));
+  std::copy(f.begin(), f.end(), out);
+}
+
+template <typename T>
+void GPTCuda<T>::upload_state(const float* params, const float* m, const float* v) {
+  const size_t bytes = n_params * sizeof(float);
+  cudaCheck(cudaMemcpyAsync(buf_.params, params, bytes, cudaMemcpyHostToDevice, ctx_.stream));
+  if (m) cudaCheck(cudaMemcpyAsync(buf_.m, m, bytes, cudaMemcpyHostToDevice, ctx_.stream));
+  else cudaCheck(cudaMemsetAsync(buf_.m, 0, bytes, ctx_.stream));
+  if (v) cudaCheck(cudaMemcpyAsync(buf_.v, v, bytes, cudaMemcpyHostToDevice, ctx_.stream));
+  else cudaCheck(cudaMemsetAsync(buf_.v, 0, bytes, ctx_.stream));
+  if (!std::is_same<T, float>::value) gpu::copy_params(ctx_, buf_.params_t, buf_.params, n_params);
+  cudaCheck(cudaStreamSynchronize(ctx_.stream));  // the host buffers may go away after return
+}
+
+template <typename T>
+typename GPTCuda<T>::LayerView GPTCuda<T>::layer(int li) const {
+  const Layer& a = acts_.h[li];
+  return LayerView{a.qkv, a.atty, a.saved};
+}
+
+template class GPTCuda<float>;
+template class GPTCuda<gpu::bf16>;
+
+}  // namespace tg

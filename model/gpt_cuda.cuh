@@ -1,0 +1,148 @@
+// model/gpt_cuda.cuh: the GPT forward / backward / AdamW call sequence on the GPU (kernels/*.cu),
+// the twin of model/gpt_cpu.h: same order, same names, same dropout keys. Templated on the
+// storage type T of activations: float (--precision fp32: every op in fp32, TF32 off) or bf16
+// (--precision bf16: activations and the weights the forward reads in bf16, matmuls on tensor
+// cores with fp32 accumulation; master weights, gradients of parameters, AdamW moments,
+// layernorm statistics, softmax and the loss in fp32).
+//
+// Memory: everything the step touches is carved from ONE device allocation made by the
+// constructor, from the size table carve() (which bytes_needed() runs without allocating, so
+// the two cannot disagree), plus the op scratch and the cuBLAS workspace of the gpu::Context.
+// Nothing is allocated after the constructor. One stream (ctx.stream); the step enqueues work
+// and synchronises only in read_stats(), where the loss and the gradient norm are read.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "../kernels/adamw.cuh"
+#include "../kernels/attention.cuh"
+#include "../kernels/cuda_common.cuh"
+#include "../kernels/philox.h"
+#include "gpt.h"
+
+namespace tg {
+
+// What a GPU run fixes besides the architecture.
+struct CudaRunShape {
+  int B = 1, T = 1;                                   // batch size, sequence length (<= block_size)
+  double dropout = 0.0;                               // p at every site while training
+  gpu::AttentionPath path = gpu::AttentionPath::Flash;
+  bool both_paths = false;                            // save buffers of both paths (--attention check)
+  uint64_t seed = 1337;                               // dropout seed
+  float grad_clip = 1.0f;                             // max global gradient norm (0 = off)
+  float beta1 = 0.9f, beta2 = 0.99f, weight_decay = 0.1f;
+};
+
+// The loss and gradient norm of a step, as read back by read_stats().
+struct StepStats {
+  float loss = 0;        // mean loss of the last forward with targets
+  float norm_squared = 0;  // sum of squared gradients of the last backward
+};
+
+template <typename T>
+class GPTCuda {
+ public:
+  // Makes the gpu::Context and the one allocation. Throws gpu::CudaError.
+  GPTCuda(const ModelConfig& m, const CudaRunShape& run);
+  ~GPTCuda();
+  GPTCuda(const GPTCuda&) = delete;
+  GPTCuda& operator=(const GPTCuda&) = delete;
+
+  const ModelConfig& model() const { return m_; }
+  const CudaRunShape& run() const { return run_; }
+  const gpu::Context& ctx() const { return ctx_; }
+  std::vector<ParamSpec> table;
+  size_t n_params = 0;
+
+  // Device bytes of the size table (one allocation), plus op scratch and cuBLAS workspace.
+  static size_t bytes_needed(const ModelConfig& m, const CudaRunShape& run);
+  size_t memory_bytes() const { return arena_bytes_ + ctx_.scratch_bytes + ctx_.cublas_workspace_bytes; }
+
+  // Forward over x (b, t) (host tokens, copied to the device), b <= B, t <= T. With targets
+  // (host), the losses, their mean (read_stats().loss) and, when train, dlogits. Dropout only
+  // when train and p > 0, keyed by (seed, step, layer, site) as the CPU backend.
+  void forward(const int32_t* x, const int32_t* targets, int b, int t, bool train, uint32_t step);
+  // Gradients of the mean loss of the last forward(train = true) into grads (overwritten), and
+  // their squared global norm (read_stats().norm_squared).
+  void backward();
+  // Clips (by the norm of the last backward, when grad_clip > 0) and applies AdamW with lr as
+  // update number t (1-based); refreshes the T copy of the weights.
+  void update(float lr, int t);
+  // Waits for the stream and reads the loss and the squared gradient norm.
+  StepStats read_stats();
+
+  // Host copies (synchronising): float master weights, parameter gradients, AdamW moments,
+  // and the logits (b, t, V) of the last forward.
+  std::vector<float> download_params() const;
+  std::vector<float> download_grads() const;
+  void download_adam(std::vector<float>& m, std::vector<float>& v) const;
+  std::vector<float> download_logits() const;
+  // Logits of position `row` of sequence 0 of the last forward, (V) floats into out.
+  void download_logits_row(int row, float* out) const;
+  // Sets the master weights and AdamW moments (host, n_params each; m, v may be null = zero)
+  // and the T copy of the weights.
+  void upload_state(const float* params, const float* m, const float* v);
+
+  // The saved attention buffers of layer li (for --attention check and the tests).
+  struct LayerView {
+    T* qkv;        // (B, T, 3C)
+    T* atty;       // (B, T, C)
+    gpu::AttentionSaved<T> saved;
+  };
+  LayerView layer(int li) const;
+  // Device scratch of (B, T, 3C) and (B, T, C) elements that the step does not use between
+  // calls, for --attention check.
+  T* spare_btc3() const { return d_.dqkv; }
+  T* spare_btc() const { return d_.datty; }
+
+ private:
+  struct Layer {
+    T *ln1, *qkv, *atty, *attproj, *res2, *ln2, *fch, *fch_gelu, *fcproj, *res3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    gpu::AttentionSaved<T> saved;
+  };
+  struct Acts {
+    int32_t *inp, *targets;  // (B, T)
+    T* encoded;              // (B, T, C) after the embedding dropout
+    std::vector<Layer> h;
+    T *lnf, *logits, *dlogits;
+    float *lnf_mean, *lnf_rstd, *losses;
+    float* stats;  // [0] mean loss, [1] squared gradient norm, [2] clip factor
+  };
+  struct Scratch {  // gradients of activations, reused by every layer
+    T *dres, *dln, *dbtc, *datty, *dqkv, *dfch, *dfch_gelu;
+  };
+  // Every device pointer of the step: the size table carve() fills them.
+  struct Buffers {
+    float *params, *grads, *m, *v;  // (n_params) each: fp32 master weights, gradients, AdamW moments
+    T* params_t;                    // the weights the forward reads: params itself when T is float
+    gpu::AdamWTensor* tensors;      // (table.size()) per-tensor weight decay of the fused AdamW
+    Acts acts;
+    Scratch d;
+  };
+  class Carver;
+  // The size table: points every buffer into one allocation (or, with a counting Carver,
+  // only sums the bytes).
+  static void carve(Buffers& b, Carver& a, const ModelConfig& m, const CudaRunShape& run, size_t n_params,
+                    size_t n_tensors);
+  philox::DropoutKey key(uint32_t layer, uint32_t site) const;
+
+  ModelConfig m_;
+  CudaRunShape run_;
+  gpu::Context ctx_;
+  char* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
+  Buffers buf_{};
+  GPTParams<T> P;      // views of params_t_
+  GPTParams<float> G;  // views of grads_
+  Acts& acts_ = buf_.acts;
+  Scratch& d_ = buf_.d;
+  int b_ = 0, t_ = 0;
+  bool train_ = false;
+  uint32_t step_ = 0;
+};
+
+// Bytes of the largest op scratch the run needs (every op's <op>_scratch_bytes).
+size_t gpt_cuda_scratch_bytes(const ModelConfig& m, const CudaRunShape& run, size_t elem_size, size_t n_params);
+
+}  // namespace tg

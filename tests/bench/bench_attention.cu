@@ -1,0 +1,264 @@
+// tests/bench/bench_attention.cu: attention forward, backward and forward+backward time and
+// TFLOP/s of the fused flash kernels (kernels/flash_attn.cuh) and of the naive path
+// (kernels/attention_naive.cuh), bf16, FlashAttention's benchmark shapes: C = 2048 (NH = C / HS),
+// HS in {64, 128}, B*T = 16384 tokens, T in {512, ..., 16384}, causal, dropout p in {0, 0.1}.
+// FLOPs counted as FlashAttention does: forward 4 B NH T^2 HS (halved when causal), backward
+// 2.5x the forward. Times: cudaEvents on the context's stream, warm-up, then the median of the
+// repetitions. The naive path is skipped where its (B, NH, T, T) buffers do not fit in free
+// device memory. When PyTorch is importable, tests/bench/sdpa_peer.py times
+// torch.nn.functional.scaled_dot_product_attention on the same shapes and the table gets the
+// ratios ours / PyTorch (< 1: we are faster).
+//   build/bench_gpu [--csv PATH] [--reps N]
+// Exits 0 with one line when no GPU is visible.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "../../kernels/attention_naive.cuh"
+#include "../../kernels/cuda_common.cuh"
+#include "../../kernels/flash_attn.cuh"
+#include "../../kernels/philox.h"
+
+namespace {
+
+struct Shape {
+  int B, T, NH, HS;
+  bool causal;
+  double p;
+  int C() const { return NH * HS; }
+};
+
+struct Row {
+  Shape s;
+  std::string path;        // flash | naive
+  std::string status;      // ok | skipped (why) | error (what)
+  double fwd = 0, bwd = 0, fb = 0;           // ms
+  double t_fwd = 0, t_bwd = 0, t_fb = 0;     // PyTorch ms (0: not measured)
+};
+
+double fwd_flops(const Shape& s) {
+  return 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / (s.causal ? 2.0 : 1.0);
+}
+
+// Median of reps timings (ms) of f() on stream st, after warmup calls.
+template <typename F>
+double median_ms(cudaStream_t st, F&& f, int warmup, int reps) {
+  for (int i = 0; i < warmup; ++i) f();
+  cudaEvent_t a, b;
+  cudaCheck(cudaEventCreate(&a));
+  cudaCheck(cudaEventCreate(&b));
+  std::vector<float> ms(reps);
+  for (int r = 0; r < reps; ++r) {
+    cudaCheck(cudaEventRecord(a, st));
+    f();
+    cudaCheck(cudaEventRecord(b, st));
+    cudaCheck(cudaEventSynchronize(b));
+    cudaCheck(cudaEventElapsedTime(&ms[r], a, b));
+  }
+  cudaCheck(cudaEventDestroy(a));
+  cudaCheck(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2];
+}
+
+__global__ void fill_kernel(gpu::bf16* x, size_t n, uint32_t salt) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const uint32_t w = philox::stream_words(salt, philox::kStreamInit, (uint32_t)i, (uint32_t)(i >> 32), 0).v[0];
+    x[i] = __float2bfloat16_rn((float)w * 2.3283064e-10f * 2.f - 1.f);  // uniform in [-1, 1)
+  }
+}
+
+template <typename T>
+struct Buf {
+  T* p = nullptr;
+  explicit Buf(size_t n) { cudaCheck(cudaMalloc(&p, n * sizeof(T))); }
+  ~Buf() {
+    if (p) cudaFree(p);
+  }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+};
+
+// Times one shape on one path; fills row.fwd / bwd / fb or row.status.
+void bench_one(Row& row, int reps) {
+  const Shape& s = row.s;
+  const bool flash = row.path == "flash";
+  const size_t nqkv = (size_t)s.B * s.T * 3 * s.C(), nout = (size_t)s.B * s.T * s.C();
+  const size_t natt = (size_t)s.B * s.NH * s.T * s.T, nlse = (size_t)s.B * s.NH * s.T;
+  const size_t scratch = flash ? gpu::flash_attn_scratch_bytes(s.B, s.T, s.C(), s.NH)
+                               : gpu::attention_naive_scratch_bytes(s.B, s.T, s.C(), s.NH, sizeof(gpu::bf16));
+  const size_t need = (2 * nqkv + 2 * nout) * sizeof(gpu::bf16) + scratch + gpu::kCublasWorkspaceBytes +
+                      (flash ? nlse * sizeof(float) : natt * sizeof(gpu::bf16));
+  size_t free_b = 0, total_b = 0;
+  cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+  if (need + (512ull << 20) > free_b) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "skipped (needs %.1f GiB, %.1f GiB free)", need / 1073741824.0, free_b / 1073741824.0);
+    row.status = buf;
+    return;
+  }
+  gpu::Context ctx;
+  ctx.create(scratch);
+  ctx.precision = gpu::Precision::BF16;
+  try {
+    Buf<gpu::bf16> qkv(nqkv), dqkv(nqkv), out(nout), dout(nout);
+    Buf<float> lse(flash ? nlse : 1);
+    Buf<gpu::bf16> att(flash ? 1 : natt);
+    fill_kernel<<<1024, 256, 0, ctx.stream>>>(qkv.p, nqkv, 1);
+    fill_kernel<<<1024, 256, 0, ctx.stream>>>(dout.p, nout, 2);
+    cudaCheck(cudaMemsetAsync(dqkv.p, 0, nqkv * sizeof(gpu::bf16), ctx.stream));
+    cudaCheckLaunch();
+    const philox::DropoutKey key = philox::make_dropout_key(1234, 1, 0, philox::kSiteAttnProbs, s.p);
+    auto fwd = [&] {
+      if (flash)
+        gpu::flash_attn_forward<gpu::bf16>(ctx, out.p, lse.p, qkv.p, key, s.B, s.T, s.C(), s.NH, s.causal, nullptr);
+      else
+        gpu::attention_naive_forward<gpu::bf16>(ctx, out.p, att.p, qkv.p, key, s.B, s.T, s.C(), s.NH, s.causal,
+                                                nullptr);
+    };
+    auto bwd = [&] {
+      if (flash)
+        gpu::flash_attn_backward<gpu::bf16>(ctx, dqkv.p, dout.p, qkv.p, out.p, lse.p, key, s.B, s.T, s.C(), s.NH,
+                                            s.causal);
+      else
+        gpu::attention_naive_backward<gpu::bf16>(ctx, dqkv.p, dout.p, qkv.p, att.p, key, s.B, s.T, s.C(), s.NH,
+                                                 s.causal);
+    };
+    const int warmup = 3;
+    row.fwd = median_ms(ctx.stream, fwd, warmup, reps);
+    row.bwd = median_ms(ctx.stream, bwd, warmup, reps);  // from the last forward's saved state
+    row.fb = median_ms(ctx.stream, [&] { fwd(); bwd(); }, warmup, reps);
+    cudaCheck(cudaStreamSynchronize(ctx.stream));
+    row.status = "ok";
+  } catch (const std::exception& e) {
+    row.status = std::string("error: ") + e.what();
+    cudaDeviceSynchronize();
+  }
+  ctx.destroy();
+}
+
+bool torch_available() { return std::system("python3 -c 'import torch' >/dev/null 2>&1") == 0; }
+
+// Runs sdpa_peer.py on the shapes; returns ms (fwd, bwd, fwd+bwd) keyed by (HS, T, p).
+std::map<std::tuple<int, int, int>, std::tuple<double, double, double>> run_peer(const std::vector<Shape>& shapes,
+                                                                                  int reps) {
+  std::map<std::tuple<int, int, int>, std::tuple<double, double, double>> res;
+  std::string arg;
+  for (const Shape& s : shapes) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%d,%d,%d,%d,%d,%g", arg.empty() ? "" : ";", s.B, s.T, s.NH, s.HS, (int)s.causal,
+                  s.p);
+    arg += buf;
+  }
+  const std::string cmd = "python3 tests/bench/sdpa_peer.py --reps " + std::to_string(reps) + " --shapes '" + arg + "'";
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return res;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    int B, T, NH, HS, causal;
+    double p, a, b, c;
+    if (std::sscanf(line, "SDPA B=%d T=%d NH=%d HS=%d causal=%d p=%lf fwd_ms=%lf bwd_ms=%lf fwdbwd_ms=%lf", &B, &T, &NH,
+                    &HS, &causal, &p, &a, &b, &c) == 9)
+      res[{HS, T, (int)(p * 1000 + 0.5)}] = {a, b, c};
+    else
+      std::fputs(line, stdout);  // the peer's own messages (e.g. why it could not run)
+  }
+  pclose(f);
+  return res;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::printf("bench_attention: no CUDA device visible; nothing to measure\n");
+    return 0;
+  }
+  const char* csv = nullptr;
+  int reps = 10;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--csv") == 0) csv = argv[i + 1];
+    if (std::strcmp(argv[i], "--reps") == 0) reps = std::max(1, std::atoi(argv[i + 1]));
+  }
+  cudaDeviceProp prop{};
+  cudaCheck(cudaGetDeviceProperties(&prop, 0));
+  std::printf("bench_attention on %s (sm_%d%d): bf16, C = 2048, B*T = 16384, causal; median of %d after 3 warm-up\n",
+              prop.name, prop.major, prop.minor, reps);
+
+  std::vector<Shape> shapes;
+  for (int HS : {64, 128})
+    for (int T : {512, 1024, 2048, 4096, 8192, 16384})
+      for (double p : {0.0, 0.1}) shapes.push_back(Shape{16384 / T, T, 2048 / HS, HS, true, p});
+
+  std::vector<Row> rows;
+  for (const Shape& s : shapes)
+    for (const char* path : {"flash", "naive"}) {
+      Row r;
+      r.s = s;
+      r.path = path;
+      bench_one(r, reps);
+      std::printf("  HS=%3d T=%5d p=%.1f %-5s %s\n", s.HS, s.T, s.p, path, r.status.c_str());
+      std::fflush(stdout);
+      rows.push_back(r);
+    }
+
+  if (torch_available()) {
+    std::printf("PyTorch found: timing scaled_dot_product_attention with tests/bench/sdpa_peer.py\n");
+    const auto peer = run_peer(shapes, reps);
+    for (Row& r : rows) {
+      auto it = peer.find({r.s.HS, r.s.T, (int)(r.s.p * 1000 + 0.5)});
+      if (it != peer.end()) std::tie(r.t_fwd, r.t_bwd, r.t_fb) = it->second;
+    }
+  } else {
+    std::printf("PyTorch not importable: no comparison with scaled_dot_product_attention\n");
+  }
+
+  std::printf("\n%4s %6s %3s %3s %4s %-5s | %8s %8s %8s | %7s %7s %7s | %9s %6s %6s %6s\n", "HS", "T", "B", "NH", "p",
+              "path", "fwd ms", "bwd ms", "f+b ms", "fwd TF", "bwd TF", "f+b TF", "torch f+b", "r_fwd", "r_bwd", "r_f+b");
+  for (const Row& r : rows) {
+    const Shape& s = r.s;
+    std::printf("%4d %6d %3d %3d %4.2f %-5s | ", s.HS, s.T, s.B, s.NH, s.p, r.path.c_str());
+    if (r.status != "ok") {
+      std::printf("%s\n", r.status.c_str());
+      continue;
+    }
+    const double f = fwd_flops(s);
+    std::printf("%8.3f %8.3f %8.3f | %7.1f %7.1f %7.1f | ", r.fwd, r.bwd, r.fb, f / r.fwd * 1e-9, 2.5 * f / r.bwd * 1e-9,
+                3.5 * f / r.fb * 1e-9);
+    if (r.t_fb > 0)
+      std::printf("%9.3f %6.2f %6.2f %6.2f\n", r.t_fb, r.fwd / r.t_fwd, r.bwd / r.t_bwd, r.fb / r.t_fb);
+    else
+      std::printf("%9s %6s %6s %6s\n", "-", "-", "-", "-");
+  }
+
+  if (csv) {
+    FILE* f = std::fopen(csv, "w");
+    if (!f) {
+      std::fprintf(stderr, "bench_attention: cannot write %s\n", csv);
+      return 1;
+    }
+    std::fprintf(f, "device,HS,T,B,NH,causal,p,path,status,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,bwd_tflops,fwdbwd_tflops,"
+                    "torch_fwd_ms,torch_bwd_ms,torch_fwdbwd_ms\n");
+    for (const Row& r : rows) {
+      const Shape& s = r.s;
+      const double fl = fwd_flops(s);
+      const bool ok = r.status == "ok";
+      std::fprintf(f, "\"%s\",%d,%d,%d,%d,%d,%g,%s,\"%s\",%.4f,%.4f,%.4f,%.2f,%.2f,%.2f,%.4f,%.4f,%.4f\n", prop.name,
+                   s.HS, s.T, s.B, s.NH, (int)s.causal, s.p, r.path.c_str(), r.status.c_str(), r.fwd, r.bwd, r.fb,
+                   ok ? fl / r.fwd * 1e-9 : 0.0, ok ? 2.5 * fl / r.bwd * 1e-9 : 0.0, ok ? 3.5 * fl / r.fb * 1e-9 : 0.0,
+                   r.t_fwd, r.t_bwd, r.t_fb);
+    }
+    std::fclose(f);
+    std::printf("wrote %s\n", csv);
+  }
+  return 0;
+}

@@ -1,0 +1,562 @@
+// tests/gpu/test_flash_attn_gpu.cu: the fused flash-attention kernels (kernels/flash_attn.cuh)
+// against the CPU spec cpu::attention_tiled_forward / _backward run in double on the same
+// (T-rounded) inputs, and against the plain GPU path gpu::attention_naive_* (same precision).
+//   1. bf16, FlashAttention's rule: max |flash - ref| <= 2 max |naive - ref| + floor for O
+//      and lse, <= 3x + floor for dQ, dK, dV; T in {1, 2, 17, 97, 128, 129, 255, 1023, 1025},
+//      HS in {32, 64, 128}, causal on and off, p in {0, 0.17}.
+//   2. float (the SIMT path): within a tolerance derived below from the fp32 unit roundoff.
+//   3. the mask hook equals the CPU mask byte for byte (entries above the causal diagonal left
+//      untouched by both); with p = 0.17 about 17% are dropped; the hook does not change out.
+//   4. 250 repeated forward + backward runs with B*NH = 528 are bitwise identical (bf16; 20 for
+//      float).
+//   5. dqkv += (random start), no writes past the ends of out / lse / dqkv.
+//   6. scaled inputs (q x5, k x3): no NaN or Inf, and still the rule of 1.
+//   7. head sizes other than 32, 64, 128 are rejected with a message naming them.
+// Fresh random inputs each run (TG_TEST_SEED replays one); the dropout seed derives from it.
+// Uploads are followed by cudaDeviceSynchronize: DeviceArray::upload is a pageable cudaMemcpy,
+// which may return before the copy lands, and the launchers run on ctx.stream (non-blocking).
+//
+// The floors added to the ratio rule of 1 (they matter only where the plain path happens to be
+// nearly exact, e.g. T = 1, where O = V): u = 2^-8 the bf16 unit roundoff, u32 = 2^-24.
+//   O:        u max|O_ref|: the final rounding of O to bf16 (flash and naive round different
+//             fp32 values, so one of them can be off by that rounding while the other is exact).
+//   lse:      64 u32 (1 + max|lse_ref|): lse is fp32 in both; exp2 / log approximations (2 ulp
+//             each), the rounding of m scale + log l, and the fp32 sums of T terms (typically
+//             ~ sqrt(T) ulp) put a few tens of ulp of error in lse regardless of the plain
+//             path's luck.
+//   dQ/dK/dV: 2 u max|ref| of that tensor: one rounding to bf16 each for flash and naive.
+// The plain path for lse is a host fp32 loop (max, sum of expf, logf) on the same inputs: the
+// naive GPU path saves P, not lse.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../../kernels/attention_naive.cuh"
+#include "../../kernels/cpu/attention_tiled.h"
+#include "../../kernels/flash_attn.cuh"
+#include "../../kernels/philox.h"
+#include "gpu_util.cuh"
+
+using tg_test::DeviceArray;
+using tg_test::max_abs_diff;
+using tg_test::random_vector;
+
+namespace {
+
+constexpr double kU32 = 5.9604644775390625e-8;  // 2^-24
+constexpr uint8_t kSentinel = 0xAB;
+
+struct Shape {
+  int B, Tn, NH, HS;
+  int C() const { return NH * HS; }
+  size_t nqkv() const { return (size_t)B * Tn * 3 * C(); }
+  size_t nout() const { return (size_t)B * Tn * C(); }
+  size_t nlse() const { return (size_t)B * NH * Tn; }
+  size_t natt() const { return (size_t)B * NH * Tn * Tn; }
+};
+
+std::string describe(const Shape& s, bool causal, double p) {
+  return "B=" + std::to_string(s.B) + " T=" + std::to_string(s.Tn) + " NH=" + std::to_string(s.NH) +
+         " HS=" + std::to_string(s.HS) + (causal ? " causal" : " full") + " p=" + std::to_string(p);
+}
+
+philox::DropoutKey attn_key(double p, uint32_t layer = 3) {
+  return philox::make_dropout_key(tg_test::test_seed() ^ 0x5eed5eedull, 41, layer, philox::kSiteAttnProbs, p);
+}
+
+size_t scratch_for(const Shape& s, size_t elem) {
+  return std::max(gpu::flash_attn_scratch_bytes(s.B, s.Tn, s.C(), s.NH),
+                  gpu::attention_naive_scratch_bytes(s.B, s.Tn, s.C(), s.NH, elem));
+}
+
+// Inputs: qkv with q, k, v uniform in [-1, 1) (q scaled by qs, k by ks), dout in [-1, 1).
+std::vector<double> make_qkv(const Shape& s, uint64_t salt, double qs = 1, double ks = 1) {
+  std::vector<double> v = random_vector(s.nqkv(), salt);
+  const size_t C = s.C();
+  for (size_t r = 0; r < (size_t)s.B * s.Tn; ++r)
+    for (size_t c = 0; c < 2 * C; ++c) v[r * 3 * C + c] *= c < C ? qs : ks;
+  return v;
+}
+
+// The columns [col0, col0 + C) of a (rows, 3C) buffer: the q, k or v third of dqkv.
+std::vector<double> third(const std::vector<double>& a, const Shape& s, int part) {
+  const size_t C = s.C(), rows = (size_t)s.B * s.Tn;
+  std::vector<double> r(rows * C);
+  for (size_t i = 0; i < rows; ++i)
+    for (size_t c = 0; c < C; ++c) r[i * C + c] = a[i * 3 * C + part * C + c];
+  return r;
+}
+
+double max_abs(const std::vector<double>& a) {
+  double m = 0;
+  for (double x : a) m = std::max(m, std::fabs(x));
+  return m;
+}
+
+bool all_finite(const std::vector<double>& a) {
+  for (double x : a)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
+
+struct Result {
+  std::vector<double> out, lse, dqkv;
+  std::vector<uint8_t> mask;
+};
+
+// The fp64 spec: the tiled CPU algorithm in double on the rounded inputs (dqkv from zero).
+Result cpu_reference(const Shape& s, const std::vector<double>& qkv, const std::vector<double>& dout,
+                     const philox::DropoutKey& key, bool causal, bool want_mask) {
+  Result r;
+  r.out.assign(s.nout(), 0.0);
+  r.lse.assign(s.nlse(), 0.0);
+  if (want_mask) r.mask.assign(s.natt(), kSentinel);
+  cpu::attention_tiled_forward<double>(r.out.data(), r.lse.data(), qkv.data(), key, s.B, s.Tn, s.C(), s.NH, causal,
+                                       64, 64, want_mask ? r.mask.data() : nullptr);
+  r.dqkv.assign(s.nqkv(), 0.0);
+  cpu::attention_tiled_backward<double>(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), key, s.B,
+                                        s.Tn, s.C(), s.NH, causal, 64, 64);
+  return r;
+}
+
+// The flash path on the device: forward (mask hook when asked), backward into dqkv_init (zeros
+// when null). Buffers carry `guard` extra elements past their ends, filled with a sentinel,
+// which must come back untouched.
+template <typename T>
+Result run_flash(const gpu::Context& ctx, const Shape& s, const std::vector<double>& qkv,
+                 const std::vector<double>& dout, const philox::DropoutKey& key, bool causal, bool want_mask,
+                 const std::vector<double>* dqkv_init = nullptr, size_t guard = 0) {
+  const double kGuard = 12345.0;  // exact in bf16 and float
+  auto padded = [&](const std::vector<double>& v) {
+    std::vector<double> r(v);
+    r.resize(v.size() + guard, kGuard);
+    return r;
+  };
+  DeviceArray<T> d_qkv(qkv), d_dout(dout);
+  DeviceArray<T> d_out(padded(std::vector<double>(s.nout(), -7.0)));
+  DeviceArray<float> d_lse(padded(std::vector<double>(s.nlse(), -7.0)));
+  DeviceArray<T> d_dqkv(padded(dqkv_init ? *dqkv_init : std::vector<double>(s.nqkv(), 0.0)));
+  DeviceArray<uint8_t> d_mask(want_mask ? s.natt() : 0);
+  if (want_mask) cudaCheck(cudaMemset(d_mask.ptr, kSentinel, s.natt()));
+  cudaCheck(cudaDeviceSynchronize());  // uploads and memsets done before ctx.stream (non-blocking) reads them
+  gpu::flash_attn_forward<T>(ctx, d_out.ptr, d_lse.ptr, d_qkv.ptr, key, s.B, s.Tn, s.C(), s.NH, causal,
+                             want_mask ? d_mask.ptr : nullptr);
+  gpu::flash_attn_backward<T>(ctx, d_dqkv.ptr, d_dout.ptr, d_qkv.ptr, d_out.ptr, d_lse.ptr, key, s.B, s.Tn, s.C(),
+                              s.NH, causal);
+  Result r;
+  r.out = d_out.download();
+  r.lse = d_lse.download();
+  r.dqkv = d_dqkv.download();
+  for (auto* v : {&r.out, &r.lse, &r.dqkv}) {
+    const size_t n = v->size() - guard;
+    for (size_t i = n; i < v->size(); ++i) CHECK_MESSAGE((*v)[i] == kGuard, "write past the end of a buffer");
+    v->resize(n);
+  }
+  if (want_mask) {
+    r.mask.resize(s.natt());
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(r.mask.data(), d_mask.ptr, s.natt(), cudaMemcpyDeviceToHost));
+  }
+  return r;
+}
+
+// The plain same-precision path on the device (out and dqkv from zero).
+template <typename T>
+Result run_naive(const gpu::Context& ctx, const Shape& s, const std::vector<double>& qkv,
+                 const std::vector<double>& dout, const philox::DropoutKey& key, bool causal) {
+  DeviceArray<T> d_qkv(qkv), d_dout(dout), d_out(s.nout()), d_att(s.natt()), d_dqkv(s.nqkv());
+  cudaCheck(cudaDeviceSynchronize());  // uploads done before ctx.stream (non-blocking) reads them
+  gpu::attention_naive_forward<T>(ctx, d_out.ptr, d_att.ptr, d_qkv.ptr, key, s.B, s.Tn, s.C(), s.NH, causal, nullptr);
+  gpu::attention_naive_backward<T>(ctx, d_dqkv.ptr, d_dout.ptr, d_qkv.ptr, d_att.ptr, key, s.B, s.Tn, s.C(), s.NH,
+                                   causal);
+  Result r;
+  r.out = d_out.download();
+  r.dqkv = d_dqkv.download();
+  return r;
+}
+
+// The plain fp32 lse on the host: per row, S in fp32 (sequential dot), m = max, l = sum of
+// expf(S - m) in order, lse = m + logf(l).
+std::vector<double> plain_lse_f32(const Shape& s, const std::vector<double>& qkv, bool causal) {
+  const size_t C = s.C(), C3 = 3 * C;
+  const float sc = (float)(1.0 / std::sqrt((double)s.HS));
+  std::vector<double> lse(s.nlse());
+  std::vector<float> row(s.Tn);
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h)
+      for (int i = 0; i < s.Tn; ++i) {
+        const int jn = causal ? i + 1 : s.Tn;
+        const double* q = &qkv[((size_t)b * s.Tn + i) * C3 + (size_t)h * s.HS];
+        float m = -INFINITY;
+        for (int j = 0; j < jn; ++j) {
+          const double* k = &qkv[((size_t)b * s.Tn + j) * C3 + C + (size_t)h * s.HS];
+          float d = 0.f;
+          for (int c = 0; c < s.HS; ++c) d += (float)q[c] * (float)k[c];
+          row[j] = d * sc;
+          m = std::max(m, row[j]);
+        }
+        float l = 0.f;
+        for (int j = 0; j < jn; ++j) l += std::exp(row[j] - m);
+        lse[((size_t)b * s.NH + h) * s.Tn + i] = m + std::log(l);
+      }
+  return lse;
+}
+
+// FlashAttention's rule for one tensor: err_flash <= k err_plain + floor.
+bool ratio_rule(const char* what, const std::vector<double>& flash, const std::vector<double>& plain,
+                const std::vector<double>& ref, double k, double floor, const std::string& where) {
+  const double ef = max_abs_diff(flash, ref), ep = max_abs_diff(plain, ref);
+  const bool ok = ef <= k * ep + floor;  // false for NaN
+  if (!ok)
+    MESSAGE(where << ": " << what << " flash error " << ef << " > " << k << " x plain error " << ep << " + floor "
+                  << floor);
+  return ok;
+}
+
+// Cases of the bf16 / float comparisons. B*NH = 4 up to T = 255, 1 for T = 1023, 1025 (so the
+// fp64 reference stays fast).
+std::vector<std::pair<Shape, bool>> cases() {
+  std::vector<std::pair<Shape, bool>> cs;
+  for (int Tn : {1, 2, 17, 97, 128, 129, 255, 1023, 1025})
+    for (int HS : {32, 64, 128})
+      for (bool causal : {false, true}) cs.push_back({Tn <= 255 ? Shape{2, Tn, 2, HS} : Shape{1, Tn, 1, HS}, causal});
+  return cs;
+}
+
+// Checks flash (bf16) against the fp64 reference with the ratio rule; returns false on failure.
+bool check_bf16_case(const gpu::Context& ctx, const Shape& s, bool causal, double p, uint64_t salt, double qs = 1,
+                     double ks = 1) {
+  const std::string where = describe(s, causal, p);
+  const philox::DropoutKey key = attn_key(p);
+  const std::vector<double> qkv = tg_test::round_to<gpu::bf16>(make_qkv(s, salt, qs, ks));
+  const std::vector<double> dout = tg_test::round_to<gpu::bf16>(random_vector(s.nout(), salt + 1));
+  const Result ref = cpu_reference(s, qkv, dout, key, causal, false);
+  const Result fl = run_flash<gpu::bf16>(ctx, s, qkv, dout, key, causal, false);
+  const Result nv = run_naive<gpu::bf16>(ctx, s, qkv, dout, key, causal);
+  const double u = gpu::unit_roundoff<gpu::bf16>();
+  bool ok = all_finite(fl.out) && all_finite(fl.lse) && all_finite(fl.dqkv);
+  if (!ok) MESSAGE(where << ": NaN or Inf in the flash outputs");
+  ok &= ratio_rule("O", fl.out, nv.out, ref.out, 2, u * max_abs(ref.out), where);
+  ok &= ratio_rule("lse", fl.lse, plain_lse_f32(s, qkv, causal), ref.lse, 2, 64 * kU32 * (1 + max_abs(ref.lse)), where);
+  const char* names[3] = {"dQ", "dK", "dV"};
+  for (int part = 0; part < 3; ++part) {
+    const std::vector<double> r = third(ref.dqkv, s, part);
+    ok &= ratio_rule(names[part], third(fl.dqkv, s, part), third(nv.dqkv, s, part), r, 3, 2 * u * max_abs(r), where);
+  }
+  return ok;
+}
+
+}  // namespace
+
+TG_GPU_TEST("flash attention bf16: O, lse within 2x and dQ, dK, dV within 3x of the naive bf16 error") {
+  uint64_t salt = 100;
+  for (const auto& cs : cases())
+    for (double p : {0.0, 0.17}) {
+      const Shape s = cs.first;
+      const bool causal = cs.second;
+      tg_test::TestContext tc(scratch_for(s, sizeof(gpu::bf16)), gpu::Precision::BF16);
+      CHECK_MESSAGE(check_bf16_case(tc.ctx, s, causal, p, salt += 10), describe(s, causal, p));
+    }
+}
+
+TG_GPU_TEST("flash attention bf16: scaled inputs (q x5, k x3) stay finite and within the rule") {
+  for (int HS : {32, 64, 128})
+    for (bool causal : {false, true}) {
+      const Shape s{2, 255, 2, HS};
+      tg_test::TestContext tc(scratch_for(s, sizeof(gpu::bf16)), gpu::Precision::BF16);
+      CHECK_MESSAGE(check_bf16_case(tc.ctx, s, causal, 0.17, 7000 + HS + causal, 5.0, 3.0), describe(s, causal, 0.17));
+    }
+}
+
+// Tolerance of the float (SIMT) path against the fp64 reference. u = 2^-24; every output is a
+// sum of at most T products whose factors come from dot products of HS terms, all in fp32
+// FMAs (no TF32), so with gamma_n <= n u:
+//   S_ij: |dS| <= HS u sigma, sigma = max sc sum_d |q_id k_jd|; that error enters
+//         exp(S - m) relatively (twice: S and m), as does u sigma for the subtraction;
+//   P, l: T-term sums and the expf / logf / divide roundings;
+// so every quantity below carries a relative error of at most
+//   eps = 4 u (T + HS (1 + 2 sigma) + 16)
+// (4: the chained roundings, P into l and O, dP and D into dS) of the sum of the absolute
+// values of its terms:
+//   O_ic:   s sum_j P_ij M_ij |v_jc|                     <= s max|v|
+//   lse_i:  1 + |lse_i|
+//   dV_jc:  s sum_i P_ij M_ij |dO_ic|                    <= s max|dO| max_j sum_i P_ij
+//   dQ_ic:  sc sum_j P_ij (|dP_ij| + |D_i|) |k_jc|       <= sc max|k| max_i W_i
+//   dK_jc:  sc sum_i P_ij (|dP_ij| + |D_i|) |q_ic|       <= sc max|q| max_j W'_j
+// with |dP_ij| <= s M_ij sum_d |dO_id v_jd| and |D_i| <= sum_j P_ij |dP_ij|, evaluated on the
+// host in double. This is ~1e-4 relative at T = 1025: far below a bf16 (4e-3) or TF32
+// (5e-4 per input) computation, and far below any indexing or masking mistake.
+namespace {
+
+struct F32Bounds {
+  double O, lse, dQ, dK, dV;
+};
+
+F32Bounds f32_bounds(const Shape& s, const std::vector<double>& qkv, const std::vector<double>& dout,
+                     const std::vector<double>& lse_ref, const philox::DropoutKey& key, bool causal) {
+  const size_t C = s.C(), C3 = 3 * C;
+  const double sc = 1.0 / std::sqrt((double)s.HS);
+  const bool drop = key.threshold != 0;
+  const double sd = drop ? (double)key.scale : 1.0;
+  double sigma = 0, qmax = 0, kmax = 0, vmax = 0, colP = 0, wq = 0, wk = 0;
+  for (size_t r = 0; r < (size_t)s.B * s.Tn; ++r)
+    for (size_t c = 0; c < C; ++c) {
+      qmax = std::max(qmax, std::fabs(qkv[r * C3 + c]));
+      kmax = std::max(kmax, std::fabs(qkv[r * C3 + C + c]));
+      vmax = std::max(vmax, std::fabs(qkv[r * C3 + 2 * C + c]));
+    }
+  const double dOmax = max_abs(dout);
+  std::vector<double> prow(s.Tn), dprow(s.Tn), col(s.Tn), wcol(s.Tn);
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h) {
+      const uint32_t bh = (uint32_t)(b * s.NH + h);
+      auto q = [&](int i) { return &qkv[((size_t)b * s.Tn + i) * C3 + (size_t)h * s.HS]; };
+      auto k = [&](int j) { return &qkv[((size_t)b * s.Tn + j) * C3 + C + (size_t)h * s.HS]; };
+      auto v = [&](int j) { return &qkv[((size_t)b * s.Tn + j) * C3 + 2 * C + (size_t)h * s.HS]; };
+      std::fill(col.begin(), col.end(), 0.0);
+      std::fill(wcol.begin(), wcol.end(), 0.0);
+      for (int i = 0; i < s.Tn; ++i) {
+        const int jn = causal ? i + 1 : s.Tn;
+        const double* dOi = &dout[((size_t)b * s.Tn + i) * C + (size_t)h * s.HS];
+        const double lse = lse_ref[(size_t)bh * s.Tn + i];
+        double Dabs = 0;
+        for (int j = 0; j < jn; ++j) {
+          double dot = 0, sabs = 0, dpabs = 0;
+          for (int d = 0; d < s.HS; ++d) {
+            dot += q(i)[d] * k(j)[d];
+            sabs += std::fabs(q(i)[d] * k(j)[d]);
+            dpabs += std::fabs(dOi[d] * v(j)[d]);
+          }
+          sigma = std::max(sigma, sc * sabs);
+          const bool keep = !drop || philox::dropout_keep(key, bh, (uint32_t)i, (uint32_t)j);
+          prow[j] = std::exp(sc * dot - lse);
+          dprow[j] = keep ? sd * dpabs : 0.0;
+          Dabs += prow[j] * dprow[j];
+          col[j] += prow[j];
+        }
+        double w = 0;
+        for (int j = 0; j < jn; ++j) {
+          const double wij = prow[j] * (dprow[j] + Dabs);
+          w += wij;
+          wcol[j] += wij;
+        }
+        wq = std::max(wq, w);
+      }
+      for (int j = 0; j < s.Tn; ++j) {
+        colP = std::max(colP, col[j]);
+        wk = std::max(wk, wcol[j]);
+      }
+    }
+  const double eps = 4 * kU32 * (s.Tn + s.HS * (1 + 2 * sigma) + 16);
+  return F32Bounds{eps * sd * vmax, eps * (1 + max_abs(lse_ref)), eps * sc * kmax * wq, eps * sc * qmax * wk,
+                   eps * sd * dOmax * colP};
+}
+
+bool within(const char* what, const std::vector<double>& got, const std::vector<double>& ref, double tol,
+            const std::string& where) {
+  const double e = max_abs_diff(got, ref);
+  const bool ok = e <= tol;
+  if (!ok) {
+    size_t worst = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      if (!(std::fabs(got[i] - ref[i]) <= std::fabs(got[worst] - ref[worst]))) worst = i;
+    MESSAGE(where << ": " << what << " max error " << e << " > tolerance " << tol << "; worst at " << worst << ": got "
+                  << got[worst] << ", expected " << ref[worst]);
+  }
+  return ok;
+}
+
+}  // namespace
+
+TG_GPU_TEST("flash attention float: SIMT path within the derived fp32 tolerance of the fp64 reference") {
+  uint64_t salt = 30000;
+  for (const auto& cs : cases()) {
+    const Shape s = cs.first;
+    const bool causal = cs.second;
+    if (s.Tn == 1023) continue;  // 1025 covers the long, non-multiple case
+    for (double p : {0.0, 0.17}) {
+      const std::string where = describe(s, causal, p);
+      const philox::DropoutKey key = attn_key(p);
+      tg_test::TestContext tc(scratch_for(s, sizeof(float)), gpu::Precision::FP32);
+      const std::vector<double> qkv = make_qkv(s, salt += 10);
+      const std::vector<double> dout = random_vector(s.nout(), salt + 1);
+      const Result ref = cpu_reference(s, qkv, dout, key, causal, false);
+      const Result fl = run_flash<float>(tc.ctx, s, qkv, dout, key, causal, false);
+      const F32Bounds tol = f32_bounds(s, qkv, dout, ref.lse, key, causal);
+      bool ok = within("O", fl.out, ref.out, tol.O, where);
+      ok &= within("lse", fl.lse, ref.lse, tol.lse, where);
+      ok &= within("dQ", third(fl.dqkv, s, 0), third(ref.dqkv, s, 0), tol.dQ, where);
+      ok &= within("dK", third(fl.dqkv, s, 1), third(ref.dqkv, s, 1), tol.dK, where);
+      ok &= within("dV", third(fl.dqkv, s, 2), third(ref.dqkv, s, 2), tol.dV, where);
+      CHECK_MESSAGE(ok, where);
+    }
+  }
+}
+
+namespace {
+
+template <typename T>
+void mask_hook_test() {
+  uint64_t salt = 50000;
+  for (int Tn : {1, 17, 129, 255})
+    for (int HS : {32, 64, 128})
+      for (bool causal : {false, true})
+        for (double p : {0.0, 0.17}) {
+          const Shape s{2, Tn, 2, HS};
+          const std::string where = describe(s, causal, p);
+          const philox::DropoutKey key = attn_key(p, 5);
+          tg_test::TestContext tc(scratch_for(s, sizeof(T)));
+          const std::vector<double> qkv = tg_test::round_to<T>(make_qkv(s, salt += 10));
+          const std::vector<double> dout = tg_test::round_to<T>(random_vector(s.nout(), salt + 1));
+          const Result ref = cpu_reference(s, qkv, dout, key, causal, true);
+          const Result with = run_flash<T>(tc.ctx, s, qkv, dout, key, causal, true);
+          const Result without = run_flash<T>(tc.ctx, s, qkv, dout, key, causal, false);
+          size_t diff = 0, applied = 0, dropped = 0;
+          for (size_t i = 0; i < ref.mask.size(); ++i) {
+            diff += with.mask[i] != ref.mask[i];
+            applied += ref.mask[i] != kSentinel;
+            dropped += ref.mask[i] == 0;
+          }
+          CHECK_MESSAGE(diff == 0, where << ": " << diff << " mask entries differ from the CPU mask");
+          const size_t expect = (size_t)s.B * s.NH * (causal ? (size_t)Tn * (Tn + 1) / 2 : (size_t)Tn * Tn);
+          CHECK_MESSAGE(applied == expect, where << ": " << applied << " entries written, expected " << expect);
+          if (p > 0 && applied >= 4000) {
+            const double frac = (double)dropped / applied;  // binomial: sd <= 0.0060 at n = 4000
+            CHECK_MESSAGE(std::fabs(frac - p) < 0.04, where << ": dropped fraction " << frac);
+          }
+          if (p == 0) CHECK_MESSAGE(dropped == 0, where);
+          // the hook changes nothing in what the kernel computes: with p > 0 both runs take the
+          // same instantiation (bitwise equal); with p = 0 the hook runs the dropout path with
+          // threshold 0 (all kept, s = 1), another instantiation, so equal up to rounding
+          if (p > 0) {
+            CHECK_MESSAGE(bitwise_equal(with.out, without.out), where << ": out differs with the mask hook");
+            CHECK_MESSAGE(bitwise_equal(with.lse, without.lse), where << ": lse differs with the mask hook");
+          } else {
+            const double u = gpu::unit_roundoff<T>();
+            CHECK_MESSAGE(max_abs_diff(with.out, without.out) <= 2 * u * max_abs(without.out),
+                          where << ": out differs with the mask hook");
+            CHECK_MESSAGE(max_abs_diff(with.lse, without.lse) <= 64 * kU32 * (1 + max_abs(without.lse)),
+                          where << ": lse differs with the mask hook");
+          }
+        }
+}
+
+template <typename T>
+void determinism_test() {
+  // B*NH = 132*4 heads: more CTAs than any current GPU has SMs in every kernel; T = 193: two
+  // query tiles of the forward, four key tiles (the last partial), causal with dropout
+  const Shape s{132, 193, 4, 64};
+  const int reps = std::is_same_v<T, gpu::bf16> ? 250 : 20;
+  const philox::DropoutKey key = attn_key(0.17);
+  tg_test::TestContext tc(scratch_for(s, sizeof(T)));
+  const std::vector<double> qkv = make_qkv(s, 60001), dout = random_vector(s.nout(), 60002);
+  const std::vector<double> init = random_vector(s.nqkv(), 60003);
+  DeviceArray<T> d_qkv(qkv), d_dout(dout), d_out(s.nout()), d_dqkv(s.nqkv());
+  DeviceArray<float> d_lse(s.nlse());
+  std::vector<double> out0, lse0, dqkv0;
+  int mismatches = 0;
+  for (int r = 0; r < reps; ++r) {
+    d_dqkv.upload(init);
+    cudaCheck(cudaDeviceSynchronize());  // the upload lands before ctx.stream (non-blocking) reads it
+    gpu::flash_attn_forward<T>(tc.ctx, d_out.ptr, d_lse.ptr, d_qkv.ptr, key, s.B, s.Tn, s.C(), s.NH, true, nullptr);
+    gpu::flash_attn_backward<T>(tc.ctx, d_dqkv.ptr, d_dout.ptr, d_qkv.ptr, d_out.ptr, d_lse.ptr, key, s.B, s.Tn,
+                                s.C(), s.NH, true);
+    std::vector<double> out = d_out.download(), lse = d_lse.download(), dqkv = d_dqkv.download();
+    if (r == 0) {
+      out0 = std::move(out);
+      lse0 = std::move(lse);
+      dqkv0 = std::move(dqkv);
+      CHECK(all_finite(out0));
+      CHECK(all_finite(dqkv0));
+    } else {
+      mismatches += !bitwise_equal(out, out0) || !bitwise_equal(lse, lse0) || !bitwise_equal(dqkv, dqkv0);
+    }
+  }
+  CHECK_MESSAGE(mismatches == 0, mismatches << " of " << reps - 1 << " runs differ from the first");
+}
+
+// dqkv starts random: the backward must add. With g0 the result from a zero start, the result
+// from `init` is T(init + acc) and g0 = T(acc), so |got - (init + g0)| <= u |init + acc| + u |acc|
+// <= 2 u (|init + g0| + |g0|) (the factor 2 covers acc vs g0). Overwriting misses by |init|,
+// adding twice by |g0|. Also: nothing written past the ends of out, lse and dqkv.
+template <typename T>
+void accumulate_test() {
+  const double u = gpu::unit_roundoff<T>();
+  uint64_t salt = 70000;
+  for (int Tn : {1, 97, 129})
+    for (int HS : {32, 128})
+      for (bool causal : {false, true}) {
+        const Shape s{2, Tn, 3, HS};
+        const std::string where = describe(s, causal, 0.17);
+        const philox::DropoutKey key = attn_key(0.17);
+        tg_test::TestContext tc(scratch_for(s, sizeof(T)));
+        const std::vector<double> qkv = tg_test::round_to<T>(make_qkv(s, salt += 10));
+        const std::vector<double> dout = tg_test::round_to<T>(random_vector(s.nout(), salt + 1));
+        const std::vector<double> init = tg_test::round_to<T>(random_vector(s.nqkv(), salt + 2));
+        const Result zero = run_flash<T>(tc.ctx, s, qkv, dout, key, causal, false, nullptr, 4096);
+        const Result acc = run_flash<T>(tc.ctx, s, qkv, dout, key, causal, false, &init, 4096);
+        size_t bad = 0, worst = 0;
+        double worst_ratio = 0;
+        for (size_t i = 0; i < init.size(); ++i) {
+          const double want = init[i] + zero.dqkv[i];
+          const double bound = 2 * u * (std::fabs(want) + std::fabs(zero.dqkv[i]));
+          const double err = std::fabs(acc.dqkv[i] - want);
+          if (!(err <= bound)) ++bad;
+          if (!(err / bound <= worst_ratio)) { worst_ratio = err / bound; worst = i; }
+        }
+        CHECK_MESSAGE(bad == 0, where << ": " << bad << " dqkv entries not init + gradient; worst at " << worst
+                                      << ": got " << acc.dqkv[worst] << ", init " << init[worst] << ", gradient "
+                                      << zero.dqkv[worst]);
+      }
+}
+
+}  // namespace
+
+TG_GPU_TEST("flash attention mask hook equals the CPU mask byte for byte") {
+  mask_hook_test<float>();
+  mask_hook_test<gpu::bf16>();
+}
+
+TG_GPU_TEST("flash attention: 250 repeated forward + backward runs are bitwise identical") {
+  determinism_test<gpu::bf16>();
+  determinism_test<float>();
+}
+
+TG_GPU_TEST("flash attention backward accumulates into dqkv and writes nothing past the buffers") {
+  accumulate_test<float>();
+  accumulate_test<gpu::bf16>();
+}
+
+TG_GPU_TEST("flash attention rejects head sizes other than 32, 64, 128") {
+  std::string why;
+  CHECK(gpu::flash_attn_supported(32, &why));
+  CHECK(gpu::flash_attn_supported(64, &why));
+  CHECK(gpu::flash_attn_supported(128, &why));
+  for (int HS : {16, 48, 80, 96, 256}) {
+    why.clear();
+    CHECK_FALSE(gpu::flash_attn_supported(HS, &why));
+    CHECK_MESSAGE(why.find("32, 64 and 128") != std::string::npos, why);
+  }
+  const Shape s{1, 8, 2, 48};
+  tg_test::TestContext tc(scratch_for(s, sizeof(gpu::bf16)));
+  DeviceArray<gpu::bf16> qkv(s.nqkv()), out(s.nout()), dqkv(s.nqkv());
+  DeviceArray<float> lse(s.nlse());
+  const philox::DropoutKey key = attn_key(0.0);
+  CHECK_THROWS_AS(gpu::flash_attn_forward<gpu::bf16>(tc.ctx, out.ptr, lse.ptr, qkv.ptr, key, s.B, s.Tn, s.C(), s.NH,
+                                                     true, nullptr),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(gpu::flash_attn_backward<gpu::bf16>(tc.ctx, dqkv.ptr, out.ptr, qkv.ptr, out.ptr, lse.ptr, key, s.B,
+                                                      s.Tn, s.C(), s.NH, true),
+                  std::invalid_argument);
+  CHECK_THROWS_AS(gpu::flash_attn_forward<float>(tc.ctx, nullptr, lse.ptr, nullptr, key, s.B, s.Tn, s.C(), s.NH,
+                                                 false, nullptr),
+                  std::invalid_argument);
+}
