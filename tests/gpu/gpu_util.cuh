@@ -109,6 +109,30 @@ inline bool all_close(const std::vector<double>& got, const std::vector<double>&
   return bad == 0;
 }
 
+// |got - ref| <= bound[i] elementwise, with a bound per element; on failure names the worst
+// element (by error / bound), its index and values, and the count of violations.
+inline bool within(const std::vector<double>& got, const std::vector<double>& ref, const std::vector<double>& bound,
+                   const std::string& what) {
+  if (got.size() != ref.size() || got.size() != bound.size()) {
+    MESSAGE(what << ": sizes differ");
+    return false;
+  }
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::fabs(got[i] - ref[i]);
+    const bool ok = err <= bound[i];  // false for NaN
+    if (!ok) ++bad;
+    const double ratio = ok ? (bound[i] > 0 ? err / bound[i] : 0.0) : INFINITY;
+    if (!(ratio <= worst_ratio)) { worst_ratio = ratio; worst = i; }
+  }
+  if (bad)
+    MESSAGE(what << ": " << bad << " of " << got.size() << " elements out of bound; worst at " << worst << ": got "
+                 << got[worst] << ", expected " << ref[worst] << ", bound " << bound[worst] << " ("
+                 << worst_ratio << "x)");
+  return bad == 0;
+}
+
 // The largest |got - ref| over the elements (for error-ratio rules such as flash vs naive).
 inline double max_abs_diff(const std::vector<double>& got, const std::vector<double>& ref) {
   double m = 0;

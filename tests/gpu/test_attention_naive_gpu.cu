@@ -58,28 +58,7 @@ namespace {
 constexpr double kU32 = 5.9604644775390625e-8;  // 2^-24
 constexpr uint8_t kSentinel = 0xAB;
 
-// |got - ref| <= bound elementwise; on failure names the worst element (by error / bound).
-bool within(const std::vector<double>& got, const std::vector<double>& ref, const std::vector<double>& bound,
-            const std::string& what) {
-  if (got.size() != ref.size() || got.size() != bound.size()) {
-    MESSAGE(what << ": sizes differ");
-    return false;
-  }
-  size_t bad = 0, worst = 0;
-  double worst_ratio = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(got[i] - ref[i]);
-    const bool ok = err <= bound[i];  // false for NaN
-    if (!ok) ++bad;
-    const double ratio = ok ? (bound[i] > 0 ? err / bound[i] : 0.0) : INFINITY;
-    if (!(ratio <= worst_ratio)) { worst_ratio = ratio; worst = i; }
-  }
-  if (bad)
-    MESSAGE(what << ": " << bad << " of " << got.size() << " elements out of bound; worst at " << worst << ": got "
-                 << got[worst] << ", expected " << ref[worst] << ", bound " << bound[worst] << " ("
-                 << worst_ratio << "x)");
-  return bad == 0;
-}
+using tg_test::within;
 
 bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
