@@ -111,7 +111,11 @@ GPTCuda<T>::GPTCuda(const ModelConfig& mc, const CudaRunShape& run) : m_(mc), ru
   try {
     cudaCheck(cudaMalloc(&arena_, arena_bytes_));
     cudaCheck(cudaMemsetAsync(arena_, 0, arena_bytes_, ctx_.stream));
+    cudaCheck(cudaMallocHost(&host_tokens_, 2 * (size_t)run_.B * run_.T * sizeof(int32_t)));
+    cudaCheck(cudaEventCreateWithFlags(&tokens_copied_, cudaEventDisableTiming));
   } catch (...) {
+    if (host_tokens_) cudaFreeHost(host_tokens_);
+    if (arena_) cudaFree(arena_);
     ctx_.destroy();
     throw;
   }
@@ -131,6 +135,8 @@ template <typename T>
 GPTCuda<T>::~GPTCuda() {
   if (ctx_.stream) cudaStreamSynchronize(ctx_.stream);
   if (arena_) cudaFree(arena_);
+  if (host_tokens_) cudaFreeHost(host_tokens_);
+  if (tokens_copied_) cudaEventDestroy(tokens_copied_);
   ctx_.destroy();
 }
 
@@ -145,7 +151,17 @@ void GPTCuda<T>::forward(const int32_t* x, const int32_t* targets, int b, int t,
   b_ = b; t_ = t; train_ = train; step_ = step;
   const gpu::Context& ctx = ctx_;
   const int C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, N = b * t;
-  cudaCheck(cudaMemcpyAsync(acts_.inp, x, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, ctx.stream));
+  // the staging buffer is free once the previous copies out of it are done (long since, in a
+  // training loop: the previous step ended in read_stats())
+  cudaCheck(cudaEventSynchronize(tokens_copied_));
+  int32_t* staged = host_tokens_;
+  std::copy(x, x + N, staged);
+  if (targets) std::copy(targets, targets + N, staged + N);
+  cudaCheck(cudaMemcpyAsync(acts_.inp, staged, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, ctx.stream));
+  if (targets)
+    cudaCheck(cudaMemcpyAsync(acts_.targets, staged + N, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice,
+                              ctx.stream));
+  cudaCheck(cudaEventRecord(tokens_copied_, ctx.stream));
 
   gpu::encoder_forward(ctx, acts_.encoded, acts_.inp, P.wte, P.wpe, b, t, C);
   gpu::dropout_forward(ctx, acts_.encoded, acts_.encoded, key(0, philox::kSiteEmbedding), b, t, C);
@@ -172,7 +188,6 @@ void GPTCuda<T>::forward(const int32_t* x, const int32_t* targets, int b, int t,
   gpu::layernorm_forward(ctx, acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual, P.lnfw, P.lnfb, N, C);
   gpu::matmul_forward(ctx, acts_.logits, acts_.lnf, P.wte, (const T*)nullptr, N, C, V);
   if (!targets) return;
-  cudaCheck(cudaMemcpyAsync(acts_.targets, targets, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, ctx.stream));
   if (train)
     gpu::cross_entropy_forward_backward(ctx, acts_.losses, acts_.dlogits, acts_.logits, acts_.targets, 1.0f / N, N, V);
   else

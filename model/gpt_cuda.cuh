@@ -9,7 +9,8 @@
 // constructor, from the size table carve() (which bytes_needed() runs without allocating, so
 // the two cannot disagree), plus the op scratch and the cuBLAS workspace of the gpu::Context.
 // Nothing is allocated after the constructor. One stream (ctx.stream); the step enqueues work
-// and synchronises only in read_stats(), where the loss and the gradient norm are read.
+// and synchronises only in read_stats(), where the loss and the gradient norm are read (the
+// tokens are staged in pinned host memory, so their copies do not wait for the stream either).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -132,6 +133,8 @@ class GPTCuda {
   gpu::Context ctx_;
   char* arena_ = nullptr;
   size_t arena_bytes_ = 0;
+  int32_t* host_tokens_ = nullptr;  // pinned (2, B, T): inputs and targets staged for the async copies
+  cudaEvent_t tokens_copied_ = nullptr;  // recorded after the copies out of host_tokens_
   Buffers buf_{};
   GPTParams<T> P;      // views of params_t_
   GPTParams<float> G;  // views of grads_
