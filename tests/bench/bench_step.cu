@@ -2,8 +2,9 @@
 // backend against the sequence length T, for both attention paths: device memory the step
 // needs (the size table of model/gpt_cuda.cuh, and what the device lost when the backend was
 // made), median ms per step, tokens/s. The model is the shakespeare-char preset's width and
-// depth (6 layers, 6 heads, 384 wide, head size 64) with B*T = 16384 tokens per step; the
-// longest T are where the naive path's (B, NH, T, T) probabilities stop fitting.
+// depth (6 layers, 6 heads, 384 wide, head size 64), in two series: B*T = 16384 tokens per
+// step (the time per token against T), and B = 8 sequences per step, where the naive path's
+// (B, NH, T, T) probabilities outgrow the device at long T while the flash path still fits.
 //   build/bench_step [--csv PATH]
 #include <cuda_runtime.h>
 
@@ -23,7 +24,7 @@
 namespace {
 
 struct Row {
-  int T = 0;
+  int B = 0, T = 0;
   std::string path;
   double need_gib = 0, used_gib = 0, ms = 0, tok_s = 0;
   std::string status;
@@ -42,18 +43,21 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--csv") == 0) csv = argv[i + 1];
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
-  std::printf("bench_step on %s: shakespeare-char width (L=6, NH=6, C=384), B*T = 16384, bf16, dropout 0.2\n",
-              prop.name);
+  std::printf("bench_step on %s: shakespeare-char width (L=6, NH=6, C=384), bf16, dropout 0.2\n", prop.name);
+  std::vector<std::pair<int, int>> shapes;  // (B, T)
+  for (int T : {256, 1024, 2048, 4096, 8192, 16384}) shapes.push_back({std::max(1, 16384 / T), T});
+  for (int T : {1024, 2048, 4096, 8192, 16384}) shapes.push_back({8, T});
   std::vector<Row> rows;
-  for (int T : {256, 1024, 2048, 4096, 8192, 16384}) {
+  for (const auto& [B, T] : shapes) {
     for (const char* path : {"naive", "flash"}) {
       Row r;
+      r.B = B;
       r.T = T;
       r.path = path;
       tg::Config c;
       tg::apply_preset(c, "shakespeare-char");
       c.block_size = T;
-      c.batch_size = std::max(1, 16384 / T);
+      c.batch_size = B;
       c.attention = path;
       c.precision = "bf16";
       const tg::ModelConfig m{65, T, c.n_layer, c.n_head, c.n_embd, c.bias};
@@ -103,10 +107,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "error: cannot write %s; check the path\n", csv);
       return 1;
     }
-    std::fprintf(f, "T,path,need_gib,used_gib,ms_per_step,tokens_per_s,status\n");
+    std::fprintf(f, "B,T,path,need_gib,used_gib,ms_per_step,tokens_per_s,status\n");
     for (const Row& r : rows)
-      std::fprintf(f, "%d,%s,%.4f,%.4f,%.3f,%.1f,%s\n", r.T, r.path.c_str(), r.need_gib, r.used_gib, r.ms, r.tok_s,
-                   r.status.c_str());
+      std::fprintf(f, "%d,%d,%s,%.4f,%.4f,%.3f,%.1f,%s\n", r.B, r.T, r.path.c_str(), r.need_gib, r.used_gib, r.ms,
+                   r.tok_s, r.status.c_str());
     std::fclose(f);
   }
   return 0;
