@@ -65,7 +65,11 @@ BENCH_SRCS := $(wildcard tests/bench/*.cpp)
 BENCH_GPU_SRCS := $(wildcard tests/bench/*.cu)
 BENCH_GPU_OBJS := $(BENCH_GPU_SRCS:%.cu=$(BUILD)/%.o)
 
-TEST_BINS := $(BUILD)/test_cpu $(if $(NVCC),$(BUILD)/test_gpu,)
+# tests/emu: the flash kernels executed on the CPU by a SIMT emulator (needs the CUDA headers only)
+TEST_EMU_SRCS := $(wildcard tests/emu/*.cpp)
+TEST_EMU_OBJS := $(TEST_EMU_SRCS:%.cpp=$(BUILD)/%.o)
+
+TEST_BINS := $(BUILD)/test_cpu $(if $(NVCC),$(BUILD)/test_gpu $(BUILD)/test_emu,)
 
 .PHONY: all train test test-run data bench plot clean deps
 BENCH_GPU_BINS := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_step,)
@@ -93,6 +97,15 @@ $(BUILD)/test_cpu: $(TEST_CPU_OBJS) $(HOST_OBJS)
 
 $(BUILD)/test_gpu: $(TEST_GPU_OBJS) $(CUDA_OBJS) $(HOST_OBJS)
 	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+
+# g++ compiles the unmodified kernels/flash_attn_{fwd,bwd}.cu with tests/emu/simt_emulator.h in
+# place of their PTX (TG_SIMT_EMULATION); linked with the CPU spec they are checked against.
+$(BUILD)/tests/emu/%.o: tests/emu/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -DTG_SIMT_EMULATION -I$(CUDA_HOME)/include -Wno-unknown-pragmas -pthread $(DOCTEST_INC) -MMD -MP -c $< -o $@
+
+$(BUILD)/test_emu: $(TEST_EMU_OBJS) $(BUILD)/kernels/cpu/attention_tiled.o
+	$(CXX) $(CXXFLAGS) -pthread -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bench_cpu: $(BENCH_SRCS) $(HOST_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
@@ -160,4 +173,4 @@ plot: train_gpt
 clean:
 	rm -rf $(BUILD) train_gpt
 
--include $(HOST_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(TEST_CPU_OBJS:.o=.d) $(TEST_GPU_OBJS:.o=.d) $(BENCH_GPU_OBJS:.o=.d) $(BUILD)/train_gpt.d
+-include $(HOST_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(TEST_CPU_OBJS:.o=.d) $(TEST_GPU_OBJS:.o=.d) $(TEST_EMU_OBJS:.o=.d) $(BENCH_GPU_OBJS:.o=.d) $(BUILD)/train_gpt.d

@@ -107,6 +107,7 @@ inline void check_aligned(const void* p, size_t bytes, const char* who, const ch
                                 "-byte aligned");
 }
 
+#ifndef TG_SIMT_EMULATION  // the host emulator of tests/emu/ (simt_emulator.h) provides this section
 // Launches kernel<<<grid, threads, smem, ctx.stream>>>(p), opting in to more than 48 KB of
 // dynamic shared memory when the tiles need it, and checks the launch.
 template <typename P>
@@ -156,6 +157,7 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+#endif  // TG_SIMT_EMULATION
 
 // Two floats -> one register of two bf16 (lo in the low half), round to nearest even.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
