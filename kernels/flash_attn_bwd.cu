@@ -384,14 +384,6 @@ constexpr size_t simt_bwd_smem_bytes() {
   return (size_t)(2 * SimtTile::kTile * HS + 2 * SimtTile::kTile * (HS + 1) + 2 * SimtTile::kTile) * sizeof(float);
 }
 
-template <int R, int HS, int LD>
-__device__ __forceinline__ void load_tile_f32(float* s, const float* g, long long ld, int row0, int Tn) {
-  for (int c = threadIdx.x; c < R * HS; c += blockDim.x) {
-    const int r = c / HS, d = c % HS, row = row0 + r;
-    s[r * LD + d] = row < Tn ? g[(long long)row * ld + d] : 0.f;
-  }
-}
-
 // dK / dV: one CTA per (32 keys, bh), each warp owning 4 keys; loops over 32-query tiles.
 // Shared: K_j, V_j [32][HS] (row broadcast), Q_i, dO_i [32][HS+1] (lane = query), lse_i, D_i.
 template <int HS, bool IsCausal, bool IsDropout>

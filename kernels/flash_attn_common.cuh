@@ -227,6 +227,16 @@ __host__ __device__ constexpr RowCol c_elem(int lane, int nt, int e) {
 //     (rows 0-7, k 8-15) = b1 of 2np, (rows 8-15, k 0-7) = b0 of 2np+1, (rows 8-15, k 8-15)
 //     = b1 of 2np+1; lane l (m = l/8) addresses row 16np + l%8 + 8(m/2), column 16kk + 8(m%2).
 //     Check: lane l of b0 gets M[l/4][2(l%4)..] = sB[row g][k 2t..] = B[k 2t..][n g].
+// fp32 path: rows row0 .. row0+R-1 of a (T, HS) fp32 slice into s [R][LD] (plain loads by the
+// whole CTA), zeros past T.
+template <int R, int HS, int LD>
+__device__ __forceinline__ void load_tile_f32(float* s, const float* g, long long ld, int row0, int Tn) {
+  for (int c = threadIdx.x; c < R * HS; c += blockDim.x) {
+    const int r = c / HS, d = c % HS, row = row0 + r;
+    s[r * LD + d] = row < Tn ? g[(long long)row * ld + d] : 0.f;
+  }
+}
+
 template <int K, int N, int S>
 __device__ __forceinline__ void warp_gemm_ss(float (&acc)[N / 8][4], const bf16* sA, const bf16* sB, int lane) {
   static_assert(K % 16 == 0 && N % 16 == 0, "tile sizes must be multiples of 16");

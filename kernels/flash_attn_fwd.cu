@@ -217,15 +217,6 @@ constexpr size_t simt_fwd_smem_bytes() {
   return (size_t)(SimtTile::kBr * HS + SimtTile::kBc * (HS + 1) + SimtTile::kBc * HS) * sizeof(float);
 }
 
-// rows row0 .. row0+R-1 of a (T, HS) fp32 slice into s [R][LD], zeros past T.
-template <int R, int HS, int LD>
-__device__ __forceinline__ void load_tile_f32(float* s, const float* g, long long ld, int row0, int Tn) {
-  for (int c = threadIdx.x; c < R * HS; c += blockDim.x) {
-    const int r = c / HS, d = c % HS, row = row0 + r;
-    s[r * LD + d] = row < Tn ? g[(long long)row * ld + d] : 0.f;
-  }
-}
-
 template <int HS, bool IsCausal, bool IsDropout>
 __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_fwd_f32_kernel(const FwdParams<float> p) {
   constexpr int Br = SimtTile::kBr, Bc = SimtTile::kBc, RPW = SimtTile::kRowsPerWarp, KD = HS / 32;
