@@ -588,21 +588,8 @@ void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qk
     throw std::invalid_argument("flash_attn_backward: ctx.scratch holds " + std::to_string(ctx.scratch_bytes) +
                                 " bytes, the backward needs flash_attn_scratch_bytes = " + std::to_string(need));
   flash::BwdParams<T> p{};
-  p.qkv = qkv;
-  p.out = const_cast<T*>(out);    // read only here (D pass)
-  p.lse = const_cast<float*>(lse);  // read only here
-  p.mask = nullptr;
-  p.key = key;
-  p.dropout_scale = key.threshold != 0 ? key.scale : 1.f;
-  p.scale = (float)(1.0 / std::sqrt((double)HS));
-  p.scale_log2 = (float)(flash::kLog2e / std::sqrt((double)HS));
-  p.B = B;
-  p.T = Tn;
-  p.C = C;
-  p.NH = NH;
-  p.HS = HS;
-  p.ld_qkv = 3LL * C;
-  p.ld_out = C;
+  // out and lse are only read here (the D pass, the recomputation of P)
+  flash::fill_fwd_params<T>(p, qkv, const_cast<T*>(out), const_cast<float*>(lse), nullptr, key, B, Tn, C, NH);
   p.dout = dout;
   p.dqkv = dqkv;
   p.D = static_cast<float*>(ctx.scratch);

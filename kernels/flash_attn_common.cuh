@@ -88,6 +88,28 @@ struct BwdParams : FwdParams<Act> {
   float* D;         // (B, NH, T) scratch: D_i = rowsum(dO_i o O_i), written by the preprocessing pass
 };
 
+// The fields the forward and backward launchers fill alike.
+template <typename Act>
+inline void fill_fwd_params(FwdParams<Act>& p, const Act* qkv, Act* out, float* lse, uint8_t* mask,
+                            const philox::DropoutKey& key, int B, int Tn, int C, int NH) {
+  const int HS = C / NH;
+  p.qkv = qkv;
+  p.out = out;
+  p.lse = lse;
+  p.mask = mask;
+  p.key = key;
+  p.dropout_scale = key.threshold != 0 ? key.scale : 1.f;
+  p.scale = (float)(1.0 / std::sqrt((double)HS));
+  p.scale_log2 = (float)(kLog2e / std::sqrt((double)HS));
+  p.B = B;
+  p.T = Tn;
+  p.C = C;
+  p.NH = NH;
+  p.HS = HS;
+  p.ld_qkv = 3LL * C;
+  p.ld_out = C;
+}
+
 // ---- host-side checks shared by the launchers ------------------------------------------------
 // Validates the shape (throws std::invalid_argument naming what is wrong) and returns HS.
 inline int check_shape(int B, int Tn, int C, int NH, const char* who) {

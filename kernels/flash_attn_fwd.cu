@@ -323,21 +323,7 @@ void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, co
     flash::check_aligned(out, 4, "flash_attn_forward", "out");   // bf16x2 stores
   }
   flash::FwdParams<T> p{};
-  p.qkv = qkv;
-  p.out = out;
-  p.lse = lse;
-  p.mask = mask;
-  p.key = key;
-  p.dropout_scale = key.threshold != 0 ? key.scale : 1.f;
-  p.scale = (float)(1.0 / std::sqrt((double)HS));
-  p.scale_log2 = (float)(flash::kLog2e / std::sqrt((double)HS));
-  p.B = B;
-  p.T = Tn;
-  p.C = C;
-  p.NH = NH;
-  p.HS = HS;
-  p.ld_qkv = 3LL * C;
-  p.ld_out = C;
+  flash::fill_fwd_params(p, qkv, out, lse, mask, key, B, Tn, C, NH);
   // with the mask dump and p = 0 the dropout path runs with threshold 0 (every element kept,
   // s = 1: the same result) so that the dump is written by the code that applies dropout
   const bool dropout = key.threshold != 0 || mask != nullptr;

@@ -70,6 +70,7 @@
 #include <vector>
 
 #include "../../kernels/cpu/attention_tiled.h"
+#include "../common/qkv_slices.h"
 #include "../../kernels/flash_attn.cuh"
 #include "../../kernels/philox.h"
 #include "../cpu/test_util.h"
@@ -120,19 +121,11 @@ std::vector<T> to_t(const std::vector<double>& v, size_t guard = 0) {
   return r;
 }
 
-double max_abs(const std::vector<double>& a) {
-  double m = 0;
-  for (double x : a) m = std::max(m, std::fabs(x));
-  return m;
-}
+// The q, k or v third (part 0, 1, 2) of a (B, T, 3C) buffer.
+using tg_test::max_abs;
 
-// The columns [part C, (part + 1) C) of a (rows, 3C) buffer: the q, k or v third.
 std::vector<double> third(const std::vector<double>& a, const Case& c, int part) {
-  const size_t C = c.C(), rows = (size_t)c.B * c.Tn;
-  std::vector<double> r(rows * C);
-  for (size_t i = 0; i < rows; ++i)
-    for (size_t k = 0; k < C; ++k) r[i * C + k] = a[i * 3 * C + part * C + k];
-  return r;
+  return tg_test::qkv_part(a, (size_t)c.B * c.Tn, c.C(), part);
 }
 
 struct Result {

@@ -45,6 +45,7 @@
 
 #include "../../kernels/attention_naive.cuh"
 #include "../../kernels/cpu/attention_tiled.h"
+#include "../common/qkv_slices.h"
 #include "../../kernels/flash_attn.cuh"
 #include "../../kernels/philox.h"
 #include "gpu_util.cuh"
@@ -90,19 +91,11 @@ std::vector<double> make_qkv(const Shape& s, uint64_t salt, double qs = 1, doubl
   return v;
 }
 
-// The columns [col0, col0 + C) of a (rows, 3C) buffer: the q, k or v third of dqkv.
-std::vector<double> third(const std::vector<double>& a, const Shape& s, int part) {
-  const size_t C = s.C(), rows = (size_t)s.B * s.Tn;
-  std::vector<double> r(rows * C);
-  for (size_t i = 0; i < rows; ++i)
-    for (size_t c = 0; c < C; ++c) r[i * C + c] = a[i * 3 * C + part * C + c];
-  return r;
-}
+// The q, k or v third (part 0, 1, 2) of a (B, T, 3C) buffer.
+using tg_test::max_abs;
 
-double max_abs(const std::vector<double>& a) {
-  double m = 0;
-  for (double x : a) m = std::max(m, std::fabs(x));
-  return m;
+std::vector<double> third(const std::vector<double>& a, const Shape& s, int part) {
+  return tg_test::qkv_part(a, (size_t)s.B * s.Tn, s.C(), part);
 }
 
 bool all_finite(const std::vector<double>& a) {
