@@ -272,14 +272,7 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
 // [Br][HS+8]; two stages of K_j, V_j [Bc][HS+8]:
 //   HS = 32: 30 KB, HS = 64: 54 KB, HS = 128: 102 KB.
 template <int HS>
-struct DqTile {
-  static constexpr int kWarps = 4;
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBr = 16 * kWarps;
-  static constexpr int kBc = 64;
-  static constexpr int kStride = HS + kPad;
-  static constexpr size_t kSmemBytes = (size_t)(2 * kBr + 4 * kBc) * kStride * sizeof(bf16);
-};
+using DqTile = QueryTile<HS, 4, 2>;
 
 // grid (B*NH, ceil(T / Br)); query tiles last-first (causal: longest first).
 template <int HS, bool IsCausal, bool IsDropout>

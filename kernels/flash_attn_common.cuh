@@ -196,6 +196,20 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 // bank conflicts), and every row start stays 16-byte aligned for cp.async.
 constexpr int kPad = 8;
 
+// Tile sizes of the bf16 kernels that own query rows (the forward, the backward's dQ kernel):
+// Warps warps of 16 query rows each (Br = 16 Warps), Bc = 64 keys per tile; shared memory holds
+// QBufs query-side tiles [Br][HS + kPad] (Q_i; Q_i and dO_i for dQ) and two stages of K_j and
+// V_j [Bc][HS + kPad].
+template <int HS, int Warps, int QBufs>
+struct QueryTile {
+  static constexpr int kWarps = Warps;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBr = 16 * kWarps;
+  static constexpr int kBc = 64;
+  static constexpr int kStride = HS + kPad;
+  static constexpr size_t kSmemBytes = (size_t)(QBufs * kBr + 4 * kBc) * kStride * sizeof(bf16);
+};
+
 // load tile: rows row0 .. row0+R-1 of the (T, HS) slice starting at g (row stride ld
 // elements) into s [R][HS + kPad], asynchronously (cp.async, 16 bytes per thread per step,
 // consecutive threads on consecutive 16-byte chunks of a row); rows >= Tn are zero-filled,

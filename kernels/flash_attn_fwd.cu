@@ -53,14 +53,7 @@ namespace {
 //   HS = 32: 30 KB, HS = 64: 54 KB, HS = 128: 102 KB (opt-in dynamic shared memory; two
 //   CTAs per SM on sm_90, one on sm_80).
 template <int HS>
-struct FwdTile {
-  static constexpr int kWarps = 8;
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBr = 16 * kWarps;
-  static constexpr int kBc = 64;
-  static constexpr int kStride = HS + kPad;
-  static constexpr size_t kSmemBytes = (size_t)(kBr + 4 * kBc) * kStride * sizeof(bf16);
-};
+using FwdTile = QueryTile<HS, 8, 1>;
 
 // online softmax update, per lane for its rows g (r = 0) and g+8 (r = 1), columns of s:
 //   m_new = max(m_i, rowmax(S_ij))             (row max across the quad: lanes 4g .. 4g+3)
