@@ -2,6 +2,8 @@
 #   make / make train_gpt   build the trainer (nvcc when the CUDA toolkit is there, else g++)
 #   make train              build, get the data, train (shakespeare-char on a GPU, baby on a CPU)
 #   make test               build and run every test suite; last line "N passed, M failed, K skipped"
+#   make train_gpt_emu      the trainer with its CUDA backend run by the SIMT emulator (tests/emu):
+#                           --device cuda works on a machine without a GPU (slow by design)
 #   make data               put tiny Shakespeare at data/tinyshakespeare/input.txt
 #   make bench              benchmarks (never part of make test)
 #   make clean
@@ -32,12 +34,15 @@ DOCTEST_INC ?=
 HASH := \#
 EIGEN_OK := $(shell echo '$(HASH)include <Eigen/Core>' | $(CXX) $(EIGEN_INC) -x c++ -fsyntax-only - 2>/dev/null && echo yes)
 DOCTEST_OK := $(shell echo '$(HASH)include <doctest/doctest.h>' | $(CXX) $(DOCTEST_INC) -x c++ -fsyntax-only - 2>/dev/null && echo yes)
+# the reference BLAS behind the emulator's cuBLAS (Debian's libblas-dev)
+BLAS_OK := $(shell echo 'extern "C" void sgemm_(); int main() { sgemm_(); }' | $(CXX) -x c++ - -lblas -o /dev/null 2>/dev/null && echo yes)
 
 ifeq ($(MAKELEVEL),0)
 $(info [make] nvcc:    $(if $(NVCC),$(NVCC) ($(shell $(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')),not found: building a CPU-only train_gpt with $(CXX)))
 $(info [make] GPU:     $(if $(GPU_CC),compute capability $(GPU_CC),none visible)$(if $(NVCC),; device code for $(foreach a,$(ARCH),sm_$(a)),))
 $(info [make] Eigen:   $(if $(EIGEN_OK),found ($(or $(EIGEN_INC),system path)),NOT FOUND (apt-get install libeigen3-dev, or EIGEN_INC=-I/path)))
 $(info [make] doctest: $(if $(DOCTEST_OK),found ($(or $(DOCTEST_INC),system path)),NOT FOUND (apt-get install doctest-dev, or DOCTEST_INC=-I/path)))
+$(info [make] BLAS:    $(if $(BLAS_OK),found (-lblas: the emulator's cuBLAS),NOT FOUND (apt-get install libblas-dev; needed by train_gpt_emu and the emulated tests)))
 endif
 
 # ---- flags ---------------------------------------------------------------------------------
@@ -65,15 +70,26 @@ BENCH_SRCS := $(wildcard tests/bench/*.cpp)
 BENCH_GPU_SRCS := $(wildcard tests/bench/*.cu)
 BENCH_GPU_OBJS := $(BENCH_GPU_SRCS:%.cu=$(BUILD)/%.o)
 
-# tests/emu: the flash kernels executed on the CPU by a SIMT emulator (needs the CUDA headers only)
-TEST_EMU_SRCS := $(wildcard tests/emu/*.cpp)
-TEST_EMU_OBJS := $(TEST_EMU_SRCS:%.cpp=$(BUILD)/%.o)
+# ---- the emulator build (tests/emu): the CUDA sources, unmodified, compiled by g++ as C++ with
+# the SIMT emulator's header forced in first; its runtime, cuBLAS / cuBLASLt (over the reference
+# BLAS) and cub stand-ins linked in place of NVIDIA's libraries; AddressSanitizer and
+# UndefinedBehaviorSanitizer on, every report fatal. Needs the CUDA headers only, no GPU.
+EMU_BUILD := $(BUILD)/emu
+EMU_FLAGS := -std=c++17 -O2 -g -fno-omit-frame-pointer -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I. \
+  -DTG_SIMT_EMULATION -Itests/emu/include -I$(CUDA_HOME)/include \
+  -fsanitize=address,undefined -fno-sanitize-recover=all
+EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp tests/emu/cuda_runtime_emu.cpp tests/emu/cublas_emu.cpp)
+EMU_CUDA_OBJS := $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o)
+EMU_LIBS := -fsanitize=address,undefined -lblas -ldl $(LDLIBS)
+# the emulated test suite: the GPU suite (tests/gpu, with its main) and the emulator's own tests
+TEST_EMU_SRCS := $(wildcard tests/emu/test_*.cpp)
+TEST_EMU_OBJS := $(TEST_EMU_SRCS:%.cpp=$(EMU_BUILD)/%.o) $(TEST_GPU_SRCS:%.cu=$(EMU_BUILD)/%.o)
 
 TEST_BINS := $(BUILD)/test_cpu $(if $(NVCC),$(BUILD)/test_gpu $(BUILD)/test_emu,)
 
 .PHONY: all train test test-run data bench plot clean deps
 BENCH_GPU_BINS := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_step,)
-all: train_gpt $(TEST_BINS) $(BUILD)/bench_cpu $(BENCH_GPU_BINS)
+all: train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS) $(BUILD)/bench_cpu $(BENCH_GPU_BINS)
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -98,14 +114,19 @@ $(BUILD)/test_cpu: $(TEST_CPU_OBJS) $(HOST_OBJS)
 $(BUILD)/test_gpu: $(TEST_GPU_OBJS) $(CUDA_OBJS) $(HOST_OBJS)
 	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
 
-# g++ compiles the unmodified kernels/flash_attn_{fwd,bwd}.cu with tests/emu/simt_emulator.h in
-# place of their PTX (TG_SIMT_EMULATION); linked with the CPU spec they are checked against.
-$(BUILD)/tests/emu/%.o: tests/emu/%.cpp
+$(EMU_BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) -DTG_SIMT_EMULATION -I$(CUDA_HOME)/include -Wno-unknown-pragmas -pthread $(DOCTEST_INC) -MMD -MP -c $< -o $@
+	$(CXX) $(EMU_FLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) -x c++ -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
 
-$(BUILD)/test_emu: $(TEST_EMU_OBJS) $(BUILD)/kernels/cpu/attention_tiled.o
-	$(CXX) $(CXXFLAGS) -pthread -o $@ $^ $(LDLIBS)
+$(EMU_BUILD)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_FLAGS) $(EIGEN_INC) $(DOCTEST_INC) -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
+
+train_gpt_emu: $(EMU_BUILD)/train_gpt.o $(EMU_CUDA_OBJS) $(EMU_LIB_OBJS) $(HOST_OBJS)
+	$(CXX) -o $@ $^ $(EMU_LIBS)
+
+$(BUILD)/test_emu: $(TEST_EMU_OBJS) $(EMU_CUDA_OBJS) $(EMU_LIB_OBJS) $(HOST_OBJS)
+	$(CXX) -o $@ $^ $(EMU_LIBS)
 
 $(BUILD)/bench_cpu: $(BENCH_SRCS) $(HOST_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
@@ -120,12 +141,12 @@ $(BUILD)/bench_step: $(BUILD)/tests/bench/bench_step.o $(CUDA_OBJS) $(HOST_OBJS)
 
 # ---- dependencies: install on Debian/Ubuntu as root, else say the exact command ---------
 deps:
-	@if [ -z "$(EIGEN_OK)" ] || [ -z "$(DOCTEST_OK)" ]; then \
+	@if [ -z "$(EIGEN_OK)" ] || [ -z "$(DOCTEST_OK)" ] || [ -z "$(BLAS_OK)" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "[make] installing Eigen and doctest with apt-get"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libeigen3-dev doctest-dev) >/dev/null || exit 1; \
+	    echo "[make] installing Eigen, doctest and the reference BLAS with apt-get"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libeigen3-dev doctest-dev libblas-dev) >/dev/null || exit 1; \
 	  else \
-	    echo "error: Eigen or doctest is missing; install them with: sudo apt-get install -y libeigen3-dev doctest-dev (or pass EIGEN_INC=-I/path DOCTEST_INC=-I/path)" >&2; exit 1; \
+	    echo "error: Eigen, doctest or the reference BLAS is missing; install them with: sudo apt-get install -y libeigen3-dev doctest-dev libblas-dev (or pass EIGEN_INC=-I/path DOCTEST_INC=-I/path)" >&2; exit 1; \
 	  fi; \
 	fi
 
@@ -148,11 +169,11 @@ train:
 test:
 	@$(MAKE) deps
 	@$(MAKE) data
-	@$(MAKE) train_gpt $(TEST_BINS)
+	@$(MAKE) train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS)
 	@$(MAKE) test-run
 
 test-run:
-	@TG_DATA=$(DATA_FILE) TG_TRAIN_GPT=./train_gpt bash tests/run_all.sh $(TEST_BINS)
+	@TG_DATA=$(DATA_FILE) TG_TRAIN_GPT=./train_gpt TG_TRAIN_GPT_EMU=./train_gpt_emu bash tests/run_all.sh $(TEST_BINS)
 
 # on a GPU machine: the attention kernels (flash, naive, PyTorch SDPA when python3 has torch)
 # and a training step against T; on a CPU machine: the CPU training step
@@ -171,6 +192,7 @@ plot: train_gpt
 	./train_gpt --plot $(PLOT) $(foreach r,$(RUNS),$(r)/metrics.jsonl)
 
 clean:
-	rm -rf $(BUILD) train_gpt
+	rm -rf $(BUILD) train_gpt train_gpt_emu
 
 -include $(HOST_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(TEST_CPU_OBJS:.o=.d) $(TEST_GPU_OBJS:.o=.d) $(TEST_EMU_OBJS:.o=.d) $(BENCH_GPU_OBJS:.o=.d) $(BUILD)/train_gpt.d
+-include $(EMU_CUDA_OBJS:.o=.d) $(EMU_LIB_OBJS:.o=.d) $(EMU_BUILD)/train_gpt.d

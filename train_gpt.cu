@@ -42,6 +42,11 @@ constexpr bool kHaveCudaBackend = true;
 #else
 constexpr bool kHaveCudaBackend = false;  // built with g++ alone (make NVCC=)
 #endif
+#ifdef TG_SIMT_EMULATION
+constexpr bool kEmulatedDevice = true;  // train_gpt_emu: the CUDA device is the SIMT emulator of tests/emu
+#else
+constexpr bool kEmulatedDevice = false;
+#endif
 
 // The backend --device asks for, and the line that says why when it was not asked for
 // explicitly. Precision bf16 is a GPU precision: the CPU backend runs fp32.
@@ -53,7 +58,10 @@ std::unique_ptr<tg::Backend> make_backend(const tg::Config& c, const tg::ModelCo
   const bool cuda = kHaveCudaBackend && gpus > 0 && c.device != "cpu";
   if (!cuda && c.precision == "bf16")
     throw tg::InputError("--precision bf16 on the CPU backend; expected fp32 or auto there (bf16 runs on a GPU); pass --precision fp32 or --device cuda on a GPU machine");
-  if (c.device == "auto")
+  if (cuda && kEmulatedDevice)
+    note = "train_gpt_emu: the CUDA backend runs on the SIMT emulator (every kernel executes on the CPU, slowly, with "
+           "every memory access checked): for verifying the CUDA code, not for training";
+  else if (c.device == "auto")
     note = cuda ? "a CUDA device is visible: training on the GPU"
                 : gpus == 0 ? "no CUDA device visible: training on the CPU"
                             : "a CUDA device is visible, but this build has no CUDA backend: training on the CPU";
@@ -154,7 +162,7 @@ int run(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--plot") return plot(argc, argv);
   const int gpus = cuda_devices();
   // the default preset follows the backend that will train: shakespeare-char needs a GPU
-  tg::ParsedArgs args = tg::parse_args(argc, argv, gpus > 0 && kHaveCudaBackend ? "shakespeare-char" : "baby");
+  tg::ParsedArgs args = tg::parse_args(argc, argv, gpus > 0 && kHaveCudaBackend && !kEmulatedDevice ? "shakespeare-char" : "baby");
   if (args.help) { std::cout << tg::usage(); return 0; }
   tg::Config c = args.config;
   if (c.sample) return sample_from_checkpoint(c, gpus);

@@ -128,12 +128,11 @@ void adamw_update(const Context& ctx, float* params, T* params_copy, const float
   h.rbc2 = (float)(1.0 / (1.0 - std::pow((double)args.beta2, args.t)));
   const unsigned grid = grid_1d(N, kThreads);
   if (params_copy)
-    adamw_kernel<T, true><<<grid, kThreads, 0, ctx.stream>>>(params, params_copy, grads, m, v, N, tensors, n_tensors, h,
-                                                            grad_scale);
+    launch(adamw_kernel<T, true>, grid, kThreads, 0, ctx.stream, params, params_copy, grads, m, v, N, tensors,
+           n_tensors, h, grad_scale);
   else
-    adamw_kernel<T, false><<<grid, kThreads, 0, ctx.stream>>>(params, params_copy, grads, m, v, N, tensors, n_tensors,
-                                                             h, grad_scale);
-  cudaCheckLaunch();
+    launch(adamw_kernel<T, false>, grid, kThreads, 0, ctx.stream, params, params_copy, grads, m, v, N, tensors,
+           n_tensors, h, grad_scale);
 }
 
 size_t global_norm_scratch_bytes(size_t N) { return (size_t)norm_blocks(N) * sizeof(double); }
@@ -145,22 +144,18 @@ void global_norm_squared(const Context& ctx, float* out, const float* grads, siz
     throw std::invalid_argument("global_norm_squared: ctx.scratch holds " + std::to_string(ctx.scratch_bytes) +
                                 " bytes, needs " + std::to_string(need) + " (global_norm_scratch_bytes)");
   double* partial = static_cast<double*>(ctx.scratch);
-  norm_partial_kernel<<<nblocks, kNormThreads, 0, ctx.stream>>>(partial, grads, N);
-  cudaCheckLaunch();
-  norm_final_kernel<<<1, kNormThreads, 0, ctx.stream>>>(out, partial, nblocks);
-  cudaCheckLaunch();
+  launch(norm_partial_kernel, nblocks, kNormThreads, 0, ctx.stream, partial, grads, N);
+  launch(norm_final_kernel, 1, kNormThreads, 0, ctx.stream, out, partial, nblocks);
 }
 
 void clip_scale(const Context& ctx, float* scale, const float* norm_squared, float max_norm) {
-  clip_scale_kernel<<<1, 1, 0, ctx.stream>>>(scale, norm_squared, max_norm);
-  cudaCheckLaunch();
+  launch(clip_scale_kernel, 1, 1, 0, ctx.stream, scale, norm_squared, max_norm);
 }
 
 template <typename T>
 void copy_params(const Context& ctx, T* dst, const float* src, size_t N) {
   if (N == 0) return;
-  copy_params_kernel<T><<<grid_1d(N, kThreads), kThreads, 0, ctx.stream>>>(dst, src, N);
-  cudaCheckLaunch();
+  launch(copy_params_kernel<T>, grid_1d(N, kThreads), kThreads, 0, ctx.stream, dst, src, N);
 }
 
 #define TG_INSTANTIATE(T)                                                                                    \

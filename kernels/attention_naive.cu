@@ -327,9 +327,8 @@ void attention_naive_forward(const Context& ctx, T* out, T* att, const T* qkv, c
   T* pd = dropout ? static_cast<T*>(sp.pd()) : att;  // without dropout Pd = P = att
   float* y = static_cast<float*>(sp.head(0));         // O, over Q (dead after S)
 
-  split_heads_kernel<T><<<grid_1d((size_t)B * Tn * 3 * C, kElemThreads), kElemThreads, 0, ctx.stream>>>(
-      q, k, v, qkv, B, Tn, NH, HS, 3);
-  cudaCheckLaunch();
+  launch(split_heads_kernel<T>, grid_1d((size_t)B * Tn * 3 * C, kElemThreads), kElemThreads, 0, ctx.stream, q, k, v,
+         qkv, B, Tn, NH, HS, 3);
   // S^T = sc K Q^T
   gemm_batched<T>(ctx, CUBLAS_OP_T, CUBLAS_OP_N, Tn, Tn, HS, sc, k, HS, stride_h, q, HS, stride_h, 0.f, s, Tn,
                   stride_tt, BH);
@@ -337,17 +336,15 @@ void attention_naive_forward(const Context& ctx, T* out, T* att, const T* qkv, c
   const unsigned row_blocks = (unsigned)ceil_div(rows, kWarpsPerBlock);
   bool_switch(causal, [&](auto causal_c) {
     bool_switch(dropout, [&](auto dropout_c) {
-      softmax_dropout_forward_kernel<T, decltype(causal_c)::value, decltype(dropout_c)::value>
-          <<<row_blocks, kRowThreads, 0, ctx.stream>>>(att, pd, mask, s, key, Tn, rows);
+      launch(softmax_dropout_forward_kernel<T, decltype(causal_c)::value, decltype(dropout_c)::value>, row_blocks,
+             kRowThreads, 0, ctx.stream, att, pd, mask, s, key, Tn, rows);
     });
   });
-  cudaCheckLaunch();
   // O^T = V^T Pd^T
   gemm_batched<T>(ctx, CUBLAS_OP_N, CUBLAS_OP_N, HS, Tn, Tn, 1.f, v, HS, stride_h, pd, Tn, stride_tt, 0.f, y, HS,
                   stride_h, BH);
-  merge_heads_kernel<T><<<grid_1d((size_t)B * Tn * C, kElemThreads), kElemThreads, 0, ctx.stream>>>(out, y, B, Tn,
-                                                                                                    NH, HS);
-  cudaCheckLaunch();
+  launch(merge_heads_kernel<T>, grid_1d((size_t)B * Tn * C, kElemThreads), kElemThreads, 0, ctx.stream, out, y, B, Tn,
+         NH, HS);
 }
 
 template <typename T>
@@ -371,12 +368,10 @@ void attention_naive_backward(const Context& ctx, T* dqkv, const T* dout, const 
   float* dk = static_cast<float*>(sp.head(3));  // over dO, dead after dV
   float* dv = static_cast<float*>(sp.head(2));  // over V, dead after dPd
 
-  split_heads_kernel<T><<<grid_1d((size_t)B * Tn * 3 * C, kElemThreads), kElemThreads, 0, ctx.stream>>>(
-      q, k, v, qkv, B, Tn, NH, HS, 3);
-  cudaCheckLaunch();
-  split_heads_kernel<T><<<grid_1d((size_t)B * Tn * C, kElemThreads), kElemThreads, 0, ctx.stream>>>(
-      dO, nullptr, nullptr, dout, B, Tn, NH, HS, 1);
-  cudaCheckLaunch();
+  launch(split_heads_kernel<T>, grid_1d((size_t)B * Tn * 3 * C, kElemThreads), kElemThreads, 0, ctx.stream, q, k, v,
+         qkv, B, Tn, NH, HS, 3);
+  launch(split_heads_kernel<T>, grid_1d((size_t)B * Tn * C, kElemThreads), kElemThreads, 0, ctx.stream, dO, nullptr,
+         nullptr, dout, B, Tn, NH, HS, 1);
   // dPd^T = V dO^T
   gemm_batched<T>(ctx, CUBLAS_OP_T, CUBLAS_OP_N, Tn, Tn, HS, 1.f, v, HS, stride_h, dO, HS, stride_h, 0.f, dpd, Tn,
                   stride_tt, BH);
@@ -384,11 +379,10 @@ void attention_naive_backward(const Context& ctx, T* dqkv, const T* dout, const 
   const unsigned row_blocks = (unsigned)ceil_div(rows, kWarpsPerBlock);
   bool_switch(causal, [&](auto causal_c) {
     bool_switch(dropout, [&](auto dropout_c) {
-      softmax_dropout_backward_kernel<T, decltype(causal_c)::value, decltype(dropout_c)::value>
-          <<<row_blocks, kRowThreads, 0, ctx.stream>>>(ds, static_cast<T*>(sp.pd()), dpd, att, key, Tn, rows);
+      launch(softmax_dropout_backward_kernel<T, decltype(causal_c)::value, decltype(dropout_c)::value>, row_blocks,
+             kRowThreads, 0, ctx.stream, ds, static_cast<T*>(sp.pd()), dpd, att, key, Tn, rows);
     });
   });
-  cudaCheckLaunch();
   // dV^T = dO^T Pd
   gemm_batched<T>(ctx, CUBLAS_OP_N, CUBLAS_OP_T, HS, Tn, Tn, 1.f, dO, HS, stride_h, pd, Tn, stride_tt, 0.f, dv, HS,
                   stride_h, BH);
@@ -398,9 +392,8 @@ void attention_naive_backward(const Context& ctx, T* dqkv, const T* dout, const 
   // dQ^T = sc K^T dS^T
   gemm_batched<T>(ctx, CUBLAS_OP_N, CUBLAS_OP_N, HS, Tn, Tn, sc, k, HS, stride_h, ds, Tn, stride_tt, 0.f, dq, HS,
                   stride_h, BH);
-  scatter_add_heads_kernel<T><<<grid_1d((size_t)B * Tn * 3 * C, kElemThreads), kElemThreads, 0, ctx.stream>>>(
-      dqkv, dq, dk, dv, B, Tn, NH, HS);
-  cudaCheckLaunch();
+  launch(scatter_add_heads_kernel<T>, grid_1d((size_t)B * Tn * 3 * C, kElemThreads), kElemThreads, 0, ctx.stream, dqkv,
+         dq, dk, dv, B, Tn, NH, HS);
 }
 
 #define TG_INSTANTIATE(T)                                                                                          \

@@ -71,8 +71,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, bool kBackward>
-void launch(const Context& ctx, float* losses, T* dlogits, const T* logits, const int32_t* targets, float dloss, int N,
-            int V) {
+void run(const Context& ctx, float* losses, T* dlogits, const T* logits, const int32_t* targets, float dloss, int N,
+         int V) {
   if (N < 0 || V <= 0) throw std::invalid_argument("cross_entropy: bad size");
   if (N == 0) return;
   if (kBackward && dlogits != logits) {
@@ -81,10 +81,9 @@ void launch(const Context& ctx, float* losses, T* dlogits, const T* logits, cons
       throw std::invalid_argument("cross_entropy_forward_backward: dlogits partially overlaps logits");
   }
   if (V <= kSmallV)
-    cross_entropy_kernel<T, 32, kBackward><<<N, 32, 0, ctx.stream>>>(losses, dlogits, logits, targets, dloss, V);
+    launch(cross_entropy_kernel<T, 32, kBackward>, N, 32, 0, ctx.stream, losses, dlogits, logits, targets, dloss, V);
   else
-    cross_entropy_kernel<T, 512, kBackward><<<N, 512, 0, ctx.stream>>>(losses, dlogits, logits, targets, dloss, V);
-  cudaCheckLaunch();
+    launch(cross_entropy_kernel<T, 512, kBackward>, N, 512, 0, ctx.stream, losses, dlogits, logits, targets, dloss, V);
 }
 
 __global__ void __launch_bounds__(kMeanThreads) loss_mean_kernel(float* out, const float* losses, int N) {
@@ -99,19 +98,18 @@ __global__ void __launch_bounds__(kMeanThreads) loss_mean_kernel(float* out, con
 
 template <typename T>
 void cross_entropy_forward(const Context& ctx, float* losses, const T* logits, const int32_t* targets, int N, int V) {
-  launch<T, false>(ctx, losses, (T*)nullptr, logits, targets, 0.0f, N, V);
+  run<T, false>(ctx, losses, (T*)nullptr, logits, targets, 0.0f, N, V);
 }
 
 template <typename T>
 void cross_entropy_forward_backward(const Context& ctx, float* losses, T* dlogits, const T* logits,
                                     const int32_t* targets, float dloss, int N, int V) {
-  launch<T, true>(ctx, losses, dlogits, logits, targets, dloss, N, V);
+  run<T, true>(ctx, losses, dlogits, logits, targets, dloss, N, V);
 }
 
 void loss_mean(const Context& ctx, float* out, const float* losses, int N) {
   if (N <= 0) throw std::invalid_argument("loss_mean: N must be positive");
-  loss_mean_kernel<<<1, kMeanThreads, 0, ctx.stream>>>(out, losses, N);
-  cudaCheckLaunch();
+  launch(loss_mean_kernel, 1, kMeanThreads, 0, ctx.stream, out, losses, N);
 }
 
 #define TG_INSTANTIATE(T)                                                                                     \

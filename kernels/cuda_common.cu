@@ -23,6 +23,7 @@ void Context::create(size_t scratch) {
   cublasCheck(cublasCreate(&cublas));
   cublasCheck(cublasSetStream(cublas, stream));
   cublasCheck(cublasLtCreate(&lt));
+  lt_plans = new_lt_plan_cache();
   cublas_workspace_bytes = kCublasWorkspaceBytes;
   cudaCheck(cudaMalloc(&cublas_workspace, cublas_workspace_bytes));
   cublasCheck(cublasSetWorkspace(cublas, cublas_workspace, cublas_workspace_bytes));
@@ -36,6 +37,7 @@ void Context::destroy() {
   // errors are ignored here: this runs from destructors, possibly while unwinding
   if (scratch) cudaFree(scratch);
   if (cublas_workspace) cudaFree(cublas_workspace);
+  if (lt_plans) delete_lt_plan_cache(lt_plans);  // its descriptors go before the handle
   if (lt) cublasLtDestroy(lt);
   if (cublas) cublasDestroy(cublas);
   if (stream) cudaStreamDestroy(stream);

@@ -7,8 +7,12 @@
 //     (no hidden globals);
 //   - the activation types (float, or __nv_bfloat16 for --precision bf16) and their
 //     conversions to and from float, which is what every kernel computes in;
+//   - gpu::launch, the one way a kernel is launched (the SIMT emulator of tests/emu takes it
+//     over in the emulator build), and dynamic_smem<T>(), a kernel's dynamic shared memory;
 //   - small launch helpers (ceil_div, grid sizes) and the warp / block reductions in a fixed
-//     order (so that a reduction is bitwise the same on every run: no float atomics anywhere).
+//     order (so that a reduction is bitwise the same on every run: no float atomics anywhere);
+//   - the spacing of the regions carved out of one allocation (model/gpt_cuda.cu), which the
+//     emulator build widens into poisoned gaps.
 #pragma once
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -19,6 +23,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace gpu {
 
@@ -50,14 +55,20 @@ struct CudaError : std::runtime_error {
                                          __FILE__, __LINE__);                                     \
   } while (0)
 
-// After a <<<...>>> launch: reports a bad configuration at once (not at the next sync).
-#define cudaCheckLaunch() cudaCheck(cudaGetLastError())
-
 namespace gpu {
 
 using bf16 = __nv_bfloat16;
 
 enum class Precision { FP32, BF16 };
+
+// kernels/matmul.cu's cache of cuBLASLt plans (descriptors and algorithm per GEMM shape), made
+// and freed with the context; and its count of which path each forward took.
+struct LtPlanCache;
+LtPlanCache* new_lt_plan_cache();
+void delete_lt_plan_cache(LtPlanCache* c);
+struct MatmulPathCounts {
+  size_t lt = 0, fallback = 0;
+};
 
 // One per backend: made once, before any allocation of the step, destroyed last.
 struct Context {
@@ -66,6 +77,7 @@ struct Context {
   cublasLtHandle_t lt = nullptr;
   void* cublas_workspace = nullptr;  // for cuBLAS / cuBLASLt (kCublasWorkspaceBytes)
   size_t cublas_workspace_bytes = 0;
+  LtPlanCache* lt_plans = nullptr;  // the matmul forward's Lt plans, made on first use of a shape
   void* scratch = nullptr;  // op scratch (partial sums, sort buffers, attention tiles)
   size_t scratch_bytes = 0;  // the maximum of every op's <op>_scratch_bytes() for the run
   int device = 0;
@@ -110,7 +122,52 @@ constexpr double unit_roundoff<float>() { return 5.9604644775390625e-8; }
 template <>
 constexpr double unit_roundoff<bf16>() { return 3.90625e-3; }
 
-// ---- launch helpers ------------------------------------------------------------------------
+// ---- launching -----------------------------------------------------------------------------
+// Dynamic shared memory a kernel may use without opting in (cudaFuncSetAttribute).
+constexpr size_t kDefaultSmemBytes = 48 * 1024;
+
+// The one launch path of train_gpt: kernel<<<grid, block, smem, stream>>>(args...), the
+// arguments converted to the kernel's parameter types as by a call. Opts the kernel in to more
+// than 48 KB of dynamic shared memory when smem needs it, and checks the launch at once (a bad
+// configuration throws here, not at the next synchronisation). In the emulator build
+// (TG_SIMT_EMULATION, tests/emu/simt_emulator.h) the same call hands the kernel to the
+// emulator; under nvcc it is the plain launch (the device code does not change).
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "gpu::launch: wrong number of kernel arguments");
+  if (smem > kDefaultSmemBytes)
+    cudaCheck(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem));
+#ifndef TG_SIMT_EMULATION
+  kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
+#else
+  emu::launch_kernel(kernel, grid, block, smem, stream, std::forward<Args>(args)...);
+#endif
+  cudaCheck(cudaGetLastError());
+}
+
+#ifndef TG_SIMT_EMULATION
+// The launch's dynamic shared memory, 16-byte aligned (the emulator provides its own).
+template <typename T>
+__device__ __forceinline__ T* dynamic_smem() {
+  extern __shared__ __align__(16) unsigned char tg_dynamic_smem[];
+  return reinterpret_cast<T*>(tg_dynamic_smem);
+}
+#endif
+
+// Regions carved out of one device allocation (model/gpt_cuda.cu) are kRegionGapBytes apart,
+// and mark_no_access(gap) makes each gap untouchable. On a GPU the gap is 0 and the call does
+// nothing; in the emulator build every gap (and the alignment padding) is poisoned, so a buffer
+// that overruns its region is reported at its first byte past the end instead of silently
+// writing into its neighbour.
+#ifdef TG_SIMT_EMULATION
+constexpr size_t kRegionGapBytes = 4096;
+inline void mark_no_access(const void* p, size_t bytes) { emu::mark_no_access(p, bytes); }
+#else
+constexpr size_t kRegionGapBytes = 0;
+inline void mark_no_access(const void*, size_t) {}
+#endif
+
 __host__ __device__ constexpr inline long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 
 // A 1-D grid of `threads`-wide blocks covering n elements, capped (kernels loop with a

@@ -83,14 +83,15 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, bool kForward, bool kDrop>
-void launch(const Context& ctx, T* dst, const T* src, const philox::DropoutKey& key, int B, int Tn, int C) {
+void run(const Context& ctx, T* dst, const T* src, const philox::DropoutKey& key, int B, int Tn, int C) {
   const long long rows = (long long)B * Tn;
   const size_t groups = (size_t)rows * ((C + 3) / 4);
   const bool vec = C % 4 == 0 && ((uintptr_t)dst % (4 * sizeof(T))) == 0 && ((uintptr_t)src % (4 * sizeof(T))) == 0;
   const unsigned grid = grid_1d(groups, kThreads);
-  if (vec) dropout_kernel<T, kForward, kDrop, true><<<grid, kThreads, 0, ctx.stream>>>(dst, src, key, Tn, C, rows);
-  else dropout_kernel<T, kForward, kDrop, false><<<grid, kThreads, 0, ctx.stream>>>(dst, src, key, Tn, C, rows);
-  cudaCheckLaunch();
+  if (vec)
+    launch(dropout_kernel<T, kForward, kDrop, true>, grid, kThreads, 0, ctx.stream, dst, src, key, Tn, C, rows);
+  else
+    launch(dropout_kernel<T, kForward, kDrop, false>, grid, kThreads, 0, ctx.stream, dst, src, key, Tn, C, rows);
 }
 
 void check_sizes(const char* who, int B, int Tn, int C) {
@@ -110,7 +111,7 @@ void dropout_forward(const Context& ctx, T* out, const T* inp, const philox::Dro
     if (out != inp) cudaCheck(cudaMemcpyAsync(out, inp, n * sizeof(T), cudaMemcpyDeviceToDevice, ctx.stream));
     return;
   }
-  launch<T, true, true>(ctx, out, inp, key, B, Tn, C);
+  run<T, true, true>(ctx, out, inp, key, B, Tn, C);
 }
 
 template <typename T>
@@ -120,8 +121,10 @@ void dropout_backward(const Context& ctx, T* dinp, const T* dout, const philox::
   const size_t n = (size_t)B * Tn * C;
   if (n == 0) return;
   if (!(dinp + n <= dout || dout + n <= dinp)) throw std::invalid_argument("dropout_backward: dinp overlaps dout");
-  if (key.threshold == 0) launch<T, false, false>(ctx, dinp, dout, key, B, Tn, C);
-  else launch<T, false, true>(ctx, dinp, dout, key, B, Tn, C);
+  if (key.threshold == 0)
+    run<T, false, false>(ctx, dinp, dout, key, B, Tn, C);
+  else
+    run<T, false, true>(ctx, dinp, dout, key, B, Tn, C);
 }
 
 #define TG_INSTANTIATE(T)                                                                                      \

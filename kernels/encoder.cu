@@ -211,8 +211,7 @@ void encoder_forward(const Context& ctx, T* out, const int32_t* inp, const T* wt
   const long long rows = (long long)B * Tn;
   if (rows == 0 || C == 0) return;
   const unsigned grid = (unsigned)std::min<long long>(rows, 65535LL * 32);
-  encoder_forward_kernel<T><<<grid, kRowThreads, 0, ctx.stream>>>(out, inp, wte, wpe, rows, Tn, C);
-  cudaCheckLaunch();
+  launch(encoder_forward_kernel<T>, grid, kRowThreads, 0, ctx.stream, out, inp, wte, wpe, rows, Tn, C);
 }
 
 template <typename T>
@@ -225,8 +224,7 @@ void encoder_backward(const Context& ctx, float* dwte, float* dwpe, const T* dou
   if (ceil_div(C, 32) > 65535) throw std::invalid_argument("encoder_backward: C too large");
 
   // dwpe: sum over b in order
-  encoder_backward_wpe_kernel<T><<<grid_1d((size_t)Tn * C, 256), 256, 0, ctx.stream>>>(dwpe, dout, B, Tn, C);
-  cudaCheckLaunch();
+  launch(encoder_backward_wpe_kernel<T>, grid_1d((size_t)Tn * C, 256), 256, 0, ctx.stream, dwpe, dout, B, Tn, C);
 
   // dwte: stable sort of (token, position), then the two chunk passes
   const size_t temp_bytes = sort_temp_bytes((int)N, V);
@@ -242,8 +240,7 @@ void encoder_backward(const Context& ctx, float* dwte, float* dwpe, const T* dou
   float* partial = reinterpret_cast<float*>(base + L.partial);
   void* temp = base + L.temp;
 
-  encoder_sort_init_kernel<<<grid_1d((size_t)N, 256), 256, 0, ctx.stream>>>(keys0, vals0, inp, (int)N);
-  cudaCheckLaunch();
+  launch(encoder_sort_init_kernel, grid_1d((size_t)N, 256), 256, 0, ctx.stream, keys0, vals0, inp, (int)N);
   cub::DoubleBuffer<uint32_t> keys(keys0, keys1), vals(vals0, vals1);
   size_t tb = temp_bytes;
   cudaCheck(cub::DeviceRadixSort::SortPairs(temp, tb, keys, vals, (int)N, 0, token_bits(V), ctx.stream));
@@ -251,11 +248,9 @@ void encoder_backward(const Context& ctx, float* dwte, float* dwpe, const T* dou
   const long long nchunks = ceil_div(N, kChunk);
   const dim3 block(32, kChunksPerBlock);
   const dim3 grid((unsigned)ceil_div(nchunks, kChunksPerBlock), (unsigned)ceil_div(C, 32));
-  encoder_backward_chunks_kernel<T><<<grid, block, 0, ctx.stream>>>(dwte, partial, dout, keys.Current(),
-                                                                    vals.Current(), (int)N, C);
-  cudaCheckLaunch();
-  encoder_backward_spans_kernel<<<grid, block, 0, ctx.stream>>>(dwte, partial, keys.Current(), (int)N, C);
-  cudaCheckLaunch();
+  launch(encoder_backward_chunks_kernel<T>, grid, block, 0, ctx.stream, dwte, partial, dout, keys.Current(),
+         vals.Current(), (int)N, C);
+  launch(encoder_backward_spans_kernel, grid, block, 0, ctx.stream, dwte, partial, keys.Current(), (int)N, C);
 }
 
 #define TG_INSTANTIATE(T)                                                                                 \

@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
   using Tile = DkvTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, S = Tile::kStride, MS = Tile::kMaskStride,
                 NThreads = Tile::kThreads;
-  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* const smem = dynamic_smem<unsigned char>();
   bf16* sK = reinterpret_cast<bf16*>(smem);  // K_j  [Bc][S]
   bf16* sV = sK + Bc * S;                    // V_j  [Bc][S]
   bf16* sQ = sV + Bc * S;                    // Q_i  [2][Br][S]
@@ -279,7 +279,7 @@ template <int HS, bool IsCausal, bool IsDropout>
 __global__ void __launch_bounds__(DqTile<HS>::kThreads, 1) flash_bwd_dq_bf16_kernel(const BwdParams<bf16> p) {
   using Tile = DqTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, S = Tile::kStride, NThreads = Tile::kThreads;
-  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* const smem = dynamic_smem<unsigned char>();
   bf16* sQ = reinterpret_cast<bf16*>(smem);  // Q_i  [Br][S]
   bf16* sdO = sQ + Br * S;                   // dO_i [Br][S]
   bf16* sK = sdO + Br * S;                   // K_j  [2][Bc][S]
@@ -382,7 +382,7 @@ constexpr size_t simt_bwd_smem_bytes() {
 template <int HS, bool IsCausal, bool IsDropout>
 __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dkdv_f32_kernel(const BwdParams<float> p) {
   constexpr int NTile = SimtTile::kTile, KPW = SimtTile::kPerWarp, KD = HS / 32;
-  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* const smem = dynamic_smem<unsigned char>();
   float* sK = reinterpret_cast<float*>(smem);  // [32][HS]
   float* sV = sK + NTile * HS;                 // [32][HS]
   float* sQ = sV + NTile * HS;                 // [32][HS+1]
@@ -467,7 +467,7 @@ __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dkdv_f32_kern
 template <int HS, bool IsCausal, bool IsDropout>
 __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dq_f32_kernel(const BwdParams<float> p) {
   constexpr int NTile = SimtTile::kTile, RPW = SimtTile::kPerWarp, KD = HS / 32;
-  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* const smem = dynamic_smem<unsigned char>();
   float* sQ = reinterpret_cast<float*>(smem);  // [32][HS]
   float* sdO = sQ + NTile * HS;                // [32][HS]
   float* sK = sdO + NTile * HS;                // [32][HS+1]
@@ -543,23 +543,25 @@ void run_bwd(const Context& ctx, const BwdParams<T>& p) {
   {
     const long long rows = (long long)p.B * p.T * p.NH;
     const int threads = 256;
-    launch(ctx, flash_bwd_dot_do_o_kernel<T>, dim3(grid_1d((size_t)rows * 32, threads)), threads, 0, p);
+    launch(flash_bwd_dot_do_o_kernel<T>, dim3(grid_1d((size_t)rows * 32, threads)), threads, 0, ctx.stream, p);
   }
   if constexpr (std::is_same_v<T, bf16>) {
     using Kv = DkvTile<HS>;
     using Dq = DqTile<HS>;
     const long long kv_tiles = ceil_div(p.T, Kv::kBc), q_tiles = ceil_div(p.T, Dq::kBr);
     if (kv_tiles > 65535 || q_tiles > 65535) throw std::invalid_argument("flash_attn_backward: T too large for the grid");
-    launch(ctx, flash_bwd_dkdv_bf16_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)kv_tiles),
-           Kv::kThreads, Kv::kSmemBytes, p);
-    launch(ctx, flash_bwd_dq_bf16_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)q_tiles),
-           Dq::kThreads, Dq::kSmemBytes, p);
+    launch(flash_bwd_dkdv_bf16_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)kv_tiles),
+           Kv::kThreads, Kv::kSmemBytes, ctx.stream, p);
+    launch(flash_bwd_dq_bf16_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)q_tiles),
+           Dq::kThreads, Dq::kSmemBytes, ctx.stream, p);
   } else {
     const long long tiles = ceil_div(p.T, SimtTile::kTile);
     if (tiles > 65535) throw std::invalid_argument("flash_attn_backward: T too large for the grid");
     const dim3 grid((unsigned)(p.B * p.NH), (unsigned)tiles);
-    launch(ctx, flash_bwd_dkdv_f32_kernel<HS, IsCausal, IsDropout>, grid, SimtTile::kThreads, simt_bwd_smem_bytes<HS>(), p);
-    launch(ctx, flash_bwd_dq_f32_kernel<HS, IsCausal, IsDropout>, grid, SimtTile::kThreads, simt_bwd_smem_bytes<HS>(), p);
+    launch(flash_bwd_dkdv_f32_kernel<HS, IsCausal, IsDropout>, grid, SimtTile::kThreads, simt_bwd_smem_bytes<HS>(),
+           ctx.stream, p);
+    launch(flash_bwd_dq_f32_kernel<HS, IsCausal, IsDropout>, grid, SimtTile::kThreads, simt_bwd_smem_bytes<HS>(),
+           ctx.stream, p);
   }
 }
 

@@ -129,16 +129,7 @@ inline void check_aligned(const void* p, size_t bytes, const char* who, const ch
                                 "-byte aligned");
 }
 
-#ifndef TG_SIMT_EMULATION  // the host emulator of tests/emu/ (simt_emulator.h) provides this section
-// Launches kernel<<<grid, threads, smem, ctx.stream>>>(p), opting in to more than 48 KB of
-// dynamic shared memory when the tiles need it, and checks the launch.
-template <typename P>
-void launch(const Context& ctx, void (*kernel)(P), dim3 grid, int threads, size_t smem, const P& p) {
-  if (smem > 48 * 1024) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  kernel<<<grid, threads, smem, ctx.stream>>>(p);
-  cudaCheckLaunch();
-}
-
+#ifndef TG_SIMT_EMULATION  // the emulator build (tests/emu/simt_emulator.h) provides this section
 // ---- PTX wrappers ------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

@@ -134,7 +134,7 @@ template <int HS, bool IsCausal, bool IsDropout>
 __global__ void __launch_bounds__(FwdTile<HS>::kThreads, 1) flash_fwd_bf16_kernel(const FwdParams<bf16> p) {
   using Tile = FwdTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, S = Tile::kStride, NThreads = Tile::kThreads;
-  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* const smem = dynamic_smem<unsigned char>();
   bf16* sQ = reinterpret_cast<bf16*>(smem);  // Q_i   [Br][S]
   bf16* sK = sQ + Br * S;                    // K_j   [2][Bc][S]
   bf16* sV = sK + 2 * Bc * S;                // V_j   [2][Bc][S]
@@ -213,7 +213,7 @@ constexpr size_t simt_fwd_smem_bytes() {
 template <int HS, bool IsCausal, bool IsDropout>
 __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_fwd_f32_kernel(const FwdParams<float> p) {
   constexpr int Br = SimtTile::kBr, Bc = SimtTile::kBc, RPW = SimtTile::kRowsPerWarp, KD = HS / 32;
-  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* const smem = dynamic_smem<unsigned char>();
   float* sQ = reinterpret_cast<float*>(smem);  // Q_i [Br][HS]
   float* sK = sQ + Br * HS;                    // K_j [Bc][HS+1]
   float* sV = sK + Bc * (HS + 1);              // V_j [Bc][HS]
@@ -293,13 +293,13 @@ void run_fwd(const Context& ctx, const FwdParams<T>& p) {
     using Tile = FwdTile<HS>;
     const long long tiles = ceil_div(p.T, Tile::kBr);
     if (tiles > 65535) throw std::invalid_argument("flash_attn_forward: T too large for the grid");
-    launch(ctx, flash_fwd_bf16_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles),
-           Tile::kThreads, Tile::kSmemBytes, p);
+    launch(flash_fwd_bf16_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles),
+           Tile::kThreads, Tile::kSmemBytes, ctx.stream, p);
   } else {
     const long long tiles = ceil_div(p.T, SimtTile::kBr);
     if (tiles > 65535) throw std::invalid_argument("flash_attn_forward: T too large for the grid");
-    launch(ctx, flash_fwd_f32_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles),
-           SimtTile::kThreads, simt_fwd_smem_bytes<HS>(), p);
+    launch(flash_fwd_f32_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles),
+           SimtTile::kThreads, simt_fwd_smem_bytes<HS>(), ctx.stream, p);
   }
 }
 

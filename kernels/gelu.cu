@@ -70,13 +70,11 @@ void gelu_forward(const Context& ctx, T* out, const T* inp, size_t N) {
   constexpr int P = 16 / sizeof(T);
   const size_t head = aligned16(out) && aligned16(inp) ? N / P * P : 0;  // elements done in packs
   if (head) {
-    gelu_forward_kernel<T, P><<<grid_1d(head / P, kThreads), kThreads, 0, ctx.stream>>>(out, inp, head / P);
-    cudaCheckLaunch();
+    launch(gelu_forward_kernel<T, P>, grid_1d(head / P, kThreads), kThreads, 0, ctx.stream, out, inp, head / P);
   }
   if (N > head) {
-    gelu_forward_kernel<T, 1><<<grid_1d(N - head, kThreads), kThreads, 0, ctx.stream>>>(out + head, inp + head,
-                                                                                       N - head);
-    cudaCheckLaunch();
+    launch(gelu_forward_kernel<T, 1>, grid_1d(N - head, kThreads), kThreads, 0, ctx.stream, out + head, inp + head,
+           N - head);
   }
 }
 
@@ -86,13 +84,11 @@ void gelu_backward(const Context& ctx, T* dinp, const T* inp, const T* dout, siz
   constexpr int P = 16 / sizeof(T);
   const size_t head = aligned16(dinp) && aligned16(inp) && aligned16(dout) ? N / P * P : 0;
   if (head) {
-    gelu_backward_kernel<T, P><<<grid_1d(head / P, kThreads), kThreads, 0, ctx.stream>>>(dinp, inp, dout, head / P);
-    cudaCheckLaunch();
+    launch(gelu_backward_kernel<T, P>, grid_1d(head / P, kThreads), kThreads, 0, ctx.stream, dinp, inp, dout, head / P);
   }
   if (N > head) {
-    gelu_backward_kernel<T, 1><<<grid_1d(N - head, kThreads), kThreads, 0, ctx.stream>>>(dinp + head, inp + head,
-                                                                                        dout + head, N - head);
-    cudaCheckLaunch();
+    launch(gelu_backward_kernel<T, 1>, grid_1d(N - head, kThreads), kThreads, 0, ctx.stream, dinp + head, inp + head,
+           dout + head, N - head);
   }
 }
 

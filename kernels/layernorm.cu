@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kBwdThreads)
                               const float* mean,  // (N)
                               const float* rstd,  // (N)
                               int N, int C, int rows_per_block) {
-  extern __shared__ float smem[];
+  float* const smem = dynamic_smem<float>();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float* dw_s = smem + (size_t)warp * C;                          // this warp's dweight row
   float* db_s = smem + (size_t)(kBwdWarps + warp) * C;            // this warp's dbias row
@@ -162,10 +162,11 @@ void layernorm_forward(const Context& ctx, T* out, float* mean, float* rstd, con
   if (N == 0) return;
   const unsigned grid = (unsigned)ceil_div(N, kFwdThreads / 32);
   if (bias)
-    layernorm_forward_kernel<T, true><<<grid, kFwdThreads, 0, ctx.stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+    launch(layernorm_forward_kernel<T, true>, grid, kFwdThreads, 0, ctx.stream, out, mean, rstd, inp, weight, bias, N,
+           C);
   else
-    layernorm_forward_kernel<T, false><<<grid, kFwdThreads, 0, ctx.stream>>>(out, mean, rstd, inp, weight, bias, N, C);
-  cudaCheckLaunch();
+    launch(layernorm_forward_kernel<T, false>, grid, kFwdThreads, 0, ctx.stream, out, mean, rstd, inp, weight, bias, N,
+           C);
 }
 
 template <typename T>
@@ -184,13 +185,10 @@ void layernorm_backward(const Context& ctx, T* dinp, float* dweight, float* dbia
   const bool has_bias = dbias != nullptr;
   const size_t smem = (size_t)(has_bias ? 2 : 1) * kBwdWarps * C * sizeof(float);
   auto kernel = has_bias ? layernorm_backward_kernel<T, true> : layernorm_backward_kernel<T, false>;
-  if (smem > 48 * 1024) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-  kernel<<<nblocks, kBwdThreads, smem, ctx.stream>>>(dinp, part_dw, part_db, dout, inp, weight, mean, rstd, N, C,
-                                                    rows_per_block);
-  cudaCheckLaunch();
+  launch(kernel, nblocks, kBwdThreads, smem, ctx.stream, dinp, part_dw, part_db, dout, inp, weight, mean, rstd, N, C,
+         rows_per_block);
   const dim3 grid((unsigned)ceil_div(C, 32), has_bias ? 2 : 1);
-  layernorm_column_sum_kernel<<<grid, dim3(32, 8), 0, ctx.stream>>>(dweight, part_dw, dbias, part_db, nblocks, C);
-  cudaCheckLaunch();
+  launch(layernorm_column_sum_kernel, grid, dim3(32, 8), 0, ctx.stream, dweight, part_dw, dbias, part_db, nblocks, C);
 }
 
 #define TG_INSTANTIATE(T)                                                                                      \

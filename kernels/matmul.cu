@@ -26,8 +26,14 @@
 // T = float no TF32 (that would need CUBLAS_COMPUTE_32F_FAST_TF32 or the TF32 math mode,
 // which gpu::Context leaves off); for T = bf16 tensor cores with fp32 accumulation.
 //
-// If cuBLASLt offers no algorithm for the bias epilogue with these pointers (its heuristic
-// looks at the actual alignment of every pointer, the bias included), the forward instead
+// The forward takes the cuBLASLt path only when every pointer, the bias included, is 16-byte
+// aligned (a bias less aligned than the others can fault in the epilogue's vector loads:
+// "misaligned address", sticky). Its descriptors and the algorithm the heuristic picks are
+// made once per (T, N, C, OC, bias) shape, on the first call, and kept in the context's
+// LtPlanCache: later calls (every step) only set the bias pointer and run. The plan is chosen
+// for 16-byte minimum alignments, with a placeholder bias pointer aligned to exactly 16 bytes
+// (the heuristic reads the bias pointer's alignment from its value), so it is valid for every
+// call of its shape. Otherwise, or when the heuristic offers no algorithm, the forward
 // broadcasts the bias into out and runs cublasGemmEx with beta = 1: the same math, one
 // rounding to T as well.
 //
@@ -35,11 +41,13 @@
 // per column into ctx.scratch (float, (ceil(N / kBiasRows), OC)), then dbias_finish_kernel
 // adds the partials in chunk order and does dbias += that. The chunking is a constant, so the
 // bits do not depend on the device either.
-#include "matmul.cuh"
-
 #include <cstdint>
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <tuple>
+
+#include "matmul.cuh"
 
 namespace gpu {
 
@@ -51,14 +59,6 @@ constexpr int kBiasWarps = 8;    // rows interleaved over the warps of a block
 
 void require(bool ok, const char* what) {
   if (!ok) throw std::invalid_argument(std::string("matmul: ") + what);
-}
-
-// The largest power of two (at most 256) dividing the address: what cuBLASLt may assume.
-uint32_t pointer_alignment(const void* p) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  uint32_t al = 256;
-  while (al > 1 && (a % al) != 0) al >>= 1;
-  return al;
 }
 
 // ---- kernels ----------------------------------------------------------------------------
@@ -113,53 +113,94 @@ __global__ void dbias_finish_kernel(float* __restrict__ dbias,          // (OC) 
 
 // ---- cuBLASLt forward -------------------------------------------------------------------
 
-// Destroys the Lt descriptors on every path out (including a throw).
-struct LtDescs {
+constexpr uint32_t kLtAlignment = 16;  // every pointer of the Lt path is aligned to this
+
+// The Lt descriptors and algorithm of one forward shape (see the top of the file).
+struct LtPlan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~LtDescs() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
+  cublasLtMatmulAlgo_t algo{};
+  bool found = false;  // false: the heuristic offered nothing, use the fallback
+};
+
+}  // namespace
+
+struct LtPlanCache {
+  std::map<std::tuple<int, int, int, int, bool>, LtPlan> plans;  // (type, N, C, OC, bias)
+  MatmulPathCounts counts;
+  ~LtPlanCache() {
+    for (auto& kv : plans) {
+      LtPlan& p = kv.second;
+      if (p.d) cublasLtMatrixLayoutDestroy(p.d);
+      if (p.b) cublasLtMatrixLayoutDestroy(p.b);
+      if (p.a) cublasLtMatrixLayoutDestroy(p.a);
+      if (p.op) cublasLtMatmulDescDestroy(p.op);
+    }
   }
 };
 
-// out = X W^T (+ bias through the BIAS epilogue) with cuBLASLt (derivation at the top).
-// Returns false, having launched nothing, when the heuristic offers no algorithm.
+LtPlanCache* new_lt_plan_cache() { return new LtPlanCache; }
+void delete_lt_plan_cache(LtPlanCache* c) { delete c; }
+
+MatmulPathCounts matmul_path_counts(const Context& ctx) {
+  return ctx.lt_plans ? ctx.lt_plans->counts : MatmulPathCounts{};
+}
+
+namespace {
+
+// Makes the plan of a shape: descriptors for out = X W^T (+ bias) (derivation at the top), and
+// the heuristic's algorithm for 16-byte aligned pointers.
 template <typename T>
-bool lt_forward(const Context& ctx, T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) {
-  LtDescs l;
-  cublasCheck(cublasLtMatmulDescCreate(&l.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+void make_plan(const Context& ctx, LtPlan& p, bool bias, int N, int C, int OC) {
+  cublasCheck(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-  cublasCheck(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
-  cublasCheck(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
+  cublasCheck(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)));
+  cublasCheck(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)));
   const cublasLtEpilogue_t epilogue = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  cublasCheck(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  cublasCheck(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
   if (bias) {
-    // bias elements of type T (the default: the type of D)
-    cublasCheck(cublasLtMatmulDescSetAttribute(l.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    // bias elements of type T (the default: the type of D); a placeholder address aligned to
+    // exactly kLtAlignment for the heuristic, the real pointer is set at each call
+    const void* placeholder = reinterpret_cast<const void*>((uintptr_t)kLtAlignment);
+    cublasCheck(
+        cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &placeholder, sizeof(placeholder)));
   }
   const cudaDataType_t t = cuda_type<T>();
-  cublasCheck(cublasLtMatrixLayoutCreate(&l.a, t, C, OC, C));   // weight: W^T (C, OC)
-  cublasCheck(cublasLtMatrixLayoutCreate(&l.b, t, C, N, C));    // inp:    X^T (C, N)
-  cublasCheck(cublasLtMatrixLayoutCreate(&l.d, t, OC, N, OC));  // out:    Y^T (OC, N)
-  cublasCheck(cublasLtMatmulPreferenceCreate(&l.pref));
+  cublasCheck(cublasLtMatrixLayoutCreate(&p.a, t, C, OC, C));   // weight: W^T (C, OC)
+  cublasCheck(cublasLtMatrixLayoutCreate(&p.b, t, C, N, C));    // inp:    X^T (C, N)
+  cublasCheck(cublasLtMatrixLayoutCreate(&p.d, t, OC, N, OC));  // out:    Y^T (OC, N)
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
   const size_t ws = ctx.cublas_workspace_bytes;
-  cublasCheck(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  const uint32_t al_a = pointer_alignment(weight), al_b = pointer_alignment(inp), al_d = pointer_alignment(out);
-  cublasCheck(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al_a, sizeof(al_a)));
-  cublasCheck(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al_b, sizeof(al_b)));
-  cublasCheck(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al_d, sizeof(al_d)));
-  cublasCheck(cublasLtMatmulPreferenceSetAttribute(l.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al_d, sizeof(al_d)));
+  const uint32_t al = kLtAlignment;
+  cublasStatus_t st =
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  for (cublasLtMatmulPreferenceAttributes_t a :
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, a, &al, sizeof(al));
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, l.op, l.a, l.b, l.d, l.d, l.pref, 1, &heur, &found);
-  if (st != CUBLAS_STATUS_SUCCESS || found == 0) return false;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(ctx.lt, p.op, p.a, p.b, p.d, p.d, pref, 1, &heur, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  p.found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+  if (p.found) p.algo = heur.algo;
+}
+
+bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kLtAlignment == 0; }
+
+// out = X W^T (+ bias through the BIAS epilogue) with cuBLASLt. Returns false, having launched
+// nothing, when the pointers are not all 16-byte aligned or the shape has no algorithm.
+template <typename T>
+bool lt_forward(const Context& ctx, T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) {
+  if (!ctx.lt_plans || !aligned(out) || !aligned(inp) || !aligned(weight) || (bias && !aligned(bias))) return false;
+  LtPlan& p = ctx.lt_plans->plans[std::make_tuple((int)cuda_type<T>(), N, C, OC, bias != nullptr)];
+  if (!p.op) make_plan<T>(ctx, p, bias != nullptr, N, C, OC);
+  if (!p.found) return false;
+  if (bias) cublasCheck(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   const float alpha = 1.f, beta = 0.f;
-  cublasCheck(cublasLtMatmul(ctx.lt, l.op, &alpha, weight, l.a, inp, l.b, &beta, out, l.d, out, l.d, &heur.algo,
+  cublasCheck(cublasLtMatmul(ctx.lt, p.op, &alpha, weight, p.a, inp, p.b, &beta, out, p.d, out, p.d, &p.algo,
                              ctx.cublas_workspace, ctx.cublas_workspace_bytes, ctx.stream));
   return true;
 }
@@ -174,12 +215,16 @@ template <typename T>
 void matmul_forward(const Context& ctx, T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) {
   require(N > 0 && C > 0 && OC > 0, "forward needs N, C, OC > 0");
   require(out && inp && weight, "forward: out, inp and weight must not be null");
-  if (lt_forward(ctx, out, inp, weight, bias, N, C, OC)) return;
-  // No Lt algorithm for these pointers / this epilogue: out = bias (or 0), then out += X W^T.
+  if (lt_forward(ctx, out, inp, weight, bias, N, C, OC)) {
+    ++ctx.lt_plans->counts.lt;
+    return;
+  }
+  if (ctx.lt_plans) ++ctx.lt_plans->counts.fallback;
+  // Not the Lt path (a pointer less than 16-byte aligned, or no algorithm): out = bias (or 0),
+  // then out += X W^T.
   float beta = 0.f;
   if (bias) {
-    broadcast_bias_kernel<T><<<grid_1d((size_t)N * OC, 256), 256, 0, ctx.stream>>>(out, bias, N, OC);
-    cudaCheckLaunch();
+    launch(broadcast_bias_kernel<T>, grid_1d((size_t)N * OC, 256), 256, 0, ctx.stream, out, bias, N, OC);
     beta = 1.f;
   }
   const float alpha = 1.f;
@@ -211,10 +256,8 @@ void matmul_backward(const Context& ctx, T* dinp, float* dweight, float* dbias, 
     require(col_blocks <= 65535, "backward: OC too large for the dbias grid (OC <= 2097120)");
     float* partial = static_cast<float*>(ctx.scratch);
     const dim3 grid((unsigned)chunks, (unsigned)col_blocks), block(kBiasCols, kBiasWarps);
-    dbias_partial_kernel<T><<<grid, block, 0, ctx.stream>>>(partial, dout, N, OC);
-    cudaCheckLaunch();
-    dbias_finish_kernel<<<(unsigned)ceil_div(OC, 256), 256, 0, ctx.stream>>>(dbias, partial, (int)chunks, OC);
-    cudaCheckLaunch();
+    launch(dbias_partial_kernel<T>, grid, block, 0, ctx.stream, partial, dout, N, OC);
+    launch(dbias_finish_kernel, (unsigned)ceil_div(OC, 256), 256, 0, ctx.stream, dbias, partial, (int)chunks, OC);
   }
 }
 

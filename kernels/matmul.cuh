@@ -30,4 +30,8 @@ void matmul_backward(const Context& ctx,
 // ctx.scratch needed by matmul_backward (the per-block partial sums of dbias).
 size_t matmul_scratch_bytes(int N, int OC);
 
+// How many matmul_forward calls of a context took the cuBLASLt path and how many the
+// cublasGemmEx fallback (kernels/matmul.cu says when each is taken): for the tests.
+MatmulPathCounts matmul_path_counts(const Context& ctx);
+
 }  // namespace gpu

@@ -70,14 +70,12 @@ void launch_backward(const Context& ctx, T* dinp1, T* dinp2, const T* dout, size
   constexpr int P = 16 / sizeof(T);
   const size_t head = aligned16(dinp1) && aligned16(dinp2) && aligned16(dout) ? N / P * P : 0;
   if (head) {
-    residual_backward_kernel<T, P, kSame><<<grid_1d(head / P, kThreads), kThreads, 0, ctx.stream>>>(dinp1, dinp2, dout,
-                                                                                                    head / P);
-    cudaCheckLaunch();
+    launch(residual_backward_kernel<T, P, kSame>, grid_1d(head / P, kThreads), kThreads, 0, ctx.stream, dinp1, dinp2,
+           dout, head / P);
   }
   if (N > head) {
-    residual_backward_kernel<T, 1, kSame><<<grid_1d(N - head, kThreads), kThreads, 0, ctx.stream>>>(
-        dinp1 + head, dinp2 + head, dout + head, N - head);
-    cudaCheckLaunch();
+    launch(residual_backward_kernel<T, 1, kSame>, grid_1d(N - head, kThreads), kThreads, 0, ctx.stream, dinp1 + head,
+           dinp2 + head, dout + head, N - head);
   }
 }
 
@@ -91,13 +89,12 @@ void residual_forward(const Context& ctx, T* out, const T* inp1, const T* inp2, 
   constexpr int P = 16 / sizeof(T);
   const size_t head = aligned16(out) && aligned16(inp1) && aligned16(inp2) ? N / P * P : 0;
   if (head) {
-    residual_forward_kernel<T, P><<<grid_1d(head / P, kThreads), kThreads, 0, ctx.stream>>>(out, inp1, inp2, head / P);
-    cudaCheckLaunch();
+    launch(residual_forward_kernel<T, P>, grid_1d(head / P, kThreads), kThreads, 0, ctx.stream, out, inp1, inp2,
+           head / P);
   }
   if (N > head) {
-    residual_forward_kernel<T, 1><<<grid_1d(N - head, kThreads), kThreads, 0, ctx.stream>>>(out + head, inp1 + head,
-                                                                                           inp2 + head, N - head);
-    cudaCheckLaunch();
+    launch(residual_forward_kernel<T, 1>, grid_1d(N - head, kThreads), kThreads, 0, ctx.stream, out + head, inp1 + head,
+           inp2 + head, N - head);
   }
 }
 

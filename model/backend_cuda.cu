@@ -15,10 +15,11 @@ namespace tg {
 
 namespace {
 
-// Dense bf16 tensor-core peak by device name (0 = unknown, no MFU printed): H100 SXM and H200
+// Dense bf16 tensor-core peak by device name (0 = unknown or emulated, no MFU printed): H100 SXM and H200
 // 989 TFLOP/s, A100 312 TFLOP/s. Other parts (an H100 PCIe or NVL, consumer cards) print none
 // rather than a wrong one.
 double dense_bf16_peak(const std::string& name) {
+  if (name.find("EMULATED") != std::string::npos) return 0;  // train_gpt_emu: no MFU of a CPU
   if (name.find("H200") != std::string::npos) return 989e12;
   if (name.find("H100") != std::string::npos &&
       (name.find("SXM") != std::string::npos || name.find("HBM3") != std::string::npos))

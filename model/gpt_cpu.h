@@ -64,6 +64,11 @@ class GPTCpu {
   const T* logits() const { return acts_.logits.data(); }
   // The qkv (B, T, 3C) of layer li in the last forward (the input of its attention).
   const T* layer_qkv(int li) const { return acts_.h[li].qkv.data(); }
+  // The outputs of the dropout sites in the last forward, (B, T, C) each: the embedding, and
+  // layer li's attention and MLP projections.
+  const T* encoded() const { return acts_.encoded.data(); }
+  const T* layer_attproj(int li) const { return acts_.h[li].attproj.data(); }
+  const T* layer_fcproj(int li) const { return acts_.h[li].fcproj.data(); }
   size_t memory_bytes() const { return (size_t)bytes_needed(m_, run_); }
   // Bytes the constructor allocates for a model and run shape (parameters, gradients, AdamW
   // state, activations and their gradients, the decode_step KV cache): checked before allocating.

@@ -16,14 +16,19 @@
 
 namespace tg {
 
-// Hands out 256-byte aligned regions of one allocation; with base null it only counts.
+// Hands out 256-byte aligned regions of one allocation, gpu::kRegionGapBytes apart; with base
+// null it only counts. With a base, the bytes between two regions (alignment padding and gap)
+// are given to gpu::mark_no_access: nothing on a GPU; under the emulator they are poisoned, so
+// a buffer one row short is reported at its first write past the end instead of spilling into
+// its neighbour.
 template <typename T>
 class GPTCuda<T>::Carver {
  public:
   explicit Carver(char* base) : base_(base) {}
   template <typename U>
   U* take(size_t n) {
-    const size_t off = (used_ + 255) / 256 * 256;
+    const size_t off = ((used_ ? used_ + gpu::kRegionGapBytes : 0) + 255) / 256 * 256;
+    if (base_ && off > used_) gpu::mark_no_access(base_ + used_, off - used_);
     used_ = off + n * sizeof(U);
     return base_ ? reinterpret_cast<U*>(base_ + off) : nullptr;
   }
@@ -318,7 +323,7 @@ void GPTCuda<T>::upload_state(const float* params, const float* m, const float* 
 template <typename T>
 typename GPTCuda<T>::LayerView GPTCuda<T>::layer(int li) const {
   const Layer& a = acts_.h[li];
-  return LayerView{a.qkv, a.atty, a.saved};
+  return LayerView{a.qkv, a.atty, a.saved, a.attproj, a.fcproj};
 }
 
 template class GPTCuda<float>;

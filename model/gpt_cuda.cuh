@@ -89,8 +89,12 @@ class GPTCuda {
     T* qkv;        // (B, T, 3C)
     T* atty;       // (B, T, C)
     gpu::AttentionSaved<T> saved;
+    T* attproj;  // (B, T, C) after its dropout
+    T* fcproj;   // (B, T, C) after its dropout
   };
   LayerView layer(int li) const;
+  // The embedding after its dropout, (B, T, C).
+  const T* encoded() const { return acts_.encoded; }
   // Device scratch of (B, T, 3C) and (B, T, C) elements that the step does not use between
   // calls, for --attention check.
   T* spare_btc3() const { return d_.dqkv; }

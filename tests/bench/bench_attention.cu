@@ -112,10 +112,9 @@ void bench_one(Row& row, int reps) {
     Buf<gpu::bf16> qkv(nqkv), dqkv(nqkv), out(nout), dout(nout);
     Buf<float> lse(flash ? nlse : 1);
     Buf<gpu::bf16> att(flash ? 1 : natt);
-    fill_kernel<<<1024, 256, 0, ctx.stream>>>(qkv.p, nqkv, 1);
-    fill_kernel<<<1024, 256, 0, ctx.stream>>>(dout.p, nout, 2);
+    gpu::launch(fill_kernel, 1024, 256, 0, ctx.stream, qkv.p, nqkv, 1);
+    gpu::launch(fill_kernel, 1024, 256, 0, ctx.stream, dout.p, nout, 2);
     cudaCheck(cudaMemsetAsync(dqkv.p, 0, nqkv * sizeof(gpu::bf16), ctx.stream));
-    cudaCheckLaunch();
     const philox::DropoutKey key = philox::make_dropout_key(1234, 1, 0, philox::kSiteAttnProbs, s.p);
     auto fwd = [&] {
       if (flash)

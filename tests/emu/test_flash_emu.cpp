@@ -57,8 +57,6 @@
 //     fp32 m scale + log l. A missing rescale moves lse by O(1).
 #include <doctest/doctest.h>
 
-#include "simt_emulator.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -70,10 +68,11 @@
 #include <vector>
 
 #include "../../kernels/cpu/attention_tiled.h"
-#include "../common/qkv_slices.h"
 #include "../../kernels/flash_attn.cuh"
 #include "../../kernels/philox.h"
+#include "../common/qkv_slices.h"
 #include "../cpu/test_util.h"
+#include "emu_internal.h"
 
 namespace {
 
@@ -148,33 +147,51 @@ Result cpu_reference(const Case& c, const std::vector<double>& qkv, const std::v
   return r;
 }
 
-// The real launchers in the emulator: forward (with the mask hook when asked), backward into
-// dqkv_start. Every output buffer carries kGuardElems guard elements past its end, which must
-// come back untouched; only qkv and dout are registered as global buffers cp.async may read.
+// A device copy of a host vector (cudaMalloc, so the emulator bounds every access), and back.
+template <typename T>
+struct DeviceCopy {
+  T* ptr = nullptr;
+  size_t n;
+  explicit DeviceCopy(const std::vector<T>& h) : n(h.size()) {
+    if (n == 0) return;
+    REQUIRE(cudaMalloc(&ptr, n * sizeof(T)) == cudaSuccess);
+    REQUIRE(cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  ~DeviceCopy() { cudaFree(ptr); }
+  std::vector<T> download() const {
+    std::vector<T> h(n);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    if (n) REQUIRE(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return h;
+  }
+};
+
+// The real launchers on the emulated device: forward (with the mask hook when asked), backward
+// into dqkv_start. Every output buffer carries kGuardElems guard elements past its end, which
+// must come back untouched.
 template <typename T>
 Result run_flash(const Case& c, const std::vector<double>& qkv, const std::vector<double>& dout,
                  const std::vector<double>& dqkv_start, const philox::DropoutKey& key) {
-  std::vector<T> d_qkv = to_t<T>(qkv), d_dout = to_t<T>(dout);
-  std::vector<T> d_out = to_t<T>(std::vector<double>(c.nout(), -7.0), kGuardElems);
-  std::vector<float> d_lse(c.nlse() + kGuardElems, (float)kGuard);
-  std::fill(d_lse.begin(), d_lse.begin() + (long)c.nlse(), -7.f);
-  std::vector<T> d_dqkv = to_t<T>(dqkv_start, kGuardElems);
-  std::vector<uint8_t> d_mask(c.mask ? c.natt() + kGuardElems : 0, kMaskSentinel);
-  std::vector<unsigned char> scratch(gpu::flash_attn_scratch_bytes(c.B, c.Tn, c.C(), c.NH));
+  std::vector<float> lse0(c.nlse() + kGuardElems, (float)kGuard);
+  std::fill(lse0.begin(), lse0.begin() + (long)c.nlse(), -7.f);
+  DeviceCopy<T> d_qkv(to_t<T>(qkv)), d_dout(to_t<T>(dout));
+  DeviceCopy<T> d_out(to_t<T>(std::vector<double>(c.nout(), -7.0), kGuardElems));
+  DeviceCopy<float> d_lse(lse0);
+  DeviceCopy<T> d_dqkv(to_t<T>(dqkv_start, kGuardElems));
+  DeviceCopy<uint8_t> d_mask(std::vector<uint8_t>(c.mask ? c.natt() + kGuardElems : 0, kMaskSentinel));
   gpu::Context ctx;
-  ctx.scratch = scratch.data();
-  ctx.scratch_bytes = scratch.size();
-  {
-    emu::GlobalBuffer g_qkv(d_qkv.data(), d_qkv.size() * sizeof(T)), g_dout(d_dout.data(), d_dout.size() * sizeof(T));
-    try {
-      gpu::flash_attn_forward<T>(ctx, d_out.data(), d_lse.data(), d_qkv.data(), key, c.B, c.Tn, c.C(), c.NH, c.causal,
-                                 c.mask ? d_mask.data() : nullptr);
-      gpu::flash_attn_backward<T>(ctx, d_dqkv.data(), d_dout.data(), d_qkv.data(), d_out.data(), d_lse.data(), key,
-                                  c.B, c.Tn, c.C(), c.NH, c.causal);
-    } catch (const std::exception& e) {
-      FAIL(e.what());
-    }
+  ctx.create(gpu::flash_attn_scratch_bytes(c.B, c.Tn, c.C(), c.NH));
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // the uploads ran on the legacy stream
+  try {
+    gpu::flash_attn_forward<T>(ctx, d_out.ptr, d_lse.ptr, d_qkv.ptr, key, c.B, c.Tn, c.C(), c.NH, c.causal,
+                               c.mask ? d_mask.ptr : nullptr);
+    gpu::flash_attn_backward<T>(ctx, d_dqkv.ptr, d_dout.ptr, d_qkv.ptr, d_out.ptr, d_lse.ptr, key, c.B, c.Tn, c.C(),
+                                c.NH, c.causal);
+  } catch (const std::exception& e) {
+    FAIL(e.what());
   }
+  REQUIRE(cudaStreamSynchronize(ctx.stream) == cudaSuccess);
+  ctx.destroy();
   Result r;
   auto back = [](const auto& v, size_t n, std::vector<double>& dst, const char* what) {
     dst.resize(n);
@@ -187,16 +204,17 @@ Result run_flash(const Case& c, const std::vector<double>& qkv, const std::vecto
     INFO(bad << " guard elements past the end of " << what << " overwritten");
     CHECK(bad == 0);
   };
-  back(d_out, c.nout(), r.out, "out");
-  back(d_lse, c.nlse(), r.lse, "lse");
-  back(d_dqkv, c.nqkv(), r.dqkv, "dqkv");
+  back(d_out.download(), c.nout(), r.out, "out");
+  back(d_lse.download(), c.nlse(), r.lse, "lse");
+  back(d_dqkv.download(), c.nqkv(), r.dqkv, "dqkv");
   if (c.mask) {
+    std::vector<uint8_t> m = d_mask.download();
     size_t bad = 0;
-    for (size_t i = c.natt(); i < d_mask.size(); ++i) bad += d_mask[i] != kMaskSentinel;
+    for (size_t i = c.natt(); i < m.size(); ++i) bad += m[i] != kMaskSentinel;
     INFO(bad << " guard bytes past the end of the mask overwritten");
     CHECK(bad == 0);
-    d_mask.resize(c.natt());
-    r.mask = std::move(d_mask);
+    m.resize(c.natt());
+    r.mask = std::move(m);
   }
   return r;
 }
@@ -378,44 +396,4 @@ TEST_CASE("flash emulated: the mask hook equals the CPU mask byte for byte") {
 TEST_CASE("flash emulated: two runs are bitwise identical, under opposite thread orders") {
   two_runs<bf16>(Case{1, 97, 2, 64, true, 0.17, true});
   two_runs<float>(Case{1, 97, 2, 32, true, 0.17, true});
-}
-
-// ---- the emulator's own checks ------------------------------------------------------------------
-namespace gpu {
-namespace flash {
-namespace {
-struct Probe {
-  int mode;
-  float* out;
-};
-// mode 0: lane 0 of warp 1 skips a __syncthreads (deadlock); mode 1: reads its cp.async tile
-// before waiting (poison); mode 2: stores one byte past the dynamic shared memory.
-__global__ void probe_kernel(const Probe p) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const int t = (int)threadIdx.x;
-  if (p.mode == 0) {
-    if (t != 32) __syncthreads();
-  } else if (p.mode == 1) {
-    static const float src[4 * 64] = {};
-    cp_async_16(smem + 16 * t, src + 4 * t, true);
-    cp_async_commit();
-    float v;
-    std::memcpy(&v, smem + 16 * t, 4);  // not yet waited for
-    p.out[t] = v;
-    cp_async_wait<0>();
-  } else {
-    if (t == 0) smem[blockDim.x * 16] = 1;
-  }
-}
-void run_probe(int mode, float* out) { launch(Context{}, probe_kernel, dim3(1), 64, 64 * 16, Probe{mode, out}); }
-}  // namespace
-}  // namespace flash
-}  // namespace gpu
-
-TEST_CASE("SIMT emulator: its checks fire (deadlock, cp.async landing, shared memory bounds)") {
-  std::vector<float> out(64, 0.f);
-  CHECK_THROWS_AS(gpu::flash::run_probe(0, out.data()), emu::Error);
-  gpu::flash::run_probe(1, out.data());
-  CHECK(std::isnan(out[5]));
-  CHECK_THROWS_AS(gpu::flash::run_probe(2, out.data()), emu::Error);
 }

@@ -16,6 +16,30 @@
 
 namespace tg_test {
 
+// Whether this suite runs on the SIMT emulator (the emulator build of tests/emu, where a CPU
+// executes every thread) instead of a GPU.
+#ifdef TG_SIMT_EMULATION
+constexpr bool kEmulated = true;
+#else
+constexpr bool kEmulated = false;
+#endif
+
+// Whether tests run their reduced matrices: under the emulator, and on a GPU with
+// TG_REDUCED_MATRIX=1 (compute-sanitizer's runs, .ci/gpu_check.sh sanitize).
+inline bool reduced_matrix() {
+  static const bool r = kEmulated || std::getenv("TG_REDUCED_MATRIX") != nullptr;
+  return r;
+}
+
+// A test's list of sizes: `full` on a GPU; the reduced list under the emulator (and with
+// TG_REDUCED_MATRIX), chosen to keep every code path the full one reaches (tails, partial and
+// several tiles, both alignments) and to drop the repeats of a path at larger sizes, which only
+// a GPU runs fast enough.
+template <typename V>
+std::vector<V> device_sizes(std::vector<V> full, std::vector<V> reduced) {
+  return reduced_matrix() ? reduced : full;
+}
+
 inline bool gpu_available() {
   static const bool yes = [] {
     int n = 0;

@@ -271,7 +271,7 @@ bool ratio_rule(const char* what, const std::vector<double>& flash, const std::v
 // fp64 reference stays fast).
 std::vector<std::pair<Shape, bool>> cases() {
   std::vector<std::pair<Shape, bool>> cs;
-  for (int Tn : {1, 2, 17, 97, 128, 129, 255, 1023, 1025})
+  for (int Tn : tg_test::device_sizes<int>({1, 2, 17, 97, 128, 129, 255, 1023, 1025}, {1, 17, 129}))
     for (int HS : {32, 64, 128})
       for (bool causal : {false, true}) cs.push_back({Tn <= 255 ? Shape{2, Tn, 2, HS} : Shape{1, Tn, 1, HS}, causal});
   return cs;
@@ -319,7 +319,7 @@ TG_GPU_TEST("flash attention bf16: O, lse within 2x and dQ, dK, dV within 3x of 
 TG_GPU_TEST("flash attention bf16: scaled inputs (q x5, k x3) stay finite and within the rule") {
   for (int HS : {32, 64, 128})
     for (bool causal : {false, true}) {
-      const Shape s{2, 255, 2, HS};
+      const Shape s = tg_test::reduced_matrix() ? Shape{1, 129, 1, HS} : Shape{2, 255, 2, HS};
       tg_test::TestContext tc(scratch_for(s, sizeof(gpu::bf16)), gpu::Precision::BF16);
       CHECK_MESSAGE(check_bf16_case(tc.ctx, s, causal, 0.17, 7000 + HS + causal, 5.0, 3.0), describe(s, causal, 0.17));
     }
@@ -455,7 +455,7 @@ namespace {
 template <typename T>
 void mask_hook_test() {
   uint64_t salt = 50000;
-  for (int Tn : {1, 17, 129, 255})
+  for (int Tn : tg_test::device_sizes<int>({1, 17, 129, 255}, {129}))
     for (int HS : {32, 64, 128})
       for (bool causal : {false, true})
         for (double p : {0.0, 0.17}) {
@@ -502,8 +502,9 @@ template <typename T>
 void determinism_test() {
   // B*NH = 132*4 heads: more CTAs than any current GPU has SMs in every kernel; T = 193: two
   // query tiles of the forward, four key tiles (the last partial), causal with dropout
-  const Shape s{132, 193, 4, 64};
-  const int reps = std::is_same_v<T, gpu::bf16> ? 250 : 20;
+  // (reduced: 2 x 2 heads, three runs)
+  const Shape s = tg_test::reduced_matrix() ? Shape{2, 193, 2, 64} : Shape{132, 193, 4, 64};
+  const int reps = tg_test::reduced_matrix() ? 3 : std::is_same_v<T, gpu::bf16> ? 250 : 20;
   const philox::DropoutKey key = attn_key(0.17);
   tg_test::TestContext tc(scratch_for(s, sizeof(T)));
   const std::vector<double> qkv = make_qkv(s, 60001), dout = random_vector(s.nout(), 60002);
@@ -540,7 +541,7 @@ template <typename T>
 void accumulate_test() {
   const double u = gpu::unit_roundoff<T>();
   uint64_t salt = 70000;
-  for (int Tn : {1, 97, 129})
+  for (int Tn : tg_test::device_sizes<int>({1, 97, 129}, {129}))
     for (int HS : {32, 128})
       for (bool causal : {false, true}) {
         const Shape s{2, Tn, 3, HS};

@@ -3,8 +3,11 @@
 // T = float and bf16, on sizes that are not multiples of 8 (C, OC in {65, 96, 200}; N in
 // {1, 7, 97, 300}: 300 spans three dbias chunks of 128 rows), with and without bias / dinp /
 // dbias, with 256-byte aligned buffers and with buffers one element off (what cuBLASLt sees
-// for a tensor at an odd offset of the parameter buffer). Every buffer has guard elements
-// on both sides that must come back untouched.
+// for a tensor at an odd offset of the parameter buffer), and with only the bias one element
+// off. The forward must take the cuBLASLt path exactly when every pointer, the bias included,
+// is 16-byte aligned, and the cublasGemmEx fallback otherwise (kernels/matmul.cu), both with
+// the same results; a second call of a shape reuses its Lt plan. Every buffer has guard
+// elements on both sides that must come back untouched.
 //
 // Tolerance. Let u = unit_roundoff<T>() (2^-24 float, 2^-8 bf16), u32 = 2^-24. Both sides see
 // the same T inputs; the reference is exact to double precision. The GPU forms each output as
@@ -89,19 +92,28 @@ size_t pad_for(bool aligned) {
   return aligned ? 256 / sizeof(T) : 1;
 }
 
+// bias_aligned = false: every buffer aligned but the bias, one element off (what a bias at an
+// odd offset of the parameter buffer gives): the forward must not take the cuBLASLt path.
 template <typename T>
-void check_forward(const gpu::Context& ctx, Shape s, bool with_bias, bool aligned, uint64_t salt) {
+void check_forward(const gpu::Context& ctx, Shape s, bool with_bias, bool aligned, uint64_t salt,
+                   bool bias_aligned = true) {
   const int N = s.N, C = s.C, OC = s.OC;
   const double u = gpu::unit_roundoff<T>();
   const size_t pad = pad_for<T>(aligned);
   Guarded<T> x(random_vector((size_t)N * C, salt + 1), pad, salt + 11);
   Guarded<T> w(random_vector((size_t)OC * C, salt + 2), pad, salt + 12);
-  Guarded<T> b(random_vector((size_t)OC, salt + 3), pad, salt + 13);
+  Guarded<T> b(random_vector((size_t)OC, salt + 3), bias_aligned ? pad : 1, salt + 13);
   Guarded<T> y(random_vector((size_t)N * OC, salt + 4), pad, salt + 14);  // garbage: must be overwritten
   cudaCheck(cudaDeviceSynchronize());
 
+  const gpu::MatmulPathCounts before = gpu::matmul_path_counts(ctx);
   gpu::matmul_forward<T>(ctx, y.ptr(), x.ptr(), w.ptr(), with_bias ? b.ptr() : nullptr, N, C, OC);
   const std::vector<double> got = y.payload();
+  // the cuBLASLt path exactly when every pointer, the bias included, is 16-byte aligned
+  const bool lt = aligned && (bias_aligned || !with_bias);
+  const gpu::MatmulPathCounts after = gpu::matmul_path_counts(ctx);
+  CHECK(after.lt - before.lt == (lt ? 1u : 0u));
+  CHECK(after.fallback - before.fallback == (lt ? 0u : 1u));
 
   const std::vector<double> xr = x.initial(), wr = w.initial(), br = b.initial();
   std::vector<double> ref((size_t)N * OC), mag((size_t)N * OC);
@@ -111,9 +123,10 @@ void check_forward(const gpu::Context& ctx, Shape s, bool with_bias, bool aligne
   std::vector<double> bound(ref.size());
   for (size_t i = 0; i < ref.size(); ++i) bound[i] = 2 * (u * std::fabs(ref[i]) + (C + 2) * kU32 * mag[i]);
 
-  const std::string what = std::string("matmul_forward<") + (sizeof(T) == 4 ? "float" : "bf16") + "> N=" +
-                           std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC) +
-                           (with_bias ? " bias" : " no bias") + (aligned ? " aligned" : " misaligned");
+  const std::string what = std::string("matmul_forward<") + (sizeof(T) == 4 ? "float" : "bf16") +
+                           "> N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC) +
+                           (with_bias ? " bias" : " no bias") + (aligned ? " aligned" : " misaligned") +
+                           (bias_aligned ? "" : ", bias misaligned");
   CHECK_MESSAGE(within(got, ref, bound, what), what);
   CHECK_MESSAGE(y.guards_intact(), what << ": wrote outside out");
 
@@ -192,9 +205,11 @@ template <typename T>
 void forward_suite() {
   tg_test::TestContext tc(max_scratch(), sizeof(T) == 4 ? gpu::Precision::FP32 : gpu::Precision::BF16);
   uint64_t salt = 100;
-  for (const Shape& s : kShapes)
+  for (const Shape& s : kShapes) {
     for (bool bias : {true, false})
       for (bool aligned : {true, false}) check_forward<T>(tc.ctx, s, bias, aligned, salt += 100);
+    check_forward<T>(tc.ctx, s, true, true, salt += 100, false);
+  }
 }
 
 template <typename T>
@@ -210,11 +225,13 @@ void backward_suite() {
 
 }  // namespace
 
-TG_GPU_TEST("gpu matmul_forward<float> matches the double CPU twin (odd sizes, bias or null, misaligned)") {
+TG_GPU_TEST(
+    "gpu matmul_forward<float> matches the double CPU twin (odd sizes, bias or null, misaligned; Lt or fallback)") {
   forward_suite<float>();
 }
 
-TG_GPU_TEST("gpu matmul_forward<bf16> matches the double CPU twin (odd sizes, bias or null, misaligned)") {
+TG_GPU_TEST(
+    "gpu matmul_forward<bf16> matches the double CPU twin (odd sizes, bias or null, misaligned; Lt or fallback)") {
   forward_suite<gpu::bf16>();
 }
 

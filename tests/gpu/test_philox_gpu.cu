@@ -28,8 +28,7 @@ TG_GPU_TEST("gpu philox: device words equal host words") {
   const int n = 1 << 16;
   uint32_t* d = nullptr;
   TG_CUDA_CHECK(cudaMalloc(&d, 4 * n * sizeof(uint32_t)));
-  philox_words_kernel<<<(n + 255) / 256, 256>>>(d, n, 0xdeadbeefu, 42u);
-  TG_CUDA_CHECK(cudaGetLastError());
+  gpu::launch(philox_words_kernel, (n + 255) / 256, 256, 0, nullptr, d, n, 0xdeadbeefu, 42u);
   std::vector<uint32_t> got(4 * n);
   TG_CUDA_CHECK(cudaMemcpy(got.data(), d, got.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost));
   TG_CUDA_CHECK(cudaFree(d));
@@ -47,8 +46,7 @@ TG_GPU_TEST("gpu philox: device dropout mask equals host mask") {
   const size_t n = (size_t)BH * T * T;
   uint8_t* d = nullptr;
   TG_CUDA_CHECK(cudaMalloc(&d, n));
-  dropout_mask_kernel<<<(unsigned)((n + 255) / 256), 256>>>(d, key, BH, T);
-  TG_CUDA_CHECK(cudaGetLastError());
+  gpu::launch(dropout_mask_kernel, (unsigned)((n + 255) / 256), 256, 0, nullptr, d, key, BH, T);
   std::vector<uint8_t> got(n);
   TG_CUDA_CHECK(cudaMemcpy(got.data(), d, n, cudaMemcpyDeviceToHost));
   TG_CUDA_CHECK(cudaFree(d));

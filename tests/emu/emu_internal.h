@@ -1,0 +1,51 @@
+// tests/emu/emu_internal.h: what the parts of the CUDA emulator share among themselves: the
+// engine that executes kernels (tests/emu/simt_emulator.cpp), the runtime API
+// (tests/emu/cuda_runtime_emu.cpp), the cuBLAS / cuBLASLt stand-ins (tests/emu/cublas_emu.cpp)
+// and cub's radix sort (tests/emu/include/cub/device/device_radix_sort.cuh). Not for the code
+// under test: that sees only the CUDA API.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <functional>
+#include <string>
+
+namespace emu {
+
+// ---- the device (tests/emu/cuda_runtime_emu.cpp) -------------------------------------------
+// The emulated part: an H100 SXM by default, an A100 SXM with TG_EMU_DEVICE=a100.
+const cudaDeviceProp& device_prop();
+
+// Makes e the device's sticky error (the first one wins) and prints "SIMT emulator: what" on
+// stderr; every later runtime call returns it, as after a fault on a GPU.
+void set_sticky_error(cudaError_t e, const std::string& what);
+cudaError_t sticky_error();
+// The error the next cudaGetLastError returns (a failed launch or call); not sticky.
+void set_last_error(cudaError_t e);
+
+// Queues fn on stream s (0 = the legacy default stream) after the work already there; it runs
+// when the host synchronises with that work (maximally late, so that a missing
+// synchronisation shows). `what` names the work in error reports. Returns false (and sets the
+// last error) for an unknown stream.
+bool enqueue(cudaStream_t s, const std::string& what, std::function<void()> fn);
+// Runs everything queued on s so far (and what it depends on), as cudaStreamSynchronize.
+cudaError_t synchronize(cudaStream_t s);
+
+// Whether [p, p + bytes) lies in device-accessible memory: inside one cudaMalloc allocation
+// (and outside the ranges marked with mark_no_access) or one cudaMallocHost allocation. When
+// not, *why (if not null) says where the range is.
+bool device_range_ok(const void* p, size_t bytes, std::string* why);
+// The description of the work the device is running (for reports): a kernel, a copy, a GEMM.
+extern const char* g_device_op;
+
+// ---- the engine (tests/emu/simt_emulator.cpp) -------------------------------------------------
+// Runs a whole grid now (called by the work a launch queued). A fault sets the sticky error.
+void run_grid(const void* kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body);
+// The kernel's name (demangled, from the executable's symbol table) or its address.
+std::string kernel_name(const void* kernel);
+// Order of warps and lanes in a CTA: 0 = ascending in even CTAs, descending in odd ones; 1 = the
+// reverse. Launches and CTAs run so far.
+void set_schedule(int s);
+long long launch_count();
+
+}  // namespace emu
