@@ -87,7 +87,7 @@ TEST_EMU_OBJS := $(TEST_EMU_SRCS:%.cpp=$(EMU_BUILD)/%.o) $(TEST_GPU_SRCS:%.cu=$(
 
 TEST_BINS := $(BUILD)/test_cpu $(if $(NVCC),$(BUILD)/test_gpu $(BUILD)/test_emu,)
 
-.PHONY: all train test test-run data bench plot clean deps
+.PHONY: all train test test-run data bench plot clean deps gpu-deps
 BENCH_GPU_BINS := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_step,)
 all: train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS) $(BUILD)/bench_cpu $(BENCH_GPU_BINS)
 
@@ -149,6 +149,19 @@ deps:
 	    echo "error: Eigen, doctest or the reference BLAS is missing; install them with: sudo apt-get install -y libeigen3-dev doctest-dev libblas-dev (or pass EIGEN_INC=-I/path DOCTEST_INC=-I/path)" >&2; exit 1; \
 	  fi; \
 	fi
+
+# ---- what a bare GPU machine lacks: .deps/ (ignored), carried there with the checkout --------
+# Eigen and doctest headers (from this machine's packages), tiny Shakespeare, and a copy of
+# karpathy/nanoGPT (the end-to-end peer of .ci/gpu_check.sh peer; NANOGPT=/path copies a local
+# checkout instead of cloning). Then on the GPU machine: bash .ci/gpu_check.sh STAGE...
+gpu-deps: deps
+	@mkdir -p .deps/tinyshakespeare
+	rm -rf .deps/eigen3 .deps/doctest && cp -r $(or $(patsubst -I%,%,$(EIGEN_INC)),/usr/include/eigen3) .deps/eigen3
+	cp -r $(or $(patsubst -I%,%,$(DOCTEST_INC)),/usr/include)/doctest .deps/doctest
+	@TINYSHAKESPEARE="$(TINYSHAKESPEARE)" bash data/get_tinyshakespeare.sh .deps/tinyshakespeare/input.txt
+	@if [ -n "$(NANOGPT)" ]; then rm -rf .deps/nanoGPT && mkdir -p .deps/nanoGPT && cp -r $(NANOGPT)/. .deps/nanoGPT && rm -rf .deps/nanoGPT/.git; \
+	elif [ ! -f .deps/nanoGPT/train.py ]; then git clone --depth 1 https://github.com/karpathy/nanoGPT .deps/nanoGPT && rm -rf .deps/nanoGPT/.git; fi
+	@du -sh .deps | sed 's/^/[make] .deps: /'
 
 # ---- data ----------------------------------------------------------------------------------
 DATA_FILE := data/tinyshakespeare/input.txt
