@@ -12,8 +12,6 @@
 // exact value, and a bf16 output adds u_bf16 |ref| (u32 = 2^-24, u_bf16 = 2^-8); the bound
 // is twice that. A transposed or mis-strided operand moves elements by O(1) of their size.
 #include <doctest/doctest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -26,6 +24,8 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "../../kernels/cuda_common.cuh"
+#include "../cpu/test_util.h"
+#include "child_process.h"
 #include "emu_internal.h"
 
 namespace {
@@ -33,8 +33,8 @@ namespace {
 constexpr double kU32 = 5.9604644775390625e-8;
 constexpr double kUbf16 = 3.90625e-3;
 
-std::mt19937_64& rng() {
-  static std::mt19937_64 g(20261123);
+std::mt19937_64& rng() {  // fresh inputs each run (TG_TEST_SEED replays one)
+  static std::mt19937_64 g(testutil::run_seed() ^ 0xc0b1a5ull);
   return g;
 }
 
@@ -161,37 +161,8 @@ void check_gemm(cublasHandle_t h, const GemmCase& g) {
   CHECK(changed == 0);  // padding between rows and ld, and between batch entries
 }
 
-struct ChildResult {
-  int exit_code = -1;
-  std::string err;
-};
-ChildResult in_child(const std::function<int()>& body) {
-  char path[] = "/tmp/tg_emu_child_XXXXXX";
-  const int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    dup2(fd, 2);
-    const int rc = body();
-    std::fflush(stderr);
-    _exit(rc);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ChildResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  FILE* f = std::fopen(path, "r");
-  char buf[4096];
-  size_t n;
-  while (f && (n = std::fread(buf, 1, sizeof buf, f)) > 0) r.err.append(buf, n);
-  if (f) std::fclose(f);
-  close(fd);
-  std::remove(path);
-  return r;
-}
+using tg_test::ChildResult;
+using tg_test::in_child;
 
 }  // namespace
 

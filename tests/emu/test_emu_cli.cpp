@@ -4,8 +4,6 @@
 // emulated CUDA run samples on the CPU backend, and greedy sampling from one checkpoint gives
 // the same text on the emulated device (fp32) as on the CPU backend (KV cache).
 #include <doctest/doctest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -15,45 +13,18 @@
 #include <sstream>
 #include <string>
 
+#include "../common/run_binary.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  int code;
-  std::string out, err;
-};
+using tg_test::data_path;
+using tg_test::fresh_dir;
+using tg_test::Run;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// Runs one of the two binaries ("TG_TRAIN_GPT_EMU" or "TG_TRAIN_GPT") with shell-quoted args.
-Run run(const char* env, const char* fallback, const std::string& args) {
-  const char* bin = std::getenv(env);
-  const fs::path dir = fs::temp_directory_path() / ("tg_emu_cli_" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  const std::string cmd = std::string(bin ? bin : fallback) + " " + args + " >" + (dir / "out").string() + " 2>" +
-                          (dir / "err").string();
-  const int status = std::system(cmd.c_str());
-  return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(dir / "out"), slurp(dir / "err")};
-}
-Run run_emu(const std::string& args) { return run("TG_TRAIN_GPT_EMU", "./train_gpt_emu", args); }
-Run run_cpu(const std::string& args) { return run("TG_TRAIN_GPT", "./train_gpt", args); }
-
-std::string data_path() {
-  const char* d = std::getenv("TG_DATA");
-  return d ? d : "data/tinyshakespeare/input.txt";
-}
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / (name + "_" + std::to_string(getpid()));
-  fs::remove_all(p);
-  return p;
-}
+Run run_emu(const std::string& args) { return tg_test::run_binary("TG_TRAIN_GPT_EMU", "./train_gpt_emu", args); }
+Run run_cpu(const std::string& args) { return tg_test::run_binary("TG_TRAIN_GPT", "./train_gpt", args); }
 
 const std::string kTiny = " --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 --batch-size 4 --eval-iters 1 ";
 

@@ -11,8 +11,6 @@
 // exit status and what it printed on stderr (the report, and the emulator's line that names the
 // kernel, block and thread).
 #include <doctest/doctest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -22,43 +20,13 @@
 #include <vector>
 
 #include "../../kernels/cuda_common.cuh"
+#include "child_process.h"
 #include "emu_internal.h"
 
 namespace {
 
-struct ChildResult {
-  int exit_code = -1;  // -1: killed by a signal
-  std::string err;     // what it wrote on stderr
-};
-
-// Runs body() in a forked child with stderr captured; the child exits with body's return value.
-ChildResult in_child(const std::function<int()>& body) {
-  char path[] = "/tmp/tg_emu_child_XXXXXX";
-  const int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    dup2(fd, 2);
-    const int rc = body();
-    std::fflush(stderr);
-    _exit(rc);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ChildResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  FILE* f = std::fopen(path, "r");
-  char buf[4096];
-  size_t n;
-  while (f && (n = std::fread(buf, 1, sizeof buf, f)) > 0) r.err.append(buf, n);
-  if (f) std::fclose(f);
-  close(fd);
-  std::remove(path);
-  return r;
-}
+using tg_test::ChildResult;
+using tg_test::in_child;
 
 bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 

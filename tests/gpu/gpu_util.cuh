@@ -52,6 +52,17 @@ inline bool gpu_available() {
 // fresh; printed once by tests/gpu/main.cu.
 uint64_t test_seed();
 
+// n values of storage type T at device pointer d, as doubles (after the device finishes).
+template <typename T>
+std::vector<double> download_doubles(const T* d, size_t n) {
+  std::vector<T> tmp(n);
+  cudaCheck(cudaDeviceSynchronize());
+  if (n) cudaCheck(cudaMemcpy(tmp.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = gpu::to_float(tmp[i]);
+  return out;
+}
+
 // A device array of n values of storage type T (float or bf16), zeroed; uploads and
 // downloads go through double so tests compare against the double CPU reference.
 template <typename T>
@@ -80,14 +91,7 @@ struct DeviceArray {
     cudaCheck(cudaMemcpy(ptr, tmp.data(), n * sizeof(T), cudaMemcpyHostToDevice));
     cudaCheck(cudaDeviceSynchronize());  // (see the constructor)
   }
-  std::vector<double> download() const {
-    std::vector<T> tmp(n);
-    cudaCheck(cudaDeviceSynchronize());
-    cudaCheck(cudaMemcpy(tmp.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost));
-    std::vector<double> out(n);
-    for (size_t i = 0; i < n; ++i) out[i] = gpu::to_float(tmp[i]);
-    return out;
-  }
+  std::vector<double> download() const { return download_doubles(ptr, n); }
   // The values as the device holds them (rounded to T), for feeding the CPU reference the
   // same inputs the kernel saw.
   std::vector<double> rounded() const { return download(); }

@@ -1,7 +1,8 @@
 // tests/gpu/test_attention_naive_gpu.cu: gpu::attention_naive_forward / _backward
 // (kernels/attention_naive.cu) against the CPU twin cpu::attention_naive_* run in double on the
-// same inputs (rounded to T), for T = float and bf16: B*NH in {3, 4}, T in {1, 2, 17, 97, 128,
-// 129}, HS in {32, 64}, causal on and off, dropout p in {0, 0.17}. Checked per case:
+// same inputs (rounded to T), for T = float and bf16: B*NH in {1, 3, 4}, T in {1, 2, 17, 97,
+// 128, 129} (emulated: {1, 17, 129}), HS in {32, 64, 128}, causal on and off, dropout p in
+// {0, 0.17}. Checked per case:
 //   - out, att against the reference within the derived bounds below (att exactly 0 above the
 //     causal diagonal: out and att start as random garbage);
 //   - the mask hook equals the CPU mask byte for byte, including the entries above the causal
@@ -73,10 +74,12 @@ struct Case {
 std::vector<Case> all_cases() {
   std::vector<Case> cs;
   for (int Tn : tg_test::device_sizes<int>({1, 2, 17, 97, 128, 129}, {1, 17, 129}))
-    for (int cfg = 0; cfg < 2; ++cfg)
+    for (int cfg = 0; cfg < 3; ++cfg)
       for (bool causal : {false, true})
         for (double p : {0.0, 0.17})
-          cs.push_back(cfg == 0 ? Case{1, Tn, 3, 32, causal, p} : Case{2, Tn, 2, 64, causal, p});
+          cs.push_back(cfg == 0   ? Case{1, Tn, 3, 32, causal, p}
+                       : cfg == 1 ? Case{2, Tn, 2, 64, causal, p}
+                                  : Case{1, Tn, 1, 128, causal, p});
   return cs;
 }
 

@@ -227,16 +227,6 @@ std::vector<uint8_t> nonzero(const std::vector<double>& v) {  // 1 where not 0
   return m;
 }
 
-template <typename T>
-std::vector<double> fetch(const T* d, size_t n) {
-  std::vector<T> h(n);
-  cudaCheck(cudaDeviceSynchronize());
-  cudaCheck(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-  std::vector<double> r(n);
-  for (size_t i = 0; i < n; ++i) r[i] = gpu::to_float(h[i]);
-  return r;
-}
-
 // At a training step, the keep decisions of every dropout site of the CUDA model equal the
 // CPU's: the (B, T, C) sites by the zeros of their outputs, against cpu::dropout_mask, the spec
 // (which the CPU backend's zeros must equal too); the attention
@@ -271,7 +261,7 @@ void check_masks(uint32_t step) {
     INFO(std::string(what) << " of layer " << layer);
     std::vector<unsigned char> spec(BTC);
     cpu::dropout_mask(spec.data(), philox::make_dropout_key(777, step, layer, s, p), B, T, C);
-    const std::vector<double> gv = fetch(gpu_out, BTC);
+    const std::vector<double> gv = tg_test::download_doubles(gpu_out, BTC);
     const std::vector<uint8_t> c = nonzero(std::vector<double>(cpu_out, cpu_out + BTC));
     CHECK(std::vector<uint8_t>(spec.begin(), spec.end()) == c);
     // dropped: exactly 0; kept: not 0, unless the value cancels to 0 in S (a bf16 embedding
@@ -299,7 +289,7 @@ void check_masks(uint32_t step) {
     const philox::DropoutKey key = philox::make_dropout_key(777, step, li, philox::kSiteAttnProbs, p);
     std::vector<double> o(BTC), a(natt);
     std::vector<uint8_t> want(natt, 0);
-    const std::vector<double> qkv = fetch(L.qkv, 3 * BTC);
+    const std::vector<double> qkv = tg_test::download_doubles(L.qkv, 3 * BTC);
     cpu::attention_naive_forward<double>(o.data(), a.data(), qkv.data(), key, B, T, C, NH, true, want.data());
     for (bool flash : {false, true}) {
       INFO((flash ? "flash" : "naive") << " attention mask of layer " << li);
