@@ -23,16 +23,6 @@ namespace {
 constexpr int kSmallV = 1024;  // up to this V a row is one warp
 constexpr int kMeanThreads = 1024;
 
-__device__ __forceinline__ float block_max(float v, float* shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  v = lane < nwarps ? shared[lane] : -INFINITY;
-  return warp_max(v);
-}
-
 template <typename T, int kThreads, bool kBackward>
 __global__ void __launch_bounds__(kThreads)
     cross_entropy_kernel(float* losses,           // (N)

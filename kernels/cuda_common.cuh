@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -205,6 +206,17 @@ __device__ __forceinline__ F block_sum(F v, F* shared) {
   __syncthreads();
   v = lane < nwarps ? shared[lane] : F(0);
   return warp_sum(v);
+}
+
+// Max over a block, as block_sum (every thread gets it; -inf for an empty block).
+__device__ __forceinline__ float block_max(float v, float* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = lane < nwarps ? shared[lane] : -INFINITY;
+  return warp_max(v);
 }
 
 }  // namespace gpu

@@ -62,15 +62,11 @@ class CudaBackend final : public Backend {
     gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, false, 0);
     return gpt_.read_stats().loss;
   }
-  // Generation runs the forward over the whole window for each token (no KV cache on the GPU
-  // yet): the window is at most block_size tokens, cropped from the left as nanoGPT does.
-  void generate_reset() override { window_.clear(); }
+  // Generation with the KV cache of GPTCuda::decode_step (cropping past block_size as nanoGPT).
+  void generate_reset() override { gpt_.decode_reset(); }
   void generate_step(int32_t token, float* out) override {
-    if ((int)window_.size() == gpt_.model().block_size) window_.erase(window_.begin());
-    window_.push_back(token);
-    const int n = (int)window_.size();
-    gpt_.forward(window_.data(), nullptr, 1, n, false, 0);
-    gpt_.download_logits_row(n - 1, out);
+    gpt_.decode_step(token);
+    gpt_.download_decode_logits(out);
   }
   std::vector<float> params() const override { return gpt_.download_params(); }
   std::vector<float> grads() const override { return gpt_.download_grads(); }
@@ -124,7 +120,6 @@ class CudaBackend final : public Backend {
   GPTCuda<T> gpt_;
   std::string name_;
   double norm_ = 0;
-  std::vector<int32_t> window_;
 };
 
 template <typename T>

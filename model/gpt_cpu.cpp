@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 
+#include "../kernels/cpu/attention_decode.h"
 #include "../kernels/cpu/attention_naive.h"
 #include "../kernels/cpu/attention_tiled.h"
 #include "../kernels/cpu/cross_entropy.h"
@@ -73,7 +74,6 @@ GPTCpu<T>::GPTCpu(const ModelConfig& mc, const RunShape& run) : m_(mc), run_(run
   dec_.fch.resize(4 * C);
   dec_.fch_gelu.resize(4 * C);
   dec_.logits.resize(V);
-  dec_.scores.resize(maxT);
   window_.reserve(maxT);
 }
 
@@ -201,23 +201,13 @@ const T* GPTCpu<T>::decode_step(int32_t token) {
 
 template <typename T>
 void GPTCpu<T>::decode_prime() {
-  const int n = (int)window_.size(), C = m_.n_embd, NH = m_.n_head, HS = C / NH, V = m_.vocab_size,
-            maxT = m_.block_size;
+  const int n = (int)window_.size(), C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, maxT = m_.block_size;
   if (run_.B >= 1 && run_.T >= n) {
     // one forward over the window; its qkv rows hold every layer's keys and values
     forward(window_.data(), nullptr, 1, n, false, 0);
-    for (int li = 0; li < m_.n_layer; ++li) {
-      const T* qkv = acts_.h[li].qkv.data();
-      for (int h = 0; h < NH; ++h) {
-        T* kc = dec_.k.data() + ((size_t)li * NH + h) * maxT * HS;
-        T* vc = dec_.v.data() + ((size_t)li * NH + h) * maxT * HS;
-        for (int t = 0; t < n; ++t) {
-          const T* row = qkv + (size_t)t * 3 * C + (size_t)h * HS;
-          std::copy(row + C, row + C + HS, kc + (size_t)t * HS);
-          std::copy(row + 2 * C, row + 2 * C + HS, vc + (size_t)t * HS);
-        }
-      }
-    }
+    for (int li = 0; li < m_.n_layer; ++li)
+      cpu::attention_decode_prime(dec_.k.data() + (size_t)li * maxT * C, dec_.v.data() + (size_t)li * maxT * C,
+                                  acts_.h[li].qkv.data(), n, C, NH, maxT);
     const T* last = acts_.logits.data() + (size_t)(n - 1) * V;
     std::copy(last, last + V, dec_.logits.begin());
   } else {
@@ -233,44 +223,18 @@ void GPTCpu<T>::decode_prime() {
 
 template <typename T>
 void GPTCpu<T>::decode_row(int32_t token) {
-  const int C = m_.n_embd, NH = m_.n_head, HS = C / NH, V = m_.vocab_size, maxT = m_.block_size;
+  const int C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, maxT = m_.block_size;
   const int pos = (int)window_.size() - 1;  // 0 <= pos < block_size
   Decode& d = dec_;
   // x = wte[token] + wpe[pos]: the encoder op with Tn = 1 on wpe shifted to row pos
   cpu::encoder_forward(d.x.data(), &token, P.wte, P.wpe + (size_t)pos * C, 1, 1, C);
-  const T sc = T(1) / std::sqrt(T(HS));
   for (int li = 0; li < m_.n_layer; ++li) {
     const LayerParams<T>& p = P.h[li];
     // x = x + c_proj(attn(ln_1(x)))
     cpu::layernorm_forward(d.ln.data(), d.mean.data(), d.rstd.data(), d.x.data(), p.ln1w, p.ln1b, 1, C);
     cpu::matmul_forward(d.qkv.data(), d.ln.data(), p.qkvw, p.qkvb, 1, C, 3 * C);
-    for (int h = 0; h < NH; ++h) {
-      T* kc = d.k.data() + ((size_t)li * NH + h) * maxT * HS;
-      T* vc = d.v.data() + ((size_t)li * NH + h) * maxT * HS;
-      const T* q = d.qkv.data() + (size_t)h * HS;
-      std::copy(q + C, q + C + HS, kc + (size_t)pos * HS);
-      std::copy(q + 2 * C, q + 2 * C + HS, vc + (size_t)pos * HS);
-      // softmax(q K^T / sqrt(HS)) over the cached rows 0 .. pos, then times V
-      T* s = d.scores.data();
-      T mx = -std::numeric_limits<T>::infinity();
-      for (int j = 0; j <= pos; ++j) {
-        const T* kj = kc + (size_t)j * HS;
-        T dot = 0;
-        for (int c = 0; c < HS; ++c) dot += q[c] * kj[c];
-        s[j] = dot * sc;
-        mx = std::max(mx, s[j]);
-      }
-      T sum = 0;
-      for (int j = 0; j <= pos; ++j) sum += s[j] = std::exp(s[j] - mx);
-      const T inv = T(1) / sum;
-      T* o = d.atty.data() + (size_t)h * HS;
-      std::fill(o, o + HS, T(0));
-      for (int j = 0; j <= pos; ++j) {
-        const T pj = s[j] * inv;
-        const T* vj = vc + (size_t)j * HS;
-        for (int c = 0; c < HS; ++c) o[c] += pj * vj[c];
-      }
-    }
+    cpu::attention_decode_forward(d.atty.data(), d.k.data() + (size_t)li * maxT * C, d.v.data() + (size_t)li * maxT * C,
+                                  d.qkv.data(), pos, C, NH, maxT);
     cpu::matmul_forward(d.proj.data(), d.atty.data(), p.attprojw, p.attprojb, 1, C, C);
     cpu::residual_forward(d.x.data(), d.x.data(), d.proj.data(), (size_t)C);
     // x = x + mlp.c_proj(gelu(c_fc(ln_2(x))))
@@ -294,7 +258,7 @@ double GPTCpu<T>::bytes_needed(const ModelConfig& m, const RunShape& run) {
   n += L * (BT * C * (7 + 3 + 8) + 4 * BT + att);  // per block (see the constructor)
   n += BT * C + 3 * BT + 2 * BT * V;               // ln_f, losses, logits, dlogits
   n += BT * C * (4 + 3 + 8);                       // activation-gradient scratch
-  n += 2 * L * m.block_size * C + C * (4 + 3 + 8) + 2 + V + m.block_size;  // KV cache, decode rows
+  n += 2 * L * m.block_size * C + C * (4 + 3 + 8) + 2 + V;  // KV cache, decode rows
   return n * sizeof(T) + BT * sizeof(int32_t);
 }
 

@@ -118,7 +118,7 @@ class GPTCpu {
   };
   struct Decode {  // the KV cache and the one-row activations of decode_step
     Buffer<T> k, v;  // (L, NH, block_size, HS)
-    Buffer<T> x, ln, mean, rstd, qkv, atty, proj, fch, fch_gelu, logits, scores;
+    Buffer<T> x, ln, mean, rstd, qkv, atty, proj, fch, fch_gelu, logits;
   };
   philox::DropoutKey key(uint32_t layer, uint32_t site) const;
   void decode_row(int32_t token);  // one row at position window_.size() - 1

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "../kernels/attention_decode.cuh"
 #include "../kernels/cross_entropy.cuh"
 #include "../kernels/dropout.cuh"
 #include "../kernels/encoder.cuh"
@@ -82,6 +83,19 @@ void GPTCuda<T>::carve(Buffers& b, Carver& a, const ModelConfig& m, const CudaRu
   d_.dqkv = a.template take<T>(BT * 3 * C);
   d_.dfch = a.template take<T>(BT * 4 * C);
   d_.dfch_gelu = a.template take<T>(BT * 4 * C);
+  // the KV cache and the one-row buffers of decode_step
+  Decode& dec = b.dec;
+  const size_t cache = (size_t)m.n_layer * m.block_size * C;
+  dec.k = a.template take<T>(cache);
+  dec.v = a.template take<T>(cache);
+  for (T** buf : {&dec.x, &dec.ln, &dec.atty, &dec.proj}) *buf = a.template take<T>(C);
+  dec.qkv = a.template take<T>(3 * C);
+  dec.fch = a.template take<T>(4 * C);
+  dec.fch_gelu = a.template take<T>(4 * C);
+  dec.logits = a.template take<T>(V);
+  dec.mean = a.template take<float>(1);
+  dec.rstd = a.template take<float>(1);
+  dec.token = a.template take<int32_t>(1);
 }
 
 size_t gpt_cuda_scratch_bytes(const ModelConfig& m, const CudaRunShape& run, size_t elem_size, size_t n_params) {
@@ -156,17 +170,7 @@ void GPTCuda<T>::forward(const int32_t* x, const int32_t* targets, int b, int t,
   b_ = b; t_ = t; train_ = train; step_ = step;
   const gpu::Context& ctx = ctx_;
   const int C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, N = b * t;
-  // the staging buffer is free once the previous copies out of it are done (long since, in a
-  // training loop: the previous step ended in read_stats())
-  cudaCheck(cudaEventSynchronize(tokens_copied_));
-  int32_t* staged = host_tokens_;
-  std::copy(x, x + N, staged);
-  if (targets) std::copy(targets, targets + N, staged + N);
-  cudaCheck(cudaMemcpyAsync(acts_.inp, staged, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, ctx.stream));
-  if (targets)
-    cudaCheck(cudaMemcpyAsync(acts_.targets, staged + N, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice,
-                              ctx.stream));
-  cudaCheck(cudaEventRecord(tokens_copied_, ctx.stream));
+  upload_tokens(x, targets, N, acts_.inp, acts_.targets);
 
   gpu::encoder_forward(ctx, acts_.encoded, acts_.inp, P.wte, P.wpe, b, t, C);
   gpu::dropout_forward(ctx, acts_.encoded, acts_.encoded, key(0, philox::kSiteEmbedding), b, t, C);
@@ -198,6 +202,89 @@ void GPTCuda<T>::forward(const int32_t* x, const int32_t* targets, int b, int t,
   else
     gpu::cross_entropy_forward(ctx, acts_.losses, acts_.logits, acts_.targets, N, V);
   gpu::loss_mean(ctx, acts_.stats, acts_.losses, N);
+}
+
+template <typename T>
+void GPTCuda<T>::upload_tokens(const int32_t* x, const int32_t* targets, int n, int32_t* dx, int32_t* dtargets) {
+  // the staging buffer is free once the previous copies out of it are done (long since, in a
+  // training loop: the previous step ended in read_stats())
+  cudaCheck(cudaEventSynchronize(tokens_copied_));
+  int32_t* staged = host_tokens_;
+  std::copy(x, x + n, staged);
+  if (targets) std::copy(targets, targets + n, staged + n);
+  cudaCheck(cudaMemcpyAsync(dx, staged, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice, ctx_.stream));
+  if (targets)
+    cudaCheck(cudaMemcpyAsync(dtargets, staged + n, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice, ctx_.stream));
+  cudaCheck(cudaEventRecord(tokens_copied_, ctx_.stream));
+}
+
+template <typename T>
+void GPTCuda<T>::decode_reset() {
+  window_.clear();
+}
+
+template <typename T>
+void GPTCuda<T>::decode_step(int32_t token) {
+  if ((int)window_.size() == m_.block_size) {  // full: the window slides by one, re-prime it all
+    window_.erase(window_.begin());
+    window_.push_back(token);
+    decode_prime();
+  } else {
+    window_.push_back(token);
+    decode_row(token);
+  }
+}
+
+template <typename T>
+void GPTCuda<T>::decode_prime() {
+  const int n = (int)window_.size(), C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, maxT = m_.block_size;
+  Decode& d = buf_.dec;
+  if (run_.B >= 1 && run_.T >= n) {
+    // one forward over the window; its qkv rows hold every layer's keys and values
+    forward(window_.data(), nullptr, 1, n, false, 0);
+    for (int li = 0; li < m_.n_layer; ++li)
+      gpu::attention_decode_prime(ctx_, d.k + (size_t)li * maxT * C, d.v + (size_t)li * maxT * C, acts_.h[li].qkv, n,
+                                  C, NH, maxT);
+    cudaCheck(cudaMemcpyAsync(d.logits, acts_.logits + (size_t)(n - 1) * V, (size_t)V * sizeof(T),
+                              cudaMemcpyDeviceToDevice, ctx_.stream));
+  } else {
+    // the run shape is too small for one forward: replay the tokens one row at a time
+    const std::vector<int32_t> tokens = window_;
+    window_.clear();
+    for (int32_t tok : tokens) {
+      window_.push_back(tok);
+      decode_row(tok);
+    }
+  }
+}
+
+template <typename T>
+void GPTCuda<T>::decode_row(int32_t token) {
+  const gpu::Context& ctx = ctx_;
+  const int C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, maxT = m_.block_size;
+  const int pos = (int)window_.size() - 1;  // 0 <= pos < block_size
+  Decode& d = buf_.dec;
+  upload_tokens(&token, nullptr, 1, d.token, nullptr);
+  // x = wte[token] + wpe[pos]: the encoder op with T = 1 on wpe shifted to row pos
+  gpu::encoder_forward(ctx, d.x, d.token, P.wte, P.wpe + (size_t)pos * C, 1, 1, C);
+  for (int li = 0; li < m_.n_layer; ++li) {
+    const LayerParams<T>& p = P.h[li];
+    // x = x + c_proj(attn(ln_1(x)))
+    gpu::layernorm_forward(ctx, d.ln, d.mean, d.rstd, d.x, p.ln1w, p.ln1b, 1, C);
+    gpu::matmul_forward(ctx, d.qkv, d.ln, p.qkvw, p.qkvb, 1, C, 3 * C);
+    gpu::attention_decode_forward(ctx, d.atty, d.k + (size_t)li * maxT * C, d.v + (size_t)li * maxT * C, d.qkv, pos,
+                                  C, NH, maxT);
+    gpu::matmul_forward(ctx, d.proj, d.atty, p.attprojw, p.attprojb, 1, C, C);
+    gpu::residual_forward(ctx, d.x, d.x, d.proj, (size_t)C);
+    // x = x + mlp.c_proj(gelu(c_fc(ln_2(x))))
+    gpu::layernorm_forward(ctx, d.ln, d.mean, d.rstd, d.x, p.ln2w, p.ln2b, 1, C);
+    gpu::matmul_forward(ctx, d.fch, d.ln, p.fcw, p.fcb, 1, C, 4 * C);
+    gpu::gelu_forward(ctx, d.fch_gelu, d.fch, (size_t)4 * C);
+    gpu::matmul_forward(ctx, d.proj, d.fch_gelu, p.fcprojw, p.fcprojb, 1, 4 * C, C);
+    gpu::residual_forward(ctx, d.x, d.x, d.proj, (size_t)C);
+  }
+  gpu::layernorm_forward(ctx, d.ln, d.mean, d.rstd, d.x, P.lnfw, P.lnfb, 1, C);
+  gpu::matmul_forward(ctx, d.logits, d.ln, P.wte, (const T*)nullptr, 1, C, V);
 }
 
 template <typename T>
@@ -305,6 +392,12 @@ template <typename T>
 void GPTCuda<T>::download_logits_row(int row, float* out) const {
   const size_t V = m_.vocab_size;
   std::vector<float> f = to_floats(download(acts_.logits + (size_t)row * V, V, ctx_.stream));
+  std::copy(f.begin(), f.end(), out);
+}
+
+template <typename T>
+void GPTCuda<T>::download_decode_logits(float* out) const {
+  const std::vector<float> f = to_floats(download(buf_.dec.logits, (size_t)m_.vocab_size, ctx_.stream));
   std::copy(f.begin(), f.end(), out);
 }
 

@@ -80,6 +80,16 @@ class GPTCuda {
   std::vector<float> download_logits() const;
   // Logits of position `row` of sequence 0 of the last forward, (V) floats into out.
   void download_logits_row(int row, float* out) const;
+
+  // Generation with a KV cache (no dropout), as GPTCpu::decode_reset / decode_step (model/gpt_cpu.h
+  // says how the window is cropped past block_size): decode_step appends token to the window
+  // and runs the network for that one position against every layer's cached keys and values
+  // (kernels/attention_decode.cuh); download_decode_logits gives its (V) logits. When the window
+  // is full it slides by one and is re-primed by one forward over it (when the run shape holds
+  // it, B >= 1 and T >= block_size, as the backend's does; otherwise replayed row by row).
+  void decode_reset();
+  void decode_step(int32_t token);
+  void download_decode_logits(float* out) const;
   // Sets the master weights and AdamW moments (host, n_params each; m, v may be null = zero)
   // and the T copy of the weights.
   void upload_state(const float* params, const float* m, const float* v);
@@ -117,6 +127,12 @@ class GPTCuda {
   struct Scratch {  // gradients of activations, reused by every layer
     T *dres, *dln, *dbtc, *datty, *dqkv, *dfch, *dfch_gelu;
   };
+  struct Decode {  // the KV cache and the one-row activations of decode_step
+    T *k, *v;      // (L, NH, block_size, HS) each
+    T *x, *ln, *qkv, *atty, *proj, *fch, *fch_gelu, *logits;
+    float *mean, *rstd;
+    int32_t* token;
+  };
   // Every device pointer of the step: the size table carve() fills them.
   struct Buffers {
     float *params, *grads, *m, *v;  // (n_params) each: fp32 master weights, gradients, AdamW moments
@@ -124,6 +140,7 @@ class GPTCuda {
     gpu::AdamWTensor* tensors;      // (table.size()) per-tensor weight decay of the fused AdamW
     Acts acts;
     Scratch d;
+    Decode dec;
   };
   class Carver;
   // The size table: points every buffer into one allocation (or, with a counting Carver,
@@ -131,6 +148,11 @@ class GPTCuda {
   static void carve(Buffers& b, Carver& a, const ModelConfig& m, const CudaRunShape& run, size_t n_params,
                     size_t n_tensors);
   philox::DropoutKey key(uint32_t layer, uint32_t site) const;
+  // Copies n tokens (and n targets, when not null) through the pinned staging buffer to the
+  // device, ordered on the stream.
+  void upload_tokens(const int32_t* x, const int32_t* targets, int n, int32_t* dx, int32_t* dtargets);
+  void decode_row(int32_t token);  // one position: window_.size() - 1
+  void decode_prime();             // the caches and logits for all of window_
 
   ModelConfig m_;
   CudaRunShape run_;
@@ -147,6 +169,7 @@ class GPTCuda {
   int b_ = 0, t_ = 0;
   bool train_ = false;
   uint32_t step_ = 0;
+  std::vector<int32_t> window_;  // the tokens whose keys and values are cached, position order
 };
 
 // Bytes of the largest op scratch the run needs (every op's <op>_scratch_bytes).

@@ -317,6 +317,51 @@ TG_GPU_TEST("gpu model: the dropout masks of every site equal the CPU backend's,
   }
 }
 
+namespace {
+
+// Logits of KV-cache decoding against the last row of a full forward over the same window,
+// token by token past block_size (the cropped window re-primed at each step), for a run shape
+// that holds the window (re-primed by one forward) and one that does not (replayed row by row).
+template <typename S>
+void check_decode(int run_T) {
+  const ModelConfig m = tiny_model(true);  // block_size 19
+  CAPTURE(run_T);
+  tg::CudaRunShape cr;
+  cr.B = 1; cr.T = run_T;
+  tg::GPTCuda<S> gpt(m, cr);
+  std::vector<float> w(gpt.n_params);
+  tg::init_params(w.data(), gpt.table, 31);
+  gpt.upload_state(w.data(), nullptr, nullptr);
+  tg::CudaRunShape full;  // a second model for the full forwards over a whole window
+  full.B = 1; full.T = m.block_size;
+  tg::GPTCuda<S> ref(m, full);
+  ref.upload_state(w.data(), nullptr, nullptr);
+  const std::vector<int32_t> tokens = random_tokens((size_t)m.block_size + 5, m.vocab_size, 9);
+  std::vector<int32_t> window;
+  std::vector<float> got(m.vocab_size), want(m.vocab_size);
+  gpt.decode_reset();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    CAPTURE(i);
+    if ((int)window.size() == m.block_size) window.erase(window.begin());
+    window.push_back(tokens[i]);
+    gpt.decode_step(tokens[i]);
+    gpt.download_decode_logits(got.data());
+    ref.forward(window.data(), nullptr, 1, (int)window.size(), false, 0);
+    ref.download_logits_row((int)window.size() - 1, want.data());
+    const std::vector<double> want_d(want.begin(), want.end());
+    CHECK(scaled_error(got.data(), want_d.data(), want.size()) <= model_tolerance<S>());
+  }
+}
+
+}  // namespace
+
+TG_GPU_TEST("gpu model: KV-cache decoding gives a full forward's logits, past block_size too") {
+  for (int run_T : {19, 8}) {
+    check_decode<float>(run_T);
+    check_decode<gpu::bf16>(run_T);
+  }
+}
+
 TG_GPU_TEST("gpu model: the same seed twice gives bitwise identical losses and weights") {
   for (const char* attention : {"naive", "flash"}) {
     CAPTURE(attention);
