@@ -2,7 +2,7 @@
 // emulator (path in TG_TRAIN_GPT_EMU, default ./train_gpt_emu), beside train_gpt (TG_TRAIN_GPT):
 // it names its device as emulated, --attention check passes, a checkpoint written by the
 // emulated CUDA run samples on the CPU backend, and greedy sampling from one checkpoint gives
-// the same text on the emulated device (fp32) as on the CPU backend (KV cache).
+// the same text on the emulated device (fp32) as on the CPU backend (both with their KV cache).
 #include <doctest/doctest.h>
 
 #include <algorithm>
