@@ -5,7 +5,7 @@
 #   make train_gpt_emu      the trainer with its CUDA backend run by the SIMT emulator (tests/emu):
 #                           --device cuda works on a machine without a GPU (slow by design)
 #   make data               put tiny Shakespeare at data/tinyshakespeare/input.txt
-#   make bench              benchmarks (never part of make test)
+#   make bench              benchmarks (never part of make test); make bench-cpu-peer: against nanoGPT
 #   make clean
 # Overrides: EIGEN_INC=-I/path DOCTEST_INC=-I/path ARCH="80 90" NVCC=/path/nvcc TINYSHAKESPEARE=/path
 # (DOCTEST_INC is the folder that holds doctest/doctest.h.)
@@ -87,7 +87,7 @@ TEST_EMU_OBJS := $(TEST_EMU_SRCS:%.cpp=$(EMU_BUILD)/%.o) $(TEST_GPU_SRCS:%.cu=$(
 
 TEST_BINS := $(BUILD)/test_cpu $(if $(NVCC),$(BUILD)/test_gpu $(BUILD)/test_emu,)
 
-.PHONY: all train test test-run data bench plot clean deps gpu-deps
+.PHONY: all train test test-run data bench bench-cpu-peer plot clean deps gpu-deps
 BENCH_GPU_BINS := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_step,)
 all: train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS) $(BUILD)/bench_cpu $(BENCH_GPU_BINS)
 
@@ -198,6 +198,12 @@ ifneq ($(GPU_CC),)
 else
 	$(BUILD)/bench_cpu --data $(DATA_FILE)
 endif
+
+# train_gpt's CPU backend beside nanoGPT on PyTorch (eager, CPU), baby configuration, alternating
+# runs (tests/bench/cpu_peer.sh): NANOGPT=/path/to/nanoGPT [PYTHON=python3 STEPS=60 ROUNDS=3 BUSY=1]
+bench-cpu-peer: train_gpt
+	@$(MAKE) data
+	@TG_DATA=$(DATA_FILE) bash tests/bench/cpu_peer.sh
 
 # ---- loss curves: make plot RUNS="out/a out/b" [PLOT=docs/loss.svg] -------------------------
 PLOT ?= docs/loss.svg
