@@ -44,6 +44,9 @@
 // Without dropout and without the causal mask, the backward reads Pd straight from att.
 #include "attention_naive.cuh"
 
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
 #include <cmath>
 #include <stdexcept>
 #include <string>

@@ -2,6 +2,9 @@
 // kernels/cuda_common.cuh).
 #include "cuda_common.cuh"
 
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
 #include <cstdio>
 
 namespace gpu {

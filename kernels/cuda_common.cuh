@@ -1,5 +1,6 @@
 // kernels/cuda_common.cuh: what every CUDA op of train_gpt shares.
-//   - the check macros cudaCheck / cublasCheck / curandCheck: a failing call throws
+//   - the check macros cudaCheck / cublasCheck / curandCheck (cublasCheck where the cuBLAS
+//     headers are included): a failing call throws
 //     gpu::CudaError naming the call, the file and the line (model/ turns it into one line on
 //     stderr and exit 1);
 //   - gpu::Context: the one stream, the cuBLAS / cuBLASLt handles, the cuBLAS workspace and
@@ -14,10 +15,9 @@
 //   - the spacing of the regions carved out of one allocation (model/gpt_cuda.cu), which the
 //     emulator build widens into poisoned gaps.
 #pragma once
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <library_types.h>
 
 #include <cmath>
 #include <cstddef>
@@ -55,6 +55,14 @@ struct CudaError : std::runtime_error {
     if (s_ != 0) ::gpu::throw_cuda_error(("curandStatus " + std::to_string(s_)).c_str(), #call,  \
                                          __FILE__, __LINE__);                                     \
   } while (0)
+
+// The cuBLAS / cuBLASLt handle types, declared as their headers declare them: only the files
+// that call the libraries (kernels/matmul.cu, kernels/attention_naive.cu, kernels/cuda_common.cu)
+// include those headers, which cost every other translation unit a second of compile time.
+struct cublasContext;
+typedef struct cublasContext* cublasHandle_t;
+struct cublasLtContext;
+typedef struct cublasLtContext* cublasLtHandle_t;
 
 namespace gpu {
 

@@ -41,13 +41,16 @@
 // per column into ctx.scratch (float, (ceil(N / kBiasRows), OC)), then dbias_finish_kernel
 // adds the partials in chunk order and does dbias += that. The chunking is a constant, so the
 // bits do not depend on the device either.
+#include "matmul.cuh"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
 #include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <string>
 #include <tuple>
-
-#include "matmul.cuh"
 
 namespace gpu {
 
