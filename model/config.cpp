@@ -2,6 +2,8 @@
 #include "config.h"
 
 #include <cerrno>
+#include <cfloat>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -101,6 +103,30 @@ const Flag* find_flag(const std::string& name) {
                    "; see train_gpt --help");
 }
 
+// Whether v is a decimal number as people write them: [+-]digits[.digits][e[+-]digits] (no
+// hex, inf or nan, which strtod would also take).
+bool is_decimal(const std::string& v) {
+  size_t i = 0, digits = 0;
+  auto run = [&] {
+    size_t n = 0;
+    while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i, ++n;
+    return n;
+  };
+  if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+  digits += run();
+  if (i < v.size() && v[i] == '.') {
+    ++i;
+    digits += run();
+  }
+  if (digits == 0) return false;
+  if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+    ++i;
+    if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+    if (run() == 0) return false;
+  }
+  return i == v.size();
+}
+
 long long parse_int(const std::string& flag, const std::string& v) {
   errno = 0;
   char* end = nullptr;
@@ -118,7 +144,8 @@ void set_value(Config& c, const Flag& f, const std::string& v) {
       errno = 0;
       char* end = nullptr;
       double x = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x)) bad_value(f.name, v, "a finite number");
+      if (!is_decimal(v) || *end != '\0' || errno == ERANGE || !std::isfinite(x))
+        bad_value(f.name, v, "a finite decimal number");
       *reinterpret_cast<double*>(field) = x;
       break;
     }
@@ -150,6 +177,9 @@ std::string num(double x) {
   s << x;
   return s.str();
 }
+
+// x as a float is neither 0, a denormal nor infinite.
+bool is_normal_float(double x) { return std::isnormal((float)x); }
 
 }  // namespace
 
@@ -186,8 +216,13 @@ ParsedArgs parse_args(int argc, const char* const* argv, const std::string& defa
   apply_preset(c, preset);
   for (const Flag& f : flags()) {
     auto it = given.find(f.name);
-    if (it != given.end()) set_value(c, f, it->second);
+    if (it == given.end()) continue;
+    set_value(c, f, it->second);
+    out.given.push_back(f.name);
   }
+  if (given.count("out-dir") && c.out_dir.empty())
+    throw InputError("--out-dir is empty; expected a directory path; pass --out-dir PATH, or leave the flag out for out/" +
+                     c.preset);
   if (c.out_dir.empty()) c.out_dir = "out/" + c.preset;
   validate(c);
   return out;
@@ -212,25 +247,37 @@ void validate(const Config& c) {
   require(c.block_size >= 1 && c.block_size <= (1 << 20), flag_is("block-size", c.block_size), "1 to 1048576", help);
   require(c.batch_size >= 1 && c.batch_size <= (1 << 20), flag_is("batch-size", c.batch_size), "1 to 1048576", help);
   require(c.dropout >= 0.0 && c.dropout < 1.0, flag_is("dropout", c.dropout), "a probability in [0, 1)", help);
+  // the kernels keep an element when a 32-bit word >= round(p 2^32) and scale by (float)(1 / (1 - p))
+  require(philox::dropout_threshold(c.dropout) < UINT32_MAX && std::isfinite((float)(1.0 / (1.0 - c.dropout))),
+          flag_is("dropout", c.dropout), "a probability below 1 - 2^-32 (the kernels' 32-bit threshold)", help);
   require(c.max_iters >= 0 && (uint32_t)c.max_iters < philox::kMaxStep, flag_is("max-iters", c.max_iters),
           "0 to " + std::to_string(philox::kMaxStep - 1), help);
-  require(c.lr > 0, flag_is("lr", c.lr), "a learning rate > 0", help);
+  // the update runs in float: lr must stay a finite float above 0
+  require(c.lr > 0 && is_normal_float(c.lr), flag_is("lr", c.lr),
+          "a learning rate > 0 that is a normal float (" + num(FLT_MIN) + " to " + num(FLT_MAX) + ")", help);
   require(c.min_lr >= 0 && c.min_lr <= c.lr, "--min-lr " + num(c.min_lr) + " with --lr " + num(c.lr),
           "0 <= min-lr <= lr", "lower --min-lr");
   require(c.warmup_iters >= 0, flag_is("warmup-iters", c.warmup_iters), "at least 0", help);
   require(c.lr_decay_iters > c.warmup_iters,
           "--lr-decay-iters " + std::to_string(c.lr_decay_iters) + " with --warmup-iters " + std::to_string(c.warmup_iters),
           "lr-decay-iters > warmup-iters (the cosine runs between them)", "raise --lr-decay-iters or lower --warmup-iters");
-  require(c.weight_decay >= 0, flag_is("weight-decay", c.weight_decay), "at least 0", help);
-  require(c.beta1 >= 0 && c.beta1 < 1, flag_is("beta1", c.beta1), "a value in [0, 1)", help);
-  require(c.beta2 >= 0 && c.beta2 < 1, flag_is("beta2", c.beta2), "a value in [0, 1)", help);
-  require(c.grad_clip >= 0, flag_is("grad-clip", c.grad_clip), "at least 0 (0 turns clipping off)", help);
+  require(c.weight_decay >= 0 && std::isfinite((float)c.weight_decay), flag_is("weight-decay", c.weight_decay),
+          "at least 0, a finite float", help);
+  // AdamW takes the betas as floats: one that rounds to 1 makes its bias correction 1 / 0
+  require(c.beta1 >= 0 && (float)c.beta1 < 1, flag_is("beta1", c.beta1),
+          "a value in [0, 1) that stays below 1 in float (at most 0.99999994)", help);
+  require(c.beta2 >= 0 && (float)c.beta2 < 1, flag_is("beta2", c.beta2),
+          "a value in [0, 1) that stays below 1 in float (at most 0.99999994)", help);
+  require(c.grad_clip >= 0 && std::isfinite(c.grad_clip), flag_is("grad-clip", c.grad_clip),
+          "at least 0 (0 turns clipping off)", help);
   require(c.eval_interval >= 0, flag_is("eval-interval", c.eval_interval), "at least 0 (0 = only at the end)", help);
   require(c.eval_iters >= 1, flag_is("eval-iters", c.eval_iters), "at least 1", help);
   require(c.log_interval >= 1, flag_is("log-interval", c.log_interval), "at least 1", help);
   require(c.ckpt_interval >= 0, flag_is("ckpt-interval", c.ckpt_interval), "at least 0 (0 = only at the end)", help);
   require(c.sample_tokens >= 0, flag_is("sample-tokens", c.sample_tokens), "at least 0", help);
-  require(c.temperature > 0, flag_is("temperature", c.temperature), "a temperature > 0", help);
+  // logits / temperature in double: below 1e-6 the largest logits overflow
+  require(c.temperature >= 1e-6 && std::isfinite(c.temperature), flag_is("temperature", c.temperature),
+          "a temperature from 1e-6 up", help);
   require(c.sample_tokens == 0 || !c.prompt.empty(), "--prompt is empty", "at least one character to start the sample from",
           "pass --prompt TEXT (the default is a newline) or --sample-tokens 0");
   require(c.top_k >= 0, flag_is("top-k", c.top_k), "at least 0 (0 = no top-k cut)", help);
@@ -239,6 +286,8 @@ void validate(const Config& c) {
   require(!c.sample || !c.ckpt.empty(), "--sample without --ckpt", "the checkpoint to sample from",
           "pass --ckpt out/<run> (its newest checkpoint) or --ckpt out/<run>/ckpt-<step>");
   require(!c.out_dir.empty(), "--out-dir is empty", "a directory path", "pass --out-dir PATH");
+  require(!(c.resume && c.attention == "check"), "--attention check with --resume",
+          "one of them (the check runs on a fresh model and writes nothing)", "drop one of them");
 }
 
 std::string usage() {

@@ -1,8 +1,10 @@
 // model/config.h: everything a run is configured by, the two presets (nanoGPT's
-// shakespeare_char config and its "baby" CPU variant), and the command line that fills it.
+// shakespeare_char config and its "baby" CPU variant), the command line that fills it, and the
+// validation every config passes.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tg {
 
@@ -43,17 +45,22 @@ void apply_preset(Config& c, const std::string& name);
 // The result of reading the command line.
 struct ParsedArgs {
   Config config;
-  bool help = false;  // --help was given: print usage() and exit 0
+  bool help = false;               // --help was given: print usage() and exit 0
+  std::vector<std::string> given;  // the flags given explicitly ("max-iters", ...), in usage() order
 };
 
 // Reads GNU-style long options (--name value or --name=value). The preset (given, or
 // default_preset) is applied first; flags given explicitly override it, in any order.
-// Throws InputError, with one line saying what, expected and how to fix, for an unknown,
-// duplicated or value-less flag, a value that is not a number, out of range, or
-// contradicting another. Reads nothing but argv.
+// Numbers are decimal (no hex, inf or nan). Throws InputError, with one line saying what,
+// expected and how to fix, for an unknown, duplicated or value-less flag, a value that is not
+// a number, out of range, or contradicting another. Reads nothing but argv.
 ParsedArgs parse_args(int argc, const char* const* argv, const std::string& default_preset);
 
-// Checks ranges and consistency of a filled Config (parse_args calls it).
+// Checks ranges and consistency of a filled Config (parse_args calls it; so does every reader
+// of a saved config), with the values as the kernels see them: the AdamW betas, the learning
+// rates and the weight decay rounded to float, the dropout as its 32-bit threshold and float
+// scale. So no config that passes degenerates (beta2 rounding to 1, lr to 0 or inf). Throws
+// InputError naming the flag.
 void validate(const Config& c);
 
 std::string usage();

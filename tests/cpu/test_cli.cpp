@@ -115,6 +115,17 @@ TEST_CASE("cli: explicit flags override the preset, in any order, both spellings
   CHECK(parse({"--prompt", "ROMEO:"}).prompt == "ROMEO:");
 }
 
+TEST_CASE("cli: decimal numbers in every spelling people use are accepted") {
+  CHECK(parse({"--lr", "1e-3"}).lr == 1e-3);
+  CHECK(parse({"--lr", "+.5e-2"}).lr == 0.005);
+  CHECK(parse({"--lr", "2.", "--min-lr", "0"}).lr == 2.0);
+  CHECK(parse({"--lr", "3E-4"}).lr == 3e-4);
+  CHECK(parse({"--beta2", "0.9999999"}).beta2 == 0.9999999);  // 0.99999988f: below 1 in float
+  CHECK(parse({"--dropout", "0.999"}).dropout == 0.999);
+  CHECK(parse({"--out-dir", "x"}).out_dir == "x");
+  CHECK(parse({}).out_dir == "out/baby");
+}
+
 TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
   struct Row {
     std::vector<const char*> args;
@@ -131,7 +142,7 @@ TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
       {{"--max-iters", "-1"}, "--max-iters is -1"},
       {{"--dropout", "1"}, "--dropout is 1"},
       {{"--dropout", "-0.1"}, "--dropout is -0.1"},
-      {{"--dropout", "nan"}, "a finite number"},
+      {{"--dropout", "nan"}, "a finite decimal number"},
       {{"--n-embd", "130", "--n-head", "4"}, "not divisible by --n-head"},
       {{"--n-head", "0"}, "--n-head is 0"},
       {{"--n-layer", "0"}, "--n-layer is 0"},
@@ -161,6 +172,23 @@ TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
       {{"--lr"}, "--lr needs a value"},
       {{"--lr", "--seed", "3"}, "--lr needs a value but is followed by --seed"},
       {{"input.txt"}, "unexpected argument 'input.txt'"},
+      // values valid on paper that degenerate as the kernels see them (in float)
+      {{"--beta2", "0.99999999"}, "--beta2 is 0.99999999"},  // 1.0f: AdamW's bias correction divides by 0
+      {{"--beta1", "0.999999999"}, "--beta1 is"},
+      {{"--lr", "1e-50"}, "--lr is 1e-50"},                    // 0 in float
+      {{"--lr", "1e39"}, "--lr is 1e+39"},                     // inf in float
+      {{"--lr", "1e-40"}, "--lr is 1e-40"},                    // a float denormal
+      {{"--weight-decay", "1e39"}, "--weight-decay is"},
+      {{"--dropout", "0.99999999999"}, "--dropout is"},        // its 32-bit threshold saturates
+      {{"--temperature", "1e-9"}, "--temperature is 1e-09"},   // logits / T overflow
+      // numbers are decimal: no hex, no inf
+      {{"--lr", "0x10"}, "--lr '0x10' is not valid"},
+      {{"--lr", "0x1p-3"}, "--lr '0x1p-3' is not valid"},
+      {{"--lr", "inf"}, "--lr 'inf' is not valid"},
+      {{"--lr", "1e"}, "--lr '1e' is not valid"},
+      {{"--lr", "."}, "--lr '.' is not valid"},
+      {{"--out-dir", ""}, "--out-dir is empty"},
+      {{"--resume", "--attention", "check"}, "--attention check with --resume"},
   };
   for (const Row& r : rows) {
     std::string joined;
@@ -447,6 +475,11 @@ TEST_CASE("cli: every bad input, one table: exit code, one line on stderr, nothi
        "state.bin"},
       {"checkpoint from a newer format", "--resume --out-dir " + damaged("newer", [&](const fs::path& d) { flip_byte(d / "state.bin", 9); }), 2,
        "newer"},
+      // values that degenerate in float, through the binary
+      {"beta2 that rounds to 1 in float", "--beta2 0.99999999 --max-iters 2" + tiny + " --data " + data_path() + out, 2,
+       "--beta2 is 0.99999999"},
+      {"a hex float", "--lr 0x10 --max-iters 1" + tiny + " --data " + data_path() + out, 2, "--lr '0x10' is not valid"},
+      {"an empty --out-dir", "--max-iters 1" + tiny + " --data " + data_path() + " --out-dir ''", 2, "--out-dir is empty"},
 
   };
   for (const Row& r : rows) {
