@@ -1,6 +1,6 @@
 // model/checkpoint.h: saving and resuming a run. A checkpoint is a directory with the model
-// weights in safetensors (loadable by nanoGPT / PyTorch as is) and the rest of the training
-// state in a small checksummed binary file.
+// weights in safetensors (model/safetensors.h: loadable by nanoGPT / PyTorch as is) and the
+// rest of the training state in a small checksummed binary file.
 //
 // Directory layout, inside out_dir:
 //   ckpt-00001000/model.safetensors   weights after 1000 steps (step numbers: 8 digits)
@@ -9,16 +9,6 @@
 // then renames that directory to ckpt-<step>/ and fsyncs out_dir: a ckpt-* directory without
 // ".tmp" is complete by construction; a crash leaves at most a stale *.tmp directory, which
 // the next save deletes.
-//
-// model.safetensors (https://github.com/huggingface/safetensors format):
-//   u64 N (little endian) | N bytes of JSON header, padded with spaces to a multiple of 8 |
-//   raw little-endian F32 data.
-//   header: {"__metadata__":{"format":"pt","train_gpt_config":"n_layer=4 n_head=4 ..."},
-//            "transformer.wte.weight":{"dtype":"F32","shape":[65,128],"data_offsets":[0,33280]},
-//            ... one entry per param_table tensor, in param_table order, nanoGPT's names ...,
-//            "lm_head.weight":{...}}   a copy of transformer.wte.weight (nanoGPT's state_dict
-//   holds the tied head under both names and load_state_dict(strict=True) wants both).
-//   data_offsets are [begin, end) in bytes from the start of the data; tensors are contiguous.
 //
 // state.bin (all integers little endian):
 //   "TGSTATE\0" | u32 format version (kFormatVersion) | sections, each:
@@ -43,43 +33,15 @@
 #include <string>
 #include <vector>
 
+#include "ckpt_io.h"
 #include "config.h"
 #include "gpt.h"
+#include "safetensors.h"
 
 namespace tg {
 namespace ckpt {
 
 constexpr uint32_t kFormatVersion = 1;  // of state.bin; readers reject newer ones
-
-// CRC-32, IEEE 802.3 (reflected polynomial 0xEDB88320, as zlib's crc32): crc32("123456789")
-// is 0xCBF43926. Pass the previous result as crc to continue over more bytes.
-uint32_t crc32(const void* data, size_t n, uint32_t crc = 0);
-
-// Writes bytes to path + ".tmp", fsyncs it, renames it over path and fsyncs the directory,
-// so path holds either its old content or all of bytes. On failure (no space, no
-// permission, short write, ...) removes the temp file, leaves path untouched and throws
-// RuntimeError naming the path and the OS error.
-void write_file_atomic(const std::string& path, const std::string& bytes);
-
-// Every field of c as "name=value\n" lines, in Config's declaration order (names as in
-// Config: n_layer, prompt, ...). Ints and the seed in decimal, bools true/false, doubles
-// with %.17g (round-trip exact); string bytes outside printable ASCII, and '%', as %XX.
-// A field added to Config must be added to both functions (model/checkpoint.cpp).
-std::string config_to_text(const Config& c);
-// The inverse. Throws InputError for a malformed line or value, an unknown, repeated or
-// missing field.
-Config config_from_text(const std::string& text);
-
-// The model.safetensors file of params (param_count(table) floats laid out by table) as
-// bytes; config_text goes to __metadata__.train_gpt_config (a short description).
-std::string safetensors_bytes(const std::vector<ParamSpec>& table, const float* params,
-                              const std::string& config_text);
-
-// Reads a safetensors file and returns the expected tensors laid out by expected (a buffer
-// of max(offset + numel) floats). Every expected name must be there with dtype F32 and the
-// expected shape; tensors other than those and lm_head.weight are rejected. Throws
-// InputError for a missing or truncated file, bad header JSON or another model's tensors.
-std::vector<float> read_safetensors(const std::string& path, const std::vector<ParamSpec>& expected);
 
 // Everything a run resumes from.
 struct Checkpoint {

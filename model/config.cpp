@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <climits>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -318,6 +319,164 @@ std::string describe(const Config& c) {
     << "eval: every " << c.eval_interval << " steps over " << c.eval_iters << " batches; log every "
     << c.log_interval << "; seed " << c.seed;
   return s.str();
+}
+
+namespace {
+
+// Calls f(name, field) for every field of Config, in declaration order. The size check makes
+// a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 424,
+              "Config changed: add the new field to each_field (model/config.cpp), then update this size");
+template <typename C, typename F>
+void each_field(C& c, F&& f) {
+  f("preset", c.preset); f("data", c.data); f("device", c.device); f("attention", c.attention);
+  f("precision", c.precision);
+  f("out_dir", c.out_dir);
+  f("n_layer", c.n_layer); f("n_head", c.n_head); f("n_embd", c.n_embd); f("block_size", c.block_size);
+  f("bias", c.bias); f("dropout", c.dropout);
+  f("batch_size", c.batch_size); f("max_iters", c.max_iters); f("lr", c.lr); f("min_lr", c.min_lr);
+  f("warmup_iters", c.warmup_iters); f("lr_decay_iters", c.lr_decay_iters);
+  f("weight_decay", c.weight_decay); f("beta1", c.beta1); f("beta2", c.beta2); f("grad_clip", c.grad_clip);
+  f("eval_interval", c.eval_interval); f("eval_iters", c.eval_iters); f("log_interval", c.log_interval);
+  f("ckpt_interval", c.ckpt_interval); f("resume", c.resume);
+  f("seed", c.seed);
+  f("sample_tokens", c.sample_tokens); f("prompt", c.prompt); f("temperature", c.temperature);
+  f("top_k", c.top_k); f("top_p", c.top_p);
+  f("sample", c.sample); f("ckpt", c.ckpt);
+}
+
+struct FieldWriter {
+  std::string& out;
+  void line(const char* name, const std::string& value) { out += std::string(name) + "=" + value + "\n"; }
+  void operator()(const char* name, const std::string& v) {
+    std::string e;
+    for (unsigned char ch : v) {
+      if (ch < 0x20 || ch >= 0x7f || ch == '%') {
+        char b[4];
+        std::snprintf(b, sizeof b, "%%%02X", ch);
+        e += b;
+      } else {
+        e += (char)ch;
+      }
+    }
+    line(name, e);
+  }
+  void operator()(const char* name, const int& v) { line(name, std::to_string(v)); }
+  void operator()(const char* name, const bool& v) { line(name, v ? "true" : "false"); }
+  void operator()(const char* name, const uint64_t& v) { line(name, std::to_string(v)); }
+  void operator()(const char* name, const double& v) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.17g", v);
+    line(name, b);
+  }
+};
+
+[[noreturn]] void bad_config(const std::string& what, const std::string& expected) {
+  throw InputError("the saved config " + what + "; expected " + expected +
+                   "; the state file is damaged or not from train_gpt: delete its checkpoint directory to "
+                   "resume from an older one");
+}
+
+struct FieldReader {
+  std::map<std::string, std::string>& values;
+
+  const std::string& take(const char* name) {
+    auto it = values.find(name);
+    if (it == values.end()) bad_config(std::string("has no field ") + name, "a line for every field of the config");
+    return it->second;
+  }
+  [[noreturn]] void bad(const char* name, const std::string& v, const std::string& expected) {
+    bad_config(std::string("has ") + name + "=" + printable(v), expected);
+  }
+  void done(const char* name) { values.erase(name); }
+
+  void operator()(const char* name, std::string& out) {
+    const std::string& v = take(name);
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] != '%') { s += v[i]; continue; }
+      auto hex = [&](char h) -> int {
+        if (h >= '0' && h <= '9') return h - '0';
+        if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+        if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+        return -1;
+      };
+      int hi = i + 2 < v.size() ? hex(v[i + 1]) : -1, lo = i + 2 < v.size() ? hex(v[i + 2]) : -1;
+      if (hi < 0 || lo < 0) bad(name, v, "%XX escapes of two hex digits");
+      s += (char)(hi * 16 + lo);
+      i += 2;
+    }
+    out = s;
+    done(name);
+  }
+  void operator()(const char* name, int& out) {
+    const std::string& v = take(name);
+    errno = 0;
+    char* end = nullptr;
+    long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) || *end != '\0' || errno == ERANGE || x < INT_MIN ||
+        x > INT_MAX)
+      bad(name, v, "an integer");
+    out = (int)x;
+    done(name);
+  }
+  void operator()(const char* name, bool& out) {
+    const std::string& v = take(name);
+    if (v == "true") out = true;
+    else if (v == "false") out = false;
+    else bad(name, v, "true or false");
+    done(name);
+  }
+  void operator()(const char* name, uint64_t& out) {
+    const std::string& v = take(name);
+    errno = 0;
+    char* end = nullptr;
+    unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+    if (v.empty() || v[0] < '0' || v[0] > '9' || *end != '\0' || errno == ERANGE)
+      bad(name, v, "an integer from 0 to 2^64-1");
+    out = x;
+    done(name);
+  }
+  void operator()(const char* name, double& out) {
+    const std::string& v = take(name);
+    char* end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    if (!is_decimal(v) || *end != '\0') bad(name, v, "a decimal number");
+    out = x;
+    done(name);
+  }
+};
+
+}  // namespace
+
+std::string config_to_text(const Config& c) {
+  std::string out;
+  each_field(c, FieldWriter{out});
+  return out;
+}
+
+Config config_from_text(const std::string& text) {
+  std::map<std::string, std::string> values;
+  size_t pos = 0;
+  int line_no = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    ++line_no;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos)
+      bad_config("line " + std::to_string(line_no) + " '" + printable(line) + "' has no '='", "name=value lines");
+    std::string name = line.substr(0, eq);
+    if (!values.emplace(name, line.substr(eq + 1)).second)
+      bad_config("names " + printable(name) + " twice", "each field once");
+  }
+  Config c;
+  each_field(c, FieldReader{values});
+  if (!values.empty())
+    bad_config("has an unknown field " + printable(values.begin()->first),
+               "only the fields of this train_gpt's config (a newer train_gpt wrote it?)");
+  return c;
 }
 
 }  // namespace tg

@@ -1,6 +1,7 @@
 // model/config.h: everything a run is configured by, the two presets (nanoGPT's
-// shakespeare_char config and its "baby" CPU variant), the command line that fills it, and the
-// validation every config passes.
+// shakespeare_char config and its "baby" CPU variant), the command line that fills it, the
+// validation every config passes (from flags, a preset, a checkpoint or a run file), and the
+// config as text (what checkpoints store).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -66,5 +67,14 @@ void validate(const Config& c);
 std::string usage();
 // The config as printed at the start of a run (one "name = value" line per field).
 std::string describe(const Config& c);
+
+// Every field of c as "name=value\n" lines, in Config's declaration order (names as in
+// Config: n_layer, prompt, ...). Ints and the seed in decimal, bools true/false, doubles
+// with %.17g (round-trip exact); string bytes outside printable ASCII, and '%', as %XX.
+// A field added to Config must be added to each_field (model/config.cpp).
+std::string config_to_text(const Config& c);
+// The inverse. Throws InputError for a malformed line or value, an unknown, repeated or
+// missing field. It does not validate().
+Config config_from_text(const std::string& text);
 
 }  // namespace tg

@@ -193,7 +193,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   a.sample = true;
   a.ckpt = "out/x\n";
 
-  std::string text = ckpt::config_to_text(a);
+  std::string text = config_to_text(a);
   const char* names[] = {"preset", "data", "device", "attention", "precision", "out_dir", "n_layer", "n_head", "n_embd",
                          "block_size", "bias", "dropout", "batch_size", "max_iters", "lr", "min_lr",
                          "warmup_iters", "lr_decay_iters", "weight_decay", "beta1", "beta2", "grad_clip",
@@ -209,7 +209,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
     CHECK((text.compare(0, key.size(), key) == 0 || text.find("\n" + key) != std::string::npos));
   }
 
-  Config b = ckpt::config_from_text(text);
+  Config b = config_from_text(text);
   CHECK(b.preset == a.preset); CHECK(b.data == a.data); CHECK(b.device == a.device);
   CHECK(b.attention == a.attention); CHECK(b.precision == a.precision); CHECK(b.out_dir == a.out_dir);
   CHECK(b.n_layer == a.n_layer); CHECK(b.n_head == a.n_head); CHECK(b.n_embd == a.n_embd);
@@ -226,9 +226,9 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   CHECK(same_bits(b.temperature, a.temperature)); CHECK(b.top_k == a.top_k);
   CHECK(same_bits(b.top_p, a.top_p));
   CHECK(b.sample == a.sample); CHECK(b.ckpt == a.ckpt);
-  CHECK(ckpt::config_to_text(b) == text);
+  CHECK(config_to_text(b) == text);
 
-  Config d = ckpt::config_from_text(ckpt::config_to_text(Config{}));  // defaults too
+  Config d = config_from_text(config_to_text(Config{}));  // defaults too
   CHECK(d.prompt == "\n");
   CHECK(d.seed == 1337);
 
@@ -254,7 +254,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   };
   for (const std::string& t : bad) {
     INFO(t);
-    check_one_line_expected(input_error([&] { ckpt::config_from_text(t); }));
+    check_one_line_expected(input_error([&] { config_from_text(t); }));
   }
 }
 
@@ -360,7 +360,7 @@ TEST_CASE("checkpoint: save -> load -> save gives byte-identical files") {
   CHECK(same_bits(b.v, a.v));
   CHECK(same_bits(b.losses, a.losses));
   CHECK(b.config.prompt == a.config.prompt);
-  CHECK(ckpt::config_to_text(b.config) == ckpt::config_to_text(a.config));
+  CHECK(config_to_text(b.config) == config_to_text(a.config));
 
   ckpt::save_checkpoint(out2, b, table);
   const std::string dir2 = step_dir(out2, 123);
@@ -450,7 +450,7 @@ TEST_CASE("checkpoint: damaged checkpoints throw a one-line InputError saying wh
     REQUIRE(conf.tag == "CONF");
     Config other = c;
     other.n_layer = 5;
-    std::string text = ckpt::config_to_text(other);
+    std::string text = config_to_text(other);
     std::string b = state.substr(0, conf.offset - 8);
     uint64_t len = text.size();
     b.append(reinterpret_cast<const char*>(&len), 8);
