@@ -2,7 +2,7 @@
 #include "checkpoint.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <utility>
 
@@ -29,19 +30,17 @@ namespace {
 const char kMagic[8] = {'T', 'G', 'S', 'T', 'A', 'T', 'E', '\0'};
 const char* const kWeightsFile = "model.safetensors";
 const char* const kStateFile = "state.bin";
-const char* const kRequired[] = {"CONF", "STEP", "ADAM", "WSUM", "RNG ", "LOSS"};
+const std::vector<std::string> kRequired1 = {"CONF", "STEP", "ADAM", "WSUM", "RNG ", "LOSS"};
+const std::vector<std::string> kRequired2 = {"CONF", "STEP", "ADAM", "WSUM", "RNG ", "LOSS", "DATA", "MTRC"};
 
-// ---- little-endian scalars and float arrays
+using Sink = std::function<void(const void* data, size_t n)>;
+
+// ---- little-endian scalars and arrays
 
 void put_u32(std::string& s, uint32_t x) { s.append(reinterpret_cast<const char*>(&x), 4); }
 void put_u64(std::string& s, uint64_t x) { s.append(reinterpret_cast<const char*>(&x), 8); }
 uint32_t get_u32(const char* p) { uint32_t x; std::memcpy(&x, p, 4); return x; }
 uint64_t get_u64(const char* p) { uint64_t x; std::memcpy(&x, p, 8); return x; }
-
-template <typename T>
-void put_array(std::string& s, const std::vector<T>& v) {
-  s.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
 
 template <typename T>
 std::vector<T> get_array(const char* p, size_t n) {
@@ -58,32 +57,37 @@ std::string hex32(uint32_t x) {
 
 std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
 
-std::string ckpt_name(uint32_t step) {
-  char b[32];
-  std::snprintf(b, sizeof b, "ckpt-%08" PRIu32, step);
-  return b;
-}
-
 // ---- state.bin
 
-void put_section(std::string& out, const char* tag, const std::string& payload) {
-  out.append(tag, 4);
-  put_u64(out, payload.size());
-  out += payload;
-  put_u32(out, crc32(payload.data(), payload.size()));
+// A section whose payload is the concatenation of parts (pointer, bytes), streamed.
+void put_section(const Sink& out, const char* tag, const std::vector<std::pair<const void*, size_t>>& parts) {
+  uint64_t len = 0;
+  uint32_t crc = 0;
+  for (const auto& p : parts) {
+    len += p.second;
+    crc = crc32(p.first, p.second, crc);
+  }
+  out(tag, 4);
+  out(&len, 8);
+  for (const auto& p : parts) out(p.first, p.second);
+  out(&crc, 4);
 }
 
-std::string state_bytes(const Checkpoint& c, uint32_t weights_crc) {
-  std::string out(kMagic, 8), p;
-  put_u32(out, kFormatVersion);
+void put_section(const Sink& out, const char* tag, const std::string& payload) {
+  put_section(out, tag, {{payload.data(), payload.size()}});
+}
+
+void write_state(const Sink& out, const CheckpointInfo& c, const float* m, const float* v, size_t n,
+                 uint32_t weights_crc) {
+  std::string head(kMagic, 8), p;
+  put_u32(head, kFormatVersion);
+  out(head.data(), head.size());
   put_section(out, "CONF", config_to_text(c.config));
   put_u32(p, c.step);
   put_u32(p, c.steps_done);
+  put_u32(p, c.bad_steps);
   put_section(out, "STEP", p);
-  p.clear();
-  put_array(p, c.m);
-  put_array(p, c.v);
-  put_section(out, "ADAM", p);
+  put_section(out, "ADAM", {{m, n * sizeof(float)}, {v, n * sizeof(float)}});
   p.clear();
   put_u32(p, weights_crc);
   put_section(out, "WSUM", p);
@@ -92,18 +96,28 @@ std::string state_bytes(const Checkpoint& c, uint32_t weights_crc) {
   put_section(out, "RNG ", p);
   p.clear();
   put_u32(p, (uint32_t)c.losses.size());
-  put_array(p, c.losses);
+  p.append(reinterpret_cast<const char*>(c.losses.data()), c.losses.size() * sizeof(double));
   put_section(out, "LOSS", p);
-  return out;
+  put_section(out, "DATA", c.data_sha256 + "\n" + c.data_path);
+  p.clear();
+  for (const std::string& line : c.unlogged) p += line + "\n";
+  put_section(out, "MTRC", p);
 }
 
+// A parsed state.bin: the info, where its AdamW arrays lie in the bytes, and WSUM.
 struct State {
-  Checkpoint ck;  // everything but params
+  CheckpointInfo info;
+  size_t adam_offset = 0, adam_floats = 0;  // m at adam_offset, v after it: adam_floats each
   uint32_t weights_crc = 0;
 };
 
+bool is_hex64(const std::string& s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); });
+}
+
 State parse_state(const std::string& b, const std::string& path) {
-  const std::string layout = "a complete state.bin (magic TGSTATE, format version, sections CONF STEP ADAM WSUM RNG LOSS)";
+  const std::string layout =
+      "a complete state.bin (magic TGSTATE, format version, sections CONF STEP ADAM WSUM RNG LOSS DATA MTRC)";
   if (b.size() < 8) damaged(path, "is truncated to " + std::to_string(b.size()) + " bytes", layout);
   if (std::memcmp(b.data(), kMagic, 8) != 0)
     throw InputError("checkpoint file " + path + " is not a train_gpt state file (it starts with \"" +
@@ -138,30 +152,40 @@ State parse_state(const std::string& b, const std::string& path) {
     sec[tag] = {pos, (size_t)len};
     pos += (size_t)len + 4;
   }
-  for (const char* tag : kRequired)
+  for (const std::string& tag : version == 1 ? kRequired1 : kRequired2)
     if (!sec.count(tag))
-      damaged(path, std::string("has no '") + tag + "' section (truncated, or not written by train_gpt)", layout);
+      damaged(path, "has no '" + tag + "' section (truncated, or not written by train_gpt)", layout);
 
   auto payload = [&](const char* tag) { return b.data() + sec[tag].first; };
+  auto text = [&](const char* tag) { return std::string(payload(tag), sec[tag].second); };
   auto size_is = [&](const char* tag, bool ok, const std::string& expected) {
     if (!ok)
       damaged(path, std::string("has a '") + tag + "' section of " + std::to_string(sec[tag].second) + " bytes",
               expected);
   };
   State s;
-  Checkpoint& c = s.ck;
+  CheckpointInfo& c = s.info;
   try {
-    c.config = config_from_text(std::string(payload("CONF"), sec["CONF"].second));
+    c.config = config_from_text(text("CONF"));
   } catch (const InputError& e) {
     throw InputError("checkpoint file " + path + ": " + e.what());
   }
-  size_is("STEP", sec["STEP"].second == 8, "8 bytes (next step, steps done)");
+  try {
+    validate(c.config);
+  } catch (const InputError& e) {
+    refused_config("checkpoint file " + path, e.what(),
+                   "the file is damaged or crafted: delete its checkpoint directory to resume from an older one");
+  }
+  const size_t step_bytes = version == 1 ? 8 : 12;
+  size_is("STEP", sec["STEP"].second == step_bytes, std::to_string(step_bytes) + " bytes (next step, steps done" +
+                                                        (version == 1 ? ")" : ", non-finite steps in a row)"));
   c.step = get_u32(payload("STEP"));
   c.steps_done = get_u32(payload("STEP") + 4);
+  if (version > 1) c.bad_steps = get_u32(payload("STEP") + 8);
   size_t adam = sec["ADAM"].second;
   size_is("ADAM", adam % 8 == 0, "two float arrays of equal length (m, v)");
-  c.m = get_array<float>(payload("ADAM"), adam / 8);
-  c.v = get_array<float>(payload("ADAM") + adam / 2, adam / 8);
+  s.adam_offset = sec["ADAM"].first;
+  s.adam_floats = adam / 8;
   size_is("WSUM", sec["WSUM"].second == 4, "4 bytes (a CRC-32)");
   s.weights_crc = get_u32(payload("WSUM"));
   size_is("RNG ", sec["RNG "].second == 8, "8 bytes (the seed)");
@@ -170,6 +194,22 @@ State parse_state(const std::string& b, const std::string& path) {
   size_is("LOSS", loss >= 4 && (loss - 4) % 8 == 0 && (loss - 4) / 8 == get_u32(payload("LOSS")),
           "a u32 count and that many doubles");
   c.losses = get_array<double>(payload("LOSS") + 4, (loss - 4) / 8);
+  if (version == 1) return s;
+  const std::string data = text("DATA");
+  const size_t nl = data.find('\n');
+  c.data_sha256 = data.substr(0, nl);
+  if (nl == std::string::npos || !is_hex64(c.data_sha256) || nl + 1 == data.size() || data[nl + 1] != '/')
+    damaged(path, "has a bad 'DATA' section '" + printable(data) + "'",
+            "the data file's sha256 (64 hex digits), a newline and its absolute path");
+  c.data_path = data.substr(nl + 1);
+  const std::string lines = text("MTRC");
+  for (size_t at = 0; at < lines.size();) {
+    const size_t end = lines.find('\n', at);
+    if (end == std::string::npos)
+      damaged(path, "has an unterminated line in its 'MTRC' section", "metrics lines, each ending in a newline");
+    c.unlogged.push_back(lines.substr(at, end - at));
+    at = end + 1;
+  }
   return s;
 }
 
@@ -178,6 +218,7 @@ State parse_state(const std::string& b, const std::string& path) {
                    ") is not the weights file written with " + kStateFile + ", expected CRC-32 " + hex32(wanted) +
                    "; it was replaced or damaged: restore it, or delete the directory to resume from an older one");
 }
+
 
 // The model's dimensions read off the table, against those of config.
 void check_config(const std::string& dir, const Config& c, const std::vector<ParamSpec>& table) {
@@ -210,64 +251,72 @@ std::string model_text(const Config& c, const std::vector<ParamSpec>& table) {
   return b;
 }
 
-// ckpt-<digits> directories of out_dir (complete ones: no .tmp suffix), newest step first.
-std::vector<std::pair<uint32_t, std::string>> list_checkpoints(const std::string& out_dir) {
-  std::vector<std::pair<uint32_t, std::string>> out;
-  std::error_code ec;
-  fs::directory_iterator it(out_dir, ec), end;
-  for (; !ec && it != end; it.increment(ec)) {
-    std::string name = it->path().filename().string();
-    if (name.size() < 13 || name.compare(0, 5, "ckpt-") != 0) continue;
-    std::string digits = name.substr(5);
-    if (digits.size() > 10 || !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
-      continue;
-    unsigned long long step = std::strtoull(digits.c_str(), nullptr, 10);
-    std::error_code e2;
-    if (step > UINT32_MAX || !fs::is_directory(it->path(), e2)) continue;
-    out.emplace_back((uint32_t)step, it->path().string());
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  return out;
-}
+// The state and the weights' bytes of a checkpoint directory, both parsed, paired by WSUM.
+struct Files {
+  State state;
+  std::string weights;
+  StFile header;
+};
 
-// Both files of a checkpoint directory read back intact and belong together.
-bool intact(const std::string& dir) {
-  try {
-    std::string state_path = join(dir, kStateFile), weights_path = join(dir, kWeightsFile);
-    State s = parse_state(read_file(state_path), state_path);
-    std::string wb = read_file(weights_path);
-    StFile f = parse_safetensors(wb, weights_path);
-    return crc32(wb.data(), wb.size()) == s.weights_crc && s.ck.m.size() == model_numel(f);
-  } catch (const InputError&) {
-    return false;
-  }
+Files read_files(const std::string& dir) {
+  const std::string state_path = join(dir, kStateFile), weights_path = join(dir, kWeightsFile);
+  Files f;
+  f.state = parse_state(read_file(state_path), state_path);
+  f.weights = read_file(weights_path);
+  f.header = parse_safetensors(f.weights, weights_path);
+  const uint32_t crc = crc32(f.weights.data(), f.weights.size());
+  if (crc != f.state.weights_crc) not_paired(dir, crc, f.state.weights_crc);
+  return f;
 }
 
 }  // namespace
 
-// ---- checkpoint directories
+std::string ckpt_name(uint32_t step) {
+  char b[32];
+  std::snprintf(b, sizeof b, "ckpt-%08" PRIu32, step);
+  return b;
+}
 
-void save_checkpoint(const std::string& out_dir, const Checkpoint& c, const std::vector<ParamSpec>& table, int keep) {
+std::string state_bytes(const CheckpointInfo& info, const float* m, const float* v, size_t n, uint32_t weights_crc) {
+  std::string bytes;
+  write_state([&](const void* p, size_t k) { bytes.append(static_cast<const char*>(p), k); }, info, m, v, n,
+              weights_crc);
+  return bytes;
+}
+
+Checkpoint parse_state_bytes(const std::string& bytes, const std::string& path) {
+  State s = parse_state(bytes, path);
+  Checkpoint c;
+  static_cast<CheckpointInfo&>(c) = std::move(s.info);
+  c.m = get_array<float>(bytes.data() + s.adam_offset, s.adam_floats);
+  c.v = get_array<float>(bytes.data() + s.adam_offset + s.adam_floats * sizeof(float), s.adam_floats);
+  return c;
+}
+
+std::string save_checkpoint(const std::string& out_dir, const CheckpointInfo& info, const StateView& state,
+                            const std::vector<ParamSpec>& table, int keep) {
   const size_t n = param_count(table);
-  if (c.params.size() != n || c.m.size() != n || c.v.size() != n)
-    throw RuntimeError("save_checkpoint got " + std::to_string(c.params.size()) + " params, " +
-                       std::to_string(c.m.size()) + " m, " + std::to_string(c.v.size()) + " v; expected " +
-                       std::to_string(n) + " each (param_count of the table); this is a bug in train_gpt");
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec)
     throw RuntimeError("cannot create checkpoint directory " + out_dir + ": " + ec.message() +
                        "; expected a writable path; pass another --out-dir or fix its permissions");
-  const std::string name = ckpt_name(c.step), final_dir = join(out_dir, name), tmp_dir = final_dir + ".tmp";
+  const std::string final_dir = join(out_dir, ckpt_name(info.step)), tmp_dir = final_dir + ".tmp";
   fs::remove_all(tmp_dir, ec);
   if (!ec) fs::create_directory(tmp_dir, ec);
   if (ec)
     throw RuntimeError("cannot create " + tmp_dir + ": " + ec.message() +
                        "; expected a writable directory; check the permissions and free space of " + out_dir);
 
-  const std::string weights = safetensors_bytes(table, c.params.data(), model_text(c.config, table));
-  write_file_atomic(join(tmp_dir, kWeightsFile), weights);
-  write_file_atomic(join(tmp_dir, kStateFile), state_bytes(c, crc32(weights.data(), weights.size())));
+  // both files straight from the arrays: no copy of them in memory
+  AtomicFile weights(join(tmp_dir, kWeightsFile));
+  write_safetensors([&](const void* p, size_t k) { weights.write(p, k); }, table, state.params,
+                    model_text(info.config, table));
+  const uint32_t weights_crc = weights.crc();
+  weights.commit();
+  AtomicFile st(join(tmp_dir, kStateFile));
+  write_state([&](const void* p, size_t k) { st.write(p, k); }, info, state.m, state.v, n, weights_crc);
+  st.commit();
 
   if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0) {
     int e = errno;
@@ -294,41 +343,92 @@ void save_checkpoint(const std::string& out_dir, const Checkpoint& c, const std:
       stale.push_back(it->path());
   }
   for (const fs::path& p : stale) fs::remove_all(p, ec);
-  if (keep <= 0) return;
+  if (keep <= 0) return final_dir;
   std::vector<std::pair<uint32_t, std::string>> all = list_checkpoints(out_dir);
   for (size_t i = (size_t)keep; i < all.size(); ++i) {
-    if (all[i].first == c.step) continue;
+    if (all[i].first == info.step) continue;
     // renamed to *.tmp first, so a crash while deleting leaves no half checkpoint behind
     std::string doomed = all[i].second + ".tmp";
     const std::string& victim = ::rename(all[i].second.c_str(), doomed.c_str()) == 0 ? doomed : all[i].second;
     fs::remove_all(victim, ec);
   }
+  return final_dir;
 }
 
-std::string latest_checkpoint(const std::string& out_dir) {
-  for (const auto& c : list_checkpoints(out_dir))
-    if (intact(c.second)) return c.second;
+std::string save_checkpoint(const std::string& out_dir, const Checkpoint& c, const std::vector<ParamSpec>& table,
+                            int keep) {
+  const size_t n = param_count(table);
+  if (c.params.size() != n || c.m.size() != n || c.v.size() != n)
+    throw RuntimeError("save_checkpoint got " + std::to_string(c.params.size()) + " params, " +
+                       std::to_string(c.m.size()) + " m, " + std::to_string(c.v.size()) + " v; expected " +
+                       std::to_string(n) + " each (param_count of the table); this is a bug in train_gpt");
+  return save_checkpoint(out_dir, c, StateView{c.params.data(), c.m.data(), c.v.data()}, table, keep);
+}
+
+std::vector<std::pair<uint32_t, std::string>> list_checkpoints(const std::string& out_dir) {
+  std::vector<std::pair<uint32_t, std::string>> out;
+  std::error_code ec;
+  fs::directory_iterator it(out_dir, ec), end;
+  for (; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.size() < 13 || name.compare(0, 5, "ckpt-") != 0) continue;
+    std::string digits = name.substr(5);
+    if (digits.size() > 10 || !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      continue;
+    unsigned long long step = std::strtoull(digits.c_str(), nullptr, 10);
+    std::error_code e2;
+    if (step > UINT32_MAX || !fs::is_directory(it->path(), e2)) continue;
+    out.emplace_back((uint32_t)step, it->path().string());
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return out;
+}
+
+std::string checkpoint_damage(const std::string& ckpt_dir) {
+  try {
+    Files f = read_files(ckpt_dir);
+    if (f.state.adam_floats != model_numel(f.header))
+      another_model(ckpt_dir, "its AdamW state holds " + std::to_string(f.state.adam_floats) + " floats per moment",
+                    std::to_string(model_numel(f.header)) + " (the weights' element count)");
+    return "";
+  } catch (const InputError& e) {
+    return e.what();
+  }
+}
+
+std::string latest_checkpoint(const std::string& out_dir, std::vector<std::string>* skipped) {
+  for (const auto& c : list_checkpoints(out_dir)) {
+    const std::string damage = checkpoint_damage(c.second);
+    if (damage.empty()) return c.second;
+    std::error_code ec;
+    if (skipped && fs::exists(c.second, ec)) skipped->push_back(damage);  // (else a run deleted it meanwhile)
+  }
   return "";
 }
 
-Config checkpoint_config(const std::string& ckpt_dir) {
+CheckpointInfo checkpoint_info(const std::string& ckpt_dir) {
   const std::string state_path = join(ckpt_dir, kStateFile);
-  return parse_state(read_file(state_path), state_path).ck.config;
+  return parse_state(read_file(state_path), state_path).info;
 }
 
+Config checkpoint_config(const std::string& ckpt_dir) { return checkpoint_info(ckpt_dir).config; }
+
 Checkpoint load_checkpoint(const std::string& ckpt_dir, const std::vector<ParamSpec>& table) {
-  const std::string state_path = join(ckpt_dir, kStateFile), weights_path = join(ckpt_dir, kWeightsFile);
-  State s = parse_state(read_file(state_path), state_path);
-  std::string wb = read_file(weights_path);
-  StFile f = parse_safetensors(wb, weights_path);
-  uint32_t crc = crc32(wb.data(), wb.size());
-  if (crc != s.weights_crc) not_paired(ckpt_dir, crc, s.weights_crc);
-  Checkpoint c = std::move(s.ck);
-  c.params = safetensors_tensors(f, wb, weights_path, table);
-  const size_t n = param_count(table);
-  if (c.m.size() != n)
-    another_model(ckpt_dir, "its AdamW state holds " + std::to_string(c.m.size()) + " floats per moment",
-                  std::to_string(n) + " (the parameter count)");
+  Checkpoint c;
+  {
+    Files f = read_files(ckpt_dir);
+    c.params = safetensors_tensors(f.header, f.weights, join(ckpt_dir, kWeightsFile), table);
+    const size_t n = param_count(table);
+    if (f.state.adam_floats != n)
+      another_model(ckpt_dir, "its AdamW state holds " + std::to_string(f.state.adam_floats) + " floats per moment",
+                    std::to_string(n) + " (the parameter count)");
+    static_cast<CheckpointInfo&>(c) = std::move(f.state.info);
+  }
+  // state.bin again, for its arrays only, so that one file's bytes are held at a time
+  const std::string state_path = join(ckpt_dir, kStateFile);
+  Checkpoint s = parse_state_bytes(read_file(state_path), state_path);
+  c.m = std::move(s.m);
+  c.v = std::move(s.v);
   check_config(ckpt_dir, c.config, table);
   return c;
 }

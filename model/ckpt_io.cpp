@@ -146,6 +146,15 @@ void damaged(const std::string& path, const std::string& what, const std::string
                    "; the file is damaged: delete its checkpoint directory to resume from an older one");
 }
 
+void refused_config(const std::string& path, const std::string& refusal, const std::string& fix) {
+  // refusal is "<what>; expected <expected>; <how to fix a flag>": the last part does not apply
+  const size_t a = refusal.find("; expected ");
+  const std::string what = refusal.substr(0, a);
+  std::string expected = a == std::string::npos ? "a config that passes validation" : refusal.substr(a + 11);
+  expected = expected.substr(0, expected.find("; "));
+  throw InputError(path + " holds a config train_gpt refuses: " + what + "; expected " + expected + "; " + fix);
+}
+
 void another_model(const std::string& path, const std::string& what, const std::string& expected) {
   throw InputError("checkpoint " + path + " was written for another model: " + what + ", expected " + expected +
                    "; pass the same --n-layer/--n-head/--n-embd/--block-size/--bias (and --data) as the run "

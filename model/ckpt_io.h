@@ -52,6 +52,10 @@ std::string read_file(const std::string& path);
 // out (delete the checkpoint directory to resume from an older one).
 [[noreturn]] void damaged(const std::string& path, const std::string& what, const std::string& expected);
 
+// A file read back holds a config validate() refuses (its message in refusal): InputError
+// "<path> holds a config train_gpt refuses: <what>; expected <expected>; <fix>".
+[[noreturn]] void refused_config(const std::string& path, const std::string& refusal, const std::string& fix);
+
 // A checkpoint file belongs to a model of another shape than the one asked for: InputError.
 [[noreturn]] void another_model(const std::string& path, const std::string& what, const std::string& expected);
 

@@ -48,46 +48,48 @@ struct Flag {
   Kind kind;
   size_t offset;  // of the field inside Config
   const char* help;
+  bool fixed;     // cannot change on --resume (the model or the data)
 };
+constexpr bool kFixed = true, kFree = false;
 
 #define TG_FIELD(f) offsetof(Config, f)
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
-      {"data", Kind::Str, TG_FIELD(data), "text file to train on (default data/tinyshakespeare/input.txt)"},
-      {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby (default: shakespeare-char when training on a GPU, else baby)"},
-      {"device", Kind::Str, TG_FIELD(device), "auto | cpu | cuda (default auto)"},
-      {"attention", Kind::Str, TG_FIELD(attention), "flash | naive | check (default flash; check compares both on one batch and exits)"},
-      {"precision", Kind::Str, TG_FIELD(precision), "auto | bf16 | fp32 on a GPU (default auto: bf16 on compute capability 8.0+); the CPU runs fp32"},
-      {"n-layer", Kind::Int, TG_FIELD(n_layer), "transformer blocks"},
-      {"n-head", Kind::Int, TG_FIELD(n_head), "attention heads"},
-      {"n-embd", Kind::Int, TG_FIELD(n_embd), "embedding width C (divisible by n-head)"},
-      {"block-size", Kind::Int, TG_FIELD(block_size), "context length T"},
-      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per step B"},
-      {"dropout", Kind::Real, TG_FIELD(dropout), "dropout probability in [0, 1)"},
-      {"bias", Kind::Bool, TG_FIELD(bias), "biases in linear and layernorm layers (--bias, --bias=false)"},
-      {"max-iters", Kind::Int, TG_FIELD(max_iters), "optimizer steps"},
-      {"lr", Kind::Real, TG_FIELD(lr), "peak learning rate"},
-      {"min-lr", Kind::Real, TG_FIELD(min_lr), "learning rate at the end of the cosine decay"},
-      {"warmup-iters", Kind::Int, TG_FIELD(warmup_iters), "linear warmup steps"},
-      {"lr-decay-iters", Kind::Int, TG_FIELD(lr_decay_iters), "step where the cosine decay reaches min-lr"},
-      {"weight-decay", Kind::Real, TG_FIELD(weight_decay), "AdamW decoupled weight decay (2-D weights only)"},
-      {"beta1", Kind::Real, TG_FIELD(beta1), "AdamW beta1"},
-      {"beta2", Kind::Real, TG_FIELD(beta2), "AdamW beta2"},
-      {"grad-clip", Kind::Real, TG_FIELD(grad_clip), "clip the global gradient norm to this (0 = off)"},
-      {"eval-interval", Kind::Int, TG_FIELD(eval_interval), "evaluate every this many steps (0 = only at the end)"},
-      {"eval-iters", Kind::Int, TG_FIELD(eval_iters), "batches per evaluation"},
-      {"log-interval", Kind::Int, TG_FIELD(log_interval), "log every this many steps"},
-      {"ckpt-interval", Kind::Int, TG_FIELD(ckpt_interval), "checkpoint every this many steps (0 = only at the end)"},
-      {"resume", Kind::Bool, TG_FIELD(resume), "continue the run in --out-dir from its newest complete checkpoint"},
-      {"seed", Kind::Seed, TG_FIELD(seed), "seed of init, batches and dropout"},
-      {"out-dir", Kind::Str, TG_FIELD(out_dir), "where metrics.jsonl goes (default out/<preset>)"},
-      {"sample-tokens", Kind::Int, TG_FIELD(sample_tokens), "characters to generate at the end (0 = none)"},
-      {"prompt", Kind::Str, TG_FIELD(prompt), "text the sample starts from (default a newline)"},
-      {"temperature", Kind::Real, TG_FIELD(temperature), "sampling temperature (> 0)"},
-      {"top-k", Kind::Int, TG_FIELD(top_k), "sample from the k most likely characters (0 = all)"},
-      {"sample", Kind::Bool, TG_FIELD(sample), "only generate text from the checkpoint --ckpt (no training)"},
-      {"ckpt", Kind::Str, TG_FIELD(ckpt), "with --sample: a ckpt-<step> directory, or a run's --out-dir (its newest)"},
-      {"top-p", Kind::Real, TG_FIELD(top_p), "sample from the most likely characters holding this probability (1 = all)"},
+      {"data", Kind::Str, TG_FIELD(data), "text file to train on (default data/tinyshakespeare/input.txt)", kFixed},
+      {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby (default: shakespeare-char when training on a GPU, else baby)", kFixed},
+      {"device", Kind::Str, TG_FIELD(device), "auto | cpu | cuda (default auto)", kFree},
+      {"attention", Kind::Str, TG_FIELD(attention), "flash | naive | check (default flash; check compares both on one batch and exits)", kFree},
+      {"precision", Kind::Str, TG_FIELD(precision), "auto | bf16 | fp32 on a GPU (default auto: bf16 on compute capability 8.0+); the CPU runs fp32", kFree},
+      {"n-layer", Kind::Int, TG_FIELD(n_layer), "transformer blocks", kFixed},
+      {"n-head", Kind::Int, TG_FIELD(n_head), "attention heads", kFixed},
+      {"n-embd", Kind::Int, TG_FIELD(n_embd), "embedding width C (divisible by n-head)", kFixed},
+      {"block-size", Kind::Int, TG_FIELD(block_size), "context length T", kFixed},
+      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per step B", kFixed},
+      {"dropout", Kind::Real, TG_FIELD(dropout), "dropout probability in [0, 1)", kFree},
+      {"bias", Kind::Bool, TG_FIELD(bias), "biases in linear and layernorm layers (--bias, --bias=false)", kFixed},
+      {"max-iters", Kind::Int, TG_FIELD(max_iters), "optimizer steps", kFree},
+      {"lr", Kind::Real, TG_FIELD(lr), "peak learning rate", kFree},
+      {"min-lr", Kind::Real, TG_FIELD(min_lr), "learning rate at the end of the cosine decay", kFree},
+      {"warmup-iters", Kind::Int, TG_FIELD(warmup_iters), "linear warmup steps", kFree},
+      {"lr-decay-iters", Kind::Int, TG_FIELD(lr_decay_iters), "step where the cosine decay reaches min-lr", kFree},
+      {"weight-decay", Kind::Real, TG_FIELD(weight_decay), "AdamW decoupled weight decay (2-D weights only)", kFree},
+      {"beta1", Kind::Real, TG_FIELD(beta1), "AdamW beta1", kFree},
+      {"beta2", Kind::Real, TG_FIELD(beta2), "AdamW beta2", kFree},
+      {"grad-clip", Kind::Real, TG_FIELD(grad_clip), "clip the global gradient norm to this (0 = off)", kFree},
+      {"eval-interval", Kind::Int, TG_FIELD(eval_interval), "evaluate every this many steps (0 = only at the end)", kFree},
+      {"eval-iters", Kind::Int, TG_FIELD(eval_iters), "batches per evaluation", kFree},
+      {"log-interval", Kind::Int, TG_FIELD(log_interval), "log every this many steps", kFree},
+      {"ckpt-interval", Kind::Int, TG_FIELD(ckpt_interval), "checkpoint every this many steps (0 = only at the end)", kFree},
+      {"resume", Kind::Bool, TG_FIELD(resume), "continue the run in --out-dir from its newest complete checkpoint", kFree},
+      {"seed", Kind::Seed, TG_FIELD(seed), "seed of init, batches and dropout", kFixed},
+      {"out-dir", Kind::Str, TG_FIELD(out_dir), "where metrics.jsonl goes (default out/<preset>)", kFree},
+      {"sample-tokens", Kind::Int, TG_FIELD(sample_tokens), "characters to generate at the end (0 = none)", kFree},
+      {"prompt", Kind::Str, TG_FIELD(prompt), "text the sample starts from (default a newline)", kFree},
+      {"temperature", Kind::Real, TG_FIELD(temperature), "sampling temperature (> 0)", kFree},
+      {"top-k", Kind::Int, TG_FIELD(top_k), "sample from the k most likely characters (0 = all)", kFree},
+      {"sample", Kind::Bool, TG_FIELD(sample), "only generate text from the checkpoint --ckpt (no training)", kFree},
+      {"ckpt", Kind::Str, TG_FIELD(ckpt), "with --sample: a ckpt-<step> directory, or a run's --out-dir (its newest)", kFree},
+      {"top-p", Kind::Real, TG_FIELD(top_p), "sample from the most likely characters holding this probability (1 = all)", kFree},
   };
   return table;
 }
@@ -321,6 +323,17 @@ std::string describe(const Config& c) {
   return s.str();
 }
 
+std::vector<std::string> flag_names() {
+  std::vector<std::string> names;
+  for (const Flag& f : flags()) names.push_back(f.name);
+  return names;
+}
+
+bool fixed_on_resume(const std::string& flag) {
+  const Flag* f = find_flag(flag);
+  return f && f->fixed;
+}
+
 namespace {
 
 // Calls f(name, field) for every field of Config, in declaration order. The size check makes
@@ -477,6 +490,31 @@ Config config_from_text(const std::string& text) {
     bad_config("has an unknown field " + printable(values.begin()->first),
                "only the fields of this train_gpt's config (a newer train_gpt wrote it?)");
   return c;
+}
+
+std::string flag_value(const Config& c, const std::string& flag) {
+  std::string field = flag;
+  for (char& ch : field)
+    if (ch == '-') ch = '_';
+  const std::string text = "\n" + config_to_text(c), key = "\n" + field + "=";
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return "";
+  const size_t from = at + key.size();
+  return text.substr(from, text.find('\n', from) - from);
+}
+
+void copy_flag(Config& to, const Config& from, const std::string& flag) {
+  const Flag* f = find_flag(flag);
+  if (!f) return;
+  char* dst = reinterpret_cast<char*>(&to) + f->offset;
+  const char* src = reinterpret_cast<const char*>(&from) + f->offset;
+  switch (f->kind) {
+    case Kind::Int: *reinterpret_cast<int*>(dst) = *reinterpret_cast<const int*>(src); break;
+    case Kind::Real: *reinterpret_cast<double*>(dst) = *reinterpret_cast<const double*>(src); break;
+    case Kind::Seed: *reinterpret_cast<uint64_t*>(dst) = *reinterpret_cast<const uint64_t*>(src); break;
+    case Kind::Bool: *reinterpret_cast<bool*>(dst) = *reinterpret_cast<const bool*>(src); break;
+    case Kind::Str: *reinterpret_cast<std::string*>(dst) = *reinterpret_cast<const std::string*>(src); break;
+  }
 }
 
 }  // namespace tg

@@ -64,6 +64,16 @@ ParsedArgs parse_args(int argc, const char* const* argv, const std::string& defa
 // InputError naming the flag.
 void validate(const Config& c);
 
+// Whether a flag cannot change when a run is resumed: it fixes the model (its shape) or the
+// data the run sees (the text, the batch size, the seed). The other flags (the step count and
+// schedule, the optimizer, the intervals, sampling, device, precision) can.
+bool fixed_on_resume(const std::string& flag);
+// Every flag's name ("n-layer", ...), in usage() order.
+std::vector<std::string> flag_names();
+// A flag's value in c, as config_to_text writes it; and copying it from one config to another.
+std::string flag_value(const Config& c, const std::string& flag);
+void copy_flag(Config& to, const Config& from, const std::string& flag);
+
 std::string usage();
 // The config as printed at the start of a run (one "name = value" line per field).
 std::string describe(const Config& c);

@@ -103,6 +103,10 @@ ckpt::Checkpoint random_checkpoint(const Config& c, const std::vector<ParamSpec>
   k.v = testutil::random_vec<float>(n, 0.0, 1.0);
   k.seed = c.seed;
   k.losses = testutil::random_vec<double>(step % 7 + 3, 0.5, 4.5);
+  k.bad_steps = step % 3;
+  k.data_sha256 = std::string(64, 'a');
+  k.data_path = "/data/input \n.txt";
+  k.unlogged = {"{\"step\": " + std::to_string(step - 1) + ", \"train_loss\": null}", "{}"};
   return k;
 }
 
@@ -354,7 +358,11 @@ TEST_CASE("checkpoint: save -> load -> save gives byte-identical files") {
   ckpt::Checkpoint b = ckpt::load_checkpoint(dir1, table);
   CHECK(b.step == 123);
   CHECK(b.steps_done == 120);
+  CHECK(b.bad_steps == a.bad_steps);
   CHECK(b.seed == UINT64_MAX);
+  CHECK(b.data_sha256 == a.data_sha256);
+  CHECK(b.data_path == a.data_path);
+  CHECK(b.unlogged == a.unlogged);
   CHECK(same_bits(b.params, a.params));
   CHECK(same_bits(b.m, a.m));
   CHECK(same_bits(b.v, a.v));
@@ -370,6 +378,43 @@ TEST_CASE("checkpoint: save -> load -> save gives byte-identical files") {
     CHECK(x.size() > 0);
     CHECK(x == y);
   }
+}
+
+TEST_CASE("checkpoint: a format-1 state.bin (no data, no NaN count, no unwritten lines) is still read") {
+  TempDir tmp;
+  Config c = small_config();
+  std::vector<ParamSpec> table = param_table(model_of(c));
+  ckpt::Checkpoint a = random_checkpoint(c, table, 10);
+  const std::string out = tmp / "run";
+  ckpt::save_checkpoint(out, a, table);
+  const std::string dir = step_dir(out, 10), state = read_bytes(dir + "/state.bin");
+  // format 1 as train_gpt wrote it: STEP of 8 bytes, no DATA or MTRC section
+  std::string v1 = state.substr(0, 8);
+  const uint32_t one = 1;
+  v1.append(reinterpret_cast<const char*>(&one), 4);
+  for (const Section& sec : sections_of(state)) {
+    if (sec.tag == "DATA" || sec.tag == "MTRC") continue;
+    const std::string payload = state.substr(sec.offset, sec.tag == "STEP" ? 8 : sec.length);
+    const uint64_t len = payload.size();
+    const uint32_t crc = ckpt::crc32(payload.data(), payload.size());
+    v1 += sec.tag;
+    v1.append(reinterpret_cast<const char*>(&len), 8);
+    v1 += payload;
+    v1.append(reinterpret_cast<const char*>(&crc), 4);
+  }
+  write_bytes(dir + "/state.bin", v1);
+  CHECK(ckpt::checkpoint_damage(dir) == "");
+  ckpt::Checkpoint b = ckpt::load_checkpoint(dir, table);
+  CHECK(b.step == 10);
+  CHECK(b.bad_steps == 0);
+  CHECK(b.data_sha256.empty());
+  CHECK(b.unlogged.empty());
+  CHECK(same_bits(b.m, a.m));
+  // format 2 must have them
+  std::string no_data = state;
+  no_data.replace(state.find("DATA"), 4, "XXXX");
+  write_bytes(dir + "/state.bin", no_data);
+  CHECK(ckpt::checkpoint_damage(dir).find("has no 'DATA' section") != std::string::npos);
 }
 
 TEST_CASE("checkpoint: damaged checkpoints throw a one-line InputError saying what was expected") {
@@ -389,7 +434,7 @@ TEST_CASE("checkpoint: damaged checkpoints throw a one-line InputError saying wh
   CHECK_NOTHROW(ckpt::load_checkpoint(good, table));
   const std::string state = read_bytes(good + "/state.bin"), weights = read_bytes(good + "/model.safetensors");
   const std::vector<Section> secs = sections_of(state);
-  REQUIRE(secs.size() == 6);
+  REQUIRE(secs.size() == 8);
   uint64_t hn;
   std::memcpy(&hn, weights.data(), 8);
 
@@ -416,7 +461,7 @@ TEST_CASE("checkpoint: damaged checkpoints throw a one-line InputError saying wh
   }
   {
     std::string b = state;
-    b[8] = 2;
+    b[8] = (char)(ckpt::kFormatVersion + 1);
     cases.push_back({"newer format version", state_as(b), "newer train_gpt", false});
     b = state;
     b[0] = 'X';
