@@ -2,7 +2,7 @@
 // the run begins, builds the model on a backend, trains, evaluates, and prints a sample. No
 // kernels live here.
 // Exit status: 0 success, 2 bad usage or input (nothing written), 1 runtime failure, 130 stopped
-// by SIGINT / SIGTERM (after writing a checkpoint).
+// by SIGINT / SIGTERM (after writing a checkpoint once a step has run).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>

@@ -60,7 +60,9 @@ void forget_stop_request() { g_stop = 0; }
 void install_stop_handler() {
   struct sigaction sa = {};
   sa.sa_handler = [](int) { request_stop(); };
-  sa.sa_flags = SA_RESETHAND;  // the second signal takes its default action: a stuck run can still be killed
+  // it stays installed: a signal often comes twice (timeout and Ctrl-C signal the whole process
+  // group as well), and the second must not kill the run as it writes its checkpoint
+  sa.sa_flags = 0;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);

@@ -19,9 +19,10 @@ constexpr int kMaxBadSteps = 5;
 void request_stop();
 bool stop_requested();
 void forget_stop_request();  // for tests: the next train() runs again
-// Installs that handler for SIGINT and SIGTERM (a second signal then kills at once, for a
-// stuck process), and ignores SIGXFSZ, so that a write past the file size limit fails with
-// EFBIG and is reported like any other failed write. main() calls it before anything slow.
+// Installs that handler for SIGINT and SIGTERM (for good: a repeated signal does not kill the
+// run as it checkpoints; SIGKILL does), and ignores SIGXFSZ, so that a write past the file
+// size limit fails with EFBIG and is reported like any other failed write. main() calls it
+// before anything slow.
 void install_stop_handler();
 
 // Where a run stands between two steps: what a checkpoint saves besides the arrays.
