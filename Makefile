@@ -4,10 +4,12 @@
 #   make test               build and run every test suite; last line "N passed, M failed, K skipped"
 #   make train_gpt_emu      the trainer with its CUDA backend run by the SIMT emulator (tests/emu):
 #                           --device cuda works on a machine without a GPU (slow by design)
+#   make sanitize           the CPU suite built with AddressSanitizer + UBSan (in build-san/), run
 #   make data               put tiny Shakespeare at data/tinyshakespeare/input.txt
 #   make bench              benchmarks (never part of make test); make bench-cpu-peer: against nanoGPT
 #   make clean
 # Overrides: EIGEN_INC=-I/path DOCTEST_INC=-I/path ARCH="80 90" NVCC=/path/nvcc TINYSHAKESPEARE=/path
+#            FUZZ_CXX=clang++ FUZZ_SECONDS=5 (the libFuzzer run in make test)
 # (DOCTEST_INC is the folder that holds doctest/doctest.h.)
 
 SHELL := /bin/bash
@@ -36,6 +38,12 @@ EIGEN_OK := $(shell echo '$(HASH)include <Eigen/Core>' | $(CXX) $(EIGEN_INC) -x 
 DOCTEST_OK := $(shell echo '$(HASH)include <doctest/doctest.h>' | $(CXX) $(DOCTEST_INC) -x c++ -fsyntax-only - 2>/dev/null && echo yes)
 # the reference BLAS behind the emulator's cuBLAS (Debian's libblas-dev)
 BLAS_OK := $(shell echo 'extern "C" void sgemm_(); int main() { sgemm_(); }' | $(CXX) -x c++ - -lblas -o /dev/null 2>/dev/null && echo yes)
+# libFuzzer comes with clang (Debian: apt-get install clang); without it the fuzz run is skipped
+FUZZ_CXX ?= clang++
+ifeq ($(origin FUZZ_OK),undefined)
+  FUZZ_OK := $(shell echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' | $(FUZZ_CXX) -fsanitize=fuzzer -x c++ - -o /dev/null 2>/dev/null && echo yes)
+endif
+FUZZ_SECONDS ?= 5
 
 ifeq ($(MAKELEVEL),0)
 $(info [make] nvcc:    $(if $(NVCC),$(NVCC) ($(shell $(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')),not found: building a CPU-only train_gpt with $(CXX)))
@@ -43,6 +51,7 @@ $(info [make] GPU:     $(if $(GPU_CC),compute capability $(GPU_CC),none visible)
 $(info [make] Eigen:   $(if $(EIGEN_OK),found ($(or $(EIGEN_INC),system path)),NOT FOUND (apt-get install libeigen3-dev, or EIGEN_INC=-I/path)))
 $(info [make] doctest: $(if $(DOCTEST_OK),found ($(or $(DOCTEST_INC),system path)),NOT FOUND (apt-get install doctest-dev, or DOCTEST_INC=-I/path)))
 $(info [make] BLAS:    $(if $(BLAS_OK),found (-lblas: the emulator's cuBLAS),NOT FOUND (apt-get install libblas-dev; needed by train_gpt_emu and the emulated tests)))
+$(info [make] fuzzer:  $(if $(FUZZ_OK),$(FUZZ_CXX) with libFuzzer (make test fuzzes the readers for $(FUZZ_SECONDS) s),no libFuzzer in $(FUZZ_CXX): the fuzz run of make test is skipped (apt-get install clang)))
 endif
 
 # ---- flags ---------------------------------------------------------------------------------
@@ -87,9 +96,15 @@ TEST_EMU_OBJS := $(TEST_EMU_SRCS:%.cpp=$(EMU_BUILD)/%.o) $(TEST_GPU_SRCS:%.cu=$(
 
 TEST_BINS := $(BUILD)/test_cpu $(if $(NVCC),$(BUILD)/test_gpu $(BUILD)/test_emu,)
 
-.PHONY: all train test test-run data bench bench-cpu-peer plot clean deps gpu-deps
+# tests/fuzz: a libFuzzer target over the readers of untrusted bytes (checkpoints, config text,
+# command line), built by clang++ with ASan and UBSan from the few sources it reads with
+FUZZ_SRCS := tests/fuzz/fuzz_readers.cpp model/config.cpp model/checkpoint.cpp model/safetensors.cpp \
+             model/ckpt_io.cpp model/gpt.cpp
+FUZZ_BIN := $(if $(FUZZ_OK),$(BUILD)/fuzz_readers,)
+
+.PHONY: all train test test-run sanitize data bench bench-cpu-peer plot clean deps gpu-deps
 BENCH_GPU_BINS := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_step,)
-all: train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS) $(BUILD)/bench_cpu $(BENCH_GPU_BINS)
+all: train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS) $(FUZZ_BIN) $(BUILD)/bench_cpu $(BENCH_GPU_BINS)
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -107,6 +122,14 @@ train_gpt: train_gpt.cu $(HOST_OBJS)
 	@echo "[make] no CUDA toolkit: train_gpt is CPU-only"
 	$(CXX) $(CXXFLAGS) -DTG_NO_CUDA -x c++ train_gpt.cu -x none $(HOST_OBJS) -o $@ $(LDLIBS)
 endif
+
+# train_gpt built by the host compiler alone, into the build folder (make sanitize)
+$(BUILD)/train_gpt_host: train_gpt.cu $(HOST_OBJS)
+	$(CXX) $(CXXFLAGS) -DTG_NO_CUDA -x c++ train_gpt.cu -x none $(HOST_OBJS) -o $@ $(LDLIBS)
+
+$(BUILD)/fuzz_readers: $(FUZZ_SRCS) $(wildcard model/*.h tests/fuzz/*.h) kernels/philox.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CXX) -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. $(FUZZ_SRCS) -o $@
 
 $(BUILD)/test_cpu: $(TEST_CPU_OBJS) $(HOST_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(if $(NVCC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcurand,) $(LDLIBS)
@@ -182,11 +205,22 @@ train:
 test:
 	@$(MAKE) deps
 	@$(MAKE) data
-	@$(MAKE) train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS)
+	@$(MAKE) train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS) $(FUZZ_BIN)
 	@$(MAKE) test-run
 
 test-run:
-	@TG_DATA=$(DATA_FILE) TG_TRAIN_GPT=./train_gpt TG_TRAIN_GPT_EMU=./train_gpt_emu bash tests/run_all.sh $(TEST_BINS)
+	@TG_DATA=$(DATA_FILE) TG_TRAIN_GPT=./train_gpt TG_TRAIN_GPT_EMU=./train_gpt_emu TG_FUZZ=$(FUZZ_BIN) TG_FUZZ_SECONDS=$(FUZZ_SECONDS) \
+	  bash tests/run_all.sh $(TEST_BINS)
+
+# The CPU suite and a CPU-only train_gpt built by the host compiler with AddressSanitizer and
+# UBSan (any report ends the process, so it fails its test), in build-san/, then run.
+SAN_FLAGS := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+sanitize:
+	@$(MAKE) deps
+	@$(MAKE) data
+	@$(MAKE) BUILD=build-san NVCC= FUZZ_OK= CXXFLAGS="$(SAN_FLAGS)" build-san/test_cpu build-san/train_gpt_host
+	@TG_DATA=$(DATA_FILE) TG_TRAIN_GPT=build-san/train_gpt_host ASAN_OPTIONS=abort_on_error=0 \
+	  UBSAN_OPTIONS=print_stacktrace=1 bash tests/run_all.sh build-san/test_cpu
 
 # on a GPU machine: the attention kernels (flash, naive, PyTorch SDPA when python3 has torch)
 # and a training step against T; on a CPU machine: the CPU training step
@@ -211,7 +245,7 @@ plot: train_gpt
 	./train_gpt --plot $(PLOT) $(foreach r,$(RUNS),$(r)/metrics.jsonl)
 
 clean:
-	rm -rf $(BUILD) train_gpt train_gpt_emu
+	rm -rf $(BUILD) build-san train_gpt train_gpt_emu
 
 -include $(HOST_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(TEST_CPU_OBJS:.o=.d) $(TEST_GPU_OBJS:.o=.d) $(TEST_EMU_OBJS:.o=.d) $(BENCH_GPU_OBJS:.o=.d) $(BUILD)/train_gpt.d
 -include $(EMU_CUDA_OBJS:.o=.d) $(EMU_LIB_OBJS:.o=.d) $(EMU_BUILD)/train_gpt.d

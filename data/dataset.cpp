@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "data/sha256.h"
 #include "kernels/philox.h"
 #include "model/errors.h"
 
@@ -140,6 +141,7 @@ Dataset load_dataset(const std::string& path, int block_size) {
 
   Dataset d;
   d.path = path;
+  d.sha256 = sha256_hex(text.data(), text.size());
   d.tok = CharTokenizer::from_text(text);
   std::vector<int32_t> ids = d.tok.encode(text);
   const size_t n = ids.size();

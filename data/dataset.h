@@ -45,6 +45,7 @@ struct CharTokenizer {
 // A tokenized text and its two splits.
 struct Dataset {
   std::string path;            // the file it was read from
+  std::string sha256;          // of the file's bytes (data/sha256.h): names the text by its contents
   CharTokenizer tok;           // built from the whole text
   std::vector<int32_t> train;  // first int(n * 0.9) tokens (floor, as Python int())
   std::vector<int32_t> val;    // the rest

@@ -48,6 +48,16 @@ class Backend {
   // from a checkpoint.
   virtual void adam_state(std::vector<float>& m, std::vector<float>& v) const = 0;
   virtual void set_state(const float* params, const float* m, const float* v) = 0;
+  // The training state where it lies in host memory, for a checkpoint to be written straight
+  // from it: the backend's own params, m and v (param_count floats each), valid until its next
+  // update; all null when it keeps them elsewhere (a checkpoint then copies them out with
+  // params() and adam_state(): 12 bytes per parameter of host memory for the moment).
+  struct HostState {
+    const float* params = nullptr;
+    const float* m = nullptr;
+    const float* v = nullptr;
+  };
+  virtual HostState host_state() const { return {}; }
 
   // --attention check: one training forward of x, y (B, T) with dropout keyed by step, then for
   // every layer both attention paths (naive and flash) on that layer's qkv with the same masks,
@@ -59,8 +69,11 @@ class Backend {
   virtual std::vector<AttentionDiff> attention_check(const int32_t* x, const int32_t* y, uint32_t step) = 0;
 };
 
-// The CPU backend (kernels/cpu, float). Throws InputError when the config cannot be run.
-std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m);
+// The CPU backend (kernels/cpu, float). Throws InputError when the config cannot be run, the
+// model not fitting in memory among them: what it allocates plus host_bytes_held, what the
+// caller holds besides for the run (its data, a checkpoint being loaded), against 90% of the
+// machine's memory. Writing a checkpoint adds nothing (it is streamed from host_state()).
+std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m, double host_bytes_held = 0);
 
 // The CUDA backend (kernels/*.cu) on the current device, precision from c.precision (auto: bf16
 // on compute capability 8.0 and newer). Throws InputError when the config cannot run there (the

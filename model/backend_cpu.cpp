@@ -78,6 +78,7 @@ class CpuBackend final : public Backend {
     m.assign(gpt_.m.begin(), gpt_.m.end());
     v.assign(gpt_.v.begin(), gpt_.v.end());
   }
+  HostState host_state() const override { return {gpt_.params.data(), gpt_.m.data(), gpt_.v.data()}; }
   void set_state(const float* params, const float* m, const float* v) override {
     const size_t n = gpt_.params.size();
     std::copy(params, params + n, gpt_.params.begin());
@@ -92,7 +93,7 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m) {
+std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m, double host_bytes_held) {
   RunShape run;
   run.B = c.batch_size;
   run.T = c.block_size;
@@ -100,13 +101,13 @@ std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m)
   run.flash = c.attention != "naive";
   run.seed = c.seed;
   // refuse, before allocating, a model that cannot fit in this machine's memory
-  const double need = GPTCpu<float>::bytes_needed(m, run);
+  const double need = GPTCpu<float>::bytes_needed(m, run) + host_bytes_held;
   const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
   if (have > 0 && need > 0.9 * have) {
     char msg[512];
     std::snprintf(msg, sizeof msg,
                   "the model needs %.1f GiB of memory for its weights, optimizer state and activations "
-                  "(B=%d, T=%d, %d layers, %d wide, %s attention) but this machine has %.1f GiB; expected at most 90%% "
+                  "(and its data and a checkpoint being loaded; B=%d, T=%d, %d layers, %d wide, %s attention) but this machine has %.1f GiB; expected at most 90%% "
                   "of it; reduce --batch-size, --block-size, --n-layer or --n-embd%s",
                   need / (1 << 30), c.batch_size, c.block_size, c.n_layer, c.n_embd, c.attention.c_str(),
                   have / (1 << 30), run.flash ? "" : " (or use --attention flash, which stores no T x T probabilities)");

@@ -2,7 +2,10 @@
 #include "config.h"
 
 #include <cerrno>
+#include <cfloat>
+#include <climits>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -45,46 +48,48 @@ struct Flag {
   Kind kind;
   size_t offset;  // of the field inside Config
   const char* help;
+  bool fixed;     // cannot change on --resume (the model or the data)
 };
+constexpr bool kFixed = true, kFree = false;
 
 #define TG_FIELD(f) offsetof(Config, f)
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
-      {"data", Kind::Str, TG_FIELD(data), "text file to train on (default data/tinyshakespeare/input.txt)"},
-      {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby (default: shakespeare-char when training on a GPU, else baby)"},
-      {"device", Kind::Str, TG_FIELD(device), "auto | cpu | cuda (default auto)"},
-      {"attention", Kind::Str, TG_FIELD(attention), "flash | naive | check (default flash; check compares both on one batch and exits)"},
-      {"precision", Kind::Str, TG_FIELD(precision), "auto | bf16 | fp32 on a GPU (default auto: bf16 on compute capability 8.0+); the CPU runs fp32"},
-      {"n-layer", Kind::Int, TG_FIELD(n_layer), "transformer blocks"},
-      {"n-head", Kind::Int, TG_FIELD(n_head), "attention heads"},
-      {"n-embd", Kind::Int, TG_FIELD(n_embd), "embedding width C (divisible by n-head)"},
-      {"block-size", Kind::Int, TG_FIELD(block_size), "context length T"},
-      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per step B"},
-      {"dropout", Kind::Real, TG_FIELD(dropout), "dropout probability in [0, 1)"},
-      {"bias", Kind::Bool, TG_FIELD(bias), "biases in linear and layernorm layers (--bias, --bias=false)"},
-      {"max-iters", Kind::Int, TG_FIELD(max_iters), "optimizer steps"},
-      {"lr", Kind::Real, TG_FIELD(lr), "peak learning rate"},
-      {"min-lr", Kind::Real, TG_FIELD(min_lr), "learning rate at the end of the cosine decay"},
-      {"warmup-iters", Kind::Int, TG_FIELD(warmup_iters), "linear warmup steps"},
-      {"lr-decay-iters", Kind::Int, TG_FIELD(lr_decay_iters), "step where the cosine decay reaches min-lr"},
-      {"weight-decay", Kind::Real, TG_FIELD(weight_decay), "AdamW decoupled weight decay (2-D weights only)"},
-      {"beta1", Kind::Real, TG_FIELD(beta1), "AdamW beta1"},
-      {"beta2", Kind::Real, TG_FIELD(beta2), "AdamW beta2"},
-      {"grad-clip", Kind::Real, TG_FIELD(grad_clip), "clip the global gradient norm to this (0 = off)"},
-      {"eval-interval", Kind::Int, TG_FIELD(eval_interval), "evaluate every this many steps (0 = only at the end)"},
-      {"eval-iters", Kind::Int, TG_FIELD(eval_iters), "batches per evaluation"},
-      {"log-interval", Kind::Int, TG_FIELD(log_interval), "log every this many steps"},
-      {"ckpt-interval", Kind::Int, TG_FIELD(ckpt_interval), "checkpoint every this many steps (0 = only at the end)"},
-      {"resume", Kind::Bool, TG_FIELD(resume), "continue the run in --out-dir from its newest complete checkpoint"},
-      {"seed", Kind::Seed, TG_FIELD(seed), "seed of init, batches and dropout"},
-      {"out-dir", Kind::Str, TG_FIELD(out_dir), "where metrics.jsonl goes (default out/<preset>)"},
-      {"sample-tokens", Kind::Int, TG_FIELD(sample_tokens), "characters to generate at the end (0 = none)"},
-      {"prompt", Kind::Str, TG_FIELD(prompt), "text the sample starts from (default a newline)"},
-      {"temperature", Kind::Real, TG_FIELD(temperature), "sampling temperature (> 0)"},
-      {"top-k", Kind::Int, TG_FIELD(top_k), "sample from the k most likely characters (0 = all)"},
-      {"sample", Kind::Bool, TG_FIELD(sample), "only generate text from the checkpoint --ckpt (no training)"},
-      {"ckpt", Kind::Str, TG_FIELD(ckpt), "with --sample: a ckpt-<step> directory, or a run's --out-dir (its newest)"},
-      {"top-p", Kind::Real, TG_FIELD(top_p), "sample from the most likely characters holding this probability (1 = all)"},
+      {"data", Kind::Str, TG_FIELD(data), "text file to train on (default data/tinyshakespeare/input.txt)", kFixed},
+      {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby (default: shakespeare-char when training on a GPU, else baby)", kFixed},
+      {"device", Kind::Str, TG_FIELD(device), "auto | cpu | cuda (default auto)", kFree},
+      {"attention", Kind::Str, TG_FIELD(attention), "flash | naive | check (default flash; check compares both on one batch and exits)", kFree},
+      {"precision", Kind::Str, TG_FIELD(precision), "auto | bf16 | fp32 on a GPU (default auto: bf16 on compute capability 8.0+); the CPU runs fp32", kFree},
+      {"n-layer", Kind::Int, TG_FIELD(n_layer), "transformer blocks", kFixed},
+      {"n-head", Kind::Int, TG_FIELD(n_head), "attention heads", kFixed},
+      {"n-embd", Kind::Int, TG_FIELD(n_embd), "embedding width C (divisible by n-head)", kFixed},
+      {"block-size", Kind::Int, TG_FIELD(block_size), "context length T", kFixed},
+      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per step B", kFixed},
+      {"dropout", Kind::Real, TG_FIELD(dropout), "dropout probability in [0, 1)", kFree},
+      {"bias", Kind::Bool, TG_FIELD(bias), "biases in linear and layernorm layers (--bias, --bias=false)", kFixed},
+      {"max-iters", Kind::Int, TG_FIELD(max_iters), "optimizer steps", kFree},
+      {"lr", Kind::Real, TG_FIELD(lr), "peak learning rate", kFree},
+      {"min-lr", Kind::Real, TG_FIELD(min_lr), "learning rate at the end of the cosine decay", kFree},
+      {"warmup-iters", Kind::Int, TG_FIELD(warmup_iters), "linear warmup steps", kFree},
+      {"lr-decay-iters", Kind::Int, TG_FIELD(lr_decay_iters), "step where the cosine decay reaches min-lr", kFree},
+      {"weight-decay", Kind::Real, TG_FIELD(weight_decay), "AdamW decoupled weight decay (2-D weights only)", kFree},
+      {"beta1", Kind::Real, TG_FIELD(beta1), "AdamW beta1", kFree},
+      {"beta2", Kind::Real, TG_FIELD(beta2), "AdamW beta2", kFree},
+      {"grad-clip", Kind::Real, TG_FIELD(grad_clip), "clip the global gradient norm to this (0 = off)", kFree},
+      {"eval-interval", Kind::Int, TG_FIELD(eval_interval), "evaluate every this many steps (0 = only at the end)", kFree},
+      {"eval-iters", Kind::Int, TG_FIELD(eval_iters), "batches per evaluation", kFree},
+      {"log-interval", Kind::Int, TG_FIELD(log_interval), "log every this many steps", kFree},
+      {"ckpt-interval", Kind::Int, TG_FIELD(ckpt_interval), "checkpoint every this many steps (0 = only at the end)", kFree},
+      {"resume", Kind::Bool, TG_FIELD(resume), "continue the run in --out-dir from its newest complete checkpoint", kFree},
+      {"seed", Kind::Seed, TG_FIELD(seed), "seed of init, batches and dropout", kFixed},
+      {"out-dir", Kind::Str, TG_FIELD(out_dir), "where metrics.jsonl goes (default out/<preset>)", kFree},
+      {"sample-tokens", Kind::Int, TG_FIELD(sample_tokens), "characters to generate at the end (0 = none)", kFree},
+      {"prompt", Kind::Str, TG_FIELD(prompt), "text the sample starts from (default a newline)", kFree},
+      {"temperature", Kind::Real, TG_FIELD(temperature), "sampling temperature (> 0)", kFree},
+      {"top-k", Kind::Int, TG_FIELD(top_k), "sample from the k most likely characters (0 = all)", kFree},
+      {"sample", Kind::Bool, TG_FIELD(sample), "only generate text from the checkpoint --ckpt (no training)", kFree},
+      {"ckpt", Kind::Str, TG_FIELD(ckpt), "with --sample: a ckpt-<step> directory, or a run's --out-dir (its newest)", kFree},
+      {"top-p", Kind::Real, TG_FIELD(top_p), "sample from the most likely characters holding this probability (1 = all)", kFree},
   };
   return table;
 }
@@ -99,6 +104,30 @@ const Flag* find_flag(const std::string& name) {
 [[noreturn]] void bad_value(const std::string& flag, const std::string& value, const std::string& expected) {
   throw InputError("--" + flag + " '" + value + "' is not valid; expected " + expected +
                    "; see train_gpt --help");
+}
+
+// Whether v is a decimal number as people write them: [+-]digits[.digits][e[+-]digits] (no
+// hex, inf or nan, which strtod would also take).
+bool is_decimal(const std::string& v) {
+  size_t i = 0, digits = 0;
+  auto run = [&] {
+    size_t n = 0;
+    while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i, ++n;
+    return n;
+  };
+  if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+  digits += run();
+  if (i < v.size() && v[i] == '.') {
+    ++i;
+    digits += run();
+  }
+  if (digits == 0) return false;
+  if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+    ++i;
+    if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+    if (run() == 0) return false;
+  }
+  return i == v.size();
 }
 
 long long parse_int(const std::string& flag, const std::string& v) {
@@ -118,7 +147,8 @@ void set_value(Config& c, const Flag& f, const std::string& v) {
       errno = 0;
       char* end = nullptr;
       double x = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x)) bad_value(f.name, v, "a finite number");
+      if (!is_decimal(v) || *end != '\0' || errno == ERANGE || !std::isfinite(x))
+        bad_value(f.name, v, "a finite decimal number");
       *reinterpret_cast<double*>(field) = x;
       break;
     }
@@ -150,6 +180,9 @@ std::string num(double x) {
   s << x;
   return s.str();
 }
+
+// x as a float is neither 0, a denormal nor infinite.
+bool is_normal_float(double x) { return std::isnormal((float)x); }
 
 }  // namespace
 
@@ -186,8 +219,13 @@ ParsedArgs parse_args(int argc, const char* const* argv, const std::string& defa
   apply_preset(c, preset);
   for (const Flag& f : flags()) {
     auto it = given.find(f.name);
-    if (it != given.end()) set_value(c, f, it->second);
+    if (it == given.end()) continue;
+    set_value(c, f, it->second);
+    out.given.push_back(f.name);
   }
+  if (given.count("out-dir") && c.out_dir.empty())
+    throw InputError("--out-dir is empty; expected a directory path; pass --out-dir PATH, or leave the flag out for out/" +
+                     c.preset);
   if (c.out_dir.empty()) c.out_dir = "out/" + c.preset;
   validate(c);
   return out;
@@ -212,25 +250,37 @@ void validate(const Config& c) {
   require(c.block_size >= 1 && c.block_size <= (1 << 20), flag_is("block-size", c.block_size), "1 to 1048576", help);
   require(c.batch_size >= 1 && c.batch_size <= (1 << 20), flag_is("batch-size", c.batch_size), "1 to 1048576", help);
   require(c.dropout >= 0.0 && c.dropout < 1.0, flag_is("dropout", c.dropout), "a probability in [0, 1)", help);
+  // the kernels keep an element when a 32-bit word >= round(p 2^32) and scale by (float)(1 / (1 - p))
+  require(philox::dropout_threshold(c.dropout) < UINT32_MAX && std::isfinite((float)(1.0 / (1.0 - c.dropout))),
+          flag_is("dropout", c.dropout), "a probability below 1 - 2^-32 (the kernels' 32-bit threshold)", help);
   require(c.max_iters >= 0 && (uint32_t)c.max_iters < philox::kMaxStep, flag_is("max-iters", c.max_iters),
           "0 to " + std::to_string(philox::kMaxStep - 1), help);
-  require(c.lr > 0, flag_is("lr", c.lr), "a learning rate > 0", help);
+  // the update runs in float: lr must stay a finite float above 0
+  require(c.lr > 0 && is_normal_float(c.lr), flag_is("lr", c.lr),
+          "a learning rate > 0 that is a normal float (" + num(FLT_MIN) + " to " + num(FLT_MAX) + ")", help);
   require(c.min_lr >= 0 && c.min_lr <= c.lr, "--min-lr " + num(c.min_lr) + " with --lr " + num(c.lr),
           "0 <= min-lr <= lr", "lower --min-lr");
   require(c.warmup_iters >= 0, flag_is("warmup-iters", c.warmup_iters), "at least 0", help);
   require(c.lr_decay_iters > c.warmup_iters,
           "--lr-decay-iters " + std::to_string(c.lr_decay_iters) + " with --warmup-iters " + std::to_string(c.warmup_iters),
           "lr-decay-iters > warmup-iters (the cosine runs between them)", "raise --lr-decay-iters or lower --warmup-iters");
-  require(c.weight_decay >= 0, flag_is("weight-decay", c.weight_decay), "at least 0", help);
-  require(c.beta1 >= 0 && c.beta1 < 1, flag_is("beta1", c.beta1), "a value in [0, 1)", help);
-  require(c.beta2 >= 0 && c.beta2 < 1, flag_is("beta2", c.beta2), "a value in [0, 1)", help);
-  require(c.grad_clip >= 0, flag_is("grad-clip", c.grad_clip), "at least 0 (0 turns clipping off)", help);
+  require(c.weight_decay >= 0 && std::isfinite((float)c.weight_decay), flag_is("weight-decay", c.weight_decay),
+          "at least 0, a finite float", help);
+  // AdamW takes the betas as floats: one that rounds to 1 makes its bias correction 1 / 0
+  require(c.beta1 >= 0 && (float)c.beta1 < 1, flag_is("beta1", c.beta1),
+          "a value in [0, 1) that stays below 1 in float (at most 0.99999994)", help);
+  require(c.beta2 >= 0 && (float)c.beta2 < 1, flag_is("beta2", c.beta2),
+          "a value in [0, 1) that stays below 1 in float (at most 0.99999994)", help);
+  require(c.grad_clip >= 0 && std::isfinite(c.grad_clip), flag_is("grad-clip", c.grad_clip),
+          "at least 0 (0 turns clipping off)", help);
   require(c.eval_interval >= 0, flag_is("eval-interval", c.eval_interval), "at least 0 (0 = only at the end)", help);
   require(c.eval_iters >= 1, flag_is("eval-iters", c.eval_iters), "at least 1", help);
   require(c.log_interval >= 1, flag_is("log-interval", c.log_interval), "at least 1", help);
   require(c.ckpt_interval >= 0, flag_is("ckpt-interval", c.ckpt_interval), "at least 0 (0 = only at the end)", help);
   require(c.sample_tokens >= 0, flag_is("sample-tokens", c.sample_tokens), "at least 0", help);
-  require(c.temperature > 0, flag_is("temperature", c.temperature), "a temperature > 0", help);
+  // logits / temperature in double: below 1e-6 the largest logits overflow
+  require(c.temperature >= 1e-6 && std::isfinite(c.temperature), flag_is("temperature", c.temperature),
+          "a temperature from 1e-6 up", help);
   require(c.sample_tokens == 0 || !c.prompt.empty(), "--prompt is empty", "at least one character to start the sample from",
           "pass --prompt TEXT (the default is a newline) or --sample-tokens 0");
   require(c.top_k >= 0, flag_is("top-k", c.top_k), "at least 0 (0 = no top-k cut)", help);
@@ -239,6 +289,8 @@ void validate(const Config& c) {
   require(!c.sample || !c.ckpt.empty(), "--sample without --ckpt", "the checkpoint to sample from",
           "pass --ckpt out/<run> (its newest checkpoint) or --ckpt out/<run>/ckpt-<step>");
   require(!c.out_dir.empty(), "--out-dir is empty", "a directory path", "pass --out-dir PATH");
+  require(!(c.resume && c.attention == "check"), "--attention check with --resume",
+          "one of them (the check runs on a fresh model and writes nothing)", "drop one of them");
 }
 
 std::string usage() {
@@ -269,6 +321,200 @@ std::string describe(const Config& c) {
     << "eval: every " << c.eval_interval << " steps over " << c.eval_iters << " batches; log every "
     << c.log_interval << "; seed " << c.seed;
   return s.str();
+}
+
+std::vector<std::string> flag_names() {
+  std::vector<std::string> names;
+  for (const Flag& f : flags()) names.push_back(f.name);
+  return names;
+}
+
+bool fixed_on_resume(const std::string& flag) {
+  const Flag* f = find_flag(flag);
+  return f && f->fixed;
+}
+
+namespace {
+
+// Calls f(name, field) for every field of Config, in declaration order. The size check makes
+// a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 424,
+              "Config changed: add the new field to each_field (model/config.cpp), then update this size");
+template <typename C, typename F>
+void each_field(C& c, F&& f) {
+  f("preset", c.preset); f("data", c.data); f("device", c.device); f("attention", c.attention);
+  f("precision", c.precision);
+  f("out_dir", c.out_dir);
+  f("n_layer", c.n_layer); f("n_head", c.n_head); f("n_embd", c.n_embd); f("block_size", c.block_size);
+  f("bias", c.bias); f("dropout", c.dropout);
+  f("batch_size", c.batch_size); f("max_iters", c.max_iters); f("lr", c.lr); f("min_lr", c.min_lr);
+  f("warmup_iters", c.warmup_iters); f("lr_decay_iters", c.lr_decay_iters);
+  f("weight_decay", c.weight_decay); f("beta1", c.beta1); f("beta2", c.beta2); f("grad_clip", c.grad_clip);
+  f("eval_interval", c.eval_interval); f("eval_iters", c.eval_iters); f("log_interval", c.log_interval);
+  f("ckpt_interval", c.ckpt_interval); f("resume", c.resume);
+  f("seed", c.seed);
+  f("sample_tokens", c.sample_tokens); f("prompt", c.prompt); f("temperature", c.temperature);
+  f("top_k", c.top_k); f("top_p", c.top_p);
+  f("sample", c.sample); f("ckpt", c.ckpt);
+}
+
+struct FieldWriter {
+  std::string& out;
+  void line(const char* name, const std::string& value) { out += std::string(name) + "=" + value + "\n"; }
+  void operator()(const char* name, const std::string& v) {
+    std::string e;
+    for (unsigned char ch : v) {
+      if (ch < 0x20 || ch >= 0x7f || ch == '%') {
+        char b[4];
+        std::snprintf(b, sizeof b, "%%%02X", ch);
+        e += b;
+      } else {
+        e += (char)ch;
+      }
+    }
+    line(name, e);
+  }
+  void operator()(const char* name, const int& v) { line(name, std::to_string(v)); }
+  void operator()(const char* name, const bool& v) { line(name, v ? "true" : "false"); }
+  void operator()(const char* name, const uint64_t& v) { line(name, std::to_string(v)); }
+  void operator()(const char* name, const double& v) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.17g", v);
+    line(name, b);
+  }
+};
+
+[[noreturn]] void bad_config(const std::string& what, const std::string& expected) {
+  throw InputError("the saved config " + what + "; expected " + expected +
+                   "; the state file is damaged or not from train_gpt: delete its checkpoint directory to "
+                   "resume from an older one");
+}
+
+struct FieldReader {
+  std::map<std::string, std::string>& values;
+
+  const std::string& take(const char* name) {
+    auto it = values.find(name);
+    if (it == values.end()) bad_config(std::string("has no field ") + name, "a line for every field of the config");
+    return it->second;
+  }
+  [[noreturn]] void bad(const char* name, const std::string& v, const std::string& expected) {
+    bad_config(std::string("has ") + name + "=" + printable(v), expected);
+  }
+  void done(const char* name) { values.erase(name); }
+
+  void operator()(const char* name, std::string& out) {
+    const std::string& v = take(name);
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] != '%') { s += v[i]; continue; }
+      auto hex = [&](char h) -> int {
+        if (h >= '0' && h <= '9') return h - '0';
+        if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+        if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+        return -1;
+      };
+      int hi = i + 2 < v.size() ? hex(v[i + 1]) : -1, lo = i + 2 < v.size() ? hex(v[i + 2]) : -1;
+      if (hi < 0 || lo < 0) bad(name, v, "%XX escapes of two hex digits");
+      s += (char)(hi * 16 + lo);
+      i += 2;
+    }
+    out = s;
+    done(name);
+  }
+  void operator()(const char* name, int& out) {
+    const std::string& v = take(name);
+    errno = 0;
+    char* end = nullptr;
+    long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) || *end != '\0' || errno == ERANGE || x < INT_MIN ||
+        x > INT_MAX)
+      bad(name, v, "an integer");
+    out = (int)x;
+    done(name);
+  }
+  void operator()(const char* name, bool& out) {
+    const std::string& v = take(name);
+    if (v == "true") out = true;
+    else if (v == "false") out = false;
+    else bad(name, v, "true or false");
+    done(name);
+  }
+  void operator()(const char* name, uint64_t& out) {
+    const std::string& v = take(name);
+    errno = 0;
+    char* end = nullptr;
+    unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+    if (v.empty() || v[0] < '0' || v[0] > '9' || *end != '\0' || errno == ERANGE)
+      bad(name, v, "an integer from 0 to 2^64-1");
+    out = x;
+    done(name);
+  }
+  void operator()(const char* name, double& out) {
+    const std::string& v = take(name);
+    char* end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    if (!is_decimal(v) || *end != '\0') bad(name, v, "a decimal number");
+    out = x;
+    done(name);
+  }
+};
+
+}  // namespace
+
+std::string config_to_text(const Config& c) {
+  std::string out;
+  each_field(c, FieldWriter{out});
+  return out;
+}
+
+Config config_from_text(const std::string& text) {
+  std::map<std::string, std::string> values;
+  size_t pos = 0;
+  int line_no = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    ++line_no;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos)
+      bad_config("line " + std::to_string(line_no) + " '" + printable(line) + "' has no '='", "name=value lines");
+    std::string name = line.substr(0, eq);
+    if (!values.emplace(name, line.substr(eq + 1)).second)
+      bad_config("names " + printable(name) + " twice", "each field once");
+  }
+  Config c;
+  each_field(c, FieldReader{values});
+  if (!values.empty())
+    bad_config("has an unknown field " + printable(values.begin()->first),
+               "only the fields of this train_gpt's config (a newer train_gpt wrote it?)");
+  return c;
+}
+
+std::string flag_value(const Config& c, const std::string& flag) {
+  std::string field = flag;
+  for (char& ch : field)
+    if (ch == '-') ch = '_';
+  const std::string text = "\n" + config_to_text(c), key = "\n" + field + "=";
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return "";
+  const size_t from = at + key.size();
+  return text.substr(from, text.find('\n', from) - from);
+}
+
+void copy_flag(Config& to, const Config& from, const std::string& flag) {
+  const Flag* f = find_flag(flag);
+  if (!f) return;
+  char* dst = reinterpret_cast<char*>(&to) + f->offset;
+  const char* src = reinterpret_cast<const char*>(&from) + f->offset;
+  switch (f->kind) {
+    case Kind::Int: *reinterpret_cast<int*>(dst) = *reinterpret_cast<const int*>(src); break;
+    case Kind::Real: *reinterpret_cast<double*>(dst) = *reinterpret_cast<const double*>(src); break;
+    case Kind::Seed: *reinterpret_cast<uint64_t*>(dst) = *reinterpret_cast<const uint64_t*>(src); break;
+    case Kind::Bool: *reinterpret_cast<bool*>(dst) = *reinterpret_cast<const bool*>(src); break;
+    case Kind::Str: *reinterpret_cast<std::string*>(dst) = *reinterpret_cast<const std::string*>(src); break;
+  }
 }
 
 }  // namespace tg

@@ -1,8 +1,11 @@
 // model/config.h: everything a run is configured by, the two presets (nanoGPT's
-// shakespeare_char config and its "baby" CPU variant), and the command line that fills it.
+// shakespeare_char config and its "baby" CPU variant), the command line that fills it, the
+// validation every config passes (from flags, a preset, a checkpoint or a run file), and the
+// config as text (what checkpoints store).
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace tg {
 
@@ -43,21 +46,45 @@ void apply_preset(Config& c, const std::string& name);
 // The result of reading the command line.
 struct ParsedArgs {
   Config config;
-  bool help = false;  // --help was given: print usage() and exit 0
+  bool help = false;               // --help was given: print usage() and exit 0
+  std::vector<std::string> given;  // the flags given explicitly ("max-iters", ...), in usage() order
 };
 
 // Reads GNU-style long options (--name value or --name=value). The preset (given, or
 // default_preset) is applied first; flags given explicitly override it, in any order.
-// Throws InputError, with one line saying what, expected and how to fix, for an unknown,
-// duplicated or value-less flag, a value that is not a number, out of range, or
-// contradicting another. Reads nothing but argv.
+// Numbers are decimal (no hex, inf or nan). Throws InputError, with one line saying what,
+// expected and how to fix, for an unknown, duplicated or value-less flag, a value that is not
+// a number, out of range, or contradicting another. Reads nothing but argv.
 ParsedArgs parse_args(int argc, const char* const* argv, const std::string& default_preset);
 
-// Checks ranges and consistency of a filled Config (parse_args calls it).
+// Checks ranges and consistency of a filled Config (parse_args calls it; so does every reader
+// of a saved config), with the values as the kernels see them: the AdamW betas, the learning
+// rates and the weight decay rounded to float, the dropout as its 32-bit threshold and float
+// scale. So no config that passes degenerates (beta2 rounding to 1, lr to 0 or inf). Throws
+// InputError naming the flag.
 void validate(const Config& c);
+
+// Whether a flag cannot change when a run is resumed: it fixes the model (its shape) or the
+// data the run sees (the text, the batch size, the seed). The other flags (the step count and
+// schedule, the optimizer, the intervals, sampling, device, precision) can.
+bool fixed_on_resume(const std::string& flag);
+// Every flag's name ("n-layer", ...), in usage() order.
+std::vector<std::string> flag_names();
+// A flag's value in c, as config_to_text writes it; and copying it from one config to another.
+std::string flag_value(const Config& c, const std::string& flag);
+void copy_flag(Config& to, const Config& from, const std::string& flag);
 
 std::string usage();
 // The config as printed at the start of a run (one "name = value" line per field).
 std::string describe(const Config& c);
+
+// Every field of c as "name=value\n" lines, in Config's declaration order (names as in
+// Config: n_layer, prompt, ...). Ints and the seed in decimal, bools true/false, doubles
+// with %.17g (round-trip exact); string bytes outside printable ASCII, and '%', as %XX.
+// A field added to Config must be added to each_field (model/config.cpp).
+std::string config_to_text(const Config& c);
+// The inverse. Throws InputError for a malformed line or value, an unknown, repeated or
+// missing field. It does not validate().
+Config config_from_text(const std::string& text);
 
 }  // namespace tg

@@ -3,6 +3,7 @@
 // found before anything is written) or 1 (RuntimeError: a failure while running).
 // Messages say what was wrong, what was expected and how to fix it.
 #pragma once
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -15,5 +16,22 @@ struct InputError : std::runtime_error {
 struct RuntimeError : std::runtime_error {
   explicit RuntimeError(const std::string& m) : std::runtime_error(m) {}
 };
+
+// Bytes read from a file or the command line, made safe for a one-line message: at most max
+// characters, backslashes and bytes outside printable ASCII as \xNN.
+inline std::string printable(const std::string& s, size_t max = 60) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (out.size() >= max) { out += "..."; break; }
+    if (ch >= 0x20 && ch < 0x7f && ch != '\\') {
+      out += (char)ch;
+    } else {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", ch);
+      out += b;
+    }
+  }
+  return out;
+}
 
 }  // namespace tg

@@ -1,6 +1,7 @@
 // model/train.cpp: the training loop and sampling (see model/train.h).
 #include "train.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,6 +54,20 @@ volatile std::sig_atomic_t g_stop = 0;
 }  // namespace
 
 void request_stop() { g_stop = 1; }
+bool stop_requested() { return g_stop != 0; }
+void forget_stop_request() { g_stop = 0; }
+
+void install_stop_handler() {
+  struct sigaction sa = {};
+  sa.sa_handler = [](int) { request_stop(); };
+  // it stays installed: a signal often comes twice (timeout and Ctrl-C signal the whole process
+  // group as well), and the second must not kill the run as it writes its checkpoint
+  sa.sa_flags = 0;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGXFSZ, SIG_IGN);
+}
 
 double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int split) {
   const std::vector<int32_t>& tokens = split == 0 ? ds.train : ds.val;
@@ -65,8 +80,8 @@ double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int 
   return sum / c.eval_iters;
 }
 
-TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::ostream& log, std::ostream* metrics,
-                   int start_step, int updates, const std::function<void(int, int)>& checkpoint) {
+TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::ostream& log, const TrainHooks& hooks,
+                   const Progress& start) {
   TrainSummary s;
   s.best_val_loss = INFINITY;
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
@@ -79,17 +94,66 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
       6.0 * (double)param_count(param_table(mc)) + 6.0 * c.n_layer * (double)c.n_embd * c.block_size;
   const double peak = be.peak_flops();
   const std::set<int> injected = injected_nan_steps();
-  int bad_in_a_row = 0;  // updates: AdamW counts applied updates only, as torch's step()
   // a live progress line when the log is a terminal; plain lines otherwise
   const bool progress = &log == &std::cout && isatty(STDOUT_FILENO);
+  const std::string resume_cmd = "train_gpt --resume --out-dir " + c.out_dir;
   double ms_sum = 0;
+
+  // metrics lines: once one cannot be written, the rest of the step's lines are kept for the
+  // checkpoint (unlogged) and the run stops after the step (stop_if_metrics_lost)
+  std::vector<std::string> unlogged;
+  std::string metrics_error;
+  auto write_metrics = [&](const std::string& line) {
+    if (!hooks.metrics) return;
+    if (metrics_error.empty()) {
+      try {
+        hooks.metrics(line);
+        return;
+      } catch (const RuntimeError& e) {
+        metrics_error = e.what();
+      }
+    }
+    unlogged.push_back(line);
+  };
+  // a checkpoint of the state as of p: its path, or what went wrong ("" without a hook)
+  auto save = [&](const Progress& p, std::string* error) -> std::string {
+    if (!hooks.checkpoint) return "";
+    if (!error) return hooks.checkpoint(p, unlogged);
+    try {
+      return hooks.checkpoint(p, unlogged);
+    } catch (const RuntimeError& e) {
+      *error = e.what();
+      return "";
+    }
+  };
+  auto stop_if_metrics_lost = [&](const Progress& p, const std::string& saved) {
+    if (metrics_error.empty()) return;
+    std::string error, path = saved.empty() ? save(p, &error) : saved;
+    const std::string state =
+        !path.empty() ? "the run stopped before step " + std::to_string(p.step) + " and saved its state and the " +
+                            std::to_string(unlogged.size()) + " unwritten line(s) in " + path
+        : !error.empty() ? "the run stopped before step " + std::to_string(p.step) +
+                               " and its checkpoint could not be written either (" + error + ")"
+                         : "the run stopped before step " + std::to_string(p.step);
+    throw RuntimeError(metrics_error + "; " + state + "; expected a --out-dir with free space; free some, then continue with: " +
+                       resume_cmd);
+  };
+
+  Progress p = start;
   const auto t_start = Clock::now();
-  for (int step = start_step; step <= c.max_iters; ++step) {
+  for (;; ) {
+    const int step = p.step;
+    // SIGINT / SIGTERM, honoured before every step, skipped ones included
+    if (stop_requested() && step < c.max_iters) {
+      if (step > start.step) s.checkpoint = save(p, nullptr);
+      s.stopped = true;
+      break;
+    }
     // a checkpoint holds the state before this step: every ckpt_interval steps
-    if (checkpoint && c.ckpt_interval > 0 && step > start_step && step < c.max_iters && step % c.ckpt_interval == 0)
-      checkpoint(step, updates);
+    if (c.ckpt_interval > 0 && step > start.step && step < c.max_iters && step % c.ckpt_interval == 0)
+      save(p, nullptr);
     const double lr = lr_at(step, c.lr, c.min_lr, c.warmup_iters, c.lr_decay_iters);
-    const bool last = step == c.max_iters;
+    const bool last = step >= c.max_iters;
     const bool eval = last || (c.eval_interval > 0 && step % c.eval_interval == 0);
     double train_est = 0, val = 0;
     if (eval) {
@@ -103,11 +167,10 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
     if (last) {
       s.final_train_loss = train_est;
       s.final_val_loss = val;
-      if (metrics)
-        *metrics << "{\"step\": " << step << ", \"train_loss\": null, \"val_loss\": " << jnum("%.6f", val)
-                 << ", \"eval_train_loss\": " << jnum("%.6f", train_est) << ", \"lr\": " << fmt("%.6e", lr)
-                 << ", \"ms\": null, \"tokens_per_s\": null, \"final\": true}" << std::endl;
-      if (checkpoint) checkpoint(step, updates);
+      write_metrics("{\"step\": " + std::to_string(step) + ", \"train_loss\": null, \"val_loss\": " +
+                    jnum("%.6f", val) + ", \"eval_train_loss\": " + jnum("%.6f", train_est) +
+                    ", \"lr\": " + fmt("%.6e", lr) + ", \"ms\": null, \"tokens_per_s\": null, \"final\": true}");
+      stop_if_metrics_lost(p, save(p, nullptr));
       break;
     }
     const auto t0 = Clock::now();
@@ -118,20 +181,32 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
     // NaN guard: a non-finite loss or gradient norm skips the update (weights and AdamW state
     // stay as they were); kMaxBadSteps of them in a row stop the run
     if (!std::isfinite(loss) || !std::isfinite(norm)) {
-      ++bad_in_a_row;
       ++s.skipped;
       s.steps = step + 1;
+      p = Progress{step + 1, p.updates, p.bad_steps + 1};
       log << "step " << step << ": loss " << loss << ", gradient norm " << norm << ": not finite, update skipped ("
-          << bad_in_a_row << " in a row)" << std::endl;
-      if (metrics) *metrics << "{\"step\": " << step << ", \"train_loss\": null, \"skipped\": true}" << std::endl;
-      if (bad_in_a_row >= kMaxBadSteps)
+          << p.bad_steps << " in a row)" << std::endl;
+      write_metrics("{\"step\": " + std::to_string(step) + ", \"train_loss\": null, \"skipped\": true}");
+      stop_if_metrics_lost(p, "");
+      if (p.bad_steps >= kMaxBadSteps) {
+        // the weights are those of the last good step: saved with the count reset, so that a
+        // resume with other hyperparameters goes on from them
+        std::string error;
+        const std::string path = save(Progress{p.step, p.updates, 0}, &error);
+        const std::string saved = !path.empty()    ? "; the last good weights are saved in " + path
+                                  : !error.empty() ? "; the last good weights could not be saved (" + error + ")"
+                                                   : "";
         throw RuntimeError(std::to_string(kMaxBadSteps) + " steps in a row (the last at step " + std::to_string(step) +
-                           ") had a non-finite loss or gradient norm; expected finite values; lower --lr or raise "
-                           "--warmup-iters, and check --data");
+                           ") had a non-finite loss or gradient norm" + saved +
+                           "; expected finite values; lower --lr (now " + fmt("%g", c.lr) +
+                           ") or raise --warmup-iters (now " + std::to_string(c.warmup_iters) +
+                           ") and check --data" + (path.empty() ? "" : ", then continue with: " + resume_cmd +
+                                                                          " --lr " + fmt("%g", c.lr / 2)));
+      }
       continue;
     }
-    bad_in_a_row = 0;
-    be.update((float)lr, ++updates, norm);
+    be.update((float)lr, p.updates + 1, norm);
+    p = Progress{step + 1, p.updates + 1, 0};
     const double ms = seconds_since(t0) * 1e3;
     step_ms.push_back(ms);
     s.steps = step + 1;
@@ -142,27 +217,21 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
           << " | norm " << fmt("%.4f", norm) << " | " << fmt("%.1f", ms) << " ms | " << fmt("%.0f", tps) << " tok/s";
       if (peak > 0) log << " | mfu " << fmt("%.1f", 100.0 * flops_per_token * tps / peak) << "%";
       log << std::endl;
-      if (metrics) {
-        *metrics << "{\"step\": " << step << ", \"train_loss\": " << jnum("%.6f", loss);
-        if (eval) *metrics << ", \"val_loss\": " << jnum("%.6f", val) << ", \"eval_train_loss\": " << jnum("%.6f", train_est);
-        *metrics << ", \"lr\": " << fmt("%.6e", lr) << ", \"grad_norm\": " << fmt("%.6f", norm)
-                 << ", \"ms\": " << fmt("%.3f", ms) << ", \"tokens_per_s\": " << fmt("%.1f", tps);
-        if (peak > 0) *metrics << ", \"mfu\": " << fmt("%.4f", flops_per_token * tps / peak);
-        *metrics << "}" << std::endl;
-      }
+      std::string line = "{\"step\": " + std::to_string(step) + ", \"train_loss\": " + jnum("%.6f", loss);
+      if (eval) line += ", \"val_loss\": " + jnum("%.6f", val) + ", \"eval_train_loss\": " + jnum("%.6f", train_est);
+      line += ", \"lr\": " + fmt("%.6e", lr) + ", \"grad_norm\": " + fmt("%.6f", norm) + ", \"ms\": " + fmt("%.3f", ms) +
+              ", \"tokens_per_s\": " + fmt("%.1f", tps);
+      if (peak > 0) line += ", \"mfu\": " + fmt("%.4f", flops_per_token * tps / peak);
+      write_metrics(line + "}");
     }
+    stop_if_metrics_lost(p, "");
     if (progress) {  // on a terminal: step, loss and time left, rewritten in place
       ms_sum += ms;
-      const double eta_s = ms_sum / (step + 1 - start_step) * (c.max_iters - step - 1) / 1e3;
+      const double eta_s = ms_sum / (step + 1 - start.step) * (c.max_iters - step - 1) / 1e3;
       char line[160];
       std::snprintf(line, sizeof line, "step %d/%d | loss %.4f | %.1f ms/step | ETA %dm%02ds", step + 1, c.max_iters,
                     loss, ms, (int)eta_s / 60, (int)eta_s % 60);
       log << line << std::flush;
-    }
-    if (g_stop && step + 1 < c.max_iters) {  // SIGINT / SIGTERM: the step is done; checkpoint and stop
-      if (checkpoint) checkpoint(step + 1, updates);
-      s.stopped = true;
-      break;
     }
   }
   if (progress) log << "\r\033[K" << std::flush;
@@ -192,7 +261,7 @@ std::string sample(Backend& be, const Config& c, const data::CharTokenizer& tok,
   // last position (the backend crops the context to block_size tokens as nanoGPT does)
   be.generate_reset();
   for (int32_t t : idx) be.generate_step(t, logits.data());
-  for (int n = 0; n < c.sample_tokens; ++n) {
+  for (int n = 0; n < c.sample_tokens && !stop_requested(); ++n) {
     if (n > 0) be.generate_step(idx.back(), logits.data());
     for (float l : logits)
       if (!std::isfinite(l))

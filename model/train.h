@@ -4,6 +4,7 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "../data/dataset.h"
 #include "backend.h"
@@ -13,14 +14,39 @@ namespace tg {
 
 constexpr int kMaxBadSteps = 5;
 
-// Asks a running train() to stop after its current step (it writes a checkpoint first): the
-// SIGINT / SIGTERM handler calls it. Async-signal-safe.
+// Asks a running train() to stop before its next step (it writes a checkpoint first), and
+// sample() before its next token: the SIGINT / SIGTERM handler calls it. Async-signal-safe.
 void request_stop();
+bool stop_requested();
+void forget_stop_request();  // for tests: the next train() runs again
+// Installs that handler for SIGINT and SIGTERM (for good: a repeated signal does not kill the
+// run as it checkpoints; SIGKILL does), and ignores SIGXFSZ, so that a write past the file
+// size limit fails with EFBIG and is reported like any other failed write. main() calls it
+// before anything slow.
+void install_stop_handler();
+
+// Where a run stands between two steps: what a checkpoint saves besides the arrays.
+struct Progress {
+  int step = 0;       // the next step to run
+  int updates = 0;    // AdamW updates applied before it
+  int bad_steps = 0;  // non-finite steps in a row just before it (the NaN guard's count)
+};
+
+// What train() does with its results besides the log.
+struct TrainHooks {
+  // Appends one line (a JSON object, no newline) to metrics.jsonl. Throws RuntimeError when
+  // it cannot: the run then stops after its step (see train()). May be empty.
+  std::function<void(const std::string& line)> metrics;
+  // Saves a checkpoint of the state the backend holds as of p, with the metrics lines that
+  // could not be written (to be written on resume); returns its path. May be empty.
+  std::function<std::string(const Progress& p, const std::vector<std::string>& unlogged)> checkpoint;
+};
 
 struct TrainSummary {
   int steps = 0;                 // training steps run (updates applied + skipped)
   int skipped = 0;               // updates skipped by the NaN guard
-  bool stopped = false;          // request_stop() ended the run early (checkpoint written)
+  bool stopped = false;          // request_stop() ended the run early
+  std::string checkpoint;        // then: the checkpoint written ("" when stopped before any step)
   double best_val_loss = 0;      // over every evaluation
   double final_train_loss = 0;   // evaluation at the end
   double final_val_loss = 0;
@@ -31,24 +57,29 @@ struct TrainSummary {
 // Mean loss over c.eval_iters fixed batches of a split (0 train, 1 val).
 double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int split);
 
-// Trains for c.max_iters steps: a batch per step (data::train_batch), forward + backward,
-// clip, AdamW with lr_at(step); evaluates at every eval_interval and at the end; logs every
-// log_interval steps to log and, as one JSON object per logged step, to metrics (may be null).
-// A step whose loss or gradient norm is not finite applies no update (logged, and written to
-// metrics as {"step": N, "train_loss": null, "skipped": true}); kMaxBadSteps such steps in a
-// row throw RuntimeError. Tests inject NaN losses with TG_INJECT_NAN="step,step,...".
-// Resuming: start_step is the first step to run and updates the AdamW updates applied before
-// it; checkpoint (may be empty) is called with (next step, updates applied) after every
-// c.ckpt_interval-th step and once at the end, when the backend holds that state.
-TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::ostream& log, std::ostream* metrics,
-                   int start_step = 0, int updates = 0,
-                   const std::function<void(int next_step, int updates)>& checkpoint = nullptr);
+// Trains from step start.step to c.max_iters: a batch per step (data::train_batch), forward +
+// backward, clip, AdamW with lr_at(step); evaluates at every eval_interval and at the end;
+// logs every log_interval steps to log and, as one JSON object per logged step, to
+// hooks.metrics. Checkpoints (hooks.checkpoint) before every c.ckpt_interval-th step and at
+// the end. A step whose loss or gradient norm is not finite applies no update (logged, and
+// written to metrics as {"step": N, "train_loss": null, "skipped": true}); tests inject NaN
+// losses with TG_INJECT_NAN="step,step,...".
+// Every way a run stops early, between two steps:
+//   - request_stop(): a checkpoint (unless no step ran), summary.stopped;
+//   - kMaxBadSteps non-finite steps in a row: a checkpoint of the weights as they are (the
+//     last good ones: skipped steps change nothing) with the NaN count reset, then
+//     RuntimeError naming the steps and the hyperparameters to change;
+//   - a metrics line that cannot be written: the step ends, a checkpoint holding the unwritten
+//     lines, then RuntimeError with the write's error and what became of the checkpoint.
+TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::ostream& log,
+                   const TrainHooks& hooks = {}, const Progress& start = {});
 
 // Generates c.sample_tokens characters after c.prompt (temperature, then top-k, then top-p
 // with c.top_p, 1 = off), writing each to out as it comes; returns the whole text (prompt
 // included). The prompt must encode. The prompt and each new token go through the backend's
 // KV cache (generate_reset / generate_step), one step per token. Token n of the text is drawn
-// with one uniform from philox::stream_words(seed, kStreamSample, n, 0, 0).
+// with one uniform from philox::stream_words(seed, kStreamSample, n, 0, 0). request_stop()
+// ends it early.
 std::string sample(Backend& be, const Config& c, const data::CharTokenizer& tok, std::ostream& out);
 
 }  // namespace tg

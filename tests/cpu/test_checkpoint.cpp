@@ -103,6 +103,10 @@ ckpt::Checkpoint random_checkpoint(const Config& c, const std::vector<ParamSpec>
   k.v = testutil::random_vec<float>(n, 0.0, 1.0);
   k.seed = c.seed;
   k.losses = testutil::random_vec<double>(step % 7 + 3, 0.5, 4.5);
+  k.bad_steps = step % 3;
+  k.data_sha256 = std::string(64, 'a');
+  k.data_path = "/data/input \n.txt";
+  k.unlogged = {"{\"step\": " + std::to_string(step - 1) + ", \"train_loss\": null}", "{}"};
   return k;
 }
 
@@ -193,7 +197,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   a.sample = true;
   a.ckpt = "out/x\n";
 
-  std::string text = ckpt::config_to_text(a);
+  std::string text = config_to_text(a);
   const char* names[] = {"preset", "data", "device", "attention", "precision", "out_dir", "n_layer", "n_head", "n_embd",
                          "block_size", "bias", "dropout", "batch_size", "max_iters", "lr", "min_lr",
                          "warmup_iters", "lr_decay_iters", "weight_decay", "beta1", "beta2", "grad_clip",
@@ -209,7 +213,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
     CHECK((text.compare(0, key.size(), key) == 0 || text.find("\n" + key) != std::string::npos));
   }
 
-  Config b = ckpt::config_from_text(text);
+  Config b = config_from_text(text);
   CHECK(b.preset == a.preset); CHECK(b.data == a.data); CHECK(b.device == a.device);
   CHECK(b.attention == a.attention); CHECK(b.precision == a.precision); CHECK(b.out_dir == a.out_dir);
   CHECK(b.n_layer == a.n_layer); CHECK(b.n_head == a.n_head); CHECK(b.n_embd == a.n_embd);
@@ -226,9 +230,9 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   CHECK(same_bits(b.temperature, a.temperature)); CHECK(b.top_k == a.top_k);
   CHECK(same_bits(b.top_p, a.top_p));
   CHECK(b.sample == a.sample); CHECK(b.ckpt == a.ckpt);
-  CHECK(ckpt::config_to_text(b) == text);
+  CHECK(config_to_text(b) == text);
 
-  Config d = ckpt::config_from_text(ckpt::config_to_text(Config{}));  // defaults too
+  Config d = config_from_text(config_to_text(Config{}));  // defaults too
   CHECK(d.prompt == "\n");
   CHECK(d.seed == 1337);
 
@@ -254,7 +258,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   };
   for (const std::string& t : bad) {
     INFO(t);
-    check_one_line_expected(input_error([&] { ckpt::config_from_text(t); }));
+    check_one_line_expected(input_error([&] { config_from_text(t); }));
   }
 }
 
@@ -354,13 +358,17 @@ TEST_CASE("checkpoint: save -> load -> save gives byte-identical files") {
   ckpt::Checkpoint b = ckpt::load_checkpoint(dir1, table);
   CHECK(b.step == 123);
   CHECK(b.steps_done == 120);
+  CHECK(b.bad_steps == a.bad_steps);
   CHECK(b.seed == UINT64_MAX);
+  CHECK(b.data_sha256 == a.data_sha256);
+  CHECK(b.data_path == a.data_path);
+  CHECK(b.unlogged == a.unlogged);
   CHECK(same_bits(b.params, a.params));
   CHECK(same_bits(b.m, a.m));
   CHECK(same_bits(b.v, a.v));
   CHECK(same_bits(b.losses, a.losses));
   CHECK(b.config.prompt == a.config.prompt);
-  CHECK(ckpt::config_to_text(b.config) == ckpt::config_to_text(a.config));
+  CHECK(config_to_text(b.config) == config_to_text(a.config));
 
   ckpt::save_checkpoint(out2, b, table);
   const std::string dir2 = step_dir(out2, 123);
@@ -370,6 +378,43 @@ TEST_CASE("checkpoint: save -> load -> save gives byte-identical files") {
     CHECK(x.size() > 0);
     CHECK(x == y);
   }
+}
+
+TEST_CASE("checkpoint: a format-1 state.bin (no data, no NaN count, no unwritten lines) is still read") {
+  TempDir tmp;
+  Config c = small_config();
+  std::vector<ParamSpec> table = param_table(model_of(c));
+  ckpt::Checkpoint a = random_checkpoint(c, table, 10);
+  const std::string out = tmp / "run";
+  ckpt::save_checkpoint(out, a, table);
+  const std::string dir = step_dir(out, 10), state = read_bytes(dir + "/state.bin");
+  // format 1 as train_gpt wrote it: STEP of 8 bytes, no DATA or MTRC section
+  std::string v1 = state.substr(0, 8);
+  const uint32_t one = 1;
+  v1.append(reinterpret_cast<const char*>(&one), 4);
+  for (const Section& sec : sections_of(state)) {
+    if (sec.tag == "DATA" || sec.tag == "MTRC") continue;
+    const std::string payload = state.substr(sec.offset, sec.tag == "STEP" ? 8 : sec.length);
+    const uint64_t len = payload.size();
+    const uint32_t crc = ckpt::crc32(payload.data(), payload.size());
+    v1 += sec.tag;
+    v1.append(reinterpret_cast<const char*>(&len), 8);
+    v1 += payload;
+    v1.append(reinterpret_cast<const char*>(&crc), 4);
+  }
+  write_bytes(dir + "/state.bin", v1);
+  CHECK(ckpt::checkpoint_damage(dir) == "");
+  ckpt::Checkpoint b = ckpt::load_checkpoint(dir, table);
+  CHECK(b.step == 10);
+  CHECK(b.bad_steps == 0);
+  CHECK(b.data_sha256.empty());
+  CHECK(b.unlogged.empty());
+  CHECK(same_bits(b.m, a.m));
+  // format 2 must have them
+  std::string no_data = state;
+  no_data.replace(state.find("DATA"), 4, "XXXX");
+  write_bytes(dir + "/state.bin", no_data);
+  CHECK(ckpt::checkpoint_damage(dir).find("has no 'DATA' section") != std::string::npos);
 }
 
 TEST_CASE("checkpoint: damaged checkpoints throw a one-line InputError saying what was expected") {
@@ -389,7 +434,7 @@ TEST_CASE("checkpoint: damaged checkpoints throw a one-line InputError saying wh
   CHECK_NOTHROW(ckpt::load_checkpoint(good, table));
   const std::string state = read_bytes(good + "/state.bin"), weights = read_bytes(good + "/model.safetensors");
   const std::vector<Section> secs = sections_of(state);
-  REQUIRE(secs.size() == 6);
+  REQUIRE(secs.size() == 8);
   uint64_t hn;
   std::memcpy(&hn, weights.data(), 8);
 
@@ -416,7 +461,7 @@ TEST_CASE("checkpoint: damaged checkpoints throw a one-line InputError saying wh
   }
   {
     std::string b = state;
-    b[8] = 2;
+    b[8] = (char)(ckpt::kFormatVersion + 1);
     cases.push_back({"newer format version", state_as(b), "newer train_gpt", false});
     b = state;
     b[0] = 'X';
@@ -450,7 +495,7 @@ TEST_CASE("checkpoint: damaged checkpoints throw a one-line InputError saying wh
     REQUIRE(conf.tag == "CONF");
     Config other = c;
     other.n_layer = 5;
-    std::string text = ckpt::config_to_text(other);
+    std::string text = config_to_text(other);
     std::string b = state.substr(0, conf.offset - 8);
     uint64_t len = text.size();
     b.append(reinterpret_cast<const char*>(&len), 8);

@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
-#include <cstdlib>
-#include <filesystem>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -19,8 +21,10 @@
 #include "../../model/config.h"
 #include "../../model/gpt.h"
 #include "../../model/errors.h"
+#include "cli_util.h"
 
 using namespace tg;
+using namespace cli;
 namespace fs = std::filesystem;
 
 namespace {
@@ -38,51 +42,6 @@ std::string parse_error(std::vector<const char*> args) {
     return e.what();
   }
   return "";
-}
-
-struct Run {
-  int code;
-  std::string out, err;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-// Runs the train_gpt binary with a shell-quoted argument string, after a command prefix
-// (e.g. "timeout ...").
-Run run_train_gpt_prefixed(const std::string& prefix, const std::string& args) {
-  const char* bin = std::getenv("TG_TRAIN_GPT");
-  std::string exe = bin ? bin : "./train_gpt";
-  fs::path dir = fs::temp_directory_path() / ("tg_cli_" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  std::string out = (dir / "stdout").string(), err = (dir / "stderr").string();
-  int status = std::system((prefix + exe + " " + args + " >" + out + " 2>" + err).c_str());
-  Run r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
-  return r;
-}
-
-Run run_train_gpt(const std::string& args) { return run_train_gpt_prefixed("", args); }
-
-std::string data_path() {
-  const char* d = std::getenv("TG_DATA");
-  return d ? d : "data/tinyshakespeare/input.txt";
-}
-
-// An empty path under the temp directory, unique to this process (removed if left over).
-fs::path fresh_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / (name + "_" + std::to_string(getpid()));
-  fs::remove_all(p);
-  return p;
-}
-
-int count_lines(const std::string& s) {
-  int n = 0;
-  for (char ch : s) n += ch == '\n';
-  return n;
 }
 
 }  // namespace
@@ -115,6 +74,17 @@ TEST_CASE("cli: explicit flags override the preset, in any order, both spellings
   CHECK(parse({"--prompt", "ROMEO:"}).prompt == "ROMEO:");
 }
 
+TEST_CASE("cli: decimal numbers in every spelling people use are accepted") {
+  CHECK(parse({"--lr", "1e-3"}).lr == 1e-3);
+  CHECK(parse({"--lr", "+.5e-2"}).lr == 0.005);
+  CHECK(parse({"--lr", "2.", "--min-lr", "0"}).lr == 2.0);
+  CHECK(parse({"--lr", "3E-4"}).lr == 3e-4);
+  CHECK(parse({"--beta2", "0.9999999"}).beta2 == 0.9999999);  // 0.99999988f: below 1 in float
+  CHECK(parse({"--dropout", "0.999"}).dropout == 0.999);
+  CHECK(parse({"--out-dir", "x"}).out_dir == "x");
+  CHECK(parse({}).out_dir == "out/baby");
+}
+
 TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
   struct Row {
     std::vector<const char*> args;
@@ -131,7 +101,7 @@ TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
       {{"--max-iters", "-1"}, "--max-iters is -1"},
       {{"--dropout", "1"}, "--dropout is 1"},
       {{"--dropout", "-0.1"}, "--dropout is -0.1"},
-      {{"--dropout", "nan"}, "a finite number"},
+      {{"--dropout", "nan"}, "a finite decimal number"},
       {{"--n-embd", "130", "--n-head", "4"}, "not divisible by --n-head"},
       {{"--n-head", "0"}, "--n-head is 0"},
       {{"--n-layer", "0"}, "--n-layer is 0"},
@@ -161,6 +131,23 @@ TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
       {{"--lr"}, "--lr needs a value"},
       {{"--lr", "--seed", "3"}, "--lr needs a value but is followed by --seed"},
       {{"input.txt"}, "unexpected argument 'input.txt'"},
+      // values valid on paper that degenerate as the kernels see them (in float)
+      {{"--beta2", "0.99999999"}, "--beta2 is 0.99999999"},  // 1.0f: AdamW's bias correction divides by 0
+      {{"--beta1", "0.999999999"}, "--beta1 is"},
+      {{"--lr", "1e-50"}, "--lr is 1e-50"},                    // 0 in float
+      {{"--lr", "1e39"}, "--lr is 1e+39"},                     // inf in float
+      {{"--lr", "1e-40"}, "--lr is 1e-40"},                    // a float denormal
+      {{"--weight-decay", "1e39"}, "--weight-decay is"},
+      {{"--dropout", "0.99999999999"}, "--dropout is"},        // its 32-bit threshold saturates
+      {{"--temperature", "1e-9"}, "--temperature is 1e-09"},   // logits / T overflow
+      // numbers are decimal: no hex, no inf
+      {{"--lr", "0x10"}, "--lr '0x10' is not valid"},
+      {{"--lr", "0x1p-3"}, "--lr '0x1p-3' is not valid"},
+      {{"--lr", "inf"}, "--lr 'inf' is not valid"},
+      {{"--lr", "1e"}, "--lr '1e' is not valid"},
+      {{"--lr", "."}, "--lr '.' is not valid"},
+      {{"--out-dir", ""}, "--out-dir is empty"},
+      {{"--resume", "--attention", "check"}, "--attention check with --resume"},
   };
   for (const Row& r : rows) {
     std::string joined;
@@ -304,7 +291,7 @@ TEST_CASE("cli: kill -9 at random instants, then --resume: bitwise the uninterru
                            "--block-size 8 --batch-size 2 --eval-interval 10000 --eval-iters 2 --sample-tokens 0 "
                            "--dropout 0.2 --data " + data_path();
   REQUIRE(run_train_gpt(args + " --out-dir " + ref.string()).code == 0);
-  // SIGKILL after a random delay, over and over; a kill before the first checkpoint starts afresh
+  // SIGKILL after a random delay, over and over
   std::mt19937 rng(std::random_device{}());
   std::uniform_int_distribution<int> delay_ms(5, 120);
   int kills = 0, finished = 0;
@@ -314,7 +301,7 @@ TEST_CASE("cli: kill -9 at random instants, then --resume: bitwise the uninterru
         if (e.path().filename().string().rfind("ckpt-", 0) == 0 && e.path().extension() != ".tmp") return true;
       return false;
     }();
-    if (!has_ckpt) fs::remove_all(run);
+    // killed before its first checkpoint: the same command starts it again
     const std::string cmd = has_ckpt ? "--resume --out-dir " + run.string() : args + " --out-dir " + run.string();
     // after 20 kills let it finish
     const std::string prefix = kills < 20 ? "timeout -s KILL 0." + std::to_string(1000 + delay_ms(rng)).substr(1) + " " : "";
@@ -416,6 +403,27 @@ TEST_CASE("cli: every bad input, one table: exit code, one line on stderr, nothi
     s.seekp(at);
     s.put((char)(c ^ 0x5a));
   };
+  // a crafted config in state.bin, its CRC recomputed: field=value in place of its line
+  auto config_with = [](const std::string& field, const std::string& value) {
+    return [=](const fs::path& d) {
+      std::string b = slurp((d / "state.bin").string());
+      uint64_t len;
+      std::memcpy(&len, b.data() + 16, 8);
+      REQUIRE(b.substr(12, 4) == "CONF");
+      std::string conf = b.substr(24, len);
+      const size_t at = conf.find("\n" + field + "=") + 1, end = conf.find('\n', at);
+      conf.replace(at, end - at, field + "=" + value);
+      const uint64_t n = conf.size();
+      const uint32_t crc = ckpt::crc32(conf.data(), conf.size());
+      std::string rest = b.substr(24 + len + 4);
+      b.resize(16);
+      b.append(reinterpret_cast<const char*>(&n), 8);
+      b += conf;
+      b.append(reinterpret_cast<const char*>(&crc), 4);
+      b += rest;
+      std::ofstream((d / "state.bin").string(), std::ios::binary | std::ios::trunc) << b;
+    };
+  };
   struct Row {
     const char* what;
     std::string args;
@@ -447,7 +455,29 @@ TEST_CASE("cli: every bad input, one table: exit code, one line on stderr, nothi
        "state.bin"},
       {"checkpoint from a newer format", "--resume --out-dir " + damaged("newer", [&](const fs::path& d) { flip_byte(d / "state.bin", 9); }), 2,
        "newer"},
-
+      // values that degenerate in float, through the binary
+      {"beta2 that rounds to 1 in float", "--beta2 0.99999999 --max-iters 2" + tiny + " --data " + data_path() + out, 2,
+       "--beta2 is 0.99999999"},
+      {"a hex float", "--lr 0x10 --max-iters 1" + tiny + " --data " + data_path() + out, 2, "--lr '0x10' is not valid"},
+      {"an empty --out-dir", "--max-iters 1" + tiny + " --data " + data_path() + " --out-dir ''", 2, "--out-dir is empty"},
+      {"an --out-dir that cannot be created", "--max-iters 1" + tiny + " --data " + data_path() + " --out-dir " +
+       (base / "out" / std::string(300, 'x')).string(), 2, "cannot create --out-dir"},
+      // crafted checkpoints: a config no flag could give, its CRC right (each crashed or ran undefined)
+      {"a checkpoint with n_head 0", "--resume --out-dir " + damaged("nhead0", config_with("n_head", "0")), 2, "--n-head is 0"},
+      {"a checkpoint with log_interval 0", "--resume --out-dir " + damaged("log0", config_with("log_interval", "0")), 2,
+       "--log-interval is 0"},
+      {"a checkpoint with batch_size 0", "--resume --out-dir " + damaged("batch0", config_with("batch_size", "0")), 2,
+       "--batch-size is 0"},
+      {"a checkpoint with n_head above n_embd", "--resume --out-dir " + damaged("nhead32", config_with("n_head", "32")), 2,
+       "not divisible"},
+      {"a checkpoint with dropout 1", "--resume --out-dir " + damaged("drop1", config_with("dropout", "1")), 2, "--dropout is 1"},
+      {"a checkpoint with a negative lr", "--resume --out-dir " + damaged("lrneg", config_with("lr", "-0.001")), 2, "--lr is -0.001"},
+      {"a checkpoint with negative max_iters", "--resume --out-dir " + damaged("itneg", config_with("max_iters", "-5")), 2,
+       "--max-iters is -5"},
+      {"a checkpoint with beta2 1", "--resume --out-dir " + damaged("beta1", config_with("beta2", "1")), 2, "--beta2 is 1"},
+      {"a checkpoint with lr nan", "--resume --out-dir " + damaged("lrnan", config_with("lr", "nan")), 2, "lr=nan"},
+      {"sampling from a checkpoint with n_head 0", "--sample --ckpt " + damaged("snhead0", config_with("n_head", "0")), 2,
+       "--n-head is 0"},
   };
   for (const Row& r : rows) {
     CAPTURE(std::string(r.what));

@@ -1,5 +1,6 @@
 // tests/cpu/test_data.cpp: the char-level tiny Shakespeare pipeline (data/dataset.h):
-// tokenizer, split sizes, the stateless batch sampler and load_dataset's errors.
+// tokenizer, split sizes, the stateless batch sampler and load_dataset's errors; the SHA-256
+// that names a data file (data/sha256.h).
 // The data file is $TG_DATA (default data/tinyshakespeare/input.txt); when it is missing the
 // tests fail and say to run `make data`.
 #include <doctest/doctest.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/sha256.h"
 #include "kernels/philox.h"
 #include "model/errors.h"
 
@@ -197,6 +199,38 @@ TEST_CASE("data: split sizes of tiny Shakespeare") {
   CHECK(s.train.size() == 10);
   CHECK(s.val.size() == 2);
   CHECK(s.tok.decode(s.val.data(), s.val.size()) == "d\n");
+}
+
+TEST_CASE("data: sha256 gives FIPS 180-4's digests, and tiny Shakespeare's published one") {
+  auto sha = [](const std::string& s) { return data::sha256_hex(s.data(), s.size()); };
+  CHECK(sha("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(sha("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  // 56 bytes: the length no longer fits the first padding block
+  CHECK(sha("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  CHECK(sha("abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu") ==
+        "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+  CHECK(sha(std::string(1000000, 'a')) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  // lengths around the padding's block boundaries (digests from coreutils' sha256sum)
+  const std::vector<std::pair<size_t, const char*>> edges = {
+      {55, "d5e285683cd4efc02d021a5c62014694958901005d6f71e89e0989fac77e4072"},
+      {56, "04c26261370ee7541549d16dee320c723e3fd14671e66a099afe0a377c16888e"},
+      {63, "75220b47218278e656f2013bb8f0c455a25eaf01e86c64924e9d48d89776d6f2"},
+      {64, "7ce100971f64e7001e8fe5a51973ecdfe1ced42befe7ee8d5fd6219506b5393c"},
+      {65, "9537c5fdf120482f7d58d25e9ed583f52c02b4e304ea814db1633ad565aed7e9"},
+      {119, "000b48d4edf0fa7bee3c6236ecd2785baa5db4eeb8bb54341b029e0d9fa5fb0c"},
+      {120, "13f05a0b594787f5ecd315edc96141bd3243203d1b7d4f0836f37308b276ba98"}};
+  for (const auto& e : edges) {
+    CAPTURE(e.first);
+    CHECK(sha(std::string(e.first, 'x')) == e.second);
+  }
+  // the checksum data/get_tinyshakespeare.sh verifies, and load_dataset's
+  CHECK(sha(shakespeare_text()) == "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed");
+  CHECK(shakespeare().sha256 == sha(shakespeare_text()));
+  // one changed byte changes it
+  std::string t = shakespeare_text();
+  std::swap(t[10], t[20]);
+  CHECK(sha(t) != sha(shakespeare_text()));
 }
 
 TEST_CASE("data: train_batch windows") {

@@ -3,7 +3,10 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "../../data/dataset.h"
 #include "../../model/backend.h"
@@ -42,28 +45,60 @@ struct Result {
   std::string log, metrics;
 };
 
-Result run(const Config& c, const char* inject) {
+ModelConfig model_of(const Config& c, const data::Dataset& ds) {
+  return ModelConfig{ds.tok.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
+}
+
+// A run of c from start on be, NaN injected at the steps inject names; metrics lines go to
+// r.metrics, then to the hook given (which may throw, or request a stop).
+Result run_on(Backend& be, const Config& c, const char* inject, TrainHooks hooks = {}, const Progress& start = {}) {
   if (inject) setenv("TG_INJECT_NAN", inject, 1);
   else unsetenv("TG_INJECT_NAN");
   data::Dataset ds = small_dataset();
-  ModelConfig m;
-  m.vocab_size = ds.tok.vocab_size(); m.block_size = c.block_size; m.n_layer = c.n_layer;
-  m.n_head = c.n_head; m.n_embd = c.n_embd; m.bias = c.bias;
-  auto be = make_cpu_backend(c, m);
   std::ostringstream log, metrics;
+  const auto then = hooks.metrics;
+  hooks.metrics = [&](const std::string& line) {
+    if (then) then(line);
+    metrics << line << "\n";
+  };
   Result r;
   try {
-    r.summary = train(*be, c, ds, log, &metrics);
+    r.summary = train(be, c, ds, log, hooks, start);
   } catch (...) {
     unsetenv("TG_INJECT_NAN");
+    forget_stop_request();
     throw;
   }
   unsetenv("TG_INJECT_NAN");
-  r.params = be->params();
+  forget_stop_request();
+  r.params = be.params();
   r.log = log.str();
   r.metrics = metrics.str();
   return r;
 }
+
+Result run(const Config& c, const char* inject, const TrainHooks& hooks = {}) {
+  auto be = make_cpu_backend(c, model_of(c, small_dataset()));
+  return run_on(*be, c, inject, hooks);
+}
+
+// The message of the RuntimeError f throws ("" and a failed check when none).
+std::string runtime_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const RuntimeError& e) {
+    return e.what();
+  }
+  FAIL_CHECK("no RuntimeError thrown");
+  return "";
+}
+
+// What a checkpoint hook was called with, and the backend's state then.
+struct Saved {
+  Progress p;
+  std::vector<std::string> unlogged;
+  std::vector<float> params, m, v;
+};
 
 }  // namespace
 
@@ -101,6 +136,85 @@ TEST_CASE("train: kMaxBadSteps NaN steps in a row stop the run with a clear erro
     CHECK(m.find("5 steps in a row (the last at step 5)") != std::string::npos);
     CHECK(m.find("expected") != std::string::npos);
   }
+}
+
+TEST_CASE("train: kMaxBadSteps in a row save the last good weights with the count reset, and name what to change") {
+  Config c = small_config(10);
+  c.out_dir = "out/nan";
+  std::vector<Saved> saved;
+  auto be = make_cpu_backend(c, model_of(c, small_dataset()));
+  TrainHooks hooks;
+  hooks.checkpoint = [&](const Progress& p, const std::vector<std::string>& unlogged) {
+    saved.push_back({p, unlogged, be->params(), {}, {}});
+    return std::string("out/nan/ckpt-00000008");
+  };
+  const std::string msg = runtime_error([&] { run_on(*be, c, "3,4,5,6,7", hooks); });
+  CHECK(msg.find("5 steps in a row (the last at step 7) had a non-finite loss or gradient norm; the last good weights "
+                 "are saved in out/nan/ckpt-00000008; expected finite values; lower --lr (now 0.001) or raise "
+                 "--warmup-iters (now 2) and check --data, then continue with: train_gpt --resume --out-dir out/nan "
+                 "--lr 0.0005") != std::string::npos);
+  REQUIRE(saved.size() == 1);
+  CHECK(saved[0].p.step == 8);
+  CHECK(saved[0].p.updates == 3);
+  CHECK(saved[0].p.bad_steps == 0);
+  CHECK(saved[0].params == run(small_config(3), nullptr).params);  // steps 0..2, the last good ones
+}
+
+TEST_CASE("train: a stop requested during NaN-skipped steps is honoured before the next one, with a checkpoint") {
+  Config c = small_config(10);
+  std::vector<Saved> saved;
+  auto be = make_cpu_backend(c, model_of(c, small_dataset()));
+  TrainHooks hooks;
+  hooks.metrics = [](const std::string& line) {
+    if (line == "{\"step\": 4, \"train_loss\": null, \"skipped\": true}") request_stop();
+  };
+  hooks.checkpoint = [&](const Progress& p, const std::vector<std::string>& unlogged) {
+    Saved s{p, unlogged, be->params(), {}, {}};
+    be->adam_state(s.m, s.v);
+    saved.push_back(s);
+    return std::string("ckpt");
+  };
+  Result stopped = run_on(*be, c, "3,4,5,6,7", hooks);
+  CHECK(stopped.summary.stopped);
+  CHECK(stopped.summary.checkpoint == "ckpt");
+  REQUIRE(saved.size() == 1);
+  CHECK(saved[0].p.step == 5);
+  CHECK(saved[0].p.updates == 3);
+  CHECK(saved[0].p.bad_steps == 2);
+  // resumed from there, the NaN guard counts on: the run stops at step 7 as an uninterrupted one
+  auto again = make_cpu_backend(c, model_of(c, small_dataset()));
+  again->set_state(saved[0].params.data(), saved[0].m.data(), saved[0].v.data());
+  CHECK(runtime_error([&] { run_on(*again, c, "3,4,5,6,7", {}, saved[0].p); }).find("5 steps in a row (the last at step 7)") !=
+        std::string::npos);
+  CHECK(runtime_error([&] { run(c, "3,4,5,6,7"); }).find("5 steps in a row (the last at step 7)") != std::string::npos);
+}
+
+TEST_CASE("train: a metrics line that cannot be written stops the run after its step, its checkpoint holding the line") {
+  Config c = small_config(10);
+  c.out_dir = "out/full";
+  std::vector<Saved> saved;
+  bool ckpt_fails = false;
+  TrainHooks hooks;
+  hooks.metrics = [](const std::string& line) {
+    if (line.rfind("{\"step\": 2,", 0) == 0) throw RuntimeError("cannot write M: No space left on device");
+  };
+  hooks.checkpoint = [&](const Progress& p, const std::vector<std::string>& unlogged) {
+    if (ckpt_fails) throw RuntimeError("cannot write C: No space left on device");
+    saved.push_back({p, unlogged, {}, {}, {}});
+    return std::string("out/full/ckpt-00000003");
+  };
+  std::string msg = runtime_error([&] { run(c, nullptr, hooks); });
+  CHECK(msg == "cannot write M: No space left on device; the run stopped before step 3 and saved its state and the 1 "
+               "unwritten line(s) in out/full/ckpt-00000003; expected a --out-dir with free space; free some, then "
+               "continue with: train_gpt --resume --out-dir out/full");
+  REQUIRE(saved.size() == 1);
+  CHECK(saved[0].p.step == 3);
+  REQUIRE(saved[0].unlogged.size() == 1);
+  CHECK(saved[0].unlogged[0].rfind("{\"step\": 2, \"train_loss\": ", 0) == 0);
+  ckpt_fails = true;
+  msg = runtime_error([&] { run(c, nullptr, hooks); });
+  CHECK(msg.find("the run stopped before step 3 and its checkpoint could not be written either (cannot write C: No space "
+                 "left on device)") != std::string::npos);
 }
 
 TEST_CASE("train: one update is clipping plus AdamW, decay on 2-D tensors only") {

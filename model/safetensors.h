@@ -1,0 +1,71 @@
+// model/safetensors.h: the weights file of a checkpoint in the safetensors format
+// (https://github.com/huggingface/safetensors), loadable by nanoGPT / PyTorch as is, with
+// the small JSON parser its header needs.
+//
+//   u64 N (little endian) | N bytes of JSON header, padded with spaces to a multiple of 8 |
+//   raw little-endian F32 data.
+//   header: {"__metadata__":{"format":"pt","train_gpt_config":"n_layer=4 n_head=4 ..."},
+//            "transformer.wte.weight":{"dtype":"F32","shape":[65,128],"data_offsets":[0,33280]},
+//            ... one entry per param_table tensor, in param_table order, nanoGPT's names ...,
+//            "lm_head.weight":{...}}   a copy of transformer.wte.weight (nanoGPT's state_dict
+//   holds the tied head under both names and load_state_dict(strict=True) wants both).
+//   data_offsets are [begin, end) in bytes from the start of the data; tensors are contiguous.
+//
+// The reader takes any JSON style (spacing, key order, escapes) and any tensor order, and
+// throws InputError, one line saying what and what was expected, for a truncated file, bad
+// header JSON, data outside the file, or another model's tensors.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gpt.h"
+
+namespace tg {
+namespace ckpt {
+
+// Writes the safetensors file of params (param_count(table) floats laid out by table) as
+// consecutive pieces through out, the tensors straight from params (no copy);
+// config_text goes to __metadata__.train_gpt_config (a short description).
+void write_safetensors(const std::function<void(const void* data, size_t n)>& out, const std::vector<ParamSpec>& table,
+                       const float* params, const std::string& config_text);
+// The same file as bytes.
+std::string safetensors_bytes(const std::vector<ParamSpec>& table, const float* params,
+                              const std::string& config_text);
+
+// One tensor of a parsed header.
+struct StTensor {
+  std::string name, dtype;
+  std::vector<uint64_t> shape;
+  uint64_t numel = 1;
+  uint64_t begin = 0, end = 0;  // bytes, relative to the data start
+};
+
+// A parsed header: every tensor's data lies inside the file (F32 tensors: exactly numel * 4
+// bytes).
+struct StFile {
+  std::vector<StTensor> tensors;
+  std::map<std::string, std::string> metadata;
+  size_t data_start = 0;  // of the data, in bytes from the start of the file
+};
+
+// Parses the header of the safetensors file held in bytes (path names it in messages).
+StFile parse_safetensors(const std::string& bytes, const std::string& path);
+
+// The expected tensors of a parsed file, laid out by expected (a buffer of
+// max(offset + numel) floats). Every expected name must be there with dtype F32 and the
+// expected shape; tensors other than those and lm_head.weight are another model's.
+std::vector<float> safetensors_tensors(const StFile& f, const std::string& bytes, const std::string& path,
+                                       const std::vector<ParamSpec>& expected);
+
+// Elements of the model's tensors in a parsed file (lm_head.weight, a copy, not counted).
+uint64_t model_numel(const StFile& f);
+
+// Reads a safetensors file: parse_safetensors, then safetensors_tensors.
+std::vector<float> read_safetensors(const std::string& path, const std::vector<ParamSpec>& expected);
+
+}  // namespace ckpt
+}  // namespace tg

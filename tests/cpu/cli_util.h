@@ -1,0 +1,102 @@
+// tests/cpu/cli_util.h: what the tests of the train_gpt binary share (test_cli.cpp,
+// test_run_dir.cpp): running it (path in TG_TRAIN_GPT, default ./train_gpt) in the
+// foreground or in the background, the data file (TG_DATA), fresh temp directories.
+#pragma once
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace cli {
+
+namespace fs = std::filesystem;
+
+struct Run {
+  int code;  // the exit status; 128 + N when killed by signal N (as the shell says), -1 otherwise
+  std::string out, err;
+};
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// The binary under test, as an absolute path (tests may change the working directory).
+inline std::string train_gpt_exe() {
+  const char* bin = std::getenv("TG_TRAIN_GPT");
+  return fs::absolute(bin ? bin : "./train_gpt").string();
+}
+
+inline std::string data_path() {
+  const char* d = std::getenv("TG_DATA");
+  return d ? d : "data/tinyshakespeare/input.txt";
+}
+
+// An empty path under the temp directory, unique to this process (removed if left over).
+inline fs::path fresh_dir(const std::string& name) {
+  fs::path p = fs::temp_directory_path() / (name + "_" + std::to_string(getpid()));
+  fs::remove_all(p);
+  return p;
+}
+
+// The stdout and stderr files of the n-th background or foreground run of this process.
+inline std::string io_file(const std::string& which, int n = 0) {
+  fs::path dir = fs::temp_directory_path() / ("tg_cli_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  return (dir / (which + std::to_string(n))).string();
+}
+
+inline int shell_code(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+// Runs the train_gpt binary with a shell-quoted argument string, after a command prefix
+// (e.g. "timeout ...", "cd DIR && ", "ulimit -f 16; ").
+inline Run run_train_gpt_prefixed(const std::string& prefix, const std::string& args) {
+  const std::string out = io_file("stdout"), err = io_file("stderr");
+  int status = std::system((prefix + train_gpt_exe() + " " + args + " >" + out + " 2>" + err).c_str());
+  return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+inline Run run_train_gpt(const std::string& args) { return run_train_gpt_prefixed("", args); }
+
+// train_gpt started in the background (exec'd by a shell, so pid is train_gpt's own);
+// wait() gives its exit status and output.
+struct Background {
+  pid_t pid = -1;
+  int n = 0;
+  Background(const std::string& args, int slot) : n(slot) {
+    const std::string cmd = "exec " + train_gpt_exe() + " " + args + " >" + io_file("stdout", n) + " 2>" + io_file("stderr", n);
+    pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+      _exit(127);
+    }
+  }
+  bool running() const {
+    siginfo_t info = {};
+    return waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == 0;
+  }
+  Run wait() {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return Run{shell_code(status), slurp(io_file("stdout", n)), slurp(io_file("stderr", n))};
+  }
+};
+
+inline int count_lines(const std::string& s) {
+  int n = 0;
+  for (char ch : s) n += ch == '\n';
+  return n;
+}
+
+}  // namespace cli
