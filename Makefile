@@ -8,9 +8,10 @@
 #   make data               put tiny Shakespeare at data/tinyshakespeare/input.txt
 #   make bench              benchmarks (never part of make test); make bench-cpu-peer: against nanoGPT
 #   make clean
-# Overrides: EIGEN_INC=-I/path DOCTEST_INC=-I/path ARCH="80 90" NVCC=/path/nvcc TINYSHAKESPEARE=/path
+# Overrides: EIGEN_INC=-I/path DOCTEST_INC=-I/path JSON_INC=-I/path ARCH="80 90" NVCC=/path/nvcc TINYSHAKESPEARE=/path
 #            FUZZ_CXX=clang++ FUZZ_SECONDS=5 (the libFuzzer run in make test)
-# (DOCTEST_INC is the folder that holds doctest/doctest.h.)
+# (DOCTEST_INC is the folder that holds doctest/doctest.h, JSON_INC the one that holds
+# nlohmann/json.hpp.)
 
 SHELL := /bin/bash
 .DEFAULT_GOAL := train_gpt
@@ -32,10 +33,13 @@ ifeq ($(origin EIGEN_INC),undefined)
   EIGEN_INC := $(shell pkg-config --cflags-only-I eigen3 2>/dev/null || { test -d /usr/include/eigen3 && echo -I/usr/include/eigen3; })
 endif
 DOCTEST_INC ?=
+JSON_INC ?=
 
 HASH := \#
 EIGEN_OK := $(shell echo '$(HASH)include <Eigen/Core>' | $(CXX) $(EIGEN_INC) -x c++ -fsyntax-only - 2>/dev/null && echo yes)
 DOCTEST_OK := $(shell echo '$(HASH)include <doctest/doctest.h>' | $(CXX) $(DOCTEST_INC) -x c++ -fsyntax-only - 2>/dev/null && echo yes)
+# nlohmann-json (Debian's nlohmann-json3-dev, header-only): every JSON read or written
+JSON_OK := $(shell echo '$(HASH)include <nlohmann/json.hpp>' | $(CXX) -std=c++17 $(JSON_INC) -x c++ -fsyntax-only - 2>/dev/null && echo yes)
 # the reference BLAS behind the emulator's cuBLAS (Debian's libblas-dev)
 BLAS_OK := $(shell echo 'extern "C" void sgemm_(); int main() { sgemm_(); }' | $(CXX) -x c++ - -lblas -o /dev/null 2>/dev/null && echo yes)
 # libFuzzer comes with clang (Debian: apt-get install clang); without it the fuzz run is skipped
@@ -50,15 +54,16 @@ $(info [make] nvcc:    $(if $(NVCC),$(NVCC) ($(shell $(NVCC) --version | sed -n 
 $(info [make] GPU:     $(if $(GPU_CC),compute capability $(GPU_CC),none visible)$(if $(NVCC),; device code for $(foreach a,$(ARCH),sm_$(a)),))
 $(info [make] Eigen:   $(if $(EIGEN_OK),found ($(or $(EIGEN_INC),system path)),NOT FOUND (apt-get install libeigen3-dev, or EIGEN_INC=-I/path)))
 $(info [make] doctest: $(if $(DOCTEST_OK),found ($(or $(DOCTEST_INC),system path)),NOT FOUND (apt-get install doctest-dev, or DOCTEST_INC=-I/path)))
+$(info [make] JSON:    $(if $(JSON_OK),found nlohmann-json ($(or $(JSON_INC),system path)),NOT FOUND (apt-get install nlohmann-json3-dev, or JSON_INC=-I/path)))
 $(info [make] BLAS:    $(if $(BLAS_OK),found (-lblas: the emulator's cuBLAS),NOT FOUND (apt-get install libblas-dev; needed by train_gpt_emu and the emulated tests)))
 $(info [make] fuzzer:  $(if $(FUZZ_OK),$(FUZZ_CXX) with libFuzzer (make test fuzzes the readers for $(FUZZ_SECONDS) s),no libFuzzer in $(FUZZ_CXX): the fuzz run of make test is skipped (apt-get install clang)))
 endif
 
 # ---- flags ---------------------------------------------------------------------------------
 CXXFLAGS ?= -O3 -march=native
-override CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -I. $(EIGEN_INC)
+override CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -I. $(EIGEN_INC) $(JSON_INC)
 NVCCFLAGS ?= -O3
-override NVCCFLAGS += -std=c++17 $(GENCODE) -I. -Xcompiler -fopenmp,-Wall
+override NVCCFLAGS += -std=c++17 $(GENCODE) -I. $(JSON_INC) -Xcompiler -fopenmp,-Wall
 LDLIBS := -lgomp -lpthread
 comma := ,
 ifneq ($(NVCC),)
@@ -84,7 +89,7 @@ BENCH_GPU_OBJS := $(BENCH_GPU_SRCS:%.cu=$(BUILD)/%.o)
 # BLAS) and cub stand-ins linked in place of NVIDIA's libraries; AddressSanitizer and
 # UndefinedBehaviorSanitizer on, every report fatal. Needs the CUDA headers only, no GPU.
 EMU_BUILD := $(BUILD)/emu
-EMU_FLAGS := -std=c++17 -O2 -g -fno-omit-frame-pointer -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I. \
+EMU_FLAGS := -std=c++17 -O2 -g -fno-omit-frame-pointer -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I. $(JSON_INC) \
   -DTG_SIMT_EMULATION -Itests/emu/include -I$(CUDA_HOME)/include \
   -fsanitize=address,undefined -fno-sanitize-recover=all
 EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp tests/emu/cuda_runtime_emu.cpp tests/emu/cublas_emu.cpp)
@@ -164,12 +169,12 @@ $(BUILD)/bench_step: $(BUILD)/tests/bench/bench_step.o $(CUDA_OBJS) $(HOST_OBJS)
 
 # ---- dependencies: install on Debian/Ubuntu as root, else say the exact command ---------
 deps:
-	@if [ -z "$(EIGEN_OK)" ] || [ -z "$(DOCTEST_OK)" ] || [ -z "$(BLAS_OK)" ]; then \
+	@if [ -z "$(EIGEN_OK)" ] || [ -z "$(DOCTEST_OK)" ] || [ -z "$(BLAS_OK)" ] || [ -z "$(JSON_OK)" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "[make] installing Eigen, doctest and the reference BLAS with apt-get"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libeigen3-dev doctest-dev libblas-dev) >/dev/null || exit 1; \
+	    echo "[make] installing Eigen, doctest, nlohmann-json and the reference BLAS with apt-get"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libeigen3-dev doctest-dev nlohmann-json3-dev libblas-dev) >/dev/null || exit 1; \
 	  else \
-	    echo "error: Eigen, doctest or the reference BLAS is missing; install them with: sudo apt-get install -y libeigen3-dev doctest-dev libblas-dev (or pass EIGEN_INC=-I/path DOCTEST_INC=-I/path)" >&2; exit 1; \
+	    echo "error: Eigen, doctest, nlohmann-json or the reference BLAS is missing; install them with: sudo apt-get install -y libeigen3-dev doctest-dev nlohmann-json3-dev libblas-dev (or pass EIGEN_INC=-I/path DOCTEST_INC=-I/path JSON_INC=-I/path)" >&2; exit 1; \
 	  fi; \
 	fi
 
@@ -179,8 +184,9 @@ deps:
 # checkout instead of cloning). Then on the GPU machine: bash .ci/gpu_check.sh STAGE...
 gpu-deps: deps
 	@mkdir -p .deps/tinyshakespeare
-	rm -rf .deps/eigen3 .deps/doctest && cp -r $(or $(patsubst -I%,%,$(EIGEN_INC)),/usr/include/eigen3) .deps/eigen3
+	rm -rf .deps/eigen3 .deps/doctest .deps/nlohmann && cp -r $(or $(patsubst -I%,%,$(EIGEN_INC)),/usr/include/eigen3) .deps/eigen3
 	cp -r $(or $(patsubst -I%,%,$(DOCTEST_INC)),/usr/include)/doctest .deps/doctest
+	cp -r $(or $(patsubst -I%,%,$(JSON_INC)),/usr/include)/nlohmann .deps/nlohmann
 	@TINYSHAKESPEARE="$(TINYSHAKESPEARE)" bash data/get_tinyshakespeare.sh .deps/tinyshakespeare/input.txt
 	@if [ -n "$(NANOGPT)" ]; then rm -rf .deps/nanoGPT && mkdir -p .deps/nanoGPT && cp -r $(NANOGPT)/. .deps/nanoGPT && rm -rf .deps/nanoGPT/.git; \
 	elif [ ! -f .deps/nanoGPT/train.py ]; then git clone --depth 1 https://github.com/karpathy/nanoGPT .deps/nanoGPT && rm -rf .deps/nanoGPT/.git; fi

@@ -31,6 +31,7 @@ DEPS=.deps
 # headers and data from .deps when they are there, else from the system
 [ -d "$DEPS/eigen3" ] && export EIGEN_INC="-I$DEPS/eigen3"
 [ -d "$DEPS/doctest" ] && export DOCTEST_INC="-I$DEPS"
+[ -d "$DEPS/nlohmann" ] && export JSON_INC="-I$DEPS"
 [ -f "$DEPS/tinyshakespeare/input.txt" ] && export TINYSHAKESPEARE="$DEPS/tinyshakespeare/input.txt"
 MK=(make -j"$(nproc)")
 DATA=data/tinyshakespeare/input.txt
