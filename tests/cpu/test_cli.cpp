@@ -21,7 +21,7 @@
 #include "../../model/config.h"
 #include "../../model/gpt.h"
 #include "../../model/errors.h"
-#include "cli_util.h"
+#include "../common/cli_util.h"
 
 using namespace tg;
 using namespace cli;

@@ -32,7 +32,7 @@
 #include "../../model/backend.h"
 #include "../../model/checkpoint.h"
 #include "../../model/run_dir.h"
-#include "cli_util.h"
+#include "../common/cli_util.h"
 
 using namespace tg;
 using namespace cli;

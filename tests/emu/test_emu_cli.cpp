@@ -1,32 +1,49 @@
 // tests/emu/test_emu_cli.cpp: train_gpt_emu, the trainer whose CUDA backend runs on the SIMT
 // emulator (path in TG_TRAIN_GPT_EMU, default ./train_gpt_emu), beside train_gpt (TG_TRAIN_GPT):
 // it names its device as emulated, --attention check passes, a checkpoint written by the
-// emulated CUDA run samples on the CPU backend, and greedy sampling from one checkpoint gives
+// emulated CUDA run samples on the CPU backend and resumes there (and a CPU checkpoint on the
+// emulated device), and greedy sampling from one checkpoint gives
 // the same text on the emulated device (fp32) as on the CPU backend (both with their KV cache).
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <map>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 
-#include "../common/run_binary.h"
+#include <nlohmann/json.hpp>
+
+#include "../common/cli_util.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-using tg_test::data_path;
-using tg_test::fresh_dir;
-using tg_test::Run;
+using cli::data_path;
+using cli::fresh_dir;
+using cli::Run;
 
-Run run_emu(const std::string& args) { return tg_test::run_binary("TG_TRAIN_GPT_EMU", "./train_gpt_emu", args); }
-Run run_cpu(const std::string& args) { return tg_test::run_binary("TG_TRAIN_GPT", "./train_gpt", args); }
+Run run_emu(const std::string& args) { return cli::run_exe(cli::train_gpt_emu_exe(), args); }
+Run run_cpu(const std::string& args) { return cli::run_exe(cli::train_gpt_exe(), args); }
 
 const std::string kTiny = " --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 --batch-size 4 --eval-iters 1 ";
+
+// The train loss of every step in a run directory's metrics.jsonl (the final line has none).
+std::map<int, double> train_losses(const fs::path& dir) {
+  std::map<int, double> r;
+  std::istringstream lines(cli::slurp((dir / "metrics.jsonl").string()));
+  for (std::string l; std::getline(lines, l);) {
+    const nlohmann::json j = nlohmann::json::parse(l, nullptr, false);
+    if (j.is_object() && j.contains("step") && j.contains("train_loss") && j["train_loss"].is_number())
+      r[j["step"].get<int>()] = j["train_loss"].get<double>();
+  }
+  return r;
+}
 
 // The text after the "---- sample" line, or what --sample printed.
 std::string sample_text(const std::string& out) {
@@ -100,4 +117,32 @@ TEST_CASE("train_gpt_emu: bad input is one line and exit 2, as with train_gpt") 
   CHECK(r.code == 2);
   CHECK(r.err.find("head size 48") != std::string::npos);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+}
+
+TEST_CASE("train_gpt_emu: a checkpoint of the emulated CUDA run resumes on the CPU backend, and the other way round") {
+  // fp32 on both backends: they agree to rounding (tests/gpu/test_model_gpu.cu derives 1e-5
+  // of the loss), so a resumed run must track the uninterrupted one on either backend
+  const std::string common = " --precision fp32 --ckpt-interval 3 --eval-interval 100 --log-interval 1 "
+                             "--sample-tokens 0 --dropout 0.1" + kTiny + "--data " + data_path();
+  const fs::path cpu6 = fresh_dir("tg_emu_cpu6"), emu6 = fresh_dir("tg_emu_emu6");
+  const fs::path emu_then_cpu = fresh_dir("tg_emu_then_cpu"), cpu_then_emu = fresh_dir("tg_cpu_then_emu");
+  auto ok = [](const Run& r) {
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+  };
+  ok(run_cpu("--device cpu --max-iters 6" + common + " --out-dir " + cpu6.string()));
+  ok(run_emu("--device cuda --max-iters 6" + common + " --out-dir " + emu6.string()));
+  // 3 steps on one backend, a checkpoint, then --resume on the other to step 6
+  ok(run_emu("--device cuda --max-iters 3" + common + " --out-dir " + emu_then_cpu.string()));
+  ok(run_cpu("--resume --device cpu --max-iters 6 --out-dir " + emu_then_cpu.string()));
+  ok(run_cpu("--device cpu --max-iters 3" + common + " --out-dir " + cpu_then_emu.string()));
+  ok(run_emu("--resume --device cuda --max-iters 6 --out-dir " + cpu_then_emu.string()));
+  const std::map<int, double> a = train_losses(cpu6), b = train_losses(emu6), c = train_losses(emu_then_cpu),
+                              d = train_losses(cpu_then_emu);
+  for (int s = 0; s < 6; ++s) {
+    CAPTURE(s);
+    REQUIRE((a.count(s) && b.count(s) && c.count(s) && d.count(s)));
+    for (double x : {b.at(s), c.at(s), d.at(s)}) CHECK(std::fabs(x - a.at(s)) <= 1e-5 * a.at(s));
+  }
+  for (const fs::path& p : {cpu6, emu6, emu_then_cpu, cpu_then_emu}) fs::remove_all(p);
 }

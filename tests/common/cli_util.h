@@ -1,6 +1,8 @@
-// tests/cpu/cli_util.h: what the tests of the train_gpt binary share (test_cli.cpp,
-// test_run_dir.cpp): running it (path in TG_TRAIN_GPT, default ./train_gpt) in the
-// foreground or in the background, the data file (TG_DATA), fresh temp directories.
+// tests/common/cli_util.h: what the tests of the binaries share (tests/cpu/test_cli.cpp,
+// tests/cpu/test_run_dir.cpp, tests/emu/test_emu_cli.cpp): running train_gpt (path in
+// TG_TRAIN_GPT, default ./train_gpt) or train_gpt_emu (TG_TRAIN_GPT_EMU, default
+// ./train_gpt_emu) in the foreground or in the background, the data file (TG_DATA), fresh
+// temp directories.
 #pragma once
 #include <signal.h>
 #include <sys/wait.h>
@@ -28,11 +30,14 @@ inline std::string slurp(const std::string& path) {
   return s.str();
 }
 
-// The binary under test, as an absolute path (tests may change the working directory).
-inline std::string train_gpt_exe() {
-  const char* bin = std::getenv("TG_TRAIN_GPT");
-  return fs::absolute(bin ? bin : "./train_gpt").string();
+// A binary under test, as an absolute path (tests may change the working directory): $env,
+// else fallback.
+inline std::string exe_path(const char* env, const char* fallback) {
+  const char* bin = std::getenv(env);
+  return fs::absolute(bin ? bin : fallback).string();
 }
+inline std::string train_gpt_exe() { return exe_path("TG_TRAIN_GPT", "./train_gpt"); }
+inline std::string train_gpt_emu_exe() { return exe_path("TG_TRAIN_GPT_EMU", "./train_gpt_emu"); }
 
 inline std::string data_path() {
   const char* d = std::getenv("TG_DATA");
@@ -59,12 +64,16 @@ inline int shell_code(int status) {
   return -1;
 }
 
-// Runs the train_gpt binary with a shell-quoted argument string, after a command prefix
-// (e.g. "timeout ...", "cd DIR && ", "ulimit -f 16; ").
-inline Run run_train_gpt_prefixed(const std::string& prefix, const std::string& args) {
+// Runs the binary exe with a shell-quoted argument string, after a command prefix (e.g.
+// "timeout ...", "cd DIR && ", "ulimit -f 16; ").
+inline Run run_exe(const std::string& exe, const std::string& args, const std::string& prefix = "") {
   const std::string out = io_file("stdout"), err = io_file("stderr");
-  int status = std::system((prefix + train_gpt_exe() + " " + args + " >" + out + " 2>" + err).c_str());
+  int status = std::system((prefix + exe + " " + args + " >" + out + " 2>" + err).c_str());
   return Run{WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+inline Run run_train_gpt_prefixed(const std::string& prefix, const std::string& args) {
+  return run_exe(train_gpt_exe(), args, prefix);
 }
 
 inline Run run_train_gpt(const std::string& args) { return run_train_gpt_prefixed("", args); }
