@@ -254,6 +254,9 @@ int main(int argc, char** argv) {
   } catch (const tg::InputError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
+  } catch (const tg::Interrupted&) {  // a stop outside training (--attention check): nothing to save
+    std::fprintf(stderr, "interrupted: nothing written\n");
+    return 130;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "error: out of memory; expected the run to fit in this machine's memory; reduce --batch-size, --block-size, --n-layer or --n-embd\n");
     return 1;

@@ -1,6 +1,7 @@
 // model/config.cpp: presets and the command line (see model/config.h).
 #include "config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cfloat>
 #include <climits>
@@ -101,6 +102,36 @@ const Flag* find_flag(const std::string& name) {
   return nullptr;
 }
 
+// Edits (insertions, deletions, substitutions, swaps of neighbours) that turn a into b.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// The option a mistyped name most likely meant ("" when none is close): underscores read as
+// hyphens (nanoGPT's spelling), nanoGPT's learning_rate as --lr, then the nearest name within
+// a third of its length.
+std::string nearest_option(std::string name) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  if (name == "learning-rate") return "lr";
+  std::vector<std::string> names = {"help", "plot", "no-bias"};
+  for (const Flag& f : flags()) names.push_back(f.name);
+  std::string best;
+  size_t best_d = std::max<size_t>(1, name.size() / 3) + 1;
+  for (const std::string& n : names) {
+    const size_t d = edit_distance(name, n);
+    if (d < best_d) { best_d = d; best = n; }
+  }
+  return best;
+}
+
 [[noreturn]] void bad_value(const std::string& flag, const std::string& value, const std::string& expected) {
   throw InputError("--" + flag + " '" + value + "' is not valid; expected " + expected +
                    "; see train_gpt --help");
@@ -199,8 +230,15 @@ ParsedArgs parse_args(int argc, const char* const* argv, const std::string& defa
     size_t eq = name.find('=');
     if (eq != std::string::npos) { value = name.substr(eq + 1); name = name.substr(0, eq); has_value = true; }
     if (name == "no-bias" && !has_value) { name = "bias"; value = "false"; has_value = true; }
+    if (name == "plot")
+      throw InputError("--plot is a mode of its own and comes first; expected train_gpt --plot OUT.svg "
+                       "RUN/metrics.jsonl ...; move it to the front");
     const Flag* f = find_flag(name);
-    if (!f) throw InputError("unknown option --" + name + "; expected one of the options listed by train_gpt --help; check the spelling");
+    if (!f) {
+      const std::string near = nearest_option(name);
+      throw InputError("unknown option --" + name + "; expected one of the options listed by train_gpt --help; " +
+                       (near.empty() ? "check the spelling" : "did you mean --" + near + "?"));
+    }
     if (given.count(name)) throw InputError("option --" + name + " given twice; expected it at most once; remove one of them");
     if (!has_value) {
       if (f->kind == Kind::Bool) { value = "true"; }
@@ -295,14 +333,18 @@ void validate(const Config& c) {
 
 std::string usage() {
   std::ostringstream s;
-  s << "usage: train_gpt [--option value ...]\n"
+  s << "usage: train_gpt [--option value ...]                 train (resume with --resume)\n"
+       "       train_gpt --sample --ckpt DIR [--prompt TEXT ...]  generate text from a checkpoint\n"
+       "       train_gpt --plot OUT.svg RUN/metrics.jsonl ...     draw the loss curves of runs\n"
        "Trains a character-level GPT (nanoGPT's architecture) on tiny Shakespeare.\n"
        "Flags override the preset's values, in any order; --name=value works too.\n\n";
   for (const Flag& f : flags()) {
     std::string n = std::string("--") + f.name;
     s << "  " << n << std::string(n.size() < 18 ? 18 - n.size() : 1, ' ') << f.help << "\n";
   }
-  s << "  --help            this text\n\n"
+  s << "  --plot            OUT.svg RUN/metrics.jsonl ...: loss curves of one or more runs as SVG\n"
+       "                    (first on the command line; each run labelled by its directory)\n"
+       "  --help            this text\n\n"
        "presets (nanoGPT's shakespeare_char config and its CPU variant):\n"
        "  shakespeare-char  6 layers, 6 heads, 384 wide, T=256, B=64, dropout 0.2, 5000 iters\n"
        "  baby              4 layers, 4 heads, 128 wide, T=64, B=12, dropout 0, 2000 iters\n"

@@ -19,6 +19,7 @@
 #include "../kernels/cpu/layernorm.h"
 #include "../kernels/cpu/matmul.h"
 #include "../kernels/cpu/residual.h"
+#include "stop.h"
 
 namespace tg {
 
@@ -93,6 +94,7 @@ double GPTCpu<T>::forward(const int32_t* x, const int32_t* targets, int b, int t
   cpu::dropout_forward(acts_.encoded.data(), acts_.encoded.data(), key(0, philox::kSiteEmbedding), b, t, C);
   const T* residual = acts_.encoded.data();
   for (int li = 0; li < m_.n_layer; ++li) {
+    throw_if_stop_requested();  // a stop cuts the pass short (model/stop.h)
     Layer& a = acts_.h[li];
     const LayerParams<T>& p = P.h[li];
     // x = x + drop(c_proj(attn(ln_1(x))))
@@ -107,6 +109,7 @@ double GPTCpu<T>::forward(const int32_t* x, const int32_t* targets, int b, int t
     cpu::matmul_forward(a.attproj.data(), a.atty.data(), p.attprojw, p.attprojb, N, C, C);
     cpu::dropout_forward(a.attproj.data(), a.attproj.data(), key(li, philox::kSiteAttnProj), b, t, C);
     cpu::residual_forward(a.res2.data(), residual, a.attproj.data(), (size_t)N * C);
+    throw_if_stop_requested();
     // x = x + drop(mlp.c_proj(gelu(c_fc(ln_2(x)))))
     cpu::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C);
     cpu::matmul_forward(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C);
@@ -142,6 +145,7 @@ void GPTCpu<T>::backward() {
   cpu::layernorm_backward(d_.dres.data(), G.lnfw, G.lnfb, d_.dln.data(), last, P.lnfw, acts_.lnf_mean.data(),
                           acts_.lnf_rstd.data(), N, C);
   for (int li = m_.n_layer - 1; li >= 0; --li) {
+    throw_if_stop_requested();
     Layer& a = acts_.h[li];
     const LayerParams<T>& p = P.h[li];
     LayerParams<T>& g = G.h[li];
@@ -158,6 +162,7 @@ void GPTCpu<T>::backward() {
     cpu::matmul_backward(d_.dln.data(), g.fcw, g.fcb, d_.dfch.data(), a.ln2.data(), p.fcw, N, C, 4 * C);
     cpu::layernorm_backward(d_.dres.data(), g.ln2w, g.ln2b, d_.dln.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
                             a.ln2_rstd.data(), N, C);
+    throw_if_stop_requested();
     // res2 = residual + drop(attproj): dres is now d res2, and flows on into d residual
     zero(d_.dbtc, NC);
     cpu::dropout_backward(d_.dbtc.data(), d_.dres.data(), key(li, philox::kSiteAttnProj), b, t, C);

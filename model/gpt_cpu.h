@@ -57,6 +57,8 @@ class GPTCpu {
   // Forward over x (b, t) with b <= B, t <= T. With targets: returns the mean loss and
   // (when train) leaves dlogits ready for backward. Dropout only when train and p > 0,
   // keyed by (seed, step, layer, site). Without targets returns 0 (logits are filled).
+  // forward and backward throw Interrupted between two half-layers once a stop is requested
+  // (model/stop.h): their outputs are then partial, the parameters untouched.
   double forward(const int32_t* x, const int32_t* targets, int b, int t, bool train, uint32_t step);
   // Gradients of the mean loss of the last forward(train = true) into grads (overwritten).
   void backward();

@@ -31,6 +31,16 @@ std::string fmt(const char* f, double x) {
   return buf;
 }
 
+// A duration as people read it: 45s, 12m05s, 2h03m.
+std::string hms(double seconds) {
+  const long t = std::lround(std::max(0.0, seconds));
+  char buf[32];
+  if (t < 60) std::snprintf(buf, sizeof buf, "%lds", t);
+  else if (t < 3600) std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, t % 3600 / 60);
+  return buf;
+}
+
 // A number for metrics.jsonl: JSON has no NaN or Inf, so those are written as null.
 std::string jnum(const char* f, double x) { return std::isfinite(x) ? fmt(f, x) : "null"; }
 
@@ -69,13 +79,16 @@ void install_stop_handler() {
   signal(SIGXFSZ, SIG_IGN);
 }
 
-double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int split) {
+double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int split,
+                     const std::function<void(int k)>& on_batch) {
   const std::vector<int32_t>& tokens = split == 0 ? ds.train : ds.val;
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
   double sum = 0;
   for (int k = 0; k < c.eval_iters; ++k) {
+    throw_if_stop_requested();
     data::eval_batch(tokens, c.seed, (uint32_t)split, (uint32_t)k, c.batch_size, c.block_size, x.data(), y.data());
     sum += be.eval_loss(x.data(), y.data());
+    if (on_batch) on_batch(k);
   }
   return sum / c.eval_iters;
 }
@@ -141,97 +154,135 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
 
   Progress p = start;
   const auto t_start = Clock::now();
+  const std::string resume_hint = "; Ctrl-C stops it with a checkpoint (continue with: " + resume_cmd + ")";
+  bool long_run_said = false;
+  double eval_s = 0;  // the last evaluation's time, for the time left
+  // the time left, from the steps timed so far and the evaluations still to come
+  auto time_left_s = [&](int next_step) {
+    if (step_ms.empty()) return 0.0;
+    const int evals = c.eval_interval > 0 ? (c.max_iters - 1) / c.eval_interval - (next_step - 1) / c.eval_interval : 0;
+    return ms_sum / step_ms.size() * (c.max_iters - next_step) / 1e3 + eval_s * (std::max(evals, 0) + 1);
+  };
+  // an evaluation of both splits; on a terminal one that lasts more than two seconds shows its
+  // progress in place
+  auto evaluate = [&](int step, double& train_est, double& val) {
+    const auto t0 = Clock::now();
+    double shown = 0;
+    std::function<void(int)> show;
+    if (progress)
+      show = [&, t0](int done) {
+        const double t = seconds_since(t0);
+        if (t < 2 || t - shown < 0.25) return;
+        shown = t;
+        const double frac = (double)(done + 1) / (2.0 * c.eval_iters);
+        log << "\r\033[K" << "step " << step << ": evaluating, batch " << done + 1 << "/" << 2 * c.eval_iters
+            << " | ETA " << hms(t / frac - t) << std::flush;
+      };
+    train_est = estimate_loss(be, c, ds, 0, show);
+    val = estimate_loss(be, c, ds, 1, show ? [&](int k) { show(c.eval_iters + k); } : std::function<void(int)>());
+    eval_s = seconds_since(t0);
+  };
   for (;; ) {
     const int step = p.step;
-    // SIGINT / SIGTERM, honoured before every step, skipped ones included
-    if (stop_requested() && step < c.max_iters) {
-      if (step > start.step) s.checkpoint = save(p, nullptr);
+    // a checkpoint holds the state before this step: every ckpt_interval steps
+    std::string saved;
+    if (c.ckpt_interval > 0 && step > start.step && step < c.max_iters && step % c.ckpt_interval == 0)
+      saved = save(p, nullptr);
+    try {
+      // SIGINT / SIGTERM, honoured before every step (skipped ones included) and, through
+      // Interrupted, inside steps and evaluations
+      if (step < c.max_iters) throw_if_stop_requested();
+      const double lr = lr_at(step, c.lr, c.min_lr, c.warmup_iters, c.lr_decay_iters);
+      const bool last = step >= c.max_iters;
+      const bool eval = last || (c.eval_interval > 0 && step % c.eval_interval == 0);
+      double train_est = 0, val = 0;
+      if (eval) {
+        evaluate(step, train_est, val);
+        s.best_val_loss = std::min(s.best_val_loss, val);
+        if (progress) log << "\r\033[K";
+        log << "step " << step << ": train loss " << fmt("%.4f", train_est) << ", val loss " << fmt("%.4f", val)
+            << std::endl;
+      }
+      if (last) {
+        s.final_train_loss = train_est;
+        s.final_val_loss = val;
+        write_metrics("{\"step\": " + std::to_string(step) + ", \"train_loss\": null, \"val_loss\": " +
+                      jnum("%.6f", val) + ", \"eval_train_loss\": " + jnum("%.6f", train_est) +
+                      ", \"lr\": " + fmt("%.6e", lr) + ", \"ms\": null, \"tokens_per_s\": null, \"final\": true}");
+        stop_if_metrics_lost(p, save(p, nullptr));
+        break;
+      }
+      const auto t0 = Clock::now();
+      data::train_batch(ds.train, c.seed, (uint32_t)step, c.batch_size, c.block_size, x.data(), y.data());
+      float loss = be.forward_backward(x.data(), y.data(), (uint32_t)step);
+      const double norm = be.grad_norm();
+      if (injected.count(step)) loss = NAN;
+      // NaN guard: a non-finite loss or gradient norm skips the update (weights and AdamW state
+      // stay as they were); kMaxBadSteps of them in a row stop the run
+      if (!std::isfinite(loss) || !std::isfinite(norm)) {
+        ++s.skipped;
+        s.steps = step + 1;
+        p = Progress{step + 1, p.updates, p.bad_steps + 1};
+        if (progress) log << "\r\033[K";
+        log << "step " << step << ": loss " << loss << ", gradient norm " << norm << ": not finite, update skipped ("
+            << p.bad_steps << " in a row)" << std::endl;
+        write_metrics("{\"step\": " + std::to_string(step) + ", \"train_loss\": null, \"skipped\": true}");
+        stop_if_metrics_lost(p, "");
+        if (p.bad_steps >= kMaxBadSteps) {
+          // the weights are those of the last good step: saved with the count reset, so that a
+          // resume with other hyperparameters goes on from them
+          std::string error;
+          const std::string path = save(Progress{p.step, p.updates, 0}, &error);
+          const std::string kept = !path.empty()    ? "; the last good weights are saved in " + path
+                                   : !error.empty() ? "; the last good weights could not be saved (" + error + ")"
+                                                    : "";
+          throw RuntimeError(std::to_string(kMaxBadSteps) + " steps in a row (the last at step " + std::to_string(step) +
+                             ") had a non-finite loss or gradient norm" + kept +
+                             "; expected finite values; lower --lr (now " + fmt("%g", c.lr) +
+                             ") or raise --warmup-iters (now " + std::to_string(c.warmup_iters) +
+                             ") and check --data" + (path.empty() ? "" : ", then continue with: " + resume_cmd +
+                                                                            " --lr " + fmt("%g", c.lr / 2)));
+        }
+        continue;
+      }
+      be.update((float)lr, p.updates + 1, norm);
+      p = Progress{step + 1, p.updates + 1, 0};
+      const double ms = seconds_since(t0) * 1e3;
+      step_ms.push_back(ms);
+      ms_sum += ms;
+      s.steps = step + 1;
+      if (progress) log << "\r\033[K";  // clear the live line before a log line
+      if (step % c.log_interval == 0 || eval) {
+        const double tps = tokens_per_step / (ms / 1e3);
+        log << "step " << step << "/" << c.max_iters << " | loss " << fmt("%.4f", loss) << " | lr " << fmt("%.3e", lr)
+            << " | norm " << fmt("%.4f", norm) << " | " << fmt("%.1f", ms) << " ms | " << fmt("%.0f", tps) << " tok/s";
+        if (peak > 0) log << " | mfu " << fmt("%.1f", 100.0 * flops_per_token * tps / peak) << "%";
+        log << " | ETA " << hms(time_left_s(step + 1)) << std::endl;
+        std::string line = "{\"step\": " + std::to_string(step) + ", \"train_loss\": " + jnum("%.6f", loss);
+        if (eval) line += ", \"val_loss\": " + jnum("%.6f", val) + ", \"eval_train_loss\": " + jnum("%.6f", train_est);
+        line += ", \"lr\": " + fmt("%.6e", lr) + ", \"grad_norm\": " + fmt("%.6f", norm) + ", \"ms\": " + fmt("%.3f", ms) +
+                ", \"tokens_per_s\": " + fmt("%.1f", tps);
+        if (peak > 0) line += ", \"mfu\": " + fmt("%.4f", flops_per_token * tps / peak);
+        write_metrics(line + "}");
+      } else if (progress) {  // on a terminal, between logged steps: where the run is, in place
+        log << "step " << step + 1 << "/" << c.max_iters << " | loss " << fmt("%.4f", loss) << " | "
+            << fmt("%.1f", ms) << " ms/step | ETA " << hms(time_left_s(step + 1)) << std::flush;
+      }
+      stop_if_metrics_lost(p, "");
+      // a CPU run that will take long says so once, after its first step
+      if (!long_run_said && be.device_name().rfind("cpu", 0) == 0 &&
+          time_left_s(step + 1) > 600) {
+        long_run_said = true;
+        if (progress) log << "\r\033[K";
+        log << "note: on the CPU this run will take about " << hms(time_left_s(step + 1)) << " more ("
+            << c.max_iters - step - 1 << " steps at " << fmt("%.0f", ms_sum / step_ms.size())
+            << " ms, evaluations included); a GPU or --preset baby is much faster" << resume_hint << std::endl;
+      }
+    } catch (const Interrupted&) {
+      // the step or evaluation was cut short and changed nothing: the run stops before it
+      if (step > start.step) s.checkpoint = saved.empty() ? save(p, nullptr) : saved;
       s.stopped = true;
       break;
-    }
-    // a checkpoint holds the state before this step: every ckpt_interval steps
-    if (c.ckpt_interval > 0 && step > start.step && step < c.max_iters && step % c.ckpt_interval == 0)
-      save(p, nullptr);
-    const double lr = lr_at(step, c.lr, c.min_lr, c.warmup_iters, c.lr_decay_iters);
-    const bool last = step >= c.max_iters;
-    const bool eval = last || (c.eval_interval > 0 && step % c.eval_interval == 0);
-    double train_est = 0, val = 0;
-    if (eval) {
-      train_est = estimate_loss(be, c, ds, 0);
-      val = estimate_loss(be, c, ds, 1);
-      s.best_val_loss = std::min(s.best_val_loss, val);
-      if (progress) log << "\r\033[K";
-      log << "step " << step << ": train loss " << fmt("%.4f", train_est) << ", val loss " << fmt("%.4f", val)
-          << std::endl;
-    }
-    if (last) {
-      s.final_train_loss = train_est;
-      s.final_val_loss = val;
-      write_metrics("{\"step\": " + std::to_string(step) + ", \"train_loss\": null, \"val_loss\": " +
-                    jnum("%.6f", val) + ", \"eval_train_loss\": " + jnum("%.6f", train_est) +
-                    ", \"lr\": " + fmt("%.6e", lr) + ", \"ms\": null, \"tokens_per_s\": null, \"final\": true}");
-      stop_if_metrics_lost(p, save(p, nullptr));
-      break;
-    }
-    const auto t0 = Clock::now();
-    data::train_batch(ds.train, c.seed, (uint32_t)step, c.batch_size, c.block_size, x.data(), y.data());
-    float loss = be.forward_backward(x.data(), y.data(), (uint32_t)step);
-    const double norm = be.grad_norm();
-    if (injected.count(step)) loss = NAN;
-    // NaN guard: a non-finite loss or gradient norm skips the update (weights and AdamW state
-    // stay as they were); kMaxBadSteps of them in a row stop the run
-    if (!std::isfinite(loss) || !std::isfinite(norm)) {
-      ++s.skipped;
-      s.steps = step + 1;
-      p = Progress{step + 1, p.updates, p.bad_steps + 1};
-      log << "step " << step << ": loss " << loss << ", gradient norm " << norm << ": not finite, update skipped ("
-          << p.bad_steps << " in a row)" << std::endl;
-      write_metrics("{\"step\": " + std::to_string(step) + ", \"train_loss\": null, \"skipped\": true}");
-      stop_if_metrics_lost(p, "");
-      if (p.bad_steps >= kMaxBadSteps) {
-        // the weights are those of the last good step: saved with the count reset, so that a
-        // resume with other hyperparameters goes on from them
-        std::string error;
-        const std::string path = save(Progress{p.step, p.updates, 0}, &error);
-        const std::string saved = !path.empty()    ? "; the last good weights are saved in " + path
-                                  : !error.empty() ? "; the last good weights could not be saved (" + error + ")"
-                                                   : "";
-        throw RuntimeError(std::to_string(kMaxBadSteps) + " steps in a row (the last at step " + std::to_string(step) +
-                           ") had a non-finite loss or gradient norm" + saved +
-                           "; expected finite values; lower --lr (now " + fmt("%g", c.lr) +
-                           ") or raise --warmup-iters (now " + std::to_string(c.warmup_iters) +
-                           ") and check --data" + (path.empty() ? "" : ", then continue with: " + resume_cmd +
-                                                                          " --lr " + fmt("%g", c.lr / 2)));
-      }
-      continue;
-    }
-    be.update((float)lr, p.updates + 1, norm);
-    p = Progress{step + 1, p.updates + 1, 0};
-    const double ms = seconds_since(t0) * 1e3;
-    step_ms.push_back(ms);
-    s.steps = step + 1;
-    if (progress) log << "\r\033[K";  // clear the progress line before a log line
-    if (step % c.log_interval == 0 || eval) {
-      const double tps = tokens_per_step / (ms / 1e3);
-      log << "step " << step << "/" << c.max_iters << " | loss " << fmt("%.4f", loss) << " | lr " << fmt("%.3e", lr)
-          << " | norm " << fmt("%.4f", norm) << " | " << fmt("%.1f", ms) << " ms | " << fmt("%.0f", tps) << " tok/s";
-      if (peak > 0) log << " | mfu " << fmt("%.1f", 100.0 * flops_per_token * tps / peak) << "%";
-      log << std::endl;
-      std::string line = "{\"step\": " + std::to_string(step) + ", \"train_loss\": " + jnum("%.6f", loss);
-      if (eval) line += ", \"val_loss\": " + jnum("%.6f", val) + ", \"eval_train_loss\": " + jnum("%.6f", train_est);
-      line += ", \"lr\": " + fmt("%.6e", lr) + ", \"grad_norm\": " + fmt("%.6f", norm) + ", \"ms\": " + fmt("%.3f", ms) +
-              ", \"tokens_per_s\": " + fmt("%.1f", tps);
-      if (peak > 0) line += ", \"mfu\": " + fmt("%.4f", flops_per_token * tps / peak);
-      write_metrics(line + "}");
-    }
-    stop_if_metrics_lost(p, "");
-    if (progress) {  // on a terminal: step, loss and time left, rewritten in place
-      ms_sum += ms;
-      const double eta_s = ms_sum / (step + 1 - start.step) * (c.max_iters - step - 1) / 1e3;
-      char line[160];
-      std::snprintf(line, sizeof line, "step %d/%d | loss %.4f | %.1f ms/step | ETA %dm%02ds", step + 1, c.max_iters,
-                    loss, ms, (int)eta_s / 60, (int)eta_s % 60);
-      log << line << std::flush;
     }
   }
   if (progress) log << "\r\033[K" << std::flush;

@@ -9,21 +9,11 @@
 #include "../data/dataset.h"
 #include "backend.h"
 #include "config.h"
+#include "stop.h"
 
 namespace tg {
 
 constexpr int kMaxBadSteps = 5;
-
-// Asks a running train() to stop before its next step (it writes a checkpoint first), and
-// sample() before its next token: the SIGINT / SIGTERM handler calls it. Async-signal-safe.
-void request_stop();
-bool stop_requested();
-void forget_stop_request();  // for tests: the next train() runs again
-// Installs that handler for SIGINT and SIGTERM (for good: a repeated signal does not kill the
-// run as it checkpoints; SIGKILL does), and ignores SIGXFSZ, so that a write past the file
-// size limit fails with EFBIG and is reported like any other failed write. main() calls it
-// before anything slow.
-void install_stop_handler();
 
 // Where a run stands between two steps: what a checkpoint saves besides the arrays.
 struct Progress {
@@ -54,8 +44,10 @@ struct TrainSummary {
   double median_step_ms = 0;     // one training step (forward, backward, update)
 };
 
-// Mean loss over c.eval_iters fixed batches of a split (0 train, 1 val).
-double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int split);
+// Mean loss over c.eval_iters fixed batches of a split (0 train, 1 val). Throws Interrupted
+// between two batches once a stop is requested; calls on_batch(k) (when given) after batch k.
+double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int split,
+                     const std::function<void(int k)>& on_batch = {});
 
 // Trains from step start.step to c.max_iters: a batch per step (data::train_batch), forward +
 // backward, clip, AdamW with lr_at(step); evaluates at every eval_interval and at the end;
@@ -64,8 +56,13 @@ double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int 
 // the end. A step whose loss or gradient norm is not finite applies no update (logged, and
 // written to metrics as {"step": N, "train_loss": null, "skipped": true}); tests inject NaN
 // losses with TG_INJECT_NAN="step,step,...".
+// On a terminal each logged step is one line ending with the time left; between logged steps
+// a live line says where the run is, and an evaluation that lasts more than two seconds shows
+// its own progress. A CPU run whose first steps predict more than ten minutes says so once.
 // Every way a run stops early, between two steps:
-//   - request_stop(): a checkpoint (unless no step ran), summary.stopped;
+//   - request_stop(): a checkpoint (unless no step ran), summary.stopped. A stop requested
+//     during a step or an evaluation cuts it short (Interrupted, model/stop.h): the run stops
+//     as if it had come before that step, within a fraction of a second;
 //   - kMaxBadSteps non-finite steps in a row: a checkpoint of the weights as they are (the
 //     last good ones: skipped steps change nothing) with the NaN count reset, then
 //     RuntimeError naming the steps and the hyperparameters to change;

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../model/checkpoint.h"
@@ -127,6 +129,13 @@ TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
       {{"--preset", "large"}, "unknown preset 'large'"},
       {{"--data", ""}, "--data is empty"},
       {{"--lerning-rate", "1"}, "unknown option --lerning-rate"},
+      // a near miss gets a suggestion: nanoGPT's underscores, a letter off, a swap
+      {{"--max_iters", "5"}, "unknown option --max_iters; expected one of the options listed by train_gpt --help; did you mean --max-iters?"},
+      {{"--max-iter", "5"}, "did you mean --max-iters?"},
+      {{"--smaple"}, "did you mean --sample?"},
+      {{"--learning_rate", "1e-3"}, "did you mean --lr?"},
+      {{"--xyz", "1"}, "unknown option --xyz; expected one of the options listed by train_gpt --help; check the spelling"},
+      {{"--seed", "1", "--plot", "x.svg"}, "--plot is a mode of its own and comes first"},
       {{"--lr", "1e-3", "--lr", "2e-3"}, "--lr given twice"},
       {{"--lr"}, "--lr needs a value"},
       {{"--lr", "--seed", "3"}, "--lr needs a value but is followed by --seed"},
@@ -193,6 +202,14 @@ TEST_CASE("cli: --help exits 0; --device cuda without a usable GPU exits 1") {
   CHECK(h.code == 0);
   CHECK(h.out.find("--attention") != std::string::npos);
   CHECK(h.err.empty());
+  // every mode: the usage lines and the option list
+  CHECK(h.out.rfind("usage: train_gpt [--option value ...]", 0) == 0);
+  CHECK(h.out.find("\n       train_gpt --sample --ckpt DIR") != std::string::npos);
+  CHECK(h.out.find("\n       train_gpt --plot OUT.svg RUN/metrics.jsonl") != std::string::npos);
+  for (const char* mode : {"\n  --sample ", "\n  --ckpt ", "\n  --resume ", "\n  --plot "}) {
+    CAPTURE(mode);
+    CHECK(h.out.find(mode) != std::string::npos);
+  }
   Run c = run_train_gpt("--device cuda --max-iters 1 --data " + data_path());
   CHECK(c.code == 1);
   CHECK(count_lines(c.err) == 1);
@@ -281,6 +298,37 @@ TEST_CASE("cli: SIGTERM finishes the step, writes a checkpoint, and says how to 
   bool found = false;
   for (const auto& e : fs::directory_iterator(out)) found |= e.path().filename().string().rfind("ckpt-", 0) == 0;
   CHECK(found);
+  fs::remove_all(out);
+}
+
+TEST_CASE("cli: SIGINT during a long evaluation stops the run within a second, not after the evaluation") {
+  const fs::path out = fresh_dir("tg_cli_sigint_eval");
+  // step 0's evaluation of 2 x 3000 batches takes about a minute on two cores
+  Background b("--device cpu --preset baby --eval-interval 5 --eval-iters 3000 --sample-tokens 0 --data " + data_path() +
+                   " --out-dir " + out.string(),
+               7);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  // the line that ends the start-up: the evaluation begins right after it
+  while (b.running() && slurp(io_file("stdout", 7)).find("device:") == std::string::npos && since(t0) < 60)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(b.running());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  REQUIRE(b.running());
+  const auto sent = std::chrono::steady_clock::now();
+  kill(b.pid, SIGINT);
+  const Run r = b.wait();
+  const double exit_s = since(sent);
+  MESSAGE("exited " << exit_s << " s after SIGINT");
+  CAPTURE(r.out);
+  CAPTURE(r.err);
+  CHECK(r.code == 130);
+  CHECK(count_lines(r.err) == 1);
+  CHECK(r.err.find("interrupted before step 0") != std::string::npos);
+  CHECK(r.out.find("step 0: train loss") == std::string::npos);  // the evaluation did not finish
+  CHECK(exit_s < 5);  // within one second on an idle machine; slack for a loaded one
   fs::remove_all(out);
 }
 

@@ -1,9 +1,10 @@
-// tests/cpu/test_train.cpp: the training loop: reproducibility and the NaN guard.
+// tests/cpu/test_train.cpp: the training loop: reproducibility, the NaN guard, and stops cut short.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -263,4 +264,87 @@ TEST_CASE("train: one update is clipping plus AdamW, decay on 2-D tensors only")
     CHECK(worst < 1e-5);  // float arithmetic against double: a few ulp of |w|
     for (size_t i = 0; i < w.size(); ++i) w[i] = got[i];  // go on from the backend's own floats
   }
+}
+
+namespace {
+
+// The CPU backend, with a stop requested as forward_backward of step stop_step begins, or as
+// eval call number stop_eval (0-based) begins: the CPU model then throws Interrupted from
+// inside the pass, as it does when SIGINT comes during a step or an evaluation.
+struct StoppingBackend : Backend {
+  std::unique_ptr<Backend> in;
+  int stop_step = -1, stop_eval = -1, evals = 0;
+  explicit StoppingBackend(std::unique_ptr<Backend> b) : in(std::move(b)) {}
+  std::string device_name() const override { return in->device_name(); }
+  size_t memory_bytes() const override { return in->memory_bytes(); }
+  float forward_backward(const int32_t* x, const int32_t* y, uint32_t step) override {
+    if ((int)step == stop_step) request_stop();
+    return in->forward_backward(x, y, step);
+  }
+  double grad_norm() override { return in->grad_norm(); }
+  void update(float lr, int t, double norm) override { in->update(lr, t, norm); }
+  float eval_loss(const int32_t* x, const int32_t* y) override {
+    if (evals++ == stop_eval) request_stop();
+    return in->eval_loss(x, y);
+  }
+  void generate_reset() override { in->generate_reset(); }
+  void generate_step(int32_t token, float* out) override { in->generate_step(token, out); }
+  std::vector<float> params() const override { return in->params(); }
+  std::vector<float> grads() const override { return in->grads(); }
+  void adam_state(std::vector<float>& m, std::vector<float>& v) const override { in->adam_state(m, v); }
+  void set_state(const float* p, const float* m, const float* v) override { in->set_state(p, m, v); }
+  std::vector<AttentionDiff> attention_check(const int32_t* x, const int32_t* y, uint32_t step) override {
+    return in->attention_check(x, y, step);
+  }
+};
+
+// A run of c on a StoppingBackend set up by setup; the checkpoints its hook saw.
+Result run_stopping(const Config& c, const std::function<void(StoppingBackend&)>& setup, std::vector<Saved>& saved) {
+  StoppingBackend be(make_cpu_backend(c, model_of(c, small_dataset())));
+  setup(be);
+  TrainHooks hooks;
+  hooks.checkpoint = [&](const Progress& p, const std::vector<std::string>& unlogged) {
+    Saved s{p, unlogged, be.params(), {}, {}};
+    be.adam_state(s.m, s.v);
+    saved.push_back(s);
+    return std::string("ckpt");
+  };
+  return run_on(be, c, nullptr, hooks);
+}
+
+// The run resumed from a checkpoint to c.max_iters.
+Result resumed(const Config& c, const Saved& from) {
+  auto be = make_cpu_backend(c, model_of(c, small_dataset()));
+  be->set_state(from.params.data(), from.m.data(), from.v.data());
+  return run_on(*be, c, nullptr, {}, from.p);
+}
+
+}  // namespace
+
+TEST_CASE("train: a stop during a step cuts it short; the checkpoint is the state before it, and resumes bitwise") {
+  const Config c = small_config(8);
+  std::vector<Saved> saved;
+  const Result stopped = run_stopping(c, [](StoppingBackend& be) { be.stop_step = 5; }, saved);
+  CHECK(stopped.summary.stopped);
+  CHECK(stopped.summary.steps == 5);
+  REQUIRE(saved.size() == 1);
+  CHECK(saved[0].p.step == 5);
+  CHECK(saved[0].p.updates == 5);
+  CHECK(stopped.metrics.find("\"step\": 5") == std::string::npos);  // step 5 left no trace
+  CHECK(saved[0].params == run(small_config(5), nullptr).params);
+  CHECK(resumed(c, saved[0]).params == run(c, nullptr).params);
+}
+
+TEST_CASE("train: a stop during an evaluation cuts it short, with a checkpoint of the state before that step") {
+  Config c = small_config(8);
+  c.eval_interval = 4;
+  c.eval_iters = 3;
+  std::vector<Saved> saved;
+  // evaluations at steps 0 and 4, 2 * 3 batches each: eval call 8 is step 4's third batch
+  const Result stopped = run_stopping(c, [](StoppingBackend& be) { be.stop_eval = 8; }, saved);
+  CHECK(stopped.summary.stopped);
+  REQUIRE(saved.size() == 1);
+  CHECK(saved[0].p.step == 4);
+  CHECK(stopped.log.find("step 4: train loss") == std::string::npos);
+  CHECK(resumed(c, saved[0]).params == run(c, nullptr).params);
 }
