@@ -155,7 +155,7 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
   Progress p = start;
   const auto t_start = Clock::now();
   const std::string resume_hint = "; Ctrl-C stops it with a checkpoint (continue with: " + resume_cmd + ")";
-  bool long_run_said = false;
+  bool long_run_checked = false;
   double eval_s = 0;  // the last evaluation's time, for the time left
   // the time left, from the steps timed so far and the evaluations still to come
   auto time_left_s = [&](int next_step) {
@@ -265,18 +265,20 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
         if (peak > 0) line += ", \"mfu\": " + fmt("%.4f", flops_per_token * tps / peak);
         write_metrics(line + "}");
       } else if (progress) {  // on a terminal, between logged steps: where the run is, in place
-        log << "step " << step + 1 << "/" << c.max_iters << " | loss " << fmt("%.4f", loss) << " | "
+        log << "step " << step << "/" << c.max_iters << " | loss " << fmt("%.4f", loss) << " | "
             << fmt("%.1f", ms) << " ms/step | ETA " << hms(time_left_s(step + 1)) << std::flush;
       }
       stop_if_metrics_lost(p, "");
-      // a CPU run that will take long says so once, after its first step
-      if (!long_run_said && be.device_name().rfind("cpu", 0) == 0 &&
-          time_left_s(step + 1) > 600) {
-        long_run_said = true;
-        if (progress) log << "\r\033[K";
-        log << "note: on the CPU this run will take about " << hms(time_left_s(step + 1)) << " more ("
-            << c.max_iters - step - 1 << " steps at " << fmt("%.0f", ms_sum / step_ms.size())
-            << " ms, evaluations included); a GPU or --preset baby is much faster" << resume_hint << std::endl;
+      // a CPU run that will take long says so, once its first three steps (or ten seconds of
+      // them) predict it
+      if (!long_run_checked && (step_ms.size() >= 3 || ms_sum > 1e4)) {
+        long_run_checked = true;
+        if (be.device_name().rfind("cpu", 0) == 0 && time_left_s(step + 1) > 600) {
+          if (progress) log << "\r\033[K";
+          log << "note: on the CPU this run will take about " << hms(time_left_s(step + 1)) << " more ("
+              << c.max_iters - step - 1 << " steps at " << fmt(ms_sum / step_ms.size() < 10 ? "%.1f" : "%.0f", ms_sum / step_ms.size())
+              << " ms, evaluations included); a GPU or --preset baby is much faster" << resume_hint << std::endl;
+        }
       }
     } catch (const Interrupted&) {
       // the step or evaluation was cut short and changed nothing: the run stops before it

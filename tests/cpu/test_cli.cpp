@@ -332,6 +332,71 @@ TEST_CASE("cli: SIGINT during a long evaluation stops the run within a second, n
   fs::remove_all(out);
 }
 
+TEST_CASE("cli: on a terminal each logged step is one line with the time left, not a second line repeating it") {
+  const fs::path out = fresh_dir("tg_cli_tty");
+  const std::string tty = io_file("tty");
+  // script(1) gives train_gpt a terminal; its output keeps the carriage returns
+  const int status = std::system(("script -qfec '" + train_gpt_exe() +
+                                  " --device cpu --max-iters 6 --log-interval 2 --n-layer 1 --n-head 2 --n-embd 16 "
+                                  "--block-size 8 --batch-size 2 --eval-interval 0 --eval-iters 1 --sample-tokens 0 --data " +
+                                  fs::absolute(data_path()).string() + " --out-dir " + out.string() + "' /dev/null >" + tty)
+                                     .c_str());
+  REQUIRE(shell_code(status) == 0);
+  std::string text = slurp(tty);
+  CAPTURE(text);
+  // what a terminal shows: the last state of each line
+  std::vector<std::string> shown;
+  std::istringstream lines(text);
+  for (std::string l; std::getline(lines, l);) {
+    const size_t cr = l.find_last_of('\r', l.size() >= 2 ? l.size() - 2 : 0);
+    shown.push_back(l.substr(cr == std::string::npos ? 0 : cr + 1));
+  }
+  auto count = [](const std::string& hay, const std::string& needle) {
+    int n = 0;
+    for (size_t p = hay.find(needle); p != std::string::npos; p = hay.find(needle, p + 1)) ++n;
+    return n;
+  };
+  for (int step = 0; step < 6; ++step) {
+    CAPTURE(step);
+    const std::string head = "step " + std::to_string(step) + "/6 ";
+    CHECK(count(text, head) == 1);  // written once: a log line, or (steps not logged) a live line
+    int kept = 0;                   // lines that stay on the screen
+    for (const std::string& l : shown)
+      if (l.find(head) != std::string::npos) {
+        ++kept;
+        CHECK(l.find("| ETA ") != std::string::npos);
+      }
+    CHECK(kept == (step % 2 == 0 ? 1 : 0));
+  }
+  fs::remove_all(out);
+}
+
+TEST_CASE("cli: a CPU run whose first steps predict more than ten minutes says so, with the estimate") {
+  const fs::path out = fresh_dir("tg_cli_long");
+  Background b("--device cpu --max-iters 3000000 --n-layer 1 --n-head 2 --n-embd 32 --block-size 32 --batch-size 8 "
+               "--eval-interval 0 --eval-iters 1 --sample-tokens 0 --data " + data_path() + " --out-dir " + out.string(),
+               8);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (b.running() && slurp(io_file("stdout", 8)).find("note: on the CPU") == std::string::npos &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(b.pid, SIGINT);
+  const Run r = b.wait();
+  CAPTURE(r.out);
+  CHECK(r.code == 130);
+  const size_t note = r.out.find("note: on the CPU this run will take about ");
+  REQUIRE(note != std::string::npos);
+  CHECK(r.out.find("2999997 steps at", note) != std::string::npos);
+  CHECK(r.out.find("train_gpt --resume --out-dir " + out.string(), note) != std::string::npos);
+  // a short run says nothing of the kind
+  Run short_run = run_train_gpt("--device cpu --max-iters 3 --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 "
+                                "--batch-size 2 --eval-interval 0 --eval-iters 1 --sample-tokens 0 --data " + data_path() +
+                                " --out-dir " + (out / "short").string());
+  CHECK(short_run.code == 0);
+  CHECK(short_run.out.find("note: on the CPU") == std::string::npos);
+  fs::remove_all(out);
+}
+
 TEST_CASE("cli: kill -9 at random instants, then --resume: bitwise the uninterrupted run") {
   const fs::path base = fresh_dir("tg_cli_kill");
   const fs::path ref = base / "ref", run = base / "run";
