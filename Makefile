@@ -245,9 +245,10 @@ bench-cpu-peer: train_gpt
 	@$(MAKE) data
 	@TG_DATA=$(DATA_FILE) bash tests/bench/cpu_peer.sh
 
-# ---- loss curves: make plot RUNS="out/a out/b" [PLOT=docs/loss.svg] -------------------------
-PLOT ?= docs/loss.svg
+# ---- loss curves: make plot RUNS="out/a out/b" [PLOT=out/loss.svg] --------------------------
+PLOT ?= out/loss.svg
 plot: train_gpt
+	@mkdir -p $(dir $(PLOT))
 	./train_gpt --plot $(PLOT) $(foreach r,$(RUNS),$(r)/metrics.jsonl)
 
 clean:

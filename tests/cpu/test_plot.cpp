@@ -17,6 +17,11 @@ fs::path write_tmp(const std::string& name, const std::string& text) {
   std::ofstream(p) << text;
   return p;
 }
+size_t chars_of(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
 size_t count(const std::string& s, const std::string& what) {
   size_t n = 0;
   for (size_t p = s.find(what); p != std::string::npos; p = s.find(what, p + 1)) ++n;
@@ -42,7 +47,8 @@ TEST_CASE("plot: reads train_gpt's metrics and draws every run") {
   CHECK(svg.rfind("<svg", 0) == 0);
   CHECK(svg.find("</svg>") != std::string::npos);
   CHECK(count(svg, "<polyline") == 4);  // train and val of two runs
-  CHECK(count(svg, "<circle") == 4);    // one dot per evaluation
+  CHECK(count(svg, "<circle") == 3);    // run 0's marker: one per evaluation, one in the legend
+  CHECK(count(svg, "<rect x=") == 3 + 1);  // run 1's marker (and the plot frame)
   CHECK(svg.find("naive &amp; &lt;co&gt; val") != std::string::npos);
   CHECK(svg.find("nan") == std::string::npos);
   fs::remove(a);
@@ -61,4 +67,49 @@ TEST_CASE("plot: bad metrics are refused with the line number") {
   CHECK_THROWS_AS(read_metrics("/nonexistent/metrics.jsonl", "x"), InputError);
   CHECK_THROWS_AS(loss_svg({RunCurves{}}, "empty"), InputError);
   fs::remove(bad);
+}
+
+TEST_CASE("plot: any JSON spelling of a line reads; NaN-skipped steps are left out") {
+  fs::path a = write_tmp("spelling.jsonl",
+                         "{\"train_loss\":4.5,\"step\":0}\n"
+                         "{ \"step\" : 1 , \"train_loss\" : null , \"skipped\" : true }\n"
+                         "{\"step\": 2, \"train_loss\": 4.25, \"val_loss\": 4.5e0}\n");
+  RunCurves r = read_metrics(a.string(), "x");
+  REQUIRE(r.train.size() == 2);
+  CHECK(r.train[0] == std::make_pair(0.0, 4.5));
+  CHECK(r.train[1] == std::make_pair(2.0, 4.25));
+  REQUIRE(r.val.size() == 1);
+  fs::remove(a);
+  for (const char* bad : {"{\"step\": \"0\", \"train_loss\": 1}", "[0, 1]", "{\"step\": 0}", "{\"step\": 0, \"train_loss\": 1"}) {
+    CAPTURE(bad);
+    fs::path b = write_tmp("bad2.jsonl", std::string(bad) + "\n");
+    CHECK_THROWS_AS(read_metrics(b.string(), "x"), InputError);
+    fs::remove(b);
+  }
+}
+
+TEST_CASE("plot: identical runs both show, long names never clip, the legend stays outside the plot") {
+  RunCurves a{"flash", {{0, 4.0}, {1, 3.0}, {2, 2.5}}, {{0, 4.1}, {2, 2.6}}};
+  RunCurves b = a;
+  b.label = "shakespeare-char-naive-attention-fp32-dropout-0.2-seed-1337";
+  const std::string svg = loss_svg({a, b}, "t");
+  // each run its own dash pattern: run 0 solid, run 1 dashed (4 strokes: 2 curves + 2 legend lines)
+  CHECK(count(svg, "stroke-dasharray=\"9 5\"") == 4);
+  CHECK(count(svg, "stroke-dasharray") == 4);
+  // the long name: shortened in the middle in the legend, whole in the group's title
+  const std::string shown = legend_label(b.label, kLegendChars);
+  CHECK(shown == "shakespeare-cha\u2026ut-0.2-seed-1337");  // 15 + 1 + 16 characters
+  CHECK(svg.find(">" + shown + " val</text>") != std::string::npos);
+  CHECK(svg.find("<title>" + b.label + "</title>") != std::string::npos);
+  CHECK(legend_label("short", kLegendChars) == "short");
+  CHECK(legend_label("\u03b1\u03b2\u03b3\u03b4\u03b5\u03b6", 5) == "\u03b1\u03b2\u2026\u03b5\u03b6");  // characters, not bytes
+  // the legend's text starts right of the plot area and the picture is wide enough for it
+  const double plot_right = 70 + 630;
+  size_t p = svg.find(">flash val</text>");
+  REQUIRE(p != std::string::npos);
+  const size_t xq = svg.rfind("<text x=\"", p);
+  const double legend_x = std::stod(svg.substr(xq + 9));
+  CHECK(legend_x > plot_right);
+  const double width = std::stod(svg.substr(svg.find("width=\"") + 7));
+  CHECK(width >= legend_x + (chars_of(shown) + 6) * 6.0);
 }
