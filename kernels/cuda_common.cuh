@@ -33,6 +33,8 @@ struct CudaError : std::runtime_error {
 };
 
 [[noreturn]] void throw_cuda_error(const char* what, const char* call, const char* file, int line);
+// A launch that failed: names the kernel (cudaFuncGetName, demangled) and its configuration.
+[[noreturn]] void throw_launch_error(cudaError_t e, const void* kernel, dim3 grid, dim3 block, size_t smem);
 
 }  // namespace gpu
 
@@ -152,7 +154,8 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
 #else
   emu::launch_kernel(kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 #endif
-  cudaCheck(cudaGetLastError());
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw_launch_error(e, reinterpret_cast<const void*>(kernel), grid, block, smem);
 }
 
 #ifndef TG_SIMT_EMULATION

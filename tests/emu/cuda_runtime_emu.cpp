@@ -672,6 +672,15 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 
+cudaError_t cudaFuncGetName(const char** name, const void* func) {
+  if (!name || !func) return fail(cudaErrorInvalidValue);
+  static std::map<const void*, std::string> names;  // the strings live as long as the process
+  auto it = names.find(func);
+  if (it == names.end()) it = names.emplace(func, emu::kernel_name(func)).first;
+  *name = it->second.c_str();
+  return cudaSuccess;
+}
+
 cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
   if (sticky_error()) return fail(sticky_error());
   if (!func) return fail(cudaErrorInvalidDeviceFunction);

@@ -159,8 +159,19 @@ TEST_CASE("emulator: launch configurations outside the device's limits fail at t
                              228 * 1024) == cudaErrorInvalidValue);
   CHECK(cudaGetLastError() == cudaErrorInvalidValue);  // a failed call is the last error too
   CHECK(cudaGetLastError() == cudaSuccess);
-  // gpu::launch turns the same failure into an exception naming the call
-  CHECK_THROWS_AS(gpu::launch(copy_kernel, 1, 2048, 0, nullptr, d, d, 0), gpu::CudaError);
+  // gpu::launch turns the same failure into one line naming the kernel, its configuration and
+  // the way round it
+  std::string what;
+  try {
+    gpu::launch(copy_kernel, 1, 2048, 0, nullptr, d, d, 0);
+  } catch (const gpu::CudaError& e) {
+    what = e.what();
+  }
+  CAPTURE(what);
+  CHECK(what.find("CUDA kernel launch failed: invalid configuration argument (kernel ") == 0);
+  CHECK(what.find("copy_kernel(float*, float const*, int), grid (1,1,1), block (2048,1,1), 0 bytes") != std::string::npos);
+  CHECK(what.find("pass --device cpu") != std::string::npos);
+  CHECK(what.find('\n') == std::string::npos);
   CHECK(cudaDeviceSynchronize() == cudaSuccess);
   cudaFree(d);
 }
