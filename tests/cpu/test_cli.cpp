@@ -284,7 +284,7 @@ TEST_CASE("cli: --resume continues bitwise from the newest checkpoint, dropout i
   fs::remove_all(out);
 }
 
-TEST_CASE("cli: SIGTERM finishes the step, writes a checkpoint, and says how to resume") {
+TEST_CASE("cli: SIGTERM stops the run, writes a checkpoint, and says how to resume") {
   const fs::path out = fresh_dir("tg_cli_sigterm");
   // a run far longer than the 3 s after which timeout sends SIGTERM
   Run r = run_train_gpt_prefixed("timeout --preserve-status -s TERM 3 ",
