@@ -267,6 +267,29 @@ data::Dataset checkpoint_data(const ckpt::CheckpointInfo& info, const std::strin
   return d;
 }
 
+data::CharTokenizer checkpoint_tokenizer(const std::string& dir, const ckpt::CheckpointInfo& info,
+                                         const std::string& data_flag, std::ostream& warn) {
+  if (info.vocab.empty()) {
+    try {
+      return checkpoint_data(info, data_flag, warn).tok;
+    } catch (const InputError& e) {
+      throw InputError("checkpoint " + dir + " holds no vocabulary (it was written by an older train_gpt), so "
+                       "sampling needs the run's text: " + e.what());
+    }
+  }
+  data::CharTokenizer tok;
+  try {
+    tok = data::CharTokenizer::from_chars(info.vocab);
+  } catch (const InputError& e) {
+    throw InputError("checkpoint " + dir + ": " + e.what());
+  }
+  if (!data_flag.empty() && checkpoint_data(info, data_flag, warn).tok.itos != tok.itos)
+    throw InputError("--data " + data_flag + " has another vocabulary than checkpoint " + dir +
+                     "; expected the text the run trained on; pass that, or drop --data (the checkpoint holds its "
+                     "vocabulary)");
+  return tok;
+}
+
 RunDir::RunDir(const std::string& dir) : dir_(dir) {}
 
 RunDir::~RunDir() {
@@ -417,6 +440,7 @@ void RunDir::begin(const RunStart& start) {
   }
   data_sha256_ = start.data.sha256;
   data_path_ = fs::absolute(start.data.path).lexically_normal().string();
+  vocab_ = start.data.tok.chars();
   ckpt::write_file_atomic(join(dir_, kRunFile), run_file_text(start.config, data_path_, data_sha256_));
   const std::string path = join(dir_, kMetricsFile);
   if (start.resumed) ckpt::write_file_atomic(path, metrics_resumed_at(path, start.progress.step, start.unlogged));
@@ -465,6 +489,7 @@ std::string RunDir::save(const Backend& be, const Config& c, const std::vector<P
   info.seed = c.seed;
   info.data_sha256 = data_sha256_;
   info.data_path = data_path_;
+  info.vocab = vocab_;
   info.unlogged = unlogged;
   const Backend::HostState h = be.host_state();
   if (h.params) return ckpt::save_checkpoint(dir_, info, ckpt::StateView{h.params, h.m, h.v}, table);
