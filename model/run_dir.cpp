@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "ckpt_io.h"
 #include "errors.h"
 
@@ -195,13 +197,14 @@ std::string joined(const std::vector<std::string>& v) {
 
 // ---- metrics.jsonl
 
-// The step of a metrics line ({"step": N, ...}), or -1 for a line that is not a whole one.
+// The step of a metrics line ({"step": N, ...}, read with nlohmann-json), or -1 for a line
+// that is not a whole one.
 long line_step(const std::string& line) {
-  const std::string key = "{\"step\": ";
-  if (line.rfind(key, 0) != 0 || line.back() != '}') return -1;
-  char* end = nullptr;
-  const long step = std::strtol(line.c_str() + key.size(), &end, 10);
-  return *end == ',' ? step : -1;
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return -1;
+  auto it = j.find("step");
+  if (it == j.end() || !it->is_number_unsigned() || it->get<uint64_t>() > (uint64_t)INT32_MAX) return -1;
+  return (long)it->get<uint64_t>();
 }
 
 // The lines of metrics.jsonl a run resumed at step keeps (whole lines of the steps before
