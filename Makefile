@@ -134,7 +134,7 @@ $(BUILD)/train_gpt_host: train_gpt.cu $(HOST_OBJS)
 
 $(BUILD)/fuzz_readers: $(FUZZ_SRCS) $(wildcard model/*.h tests/fuzz/*.h) kernels/philox.h
 	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. $(FUZZ_SRCS) -o $@
+	$(FUZZ_CXX) -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. $(JSON_INC) $(FUZZ_SRCS) -o $@
 
 $(BUILD)/test_cpu: $(TEST_CPU_OBJS) $(HOST_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(if $(NVCC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcurand,) $(LDLIBS)

@@ -72,19 +72,29 @@ std::unique_ptr<tg::Backend> make_backend(const tg::Config& c, const tg::ModelCo
   return tg::make_cpu_backend(c, m, host_bytes_held);
 }
 
-// The model a config and its data describe.
-tg::ModelConfig model_of(const tg::Config& c, const data::Dataset& ds) {
-  return tg::ModelConfig{ds.tok.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
+// The model a config and its vocabulary describe.
+tg::ModelConfig model_of(const tg::Config& c, const data::CharTokenizer& tok) {
+  return tg::ModelConfig{tok.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
+}
+tg::ModelConfig model_of(const tg::Config& c, const data::Dataset& ds) { return model_of(c, ds.tok); }
+
+bool given(const tg::ParsedArgs& args, const char* flag) {
+  return std::find(args.given.begin(), args.given.end(), flag) != args.given.end();
 }
 
-// A prompt with characters outside the vocabulary fails now, not after training.
-void check_prompt(const tg::Config& c, const data::Dataset& ds) {
-  if (c.sample_tokens == 0) return;
+// The config a sample runs with: without --prompt, the default prompt (a newline) becomes the
+// vocabulary's first character when the text has no newline (tok.default_prompt()). A prompt
+// that is not UTF-8 or has characters outside the vocabulary fails now, not after training.
+tg::Config sampling_config(const tg::Config& c, const tg::ParsedArgs& args, const data::CharTokenizer& tok) {
+  tg::Config s = c;
+  if (!given(args, "prompt") && s.prompt == "\n") s.prompt = tok.default_prompt();
+  if (s.sample_tokens == 0) return s;
   try {
-    ds.tok.encode(c.prompt);
+    tok.encode(s.prompt);
   } catch (const tg::InputError& e) {
     throw tg::InputError(std::string("--prompt: ") + e.what());
   }
+  return s;
 }
 
 // The backend of a run, its state from the checkpoint dir when given. The checkpoint is read
@@ -135,13 +145,15 @@ int plot(int argc, char** argv) {
 }
 
 // train_gpt --sample --ckpt DIR [--prompt ... --sample-tokens N --temperature T --top-k K
-// --top-p P --seed S]: text from a checkpoint's weights (its config gives the model, its
-// recorded data the vocabulary). Reads only: no lock.
+// --top-p P --seed S]: text from a checkpoint's weights (its config gives the model, the
+// vocabulary it holds the tokenizer: no data file needed; --data, when given, is checked to be
+// the run's text; a checkpoint from before the vocabulary was stored needs the run's text).
+// Reads only: no lock.
 int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
   const tg::Config& flags = args.config;
-  const bool data_given = std::find(args.given.begin(), args.given.end(), "data") != args.given.end();
+  const bool data_given = given(args, "data");
   tg::Config c;
-  data::Dataset ds;
+  data::CharTokenizer tok;
   std::unique_ptr<tg::Backend> be;
   for (int attempt = 1; !be; ++attempt) {
     const std::string dir = tg::pick_checkpoint(flags.ckpt, std::cerr);
@@ -149,7 +161,7 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
       throw tg::InputError("--ckpt " + flags.ckpt + " is neither a checkpoint nor a run directory holding one; expected a ckpt-<step> directory or a run's --out-dir; pass one of them");
     try {
       const tg::ckpt::CheckpointInfo info = tg::ckpt::checkpoint_info(dir);
-      ds = tg::checkpoint_data(info, data_given ? flags.data : "", std::cerr);
+      tok = tg::checkpoint_tokenizer(dir, info, data_given ? flags.data : "", std::cerr);
       c = info.config;
       c.prompt = flags.prompt;
       c.sample_tokens = flags.sample_tokens;
@@ -160,9 +172,9 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
       c.device = flags.device;
       c.precision = flags.precision;
       c.batch_size = 1;  // no training batch: the smallest activations
-      check_prompt(c, ds);
+      c = sampling_config(c, args, tok);
       std::string note;
-      be = backend_from(c, model_of(c, ds), gpus, note, dir, data_bytes(ds));
+      be = backend_from(c, model_of(c, tok), gpus, note, dir, 0);
       std::cerr << "sampling from " << dir << " (step " << info.step << ")" << std::endl;
     } catch (const tg::InputError&) {
       // the run going on in that directory deleted the checkpoint as it was read (it keeps the
@@ -172,7 +184,7 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
       throw;
     }
   }
-  tg::sample(*be, c, ds.tok, std::cout);
+  tg::sample(*be, c, tok, std::cout);
   if (tg::stop_requested()) {
     std::fprintf(stderr, "interrupted while sampling\n");
     return 130;
@@ -187,7 +199,7 @@ int train_run(const tg::ParsedArgs& args, int gpus) {
   const tg::RunStart start = dir.plan(args, std::cout, std::cerr);  // nothing written yet
   const tg::Config& c = start.config;
   const data::Dataset& ds = start.data;
-  check_prompt(c, ds);
+  const tg::Config sc = sampling_config(c, args, ds.tok);
   const tg::ModelConfig m = model_of(c, ds);
   const auto table = tg::param_table(m);
   const size_t n_params = tg::param_count(table);
@@ -221,10 +233,10 @@ int train_run(const tg::ParsedArgs& args, int gpus) {
   }
   std::printf("done: %d steps in %.1f s, median %.2f ms/step, best val loss %.4f, final train %.4f val %.4f\n", s.steps,
               s.wall_s, s.median_step_ms, s.best_val_loss, s.final_train_loss, s.final_val_loss);
-  if (c.sample_tokens > 0) {
-    std::cout << "---- sample (" << c.sample_tokens << " characters, temperature " << c.temperature << ", top-k "
-              << c.top_k << ") ----" << std::endl;
-    tg::sample(*be, c, ds.tok, std::cout);
+  if (sc.sample_tokens > 0) {
+    std::cout << "---- sample (" << sc.sample_tokens << " characters, temperature " << sc.temperature << ", top-k "
+              << sc.top_k << ") ----" << std::endl;
+    tg::sample(*be, sc, ds.tok, std::cout);
     if (tg::stop_requested()) {
       std::fprintf(stderr, "interrupted while sampling: the run itself is complete\n");
       return 130;

@@ -1,4 +1,4 @@
-// data/dataset.cpp: tokenizer, loading and splitting, and the stateless batch sampler
+// data/dataset.cpp: UTF-8, the code-point tokenizer, loading and splitting, and the stateless batch sampler
 // (see dataset.h for the definitions they follow).
 #include "data/dataset.h"
 
@@ -17,12 +17,13 @@ namespace data {
 
 namespace {
 
-// A byte as a message shows it: '@' (byte 0x40), or byte 0x0d when it does not print.
-std::string describe_byte(unsigned char c) {
-  char hex[8];
-  std::snprintf(hex, sizeof hex, "0x%02x", (unsigned)c);
-  if (c >= 0x20 && c < 0x7f) return std::string("'") + (char)c + "' (byte " + hex + ")";
-  return std::string("byte ") + hex;
+// A character as a one-line message shows it: '@' (U+0040), or U+00E9 when it is not
+// printable ASCII.
+std::string describe_char(char32_t c) {
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "U+%04X", (unsigned)c);
+  if (c >= 0x20 && c < 0x7f) return std::string("'") + (char)c + "' (" + hex + ")";
+  return hex;
 }
 
 std::string quoted(const std::string& path) { return "'" + path + "'"; }
@@ -54,46 +55,155 @@ void fill_windows(const std::vector<int32_t>& tokens, uint64_t seed, uint32_t st
 
 }  // namespace
 
-CharTokenizer CharTokenizer::from_text(const std::string& text) {
-  bool seen[256] = {};
-  for (unsigned char c : text) seen[c] = true;
-  CharTokenizer t;
-  for (int c = 0; c < 256; ++c) {
-    t.stoi[c] = -1;
-    if (seen[c]) {
-      t.stoi[c] = (int)t.itos.size();
-      t.itos.push_back((unsigned char)c);
+std::vector<char32_t> utf8_decode(const std::string& s, const std::string& what, const std::string& fix) {
+  const unsigned char* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  auto bad = [&](size_t at, const char* why) {
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02x", (unsigned)p[at]);
+    const size_t line = 1 + (size_t)std::count(s.begin(), s.begin() + (std::ptrdiff_t)at, '\n');
+    throw tg::InputError(what + " is not valid UTF-8: byte " + hex + " at byte offset " + std::to_string(at) +
+                         " (line " + std::to_string(line) + ") " + why +
+                         "; expected UTF-8 text (a character is a Unicode code point); " + fix);
+  };
+  std::vector<char32_t> out;
+  out.reserve(n);
+  for (size_t i = 0; i < n;) {
+    const unsigned c = p[i];
+    if (c < 0x80) {
+      out.push_back(c);
+      ++i;
+      continue;
     }
+    // the lead byte gives the length and the range of the second byte (no overlong forms,
+    // no surrogates D800..DFFF, nothing past U+10FFFF), as the Unicode standard's table 3-7
+    int len = 0;
+    unsigned lo = 0x80, hi = 0xBF;
+    char32_t cp = 0;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      cp = c & 0x0F;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      cp = c & 0x07;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      bad(i, c < 0xC0 ? "(a continuation byte where a character begins)" : "(a byte that never occurs in UTF-8)");
+    }
+    for (int k = 1; k < len; ++k) {
+      if (i + (size_t)k >= n) bad(i, "(a character cut short by the end of the text)");
+      const unsigned b = p[i + (size_t)k];
+      if (b < (k == 1 ? lo : 0x80u) || b > (k == 1 ? hi : 0xBFu))
+        bad(i, "(an invalid or overlong sequence, a surrogate or a code point past U+10FFFF)");
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    out.push_back(cp);
+    i += (size_t)len;
   }
+  return out;
+}
+
+void utf8_append(std::string& out, char32_t c) {
+  if (c < 0x80) {
+    out += (char)c;
+  } else if (c < 0x800) {
+    out += (char)(0xC0 | (c >> 6));
+    out += (char)(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    out += (char)(0xE0 | (c >> 12));
+    out += (char)(0x80 | ((c >> 6) & 0x3F));
+    out += (char)(0x80 | (c & 0x3F));
+  } else {
+    out += (char)(0xF0 | (c >> 18));
+    out += (char)(0x80 | ((c >> 12) & 0x3F));
+    out += (char)(0x80 | ((c >> 6) & 0x3F));
+    out += (char)(0x80 | (c & 0x3F));
+  }
+}
+
+namespace {
+
+// The sorted distinct code points of cps.
+std::vector<char32_t> distinct(std::vector<char32_t> cps) {
+  std::sort(cps.begin(), cps.end());
+  cps.erase(std::unique(cps.begin(), cps.end()), cps.end());
+  return cps;
+}
+
+}  // namespace
+
+CharTokenizer CharTokenizer::from_text(const std::string& text) {
+  CharTokenizer t;
+  t.itos = distinct(utf8_decode(text));
+  return t;
+}
+
+CharTokenizer CharTokenizer::from_chars(const std::string& chars) {
+  const std::string fix = "the checkpoint is damaged or not written by train_gpt";
+  CharTokenizer t;
+  t.itos = utf8_decode(chars, "the vocabulary", fix);
+  if (t.itos.empty())
+    throw tg::InputError("the vocabulary is empty; expected at least one character; " + fix);
+  for (size_t i = 1; i < t.itos.size(); ++i)
+    if (t.itos[i] <= t.itos[i - 1])
+      throw tg::InputError("the vocabulary's characters are not strictly ascending (character " + std::to_string(i) +
+                           " is " + describe_char(t.itos[i]) + " after " + describe_char(t.itos[i - 1]) +
+                           "); expected each character once, in code point order; " + fix);
   return t;
 }
 
 int CharTokenizer::vocab_size() const { return (int)itos.size(); }
 
+int CharTokenizer::id(char32_t c) const {
+  auto it = std::lower_bound(itos.begin(), itos.end(), c);
+  return it != itos.end() && *it == c ? (int)(it - itos.begin()) : -1;
+}
+
+std::string CharTokenizer::chars() const {
+  std::string s;
+  for (char32_t c : itos) utf8_append(s, c);
+  return s;
+}
+
+std::string CharTokenizer::default_prompt() const {
+  if (id(U'\n') >= 0 || itos.empty()) return "\n";
+  std::string s;
+  utf8_append(s, itos[0]);
+  return s;
+}
+
 std::vector<int32_t> CharTokenizer::encode(const std::string& s) const {
-  std::vector<int32_t> ids(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    unsigned char c = (unsigned char)s[i];
-    int id = stoi[c];
+  const std::vector<char32_t> cps = utf8_decode(s);
+  std::vector<int32_t> ids(cps.size());
+  size_t byte = 0;
+  for (size_t i = 0; i < cps.size(); ++i) {
+    const int id = this->id(cps[i]);
     if (id < 0)
-      throw tg::InputError("character " + describe_byte(c) + " at position " + std::to_string(i) +
-                           " is not in the vocabulary; expected only the " +
-                           std::to_string(vocab_size()) +
-                           " characters of the training text; remove or replace it");
+      throw tg::InputError("character " + describe_char(cps[i]) + " at position " + std::to_string(i) +
+                           " (byte offset " + std::to_string(byte) + ") is not in the vocabulary; expected only the " +
+                           std::to_string(vocab_size()) + " characters of the training text; remove or replace it");
     ids[i] = id;
+    byte += cps[i] < 0x80 ? 1 : cps[i] < 0x800 ? 2 : cps[i] < 0x10000 ? 3 : 4;
   }
   return ids;
 }
 
 std::string CharTokenizer::decode(const int32_t* ids, size_t n) const {
-  std::string s(n, '\0');
+  std::string s;
+  s.reserve(n);
   const int32_t V = (int32_t)itos.size();
   for (size_t i = 0; i < n; ++i) {
     if (ids[i] < 0 || ids[i] >= V)
       throw tg::InputError("token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
                            " is not in the vocabulary; expected an id in [0, " + std::to_string(V) +
                            "); decode with the tokenizer of the text the model was trained on");
-    s[i] = (char)itos[ids[i]];
+    utf8_append(s, itos[ids[i]]);
   }
   return s;
 }
@@ -142,8 +252,12 @@ Dataset load_dataset(const std::string& path, int block_size) {
   Dataset d;
   d.path = path;
   d.sha256 = sha256_hex(text.data(), text.size());
-  d.tok = CharTokenizer::from_text(text);
-  std::vector<int32_t> ids = d.tok.encode(text);
+  // one decoding pass: the code points give the vocabulary and, by rank, the ids
+  const std::vector<char32_t> cps =
+      utf8_decode(text, "data file " + p, "convert it to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8) or pass another --data PATH");
+  d.tok.itos = distinct(cps);
+  std::vector<int32_t> ids(cps.size());
+  for (size_t i = 0; i < cps.size(); ++i) ids[i] = d.tok.id(cps[i]);
   const size_t n = ids.size();
   const size_t n_train = (size_t)((double)n * 0.9);  // Python's int(n * 0.9)
   const size_t need = (size_t)block_size + 1;

@@ -1,11 +1,18 @@
 // data/dataset.h: the char-level tiny Shakespeare pipeline, as nanoGPT's
 // data/shakespeare_char/prepare.py and the get_batch() of its train.py.
 //
-// Tokens. The vocabulary is the sorted set of distinct bytes of the whole text (65 for tiny
-// Shakespeare: '\n', ' ', '!', ..., 'z'); a byte's id is its rank in that set.
+// Text. The file must be UTF-8 (strictly, as Python's decoder: no overlong forms, surrogates,
+// code points past U+10FFFF, stray or missing continuation bytes); anything else is refused
+// with the byte offset of the first bad byte. No newline translation, no BOM stripping.
+//
+// Tokens. A token is a character, a Unicode code point, as a Python str has them. The
+// vocabulary is the sorted set of distinct code points of the whole text, as prepare.py's
+// sorted(list(set(data))) (65 for tiny Shakespeare: '\n', ' ', '!', ..., 'z'); a character's
+// id is its rank in that set. For an ASCII text a character is a byte, as before.
 //
 // Split. The first int(n * 0.9) tokens (floor, in double, as Python's int()) are the train
-// split, the rest the val split: 1,003,854 and 111,540 tokens for tiny Shakespeare.
+// split, the rest the val split: 1,003,854 and 111,540 tokens for tiny Shakespeare. Splitting
+// the string by characters, as prepare.py does, then encoding gives the same tokens.
 //
 // Batches. A batch is B windows of T + 1 consecutive tokens of one split; window b gives row b
 // of the inputs x = tokens[s : s+T] and of the targets y = tokens[s+1 : s+T+1]. Its start s is
@@ -24,21 +31,41 @@
 
 namespace data {
 
-// Character-level tokenizer as nanoGPT's shakespeare_char/prepare.py: the vocabulary is the
-// sorted set of distinct bytes of the text; stoi/itos map between bytes and ids.
-// Filled by from_text(); a default-constructed tokenizer holds nothing usable.
-struct CharTokenizer {
-  std::vector<unsigned char> itos;   // id -> byte, sorted ascending; size vocab_size()
-  int stoi[256];                     // byte -> id, -1 when not in the vocabulary
+// The code points of the UTF-8 text s. Throws tg::InputError naming the byte offset (and
+// line) of the first invalid sequence and its byte; what says what s is ("--prompt"), fix how
+// to mend it.
+std::vector<char32_t> utf8_decode(const std::string& s, const std::string& what = "the text",
+                                  const std::string& fix = "convert it to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8)");
+// The UTF-8 bytes of code point c (a scalar value: below 0x110000, not a surrogate).
+void utf8_append(std::string& out, char32_t c);
 
-  // The tokenizer whose vocabulary is the distinct bytes of text.
+// Character-level tokenizer as nanoGPT's shakespeare_char/prepare.py: the vocabulary is the
+// sorted set of distinct code points of the text; id() and itos map between them and ids.
+// Filled by from_text() or from_chars(); a default-constructed tokenizer has no vocabulary.
+struct CharTokenizer {
+  std::vector<char32_t> itos;  // id -> code point, strictly ascending; size vocab_size()
+
+  // The tokenizer whose vocabulary is the distinct characters of the UTF-8 text. Throws
+  // tg::InputError for invalid UTF-8 (with its byte offset).
   static CharTokenizer from_text(const std::string& text);
-  // Number of distinct bytes (ids are 0 .. vocab_size() - 1).
+  // The tokenizer whose vocabulary is chars(): the characters in id order, UTF-8 (as a
+  // checkpoint stores it). Throws tg::InputError unless they are valid UTF-8, at least one,
+  // and strictly ascending.
+  static CharTokenizer from_chars(const std::string& chars);
+  // Number of distinct characters (ids are 0 .. vocab_size() - 1).
   int vocab_size() const;
-  // ids (size s.size()) of the bytes of s. Throws tg::InputError naming the first character
-  // not in the vocabulary and its position.
+  // The id of code point c, -1 when it is not in the vocabulary.
+  int id(char32_t c) const;
+  // The vocabulary's characters in id order, as UTF-8: from_chars(chars()) is this tokenizer.
+  std::string chars() const;
+  // The prompt a sample starts from by default: a newline (nanoGPT's sample.py start), or the
+  // vocabulary's first character when the text has no newline.
+  std::string default_prompt() const;
+  // ids (one per character) of the UTF-8 text s. Throws tg::InputError for invalid UTF-8
+  // (byte offset) or naming the first character not in the vocabulary and its position.
   std::vector<int32_t> encode(const std::string& s) const;
-  // The bytes of ids[0 .. n). Throws tg::InputError for an id outside [0, vocab_size()).
+  // The UTF-8 text of ids[0 .. n) (always valid UTF-8). Throws tg::InputError for an id
+  // outside [0, vocab_size()).
   std::string decode(const int32_t* ids, size_t n) const;
 };
 
@@ -52,8 +79,9 @@ struct Dataset {
 };
 
 // Reads the text file at path, builds its tokenizer, encodes it and splits it. Throws
-// tg::InputError when the file is missing, is a directory, is unreadable, is empty, or is too
-// short: each split must hold at least block_size + 1 tokens (one window of T + 1).
+// tg::InputError when the file is missing, is a directory, is unreadable, is empty, is not
+// valid UTF-8 (naming the byte offset), or is too short: each split must hold at least
+// block_size + 1 tokens (one window of T + 1).
 Dataset load_dataset(const std::string& path, int block_size);
 
 // Training batch for a step: x, y (B, T) from B windows of tokens, window b starting at

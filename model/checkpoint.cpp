@@ -251,6 +251,12 @@ std::string model_text(const Config& c, const std::vector<ParamSpec>& table) {
   return b;
 }
 
+// The vocabulary a weights file's metadata holds ("" when it holds none).
+std::string vocab_of(const StFile& f) {
+  auto it = f.metadata.find(kVocabKey);
+  return it == f.metadata.end() ? "" : it->second;
+}
+
 // The state and the weights' bytes of a checkpoint directory, both parsed, paired by WSUM.
 struct Files {
   State state;
@@ -311,7 +317,7 @@ std::string save_checkpoint(const std::string& out_dir, const CheckpointInfo& in
   // both files straight from the arrays: no copy of them in memory
   AtomicFile weights(join(tmp_dir, kWeightsFile));
   write_safetensors([&](const void* p, size_t k) { weights.write(p, k); }, table, state.params,
-                    model_text(info.config, table));
+                    model_text(info.config, table), info.vocab);
   const uint32_t weights_crc = weights.crc();
   weights.commit();
   AtomicFile st(join(tmp_dir, kStateFile));
@@ -408,7 +414,9 @@ std::string latest_checkpoint(const std::string& out_dir, std::vector<std::strin
 
 CheckpointInfo checkpoint_info(const std::string& ckpt_dir) {
   const std::string state_path = join(ckpt_dir, kStateFile);
-  return parse_state(read_file(state_path), state_path).info;
+  CheckpointInfo info = parse_state(read_file(state_path), state_path).info;
+  info.vocab = vocab_of(read_safetensors_header(join(ckpt_dir, kWeightsFile)));
+  return info;
 }
 
 Config checkpoint_config(const std::string& ckpt_dir) { return checkpoint_info(ckpt_dir).config; }
@@ -423,6 +431,7 @@ Checkpoint load_checkpoint(const std::string& ckpt_dir, const std::vector<ParamS
       another_model(ckpt_dir, "its AdamW state holds " + std::to_string(f.state.adam_floats) + " floats per moment",
                     std::to_string(n) + " (the parameter count)");
     static_cast<CheckpointInfo&>(c) = std::move(f.state.info);
+    c.vocab = vocab_of(f.header);
   }
   // state.bin again, for its arrays only, so that one file's bytes are held at a time
   const std::string state_path = join(ckpt_dir, kStateFile);

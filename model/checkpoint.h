@@ -3,7 +3,8 @@
 // rest of the training state in a small checksummed binary file.
 //
 // Directory layout, inside out_dir:
-//   ckpt-00001000/model.safetensors   weights after 1000 steps (step numbers: 8 digits)
+//   ckpt-00001000/model.safetensors   weights after 1000 steps (step numbers: 8 digits), and
+//                                     the vocabulary in its metadata (model/safetensors.h)
 //   ckpt-00001000/state.bin           config, step, AdamW moments, seed, data, losses
 // save_checkpoint writes both files (each atomically, weights first) into ckpt-<step>.tmp/,
 // then renames that directory to ckpt-<step>/ and fsyncs out_dir: a ckpt-* directory without
@@ -58,6 +59,10 @@ struct CheckpointInfo {
   std::vector<double> losses;          // logged so far
   std::string data_sha256, data_path;  // the data file's contents and absolute path ("" in format 1)
   std::vector<std::string> unlogged;   // metrics lines not yet in metrics.jsonl
+  // The vocabulary's characters in id order, UTF-8 (data::CharTokenizer::chars()): kept in
+  // model.safetensors' metadata (train_gpt_vocab), not in state.bin. "" in a checkpoint
+  // written before train_gpt stored it: its vocabulary is that of the run's data file.
+  std::string vocab;
 };
 
 // A whole checkpoint, read back.
@@ -101,8 +106,9 @@ std::string checkpoint_damage(const std::string& ckpt_dir);
 // none (or no out_dir).
 std::string latest_checkpoint(const std::string& out_dir, std::vector<std::string>* skipped = nullptr);
 
-// The state.bin of a checkpoint without the AdamW arrays: what a resumed run builds its model
-// from before load_checkpoint. Throws InputError as load_checkpoint.
+// The state.bin of a checkpoint without the AdamW arrays, and the vocabulary from the header of
+// its model.safetensors: what a resumed run or a sample builds its model from before
+// load_checkpoint. Throws InputError as load_checkpoint.
 CheckpointInfo checkpoint_info(const std::string& ckpt_dir);
 // Its config.
 Config checkpoint_config(const std::string& ckpt_dir);

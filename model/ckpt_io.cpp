@@ -2,6 +2,7 @@
 #include "ckpt_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -112,7 +113,7 @@ void fsync_dir(const std::string& dir) {
                        "; expected a writable directory on a working disk; check the disk and --out-dir");
 }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path, size_t max_bytes, uint64_t* file_size) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     int e = errno;
@@ -123,10 +124,14 @@ std::string read_file(const std::string& path) {
     throw InputError("cannot open checkpoint file " + path + ": " + std::strerror(e) +
                      "; expected a readable file; check its permissions");
   }
+  if (file_size) {
+    struct stat st = {};
+    *file_size = ::fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
+  }
   std::string out;
   char buf[1 << 16];
-  for (;;) {
-    ssize_t r = ::read(fd, buf, sizeof buf);
+  while (out.size() < max_bytes) {
+    ssize_t r = ::read(fd, buf, std::min(sizeof buf, max_bytes - out.size()));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       int e = errno;

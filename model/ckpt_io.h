@@ -44,9 +44,9 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 // fsyncs a directory (its entries: renames, creations). Throws RuntimeError.
 void fsync_dir(const std::string& dir);
 
-// The whole content of a checkpoint file. Throws InputError (missing, unreadable) saying what
-// and how to fix.
-std::string read_file(const std::string& path);
+// The content of a checkpoint file: all of it, or its first max_bytes; its size in bytes goes
+// to file_size when given. Throws InputError (missing, unreadable) saying what and how to fix.
+std::string read_file(const std::string& path, size_t max_bytes = SIZE_MAX, uint64_t* file_size = nullptr);
 
 // A checkpoint file read back is damaged: InputError with what, what was expected, and the way
 // out (delete the checkpoint directory to resume from an older one).

@@ -85,7 +85,7 @@ const std::vector<Flag>& flags() {
       {"seed", Kind::Seed, TG_FIELD(seed), "seed of init, batches and dropout", kFixed},
       {"out-dir", Kind::Str, TG_FIELD(out_dir), "where metrics.jsonl goes (default out/<preset>)", kFree},
       {"sample-tokens", Kind::Int, TG_FIELD(sample_tokens), "characters to generate at the end (0 = none)", kFree},
-      {"prompt", Kind::Str, TG_FIELD(prompt), "text the sample starts from (default a newline)", kFree},
+      {"prompt", Kind::Str, TG_FIELD(prompt), "text the sample starts from (default a newline; the first character of the vocabulary when the text has none)", kFree},
       {"temperature", Kind::Real, TG_FIELD(temperature), "sampling temperature (> 0)", kFree},
       {"top-k", Kind::Int, TG_FIELD(top_k), "sample from the k most likely characters (0 = all)", kFree},
       {"sample", Kind::Bool, TG_FIELD(sample), "only generate text from the checkpoint --ckpt (no training)", kFree},

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "ckpt_io.h"
 #include "errors.h"
 
@@ -195,13 +197,14 @@ std::string joined(const std::vector<std::string>& v) {
 
 // ---- metrics.jsonl
 
-// The step of a metrics line ({"step": N, ...}), or -1 for a line that is not a whole one.
+// The step of a metrics line ({"step": N, ...}, read with nlohmann-json), or -1 for a line
+// that is not a whole one.
 long line_step(const std::string& line) {
-  const std::string key = "{\"step\": ";
-  if (line.rfind(key, 0) != 0 || line.back() != '}') return -1;
-  char* end = nullptr;
-  const long step = std::strtol(line.c_str() + key.size(), &end, 10);
-  return *end == ',' ? step : -1;
+  const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return -1;
+  auto it = j.find("step");
+  if (it == j.end() || !it->is_number_unsigned() || it->get<uint64_t>() > (uint64_t)INT32_MAX) return -1;
+  return (long)it->get<uint64_t>();
 }
 
 // The lines of metrics.jsonl a run resumed at step keeps (whole lines of the steps before
@@ -265,6 +268,29 @@ data::Dataset checkpoint_data(const ckpt::CheckpointInfo& info, const std::strin
     throw InputError("the data differs from the run's: " + mismatch +
                      "; expected the text the run trained on; restore it, or pass --data PATH of a copy");
   return d;
+}
+
+data::CharTokenizer checkpoint_tokenizer(const std::string& dir, const ckpt::CheckpointInfo& info,
+                                         const std::string& data_flag, std::ostream& warn) {
+  if (info.vocab.empty()) {
+    try {
+      return checkpoint_data(info, data_flag, warn).tok;
+    } catch (const InputError& e) {
+      throw InputError("checkpoint " + dir + " holds no vocabulary (it was written by an older train_gpt), so "
+                       "sampling needs the run's text: " + e.what());
+    }
+  }
+  data::CharTokenizer tok;
+  try {
+    tok = data::CharTokenizer::from_chars(info.vocab);
+  } catch (const InputError& e) {
+    throw InputError("checkpoint " + dir + ": " + e.what());
+  }
+  if (!data_flag.empty() && checkpoint_data(info, data_flag, warn).tok.itos != tok.itos)
+    throw InputError("--data " + data_flag + " has another vocabulary than checkpoint " + dir +
+                     "; expected the text the run trained on; pass that, or drop --data (the checkpoint holds its "
+                     "vocabulary)");
+  return tok;
 }
 
 RunDir::RunDir(const std::string& dir) : dir_(dir) {}
@@ -417,6 +443,7 @@ void RunDir::begin(const RunStart& start) {
   }
   data_sha256_ = start.data.sha256;
   data_path_ = fs::absolute(start.data.path).lexically_normal().string();
+  vocab_ = start.data.tok.chars();
   ckpt::write_file_atomic(join(dir_, kRunFile), run_file_text(start.config, data_path_, data_sha256_));
   const std::string path = join(dir_, kMetricsFile);
   if (start.resumed) ckpt::write_file_atomic(path, metrics_resumed_at(path, start.progress.step, start.unlogged));
@@ -465,6 +492,7 @@ std::string RunDir::save(const Backend& be, const Config& c, const std::vector<P
   info.seed = c.seed;
   info.data_sha256 = data_sha256_;
   info.data_path = data_path_;
+  info.vocab = vocab_;
   info.unlogged = unlogged;
   const Backend::HostState h = be.host_state();
   if (h.params) return ckpt::save_checkpoint(dir_, info, ckpt::StateView{h.params, h.m, h.v}, table);

@@ -25,7 +25,8 @@
 //                 printed. The data is found by the absolute path the run recorded, or at
 //                 --data, and must have the sha256 the run recorded.
 // A second process on a directory in use, new or --resume, is refused naming the holder's
-// pid. Sampling (--sample) only reads and takes no lock.
+// pid. Sampling (--sample) only reads and takes no lock; it needs no data file, as a checkpoint
+// holds its vocabulary (checkpoint_tokenizer).
 //
 // While a run runs, every write is checked: a metrics line that cannot be written stops the
 // run (model/train.h) and never passes silently; a checkpoint is streamed from the backend's
@@ -95,6 +96,7 @@ class RunDir {
   std::string dir_;
   int lock_fd_ = -1, metrics_fd_ = -1;
   std::string data_sha256_, data_path_;  // of the run begun
+  std::string vocab_;                    // its vocabulary (CharTokenizer::chars()), kept in checkpoints
 };
 
 // The checkpoint to read in dir: dir itself when it is a checkpoint directory (holds
@@ -108,5 +110,13 @@ std::string pick_checkpoint(const std::string& dir, std::ostream& warn);
 // config's path, unchecked, said on warn). Throws InputError when it is missing or its
 // contents differ.
 data::Dataset checkpoint_data(const ckpt::CheckpointInfo& info, const std::string& data_flag, std::ostream& warn);
+
+// The tokenizer a checkpoint samples with: the vocabulary it holds (no data file needed), or,
+// in a checkpoint written before train_gpt stored it, that of the run's text (checkpoint_data:
+// at data_flag when given, else at the recorded path). A data_flag is never ignored: with a
+// stored vocabulary the text there must still be the run's (its sha256) and have that
+// vocabulary. dir names the checkpoint in messages. Throws InputError.
+data::CharTokenizer checkpoint_tokenizer(const std::string& dir, const ckpt::CheckpointInfo& info,
+                                         const std::string& data_flag, std::ostream& warn);
 
 }  // namespace tg

@@ -1,9 +1,14 @@
-// model/safetensors.cpp: the safetensors format and its JSON header (see model/safetensors.h).
+// model/safetensors.cpp: the safetensors format and its JSON header, written and read with
+// nlohmann-json (see model/safetensors.h).
 #include "safetensors.h"
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "ckpt_io.h"
@@ -27,196 +32,61 @@ std::vector<uint64_t> to_u64(const std::vector<int>& shape) {
   return std::vector<uint64_t>(shape.begin(), shape.end());
 }
 
-// ---- JSON, as much as a safetensors header needs: objects, arrays, strings and
-// non-negative integers.
+// Limits on untrusted headers: bytes, nesting (the format needs 3 levels), top-level entries
+// (a model of kMaxLayer layers has under 2,000 tensors).
+constexpr uint64_t kMaxHeaderBytes = 100u << 20;
+constexpr int kMaxDepth = 16;
+constexpr size_t kMaxEntries = 1u << 16;
 
-struct JVal {
-  enum Type { Obj, Arr, Str, Num } type = Num;
-  std::string str;
-  uint64_t num = 0;
-  std::vector<JVal> arr;
-  std::vector<std::pair<std::string, JVal>> obj;
-};
+// ---- the header's JSON, read with nlohmann-json under the limits of untrusted input
+
+using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
 
 struct JsonError {
   std::string msg;
 };
 
-class JsonParser {
- public:
-  explicit JsonParser(const std::string& s) : s_(s) {}
-
-  JVal parse() {
-    JVal v = value(0);
-    ws();
-    if (i_ != s_.size()) fail("trailing characters");
-    return v;
-  }
-
- private:
-  [[noreturn]] void fail(const std::string& what) {
-    throw JsonError{what + " at byte " + std::to_string(i_) + " of the header"};
-  }
-  void ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\n' || s_[i_] == '\r')) ++i_;
-  }
-  char peek() {
-    ws();
-    if (i_ >= s_.size()) fail("unexpected end");
-    return s_[i_];
-  }
-  void expect(char c) {
-    if (peek() != c) fail(std::string("'") + c + "' wanted, found '" + printable(std::string(1, s_[i_])) + "'");
-    ++i_;
-  }
-
-  JVal value(int depth) {
-    if (depth > 16) fail("nesting too deep");
-    char c = peek();
-    JVal v;
-    if (c == '{') {
-      v.type = JVal::Obj;
-      ++i_;
-      if (peek() == '}') { ++i_; return v; }
-      for (;;) {
-        if (peek() != '"') fail("object key wanted");
-        std::string key = string();
-        for (const auto& kv : v.obj)
-          if (kv.first == key) fail("duplicate key \"" + printable(key) + "\"");
-        expect(':');
-        v.obj.emplace_back(key, value(depth + 1));
-        if (peek() == ',') { ++i_; continue; }
-        expect('}');
-        return v;
+// The header text parsed, or JsonError: bad JSON (with its byte offset), a key twice in one
+// object, nesting deeper than kMaxDepth, more than kMaxEntries entries. The limits are checked
+// as the parser goes (its callback), so a hostile header is refused before it is built.
+json parse_header_json(const std::string& text) {
+  std::vector<std::set<std::string>> keys;  // of each object still open, innermost last
+  size_t entries = 0;
+  const json::parser_callback_t limits = [&](int depth, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+      case json::parse_event_t::array_start:
+        if (depth >= kMaxDepth) throw JsonError{"nesting deeper than " + std::to_string(kMaxDepth) + " levels"};
+        if (event == json::parse_event_t::object_start) keys.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        if (!keys.empty()) keys.pop_back();
+        break;
+      case json::parse_event_t::key: {
+        const std::string& k = parsed.get_ref<const std::string&>();
+        if (keys.empty() || !keys.back().insert(k).second) throw JsonError{"duplicate key \"" + printable(k) + "\""};
+        if (depth == 1 && ++entries > kMaxEntries)
+          throw JsonError{"more than " + std::to_string(kMaxEntries) + " entries"};
+        break;
       }
+      default:
+        break;
     }
-    if (c == '[') {
-      v.type = JVal::Arr;
-      ++i_;
-      if (peek() == ']') { ++i_; return v; }
-      for (;;) {
-        v.arr.push_back(value(depth + 1));
-        if (peek() == ',') { ++i_; continue; }
-        expect(']');
-        return v;
-      }
-    }
-    if (c == '"') {
-      v.type = JVal::Str;
-      v.str = string();
-      return v;
-    }
-    if (c >= '0' && c <= '9') {
-      v.type = JVal::Num;
-      v.num = number();
-      return v;
-    }
-    fail("unexpected '" + printable(std::string(1, c)) + "' (only objects, arrays, strings and integers belong here)");
+    return true;
+  };
+  try {
+    return json::parse(text, limits);
+  } catch (const json::parse_error& e) {
+    // e.what(): "[json.exception.parse_error.101] parse error at line 1, column 2: <why>"
+    std::string why = e.what();
+    const size_t colon = why.find(": ");
+    why = colon == std::string::npos ? why : why.substr(colon + 2);
+    throw JsonError{"invalid JSON at byte " + std::to_string(e.byte ? e.byte - 1 : 0) + " of the header (" +
+                    printable(why, 160) + ")"};
+  } catch (const json::exception& e) {
+    throw JsonError{"invalid JSON (" + printable(e.what(), 160) + ")"};
   }
-
-  uint64_t number() {
-    size_t start = i_;
-    uint64_t x = 0;
-    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
-      uint64_t d = (uint64_t)(s_[i_] - '0');
-      if (x > (UINT64_MAX - d) / 10) fail("integer too large");
-      x = x * 10 + d;
-      ++i_;
-    }
-    if (i_ - start > 1 && s_[start] == '0') fail("integer with a leading zero");
-    if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E')) fail("non-integer number");
-    return x;
-  }
-
-  unsigned hex4() {
-    if (s_.size() - i_ < 4) fail("short \\u escape");
-    unsigned x = 0;
-    for (int k = 0; k < 4; ++k) {
-      char h = s_[i_++];
-      x <<= 4;
-      if (h >= '0' && h <= '9') x |= (unsigned)(h - '0');
-      else if (h >= 'a' && h <= 'f') x |= (unsigned)(h - 'a' + 10);
-      else if (h >= 'A' && h <= 'F') x |= (unsigned)(h - 'A' + 10);
-      else fail("bad \\u escape");
-    }
-    return x;
-  }
-
-  static void utf8(std::string& out, unsigned cp) {
-    if (cp < 0x80) {
-      out += (char)cp;
-    } else if (cp < 0x800) {
-      out += (char)(0xC0 | (cp >> 6));
-      out += (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += (char)(0xE0 | (cp >> 12));
-      out += (char)(0x80 | ((cp >> 6) & 0x3F));
-      out += (char)(0x80 | (cp & 0x3F));
-    } else {
-      out += (char)(0xF0 | (cp >> 18));
-      out += (char)(0x80 | ((cp >> 12) & 0x3F));
-      out += (char)(0x80 | ((cp >> 6) & 0x3F));
-      out += (char)(0x80 | (cp & 0x3F));
-    }
-  }
-
-  std::string string() {
-    expect('"');
-    std::string out;
-    for (;;) {
-      if (i_ >= s_.size()) fail("unterminated string");
-      unsigned char c = (unsigned char)s_[i_++];
-      if (c == '"') return out;
-      if (c < 0x20) fail("control character in a string");
-      if (c != '\\') { out += (char)c; continue; }
-      if (i_ >= s_.size()) fail("unterminated string");
-      char e = s_[i_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          unsigned cp = hex4();
-          if (cp >= 0xDC00 && cp < 0xE000) fail("lone low surrogate");
-          if (cp >= 0xD800 && cp < 0xDC00) {
-            if (s_.size() - i_ < 2 || s_[i_] != '\\' || s_[i_ + 1] != 'u') fail("lone high surrogate");
-            i_ += 2;
-            unsigned lo = hex4();
-            if (lo < 0xDC00 || lo >= 0xE000) fail("bad surrogate pair");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          utf8(out, cp);
-          break;
-        }
-        default: fail("bad escape");
-      }
-    }
-  }
-
-  const std::string& s_;
-  size_t i_ = 0;
-};
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += (char)c;
-    } else if (c < 0x20 || c >= 0x7f) {  // escaped, so the header stays ASCII (valid UTF-8)
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      out += b;
-    } else {
-      out += (char)c;
-    }
-  }
-  return out + "\"";
 }
 
 const std::string kBadHeader = "a safetensors header as train_gpt writes it ({\"name\": {\"dtype\", \"shape\", \"data_offsets\"}, ...})";
@@ -227,72 +97,78 @@ const ParamSpec* find_wte(const std::vector<ParamSpec>& table) {
   return nullptr;
 }
 
-}  // namespace
-
-// Reads the header of a safetensors file in bytes and checks that every tensor's data lies
-// inside the file (F32 tensors: exactly numel * 4 bytes).
-StFile parse_safetensors(const std::string& bytes, const std::string& path) {
-  if (bytes.size() < 8)
-    damaged(path, "is truncated to " + std::to_string(bytes.size()) + " bytes",
+// Parses the header held in bytes (the first 8 + N bytes of a file of file_size bytes, or
+// all of it) and checks that every tensor's data lies inside the file (F32 tensors: exactly
+// numel * 4 bytes).
+StFile parse_header(const std::string& bytes, uint64_t file_size, const std::string& path) {
+  if (file_size < 8 || bytes.size() < 8)
+    damaged(path, "is truncated to " + std::to_string(file_size) + " bytes",
             "a safetensors file (an 8-byte header length, the header, the data)");
   uint64_t n;
   std::memcpy(&n, bytes.data(), 8);
-  if (n > bytes.size() - 8) {
-    if (n > (100u << 20))
+  if (n > file_size - 8) {
+    if (n > kMaxHeaderBytes)
       damaged(path, "starts with an implausible header length " + std::to_string(n),
               "a safetensors file with a header below 100 MB");
     damaged(path, "is truncated: its header is " + std::to_string(n) + " bytes but only " +
-                      std::to_string(bytes.size() - 8) + " follow",
+                      std::to_string(file_size - 8) + " follow",
             "a complete safetensors file");
   }
+  if (n > kMaxHeaderBytes)
+    damaged(path, "has a header of " + std::to_string(n) + " bytes", "a safetensors file with a header below 100 MB");
+  if (n > bytes.size() - 8)
+    damaged(path, "is truncated: its header is " + std::to_string(n) + " bytes but only " +
+                      std::to_string(bytes.size() - 8) + " could be read",
+            "a complete safetensors file");
   StFile f;
   f.data_start = 8 + (size_t)n;
-  const uint64_t data_size = bytes.size() - f.data_start;
-  JVal root;
+  const uint64_t data_size = file_size - f.data_start;
+  json root;
   try {
-    root = JsonParser(bytes.substr(8, (size_t)n)).parse();
+    root = parse_header_json(bytes.substr(8, (size_t)n));
   } catch (const JsonError& e) {
     damaged(path, "has a bad header: " + e.msg, kBadHeader);
   }
-  if (root.type != JVal::Obj) damaged(path, "has a header that is not a JSON object", kBadHeader);
-  for (const auto& kv : root.obj) {
-    const std::string& name = kv.first;
-    const JVal& v = kv.second;
+  if (!root.is_object()) damaged(path, "has a header that is not a JSON object", kBadHeader);
+  for (const auto& kv : root.items()) {
+    const std::string& name = kv.key();
+    const json& v = kv.value();
     auto bad = [&](const std::string& what) { damaged(path, "has a bad header entry \"" + printable(name) + "\": " + what, kBadHeader); };
-    if (v.type != JVal::Obj) bad("not an object");
+    if (!v.is_object()) bad("not an object");
     if (name == "__metadata__") {
-      for (const auto& m : v.obj) {
-        if (m.second.type != JVal::Str) bad("metadata value \"" + printable(m.first) + "\" is not a string");
-        f.metadata[m.first] = m.second.str;
+      for (const auto& m : v.items()) {
+        if (!m.value().is_string()) bad("metadata value \"" + printable(m.key()) + "\" is not a string");
+        f.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
     StTensor t;
     t.name = name;
     bool has_dtype = false, has_shape = false, has_offsets = false;
-    for (const auto& field : v.obj) {
-      const JVal& x = field.second;
-      if (field.first == "dtype") {
-        if (x.type != JVal::Str) bad("dtype is not a string");
-        t.dtype = x.str;
+    for (const auto& field : v.items()) {
+      const json& x = field.value();
+      if (field.key() == "dtype") {
+        if (!x.is_string()) bad("dtype is not a string");
+        t.dtype = x.get<std::string>();
         has_dtype = true;
-      } else if (field.first == "shape") {
-        if (x.type != JVal::Arr) bad("shape is not an array");
-        for (const JVal& d : x.arr) {
-          if (d.type != JVal::Num) bad("shape holds a non-integer");
-          if (d.num != 0 && t.numel > UINT64_MAX / d.num) bad("shape too large");
-          t.shape.push_back(d.num);
-          t.numel *= d.num;
+      } else if (field.key() == "shape") {
+        if (!x.is_array()) bad("shape is not an array");
+        for (const json& d : x) {
+          if (!d.is_number_unsigned()) bad("shape holds something other than a non-negative integer");
+          const uint64_t dim = d.get<uint64_t>();
+          if (dim != 0 && t.numel > UINT64_MAX / dim) bad("shape too large");
+          t.shape.push_back(dim);
+          t.numel *= dim;
         }
         has_shape = true;
-      } else if (field.first == "data_offsets") {
-        if (x.type != JVal::Arr || x.arr.size() != 2 || x.arr[0].type != JVal::Num || x.arr[1].type != JVal::Num)
+      } else if (field.key() == "data_offsets") {
+        if (!x.is_array() || x.size() != 2 || !x[0].is_number_unsigned() || !x[1].is_number_unsigned())
           bad("data_offsets is not [begin, end]");
-        t.begin = x.arr[0].num;
-        t.end = x.arr[1].num;
+        t.begin = x[0].get<uint64_t>();
+        t.end = x[1].get<uint64_t>();
         has_offsets = true;
       } else {
-        bad("unknown field \"" + printable(field.first) + "\"");
+        bad("unknown field \"" + printable(field.key()) + "\"");
       }
     }
     if (!has_dtype || !has_shape || !has_offsets) bad("dtype, shape or data_offsets missing");
@@ -307,6 +183,22 @@ StFile parse_safetensors(const std::string& bytes, const std::string& path) {
     f.tensors.push_back(std::move(t));
   }
   return f;
+}
+
+}  // namespace
+
+StFile parse_safetensors(const std::string& bytes, const std::string& path) {
+  return parse_header(bytes, bytes.size(), path);
+}
+
+StFile read_safetensors_header(const std::string& path) {
+  uint64_t size = 0;
+  const std::string head = read_file(path, 8, &size);
+  if (head.size() < 8) return parse_header(head, head.size(), path);  // truncated
+  uint64_t n;
+  std::memcpy(&n, head.data(), 8);
+  const std::string bytes = read_file(path, 8 + (size_t)std::min(n, kMaxHeaderBytes), &size);
+  return parse_header(bytes, size, path);
 }
 
 // The expected tensors of a parsed file, laid out by expected; another model's file throws.
@@ -348,30 +240,37 @@ uint64_t model_numel(const StFile& f) {
 }
 
 void write_safetensors(const std::function<void(const void*, size_t)>& out, const std::vector<ParamSpec>& table,
-                       const float* params, const std::string& config_text) {
-  std::string h = "{\"__metadata__\":{\"format\":\"pt\",\"train_gpt_config\":" + json_string(config_text) + "}";
+                       const float* params, const std::string& config_text, const std::string& vocab) {
+  ordered_json h = ordered_json::object();
+  h["__metadata__"]["format"] = "pt";
+  h["__metadata__"]["train_gpt_config"] = config_text;
+  if (!vocab.empty()) h["__metadata__"][kVocabKey] = vocab;
   uint64_t off = 0;
   auto entry = [&](const std::string& name, const std::vector<int>& shape, size_t numel) {
-    h += "," + json_string(name) + ":{\"dtype\":\"F32\",\"shape\":" + shape_text(to_u64(shape)) +
-         ",\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + numel * 4) + "]}";
+    ordered_json& e = h[name];
+    e["dtype"] = "F32";
+    e["shape"] = to_u64(shape);
+    e["data_offsets"] = {off, off + numel * 4};
     off += numel * 4;
   };
   const ParamSpec* wte = find_wte(table);
   for (const ParamSpec& p : table) entry(p.name, p.shape, p.numel);
   if (wte) entry("lm_head.weight", wte->shape, wte->numel);
-  h += "}";
-  while (h.size() % 8) h += ' ';
-  const uint64_t n = h.size();
+  // compact, ASCII only (other characters as \u escapes), bytes that are not UTF-8 as U+FFFD
+  std::string text = h.dump(-1, ' ', true, ordered_json::error_handler_t::replace);
+  while (text.size() % 8) text += ' ';
+  const uint64_t n = text.size();
   out(&n, 8);
-  out(h.data(), h.size());
+  out(text.data(), text.size());
   for (const ParamSpec& p : table) out(params + p.offset, p.numel * 4);
   if (wte) out(params + wte->offset, wte->numel * 4);
 }
 
-std::string safetensors_bytes(const std::vector<ParamSpec>& table, const float* params, const std::string& config_text) {
+std::string safetensors_bytes(const std::vector<ParamSpec>& table, const float* params, const std::string& config_text,
+                              const std::string& vocab) {
   std::string bytes;
   write_safetensors([&](const void* p, size_t n) { bytes.append(static_cast<const char*>(p), n); }, table, params,
-                    config_text);
+                    config_text, vocab);
   return bytes;
 }
 

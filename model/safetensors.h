@@ -1,19 +1,31 @@
 // model/safetensors.h: the weights file of a checkpoint in the safetensors format
-// (https://github.com/huggingface/safetensors), loadable by nanoGPT / PyTorch as is, with
-// the small JSON parser its header needs.
+// (https://github.com/huggingface/safetensors), loadable by nanoGPT / PyTorch as is; its JSON
+// header is written and read with nlohmann-json.
 //
 //   u64 N (little endian) | N bytes of JSON header, padded with spaces to a multiple of 8 |
 //   raw little-endian F32 data.
-//   header: {"__metadata__":{"format":"pt","train_gpt_config":"n_layer=4 n_head=4 ..."},
+//   header: {"__metadata__":{"format":"pt","train_gpt_config":"n_layer=4 n_head=4 ...",
+//                            "train_gpt_vocab":"\n !$&',-.3:;?ABC...xyz"},
 //            "transformer.wte.weight":{"dtype":"F32","shape":[65,128],"data_offsets":[0,33280]},
 //            ... one entry per param_table tensor, in param_table order, nanoGPT's names ...,
 //            "lm_head.weight":{...}}   a copy of transformer.wte.weight (nanoGPT's state_dict
 //   holds the tied head under both names and load_state_dict(strict=True) wants both).
 //   data_offsets are [begin, end) in bytes from the start of the data; tensors are contiguous.
+//   The header is compact JSON in ASCII: other characters are written as \u escapes.
+//
+// The vocabulary (train_gpt_vocab): the characters of the character-level vocabulary
+// (data/dataset.h) in id order, i.e. ascending code points, as one JSON string: character i
+// of the string (a Unicode code point, as Python's str indexes it) is token id i, so
+// list(metadata["train_gpt_vocab"]) is nanoGPT's itos. Each code point appears once and the
+// string's length is the vocabulary size (the rows of transformer.wte.weight). Sampling builds
+// its tokenizer from it, so a checkpoint needs no data file. Files written before it existed
+// have no such key (their vocabulary is that of the run's data file).
 //
 // The reader takes any JSON style (spacing, key order, escapes) and any tensor order, and
 // throws InputError, one line saying what and what was expected, for a truncated file, bad
-// header JSON, data outside the file, or another model's tensors.
+// header JSON, data outside the file, or another model's tensors. Untrusted headers are
+// bounded: at most 100 MB, nesting at most 16 levels deep, at most 65,536 entries, no key
+// twice in an object.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -27,14 +39,18 @@
 namespace tg {
 namespace ckpt {
 
+// The metadata key of the vocabulary.
+constexpr const char* kVocabKey = "train_gpt_vocab";
+
 // Writes the safetensors file of params (param_count(table) floats laid out by table) as
 // consecutive pieces through out, the tensors straight from params (no copy);
-// config_text goes to __metadata__.train_gpt_config (a short description).
+// config_text goes to __metadata__.train_gpt_config (a short description), vocab (UTF-8, the
+// characters in id order) to __metadata__.train_gpt_vocab unless it is empty.
 void write_safetensors(const std::function<void(const void* data, size_t n)>& out, const std::vector<ParamSpec>& table,
-                       const float* params, const std::string& config_text);
+                       const float* params, const std::string& config_text, const std::string& vocab = "");
 // The same file as bytes.
 std::string safetensors_bytes(const std::vector<ParamSpec>& table, const float* params,
-                              const std::string& config_text);
+                              const std::string& config_text, const std::string& vocab = "");
 
 // One tensor of a parsed header.
 struct StTensor {
@@ -54,6 +70,8 @@ struct StFile {
 
 // Parses the header of the safetensors file held in bytes (path names it in messages).
 StFile parse_safetensors(const std::string& bytes, const std::string& path);
+// Parses the header of the safetensors file at path, reading only the header's bytes.
+StFile read_safetensors_header(const std::string& path);
 
 // The expected tensors of a parsed file, laid out by expected (a buffer of
 // max(offset + numel) floats). Every expected name must be there with dtype F32 and the

@@ -14,6 +14,8 @@
 #include <set>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "../kernels/philox.h"
 #include "errors.h"
 #include "schedule.h"
@@ -41,8 +43,20 @@ std::string hms(double seconds) {
   return buf;
 }
 
-// A number for metrics.jsonl: JSON has no NaN or Inf, so those are written as null.
-std::string jnum(const char* f, double x) { return std::isfinite(x) ? fmt(f, x) : "null"; }
+// A number for metrics.jsonl, rounded as printf's format f rounds it. JSON has no NaN or Inf:
+// those stay non-finite, and nlohmann-json writes them as null.
+double jnum(const char* f, double x) { return std::isfinite(x) ? std::strtod(fmt(f, x).c_str(), nullptr) : x; }
+
+// A metrics.jsonl line: the fields in order, keys and values written by nlohmann-json, spaced
+// as Python's json.dumps spaces them: {"step": 3, "train_loss": 4.17433, "lr": 0.0006, ...}.
+std::string metrics_line(const nlohmann::ordered_json& fields) {
+  std::string s = "{";
+  for (const auto& kv : fields.items()) {
+    if (s.size() > 1) s += ", ";
+    s += nlohmann::json(kv.key()).dump() + ": " + kv.value().dump();
+  }
+  return s + "}";
+}
 
 // Steps whose loss is replaced by NaN, from the environment variable TG_INJECT_NAN ("3,4,7"):
 // the hook tests use to exercise the NaN guard.
@@ -206,9 +220,14 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
       if (last) {
         s.final_train_loss = train_est;
         s.final_val_loss = val;
-        write_metrics("{\"step\": " + std::to_string(step) + ", \"train_loss\": null, \"val_loss\": " +
-                      jnum("%.6f", val) + ", \"eval_train_loss\": " + jnum("%.6f", train_est) +
-                      ", \"lr\": " + fmt("%.6e", lr) + ", \"ms\": null, \"tokens_per_s\": null, \"final\": true}");
+        write_metrics(metrics_line({{"step", step},
+                                    {"train_loss", nullptr},
+                                    {"val_loss", jnum("%.6f", val)},
+                                    {"eval_train_loss", jnum("%.6f", train_est)},
+                                    {"lr", jnum("%.6e", lr)},
+                                    {"ms", nullptr},
+                                    {"tokens_per_s", nullptr},
+                                    {"final", true}}));
         stop_if_metrics_lost(p, save(p, nullptr));
         break;
       }
@@ -226,7 +245,7 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
         if (progress) log << "\r\033[K";
         log << "step " << step << ": loss " << loss << ", gradient norm " << norm << ": not finite, update skipped ("
             << p.bad_steps << " in a row)" << std::endl;
-        write_metrics("{\"step\": " + std::to_string(step) + ", \"train_loss\": null, \"skipped\": true}");
+        write_metrics(metrics_line({{"step", step}, {"train_loss", nullptr}, {"skipped", true}}));
         stop_if_metrics_lost(p, "");
         if (p.bad_steps >= kMaxBadSteps) {
           // the weights are those of the last good step: saved with the count reset, so that a
@@ -258,12 +277,17 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
             << " | norm " << fmt("%.4f", norm) << " | " << fmt("%.1f", ms) << " ms | " << fmt("%.0f", tps) << " tok/s";
         if (peak > 0) log << " | mfu " << fmt("%.1f", 100.0 * flops_per_token * tps / peak) << "%";
         log << " | ETA " << hms(time_left_s(step + 1)) << std::endl;
-        std::string line = "{\"step\": " + std::to_string(step) + ", \"train_loss\": " + jnum("%.6f", loss);
-        if (eval) line += ", \"val_loss\": " + jnum("%.6f", val) + ", \"eval_train_loss\": " + jnum("%.6f", train_est);
-        line += ", \"lr\": " + fmt("%.6e", lr) + ", \"grad_norm\": " + fmt("%.6f", norm) + ", \"ms\": " + fmt("%.3f", ms) +
-                ", \"tokens_per_s\": " + fmt("%.1f", tps);
-        if (peak > 0) line += ", \"mfu\": " + fmt("%.4f", flops_per_token * tps / peak);
-        write_metrics(line + "}");
+        nlohmann::ordered_json line = {{"step", step}, {"train_loss", jnum("%.6f", loss)}};
+        if (eval) {
+          line["val_loss"] = jnum("%.6f", val);
+          line["eval_train_loss"] = jnum("%.6f", train_est);
+        }
+        line["lr"] = jnum("%.6e", lr);
+        line["grad_norm"] = jnum("%.6f", norm);
+        line["ms"] = jnum("%.3f", ms);
+        line["tokens_per_s"] = jnum("%.1f", tps);
+        if (peak > 0) line["mfu"] = jnum("%.4f", flops_per_token * tps / peak);
+        write_metrics(metrics_line(line));
       } else if (progress) {  // on a terminal, between logged steps: where the run is, in place
         log << "step " << step << "/" << c.max_iters << " | loss " << fmt("%.4f", loss) << " | "
             << fmt("%.1f", ms) << " ms/step | ETA " << hms(time_left_s(step + 1)) << std::flush;

@@ -51,9 +51,9 @@ double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int 
 
 // Trains from step start.step to c.max_iters: a batch per step (data::train_batch), forward +
 // backward, clip, AdamW with lr_at(step); evaluates at every eval_interval and at the end;
-// logs every log_interval steps to log and, as one JSON object per logged step, to
-// hooks.metrics. Checkpoints (hooks.checkpoint) before every c.ckpt_interval-th step and at
-// the end. A step whose loss or gradient norm is not finite applies no update (logged, and
+// logs every log_interval steps to log and, as one JSON object per logged step (written with
+// nlohmann-json), to hooks.metrics. Checkpoints (hooks.checkpoint) before every
+// c.ckpt_interval-th step and at the end. A step whose loss or gradient norm is not finite applies no update (logged, and
 // written to metrics as {"step": N, "train_loss": null, "skipped": true}); tests inject NaN
 // losses with TG_INJECT_NAN="step,step,...".
 // On a terminal each logged step is one line ending with the time left; between logged steps

@@ -107,6 +107,8 @@ ckpt::Checkpoint random_checkpoint(const Config& c, const std::vector<ParamSpec>
   k.data_sha256 = std::string(64, 'a');
   k.data_path = "/data/input \n.txt";
   k.unlogged = {"{\"step\": " + std::to_string(step - 1) + ", \"train_loss\": null}", "{}"};
+  // 11 characters (the model's vocab_size), ascending: "\n !axz" é α 日 本 😀
+  k.vocab = "\n !axz\xc3\xa9\xce\xb1\xe6\x97\xa5\xe6\x9c\xac\xf0\x9f\x98\x80";
   return k;
 }
 
@@ -336,6 +338,75 @@ TEST_CASE("checkpoint: the safetensors header is JSON in the safetensors format;
   CHECK(got == std::vector<float>({5, 6, 7, 8, 3, 4, 1, 2}));
 }
 
+TEST_CASE("checkpoint: the safetensors reader bounds untrusted headers; the vocabulary is metadata, escaped to ASCII") {
+  Config c = small_config();
+  std::vector<ParamSpec> table = param_table(model_of(c));
+  std::vector<float> params = testutil::random_vec<float>(param_count(table));
+  const std::string vocab = "\n !axz\xc3\xa9\xce\xb1\xe6\x97\xa5\xe6\x9c\xac\xf0\x9f\x98\x80";
+  const std::string bytes = ckpt::safetensors_bytes(table, params.data(), "n_layer=2", vocab);
+  uint64_t hn;
+  std::memcpy(&hn, bytes.data(), 8);
+  const std::string header = bytes.substr(8, hn);
+  // ASCII: é, α, 日, 本 as \u escapes, 😀 as a surrogate pair, the newline as \n
+  CHECK(std::all_of(header.begin(), header.end(), [](char ch) { return ch >= 0x20 && ch < 0x7f; }));
+  CHECK(header.find("\"train_gpt_vocab\":\"\\n !axz\\u00e9\\u03b1\\u65e5\\u672c\\ud83d\\ude00\"") != std::string::npos);
+  const ckpt::StFile f = ckpt::parse_safetensors(bytes, "m");
+  CHECK(f.metadata.at(ckpt::kVocabKey) == vocab);
+  CHECK(f.metadata.at("train_gpt_config") == "n_layer=2");
+  CHECK(ckpt::parse_safetensors(ckpt::safetensors_bytes(table, params.data(), "x"), "m").metadata.count(ckpt::kVocabKey) == 0);
+
+  // a header alone (no tensors, no data): its file
+  auto file = [](const std::string& h) {
+    std::string b(8, '\0');
+    const uint64_t n = h.size();
+    std::memcpy(&b[0], &n, 8);
+    return b + h;
+  };
+  std::string deep = "{\"__metadata__\":{\"x\":";
+  for (int i = 0; i < 20; ++i) deep += "[";
+  for (int i = 0; i < 20; ++i) deep += "]";
+  deep += "}}";
+  std::string many = "{";
+  for (int i = 0; i <= 65536; ++i) many += (i ? ",\"t" : "\"t") + std::to_string(i) + "\":{}";
+  many += "}";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {deep, "nesting deeper than 16 levels"},
+      {std::string(1 << 20, '['), "nesting deeper than 16 levels"},  // a megabyte of '[': refused early
+      {"{\"a\":{},\"a\":{}}", "duplicate key \"a\""},
+      {"{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", "duplicate key \"k\""},
+      {many, "more than 65536 entries"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", "non-negative integer"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", "non-negative integer"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,-4]}}", "data_offsets is not [begin, end]"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],\"data_offsets\":[0,4]}}", "non-negative integer"},
+      {"{\"__metadata__\":{\"k\":1}}", "is not a string"},
+      {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]} x", "invalid JSON at byte"},
+      {"{\"a\":\"\xff\"}", "invalid JSON at byte"},  // not UTF-8
+      {"[1,2]", "not a JSON object"},
+      {"", "invalid JSON at byte"},
+  };
+  for (const auto& [h, says] : bad) {
+    INFO(printable(h));
+    const std::string msg = input_error([&] { ckpt::parse_safetensors(file(h), "crafted.safetensors"); });
+    INFO(msg);
+    check_one_line_expected(msg);
+    CHECK(msg.find(says) != std::string::npos);
+  }
+  // nested 16 levels deep is parsed (then refused as no tensor entry): the limit is 16
+  std::string sixteen = "{\"__metadata__\":{\"x\":";
+  for (int i = 0; i < 14; ++i) sixteen += "[";
+  for (int i = 0; i < 14; ++i) sixteen += "]";
+  sixteen += "}}";
+  const std::string msg = input_error([&] { ckpt::parse_safetensors(file(sixteen), "m"); });
+  CHECK(msg.find("nesting") == std::string::npos);
+  CHECK(msg.find("is not a string") != std::string::npos);
+  // a header past 100 MB is refused by its length, before it is read
+  std::string huge(8, '\0');
+  const uint64_t n = (100u << 20) + 8;
+  std::memcpy(&huge[0], &n, 8);
+  CHECK(input_error([&] { ckpt::parse_safetensors(huge, "m"); }).find("implausible header length") != std::string::npos);
+}
+
 TEST_CASE("checkpoint: save -> load -> save gives byte-identical files") {
   TempDir tmp;
   Config c = small_config();
@@ -363,6 +434,8 @@ TEST_CASE("checkpoint: save -> load -> save gives byte-identical files") {
   CHECK(b.data_sha256 == a.data_sha256);
   CHECK(b.data_path == a.data_path);
   CHECK(b.unlogged == a.unlogged);
+  CHECK(b.vocab == a.vocab);
+  CHECK(ckpt::checkpoint_info(dir1).vocab == a.vocab);
   CHECK(same_bits(b.params, a.params));
   CHECK(same_bits(b.m, a.m));
   CHECK(same_bits(b.v, a.v));

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "../../model/checkpoint.h"
 #include "../../model/config.h"
 #include "../../model/gpt.h"
@@ -239,6 +241,10 @@ TEST_CASE("cli: a short real run writes metrics.jsonl and a sample") {
     const bool evaluated = n == 0 || n == 2 || n == 4;  // --eval-interval 2, and the end
     CHECK((line.find("\"val_loss\": ") != std::string::npos) == evaluated);
     CHECK(line.find("nan") == std::string::npos);
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);  // JSON, every line
+    REQUIRE(j.is_object());
+    CHECK(j["step"] == n);
+    CHECK(j["lr"].is_number());
   }
   fs::remove_all(out);
 }
@@ -549,6 +555,8 @@ TEST_CASE("cli: every bad input, one table: exit code, one line on stderr, nothi
       {"empty data", "--data " + file("empty.txt", "") + out, 2, "empty"},
       {"too-short data", "--data " + file("short.txt", "abcdefghij") + out, 2, "too short"},
       {"directory as data", "--data " + base.string() + out, 2, "is a directory"},
+      {"data that is not UTF-8", "--data " + file("latin1.txt", std::string(500, 'a') + "caf\xe9" + std::string(500, 'b')) + out, 2,
+       "not valid UTF-8: byte 0xe9 at byte offset 503"},
       {"non-numeric value", "--batch-size twelve" + out, 2, "--batch-size 'twelve' is not valid"},
       {"out-of-range value", "--dropout 1" + out, 2, "--dropout is 1"},
       {"contradictory values", "--n-embd 100 --n-head 3" + out, 2, "not divisible"},
@@ -602,5 +610,204 @@ TEST_CASE("cli: every bad input, one table: exit code, one line on stderr, nothi
     CHECK(run.err.find("expected") != std::string::npos);
     CHECK(!fs::exists(base / "out"));
   }
+  fs::remove_all(base);
+}
+
+// ---- self-contained checkpoints and UTF-8 text (issue 18)
+
+namespace {
+
+// Whether s is valid UTF-8 (strictly: no overlong forms, surrogates or code points past
+// U+10FFFF); its code points go to n_chars.
+bool valid_utf8(const std::string& s, size_t* n_chars = nullptr) {
+  size_t i = 0, n = 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  while (i < s.size()) {
+    const unsigned c = p[i];
+    size_t len = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+    if (len == 0 || i + len > s.size()) return false;
+    uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    const uint32_t min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000)) return false;
+    i += len;
+    ++n;
+  }
+  if (n_chars) *n_chars = n;
+  return true;
+}
+
+// Greek, accented Latin and Japanese, 3,000 characters, no newline (so the default prompt, a
+// newline, is not in its vocabulary).
+std::string utf8_text() {
+  const std::string words[] = {"\xce\xb1\xce\xbb\xcf\x86\xce\xb1 ",       // αλφα
+                               "\xce\xb2\xce\xae\xcf\x84\xce\xb1 ",       // βήτα
+                               "caf\xc3\xa9 ",                            // café
+                               "na\xc3\xafve ",                           // naïve
+                               "\xc3\xa9t\xc3\xa9 ",                      // été
+                               "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e ",   // 日本語
+                               "\xe3\x81\x93\xe3\x82\x93\xe3\x81\xab\xe3\x81\xa1\xe3\x81\xaf. "};  // こんにちは.
+  std::string text;
+  std::mt19937 rng(7);
+  while (text.size() < 6000) text += words[rng() % 7];
+  return text;
+}
+
+// A checkpoint rewritten as train_gpt wrote it before checkpoints held their vocabulary: its
+// model.safetensors without __metadata__.train_gpt_vocab, state.bin's WSUM paired with it.
+void strip_vocabulary(const fs::path& ckpt_dir) {
+  const std::string wpath = (ckpt_dir / "model.safetensors").string(), spath = (ckpt_dir / "state.bin").string();
+  std::string w = slurp(wpath);
+  uint64_t n;
+  std::memcpy(&n, w.data(), 8);
+  std::string header = w.substr(8, n);
+  const std::string key = ",\"train_gpt_vocab\":\"";
+  const size_t at = header.find(key);
+  REQUIRE(at != std::string::npos);
+  size_t end = at + key.size();
+  while (header[end] != '"') end += header[end] == '\\' ? 2 : 1;
+  header.erase(at, end + 1 - at);
+  while (header.size() % 8) header += ' ';
+  const uint64_t n2 = header.size();
+  std::string w2(reinterpret_cast<const char*>(&n2), 8);
+  w2 += header + w.substr(8 + n);
+  std::ofstream(wpath, std::ios::binary | std::ios::trunc) << w2;
+  ckpt::Checkpoint s = ckpt::parse_state_bytes(slurp(spath), spath);
+  std::ofstream(spath, std::ios::binary | std::ios::trunc)
+      << ckpt::state_bytes(s, s.m.data(), s.v.data(), s.m.size(), ckpt::crc32(w2.data(), w2.size()));
+}
+
+const std::string kSmall = "--device cpu --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 --eval-iters 1 ";
+
+}  // namespace
+
+TEST_CASE("cli: a checkpoint holds its vocabulary: --sample --ckpt works from another directory with no data file") {
+  const fs::path base = fresh_dir("tg_cli_selfcontained");
+  fs::create_directories(base / "x");
+  fs::create_directories(base / "work");
+  fs::create_directories(base / "elsewhere");
+  fs::copy_file(data_path(), base / "x" / "input.txt");
+  // trained with a relative --data from one directory
+  Run train = run_train_gpt_prefixed("cd " + (base / "work").string() + " && ",
+                                     kSmall + "--max-iters 5 --sample-tokens 0 --data ../x/input.txt --out-dir ../run");
+  CAPTURE(train.err);
+  REQUIRE(train.code == 0);
+  const std::string weights = slurp((base / "run" / "ckpt-00000005" / "model.safetensors").string());
+  CHECK(weights.find("\"train_gpt_vocab\":\"\\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz\"") !=
+        std::string::npos);
+  // the data gone: sampled from another directory all the same, with the default prompt
+  fs::rename(base / "x" / "input.txt", base / "moved.txt");
+  const std::string sample = "--sample --ckpt " + (base / "run").string() + " --sample-tokens 40 --seed 3";
+  Run a = run_train_gpt_prefixed("cd " + (base / "elsewhere").string() + " && ", sample);
+  CAPTURE(a.err);
+  CHECK(a.code == 0);
+  CHECK(a.out.size() == 1 + 40 + 1);  // the default prompt (a newline), 40 characters, a newline
+  CHECK(a.out[0] == '\n');
+  // --data is used, never ignored: a missing file, or another text, is refused; the run's text
+  // (wherever it is now) gives the same sample
+  Run missing = run_train_gpt(sample + " --data " + (base / "x" / "input.txt").string());
+  CHECK(missing.code == 2);
+  CHECK(count_lines(missing.err) == 1);
+  CHECK(missing.err.find((base / "x" / "input.txt").string()) != std::string::npos);
+  std::string other = slurp((base / "moved.txt").string());
+  other[100] = other[100] == 'a' ? 'b' : 'a';  // the same characters, another text
+  std::ofstream((base / "other.txt").string(), std::ios::binary) << other;
+  Run differs = run_train_gpt(sample + " --data " + (base / "other.txt").string());
+  CAPTURE(differs.err);
+  CHECK(differs.code == 2);
+  CHECK(count_lines(differs.err) == 1);
+  CHECK(differs.err.find("differs from the run's") != std::string::npos);
+  Run moved = run_train_gpt(sample + " --data " + (base / "moved.txt").string());
+  CAPTURE(moved.err);
+  CHECK(moved.code == 0);
+  CHECK(moved.out == a.out);
+  fs::remove_all(base);
+}
+
+TEST_CASE("cli: a checkpoint without the vocabulary (an older train_gpt's) still loads; sampling then uses --data") {
+  const fs::path base = fresh_dir("tg_cli_oldckpt");
+  fs::create_directories(base);
+  fs::copy_file(data_path(), base / "input.txt");
+  REQUIRE(run_train_gpt(kSmall + "--max-iters 4 --sample-tokens 0 --data " + (base / "input.txt").string() +
+                        " --out-dir " + (base / "run").string()).code == 0);
+  const fs::path ck = base / "run" / "ckpt-00000004";
+  const std::string sample = "--sample --ckpt " + ck.string() + " --prompt ROMEO: --sample-tokens 30 --seed 9";
+  Run with_vocab = run_train_gpt(sample);
+  REQUIRE(with_vocab.code == 0);
+  strip_vocabulary(ck);
+  CHECK(slurp((ck / "model.safetensors").string()).find("train_gpt_vocab") == std::string::npos);
+  CHECK(ckpt::checkpoint_damage(ck.string()).empty());
+  // the run's text at its recorded path gives the vocabulary
+  Run recorded = run_train_gpt(sample);
+  CAPTURE(recorded.err);
+  CHECK(recorded.code == 0);
+  CHECK(recorded.out == with_vocab.out);
+  // moved: the one line says so and what to pass; --data is then used
+  fs::rename(base / "input.txt", base / "moved.txt");
+  Run none = run_train_gpt(sample);
+  CAPTURE(none.err);
+  CHECK(none.code == 2);
+  CHECK(count_lines(none.err) == 1);
+  CHECK(none.err.find("holds no vocabulary") != std::string::npos);
+  CHECK(none.err.find("--data") != std::string::npos);
+  Run given = run_train_gpt(sample + " --data " + (base / "moved.txt").string());
+  CAPTURE(given.err);
+  CHECK(given.code == 0);
+  CHECK(given.out == with_vocab.out);
+  // and a run resumes from it, its next checkpoints holding the vocabulary again
+  Run resumed = run_train_gpt("--resume --max-iters 6 --ckpt-interval 0 --out-dir " + (base / "run").string() +
+                              " --data " + (base / "moved.txt").string());
+  CAPTURE(resumed.err);
+  CHECK(resumed.code == 0);
+  CHECK(slurp((base / "run" / "ckpt-00000006" / "model.safetensors").string()).find("train_gpt_vocab") !=
+        std::string::npos);
+  fs::remove_all(base);
+}
+
+TEST_CASE("cli: UTF-8 text: characters are code points, the default prompt is in the vocabulary, samples are UTF-8") {
+  const fs::path base = fresh_dir("tg_cli_utf8");
+  fs::create_directories(base);
+  const std::string text = utf8_text();
+  std::ofstream((base / "utf8.txt").string(), std::ios::binary) << text;
+  size_t n_chars = 0;
+  REQUIRE(valid_utf8(text, &n_chars));
+  // the default prompt on a text with no newline; the sample of the run itself
+  Run train = run_train_gpt(kSmall + "--max-iters 30 --sample-tokens 200 --data " + (base / "utf8.txt").string() +
+                            " --out-dir " + (base / "run").string());
+  CAPTURE(train.err);
+  REQUIRE(train.code == 0);
+  CHECK(train.out.find("vocab 25, train " + std::to_string((size_t)(n_chars * 0.9)) + " tokens") != std::string::npos);
+  const size_t at = train.out.find("---- sample");
+  REQUIRE(at != std::string::npos);
+  CHECK(valid_utf8(train.out));
+  // from the checkpoint, with a prompt of multibyte characters: whole characters, valid UTF-8
+  const std::string prompt = "\xce\xb1\xce\xbb\xe6\x97\xa5";  // αλ日
+  Run s = run_train_gpt("--sample --ckpt " + (base / "run").string() + " --sample-tokens 300 --prompt " + prompt);
+  CAPTURE(s.err);
+  REQUIRE(s.code == 0);
+  size_t sampled = 0;
+  CHECK(valid_utf8(s.out, &sampled));
+  CHECK(sampled == 3 + 300 + 1);  // the prompt, 300 characters, a newline
+  CHECK(s.out.rfind(prompt, 0) == 0);
+  // a prompt that is not UTF-8 is refused before anything runs
+  Run bad_prompt = run_train_gpt("--sample --ckpt " + (base / "run").string() + " --prompt \"$(printf '\\316')\"");
+  CHECK(bad_prompt.code == 2);
+  CHECK(count_lines(bad_prompt.err) == 1);
+  CHECK(bad_prompt.err.find("not valid UTF-8") != std::string::npos);
+  // text that is not UTF-8 (a Latin-1 é after the UTF-8) is refused naming its byte offset, nothing written
+  std::string latin1 = text;
+  latin1 += "\ncaf\xe9\n";
+  latin1 += text;
+  std::ofstream((base / "latin1.txt").string(), std::ios::binary) << latin1;
+  Run refused = run_train_gpt(kSmall + "--max-iters 2 --data " + (base / "latin1.txt").string() + " --out-dir " +
+                              (base / "run2").string());
+  CAPTURE(refused.err);
+  CHECK(refused.code == 2);
+  CHECK(count_lines(refused.err) == 1);
+  CHECK(refused.err.find("byte offset " + std::to_string(text.size() + 4)) != std::string::npos);
+  CHECK(!fs::exists(base / "run2"));
   fs::remove_all(base);
 }

@@ -155,13 +155,13 @@ TEST_CASE("data: tokenizer on tiny Shakespeare") {
   CHECK(tok.itos[64] == 'z');
   for (int c = 0; c < 256; ++c) {
     bool in_text = text.find((char)c) != std::string::npos;
-    if (in_text) CHECK(tok.itos[tok.stoi[c]] == c);
-    else CHECK(tok.stoi[c] == -1);
+    if (in_text) CHECK(tok.itos[tok.id((char32_t)c)] == (char32_t)c);
+    else CHECK(tok.id((char32_t)c) == -1);
   }
 
   std::vector<int32_t> ids = tok.encode(text);
   REQUIRE(ids.size() == text.size());
-  CHECK(ids[0] == tok.stoi[(unsigned char)'F']);  // "First Citizen:"
+  CHECK(ids[0] == tok.id(U'F'));  // "First Citizen:"
   CHECK(tok.decode(ids.data(), ids.size()) == text);
 
   // '@' is not in tiny Shakespeare.
@@ -175,6 +175,80 @@ TEST_CASE("data: tokenizer on tiny Shakespeare") {
     CHECK(msg.find("position 6") != std::string::npos);
     CHECK(msg.find("expected") != std::string::npos);
   }
+}
+
+TEST_CASE("data: the vocabulary is the code points of UTF-8 text, as a Python str has them") {
+  // Greek, accented Latin, Japanese, an emoji (4 bytes), no newline; 'é' twice
+  const std::string text = "\xce\xb1\xce\xb2\xce\xb3 caf\xc3\xa9 \xc3\xa9t\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\xf0\x9f\x98\x80";
+  const data::CharTokenizer tok = data::CharTokenizer::from_text(text);
+  // sorted(set("αβγ café été 日本😀")) in Python
+  const std::vector<char32_t> want = {U' ', U'a', U'c', U'f', U't', 0xE9, 0x3B1, 0x3B2, 0x3B3, 0x65E5, 0x672C, 0x1F600};
+  CHECK(tok.itos == want);
+  const std::vector<int32_t> ids = tok.encode(text);
+  CHECK(ids.size() == 16);  // characters, not bytes (text.size() is 29)
+  CHECK(text.size() == 29);
+  CHECK(ids[0] == 6);       // α
+  CHECK(ids.back() == 11);  // 😀
+  CHECK(tok.decode(ids.data(), ids.size()) == text);
+  CHECK(data::CharTokenizer::from_chars(tok.chars()).itos == tok.itos);
+  CHECK(tok.default_prompt() == " ");  // no newline in the text: its first character
+  CHECK(data::CharTokenizer::from_text("ab\n").default_prompt() == "\n");
+  // a character outside the vocabulary is named with its position and byte offset
+  try {
+    tok.encode("\xce\xb1x");
+    FAIL("no error");
+  } catch (const tg::InputError& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(msg.find("'x' (U+0078) at position 1 (byte offset 2)") != std::string::npos);
+  }
+  // invalid UTF-8 is refused with the byte offset of the bad sequence, as Python's decoder
+  const std::vector<std::pair<std::string, size_t>> bad = {
+      {"ab\xff", 2},              // never in UTF-8
+      {"ab\x80" "c", 2},            // a continuation byte alone
+      {"ab\xc3", 2},              // cut short
+      {"ab\xe6\x97", 2},          // cut short
+      {"ab\xc3(", 2},             // a lead byte without its continuation
+      {"\xc0\xaf", 0},            // overlong '/'
+      {"x\xe0\x80\xaf", 1},       // overlong, 3 bytes
+      {"x\xed\xa0\x80", 1},       // a surrogate, U+D800
+      {"x\xf4\x90\x80\x80", 1},   // past U+10FFFF
+      {"\xce\xb1\xce\xb2\xf5", 4},  // never in UTF-8, after two 2-byte characters
+  };
+  for (const auto& [s, at] : bad) {
+    INFO(tg::printable(s));
+    std::string msg;
+    try {
+      data::CharTokenizer::from_text(s);
+    } catch (const tg::InputError& e) {
+      msg = e.what();
+    }
+    INFO(msg);
+    CHECK(msg.find("not valid UTF-8") != std::string::npos);
+    CHECK(msg.find("at byte offset " + std::to_string(at) + " ") != std::string::npos);
+    CHECK(msg.find("expected") != std::string::npos);
+    CHECK(msg.find('\n') == std::string::npos);
+  }
+  // a stored vocabulary that is not one: refused
+  for (const std::string& chars : {std::string(""), std::string("ba"), std::string("aa"), std::string("a\xff")})
+    CHECK_THROWS_AS(data::CharTokenizer::from_chars(chars), tg::InputError);
+}
+
+TEST_CASE("data: load_dataset refuses a data file that is not UTF-8, naming the byte offset") {
+  TempDir tmp;
+  std::string text(100, 'a');
+  text += "\nLatin-1: caf\xe9\n";  // é in Latin-1, at byte offset 113
+  text += std::string(100, 'b');
+  const std::string path = tmp.write("latin1.txt", text);
+  check_load_error("Latin-1 text", path, 8, "not valid UTF-8");
+  const std::string msg = load_error(path, 8);
+  CHECK(msg.find("byte 0xe9 at byte offset 113 (line 2)") != std::string::npos);
+  CHECK(msg.find("--data") != std::string::npos);
+  // the same text in UTF-8 loads, é one token
+  text.replace(113, 1, "\xc3\xa9");
+  data::Dataset d = data::load_dataset(tmp.write("utf8.txt", text), 8);
+  CHECK(d.train.size() + d.val.size() == text.size() - 1);
+  CHECK(d.tok.id(0xE9) >= 0);
 }
 
 TEST_CASE("data: split sizes of tiny Shakespeare") {

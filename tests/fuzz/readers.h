@@ -78,7 +78,7 @@ inline std::vector<std::string> seeds() {
   info.data_sha256 = std::string(64, 'f');
   info.data_path = "/data/input.txt";
   info.unlogged = {"{\"step\": 6, \"train_loss\": null}"};
-  const std::string weights = tg::ckpt::safetensors_bytes(table(), params.data(), "n_layer=1");
+  const std::string weights = tg::ckpt::safetensors_bytes(table(), params.data(), "n_layer=1", "\n\xce\xb1\xe6\x97\xa5");
   const std::string state =
       tg::ckpt::state_bytes(info, m.data(), v.data(), n, tg::ckpt::crc32(weights.data(), weights.size()));
   std::string args;
