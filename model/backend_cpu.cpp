@@ -100,6 +100,7 @@ std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m,
   run.dropout = c.dropout;
   run.flash = c.attention != "naive";
   run.seed = c.seed;
+  run.gelu = gelu_form(c);
   // refuse, before allocating, a model that cannot fit in this machine's memory
   const double need = GPTCpu<float>::bytes_needed(m, run) + host_bytes_held;
   const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);

@@ -156,6 +156,7 @@ std::unique_ptr<Backend> make_cuda_backend(const Config& c, const ModelConfig& m
   run.path = c.attention == "naive" ? gpu::AttentionPath::Naive : gpu::AttentionPath::Flash;
   run.both_paths = c.attention == "check";
   run.seed = c.seed;
+  run.gelu = gelu_form(c);
   run.grad_clip = (float)c.grad_clip;
   run.beta1 = (float)c.beta1;
   run.beta2 = (float)c.beta2;

@@ -246,8 +246,10 @@ std::string model_text(const Config& c, const std::vector<ParamSpec>& table) {
   for (const ParamSpec& p : table)
     if (p.name == "transformer.wte.weight" && !p.shape.empty()) vocab = p.shape[0];
   char b[256];
-  std::snprintf(b, sizeof b, "n_layer=%d n_head=%d n_embd=%d block_size=%d vocab_size=%d bias=%s dropout=%.17g",
-                c.n_layer, c.n_head, c.n_embd, c.block_size, vocab, c.bias ? "true" : "false", c.dropout);
+  std::snprintf(b, sizeof b,
+                "n_layer=%d n_head=%d n_embd=%d block_size=%d vocab_size=%d bias=%s dropout=%.17g gelu=%s",
+                c.n_layer, c.n_head, c.n_embd, c.block_size, vocab, c.bias ? "true" : "false", c.dropout,
+                c.gelu == "erf" ? "erf" : "tanh");
   return b;
 }
 

@@ -68,6 +68,7 @@ const std::vector<Flag>& flags() {
       {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per step B", kFixed},
       {"dropout", Kind::Real, TG_FIELD(dropout), "dropout probability in [0, 1)", kFree},
       {"bias", Kind::Bool, TG_FIELD(bias), "biases in linear and layernorm layers (--bias, --bias=false)", kFixed},
+      {"gelu", Kind::Str, TG_FIELD(gelu), "tanh | erf: the MLP's GELU, tanh approximation (GPT-2, llm.c; default) or exact (nanoGPT)", kFixed},
       {"max-iters", Kind::Int, TG_FIELD(max_iters), "optimizer steps", kFree},
       {"lr", Kind::Real, TG_FIELD(lr), "peak learning rate", kFree},
       {"min-lr", Kind::Real, TG_FIELD(min_lr), "learning rate at the end of the cosine decay", kFree},
@@ -274,6 +275,8 @@ void validate(const Config& c) {
   const std::string help = "see train_gpt --help";
   require(c.device == "auto" || c.device == "cpu" || c.device == "cuda", "--device is '" + c.device + "'",
           "auto, cpu or cuda", "pass one of them");
+  require(c.gelu == "tanh" || c.gelu == "erf", "--gelu is '" + c.gelu + "'", "tanh or erf",
+          "pass --gelu tanh (GPT-2's approximation) or --gelu erf (the exact form)");
   require(c.attention == "flash" || c.attention == "naive" || c.attention == "check",
           "--attention is '" + c.attention + "'", "flash, naive or check", "pass one of them");
   require(c.precision == "auto" || c.precision == "bf16" || c.precision == "fp32",
@@ -380,7 +383,7 @@ namespace {
 
 // Calls f(name, field) for every field of Config, in declaration order. The size check makes
 // a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
-static_assert(sizeof(void*) != 8 || sizeof(Config) == 424,
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 456,
               "Config changed: add the new field to each_field (model/config.cpp), then update this size");
 template <typename C, typename F>
 void each_field(C& c, F&& f) {
@@ -388,7 +391,7 @@ void each_field(C& c, F&& f) {
   f("precision", c.precision);
   f("out_dir", c.out_dir);
   f("n_layer", c.n_layer); f("n_head", c.n_head); f("n_embd", c.n_embd); f("block_size", c.block_size);
-  f("bias", c.bias); f("dropout", c.dropout);
+  f("bias", c.bias); f("dropout", c.dropout); f("gelu", c.gelu);
   f("batch_size", c.batch_size); f("max_iters", c.max_iters); f("lr", c.lr); f("min_lr", c.min_lr);
   f("warmup_iters", c.warmup_iters); f("lr_decay_iters", c.lr_decay_iters);
   f("weight_decay", c.weight_decay); f("beta1", c.beta1); f("beta2", c.beta2); f("grad_clip", c.grad_clip);
@@ -526,6 +529,9 @@ Config config_from_text(const std::string& text) {
     if (!values.emplace(name, line.substr(eq + 1)).second)
       bad_config("names " + printable(name) + " twice", "each field once");
   }
+  // fields added after checkpoints were first written: an older config has no line for them
+  // and reads as the model it was (GELU: the tanh form, the only one then)
+  for (const auto& [name, value] : {std::pair<const char*, const char*>{"gelu", "tanh"}}) values.emplace(name, value);
   Config c;
   each_field(c, FieldReader{values});
   if (!values.empty())

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "../kernels/gelu_form.h"
+
 namespace tg {
 
 struct Config {
@@ -21,6 +23,7 @@ struct Config {
   int n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
   bool bias = false;
   double dropout = 0.0;
+  std::string gelu = "tanh";  // the MLP's GELU: tanh (GPT-2, llm.c) | erf (exact: nanoGPT's nn.GELU())
   // training (nanoGPT's train.py)
   int batch_size = 0, max_iters = 0;
   double lr = 0, min_lr = 0;
@@ -39,6 +42,9 @@ struct Config {
   bool sample = false;  // --sample: only generate text, from the checkpoint --ckpt
   std::string ckpt;     // a ckpt-<step> directory, or a run's --out-dir (its newest checkpoint)
 };
+
+// The GELU form c.gelu names ("tanh" or "erf": validated).
+inline GeluForm gelu_form(const Config& c) { return c.gelu == "erf" ? GeluForm::Erf : GeluForm::Tanh; }
 
 // Fills c with a preset's values. Throws InputError for an unknown name.
 void apply_preset(Config& c, const std::string& name);

@@ -113,7 +113,7 @@ double GPTCpu<T>::forward(const int32_t* x, const int32_t* targets, int b, int t
     // x = x + drop(mlp.c_proj(gelu(c_fc(ln_2(x)))))
     cpu::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C);
     cpu::matmul_forward(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C);
-    cpu::gelu_forward(a.fch_gelu.data(), a.fch.data(), (size_t)N * 4 * C);
+    cpu::gelu_forward(a.fch_gelu.data(), a.fch.data(), (size_t)N * 4 * C, run_.gelu);
     cpu::matmul_forward(a.fcproj.data(), a.fch_gelu.data(), p.fcprojw, p.fcprojb, N, 4 * C, C);
     cpu::dropout_forward(a.fcproj.data(), a.fcproj.data(), key(li, philox::kSiteMlp), b, t, C);
     cpu::residual_forward(a.res3.data(), a.res2.data(), a.fcproj.data(), (size_t)N * C);
@@ -157,7 +157,7 @@ void GPTCpu<T>::backward() {
     cpu::matmul_backward(d_.dfch_gelu.data(), g.fcprojw, g.fcprojb, d_.dbtc.data(), a.fch_gelu.data(), p.fcprojw, N,
                          4 * C, C);
     zero(d_.dfch, NC * 4);
-    cpu::gelu_backward(d_.dfch.data(), a.fch.data(), d_.dfch_gelu.data(), NC * 4);
+    cpu::gelu_backward(d_.dfch.data(), a.fch.data(), d_.dfch_gelu.data(), NC * 4, run_.gelu);
     zero(d_.dln, NC);
     cpu::matmul_backward(d_.dln.data(), g.fcw, g.fcb, d_.dfch.data(), a.ln2.data(), p.fcw, N, C, 4 * C);
     cpu::layernorm_backward(d_.dres.data(), g.ln2w, g.ln2b, d_.dln.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
@@ -245,7 +245,7 @@ void GPTCpu<T>::decode_row(int32_t token) {
     // x = x + mlp.c_proj(gelu(c_fc(ln_2(x))))
     cpu::layernorm_forward(d.ln.data(), d.mean.data(), d.rstd.data(), d.x.data(), p.ln2w, p.ln2b, 1, C);
     cpu::matmul_forward(d.fch.data(), d.ln.data(), p.fcw, p.fcb, 1, C, 4 * C);
-    cpu::gelu_forward(d.fch_gelu.data(), d.fch.data(), (size_t)4 * C);
+    cpu::gelu_forward(d.fch_gelu.data(), d.fch.data(), (size_t)4 * C, run_.gelu);
     cpu::matmul_forward(d.proj.data(), d.fch_gelu.data(), p.fcprojw, p.fcprojb, 1, 4 * C, C);
     cpu::residual_forward(d.x.data(), d.x.data(), d.proj.data(), (size_t)C);
   }

@@ -7,6 +7,7 @@
 #include <new>
 #include <vector>
 
+#include "../kernels/gelu_form.h"
 #include "../kernels/philox.h"
 #include "gpt.h"
 
@@ -19,6 +20,7 @@ struct RunShape {
   bool flash = true;         // attention_tiled (flash) or attention_naive
   int Br = 64, Bc = 64;      // tile sizes of attention_tiled
   uint64_t seed = 1337;      // dropout seed
+  GeluForm gelu = GeluForm::Tanh;  // the MLP's activation (kernels/gelu_form.h)
 };
 
 // Every buffer starts on a 64-byte boundary. Vectorised reductions (Eigen's sums, for one)

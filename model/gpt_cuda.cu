@@ -188,7 +188,7 @@ void GPTCuda<T>::forward(const int32_t* x, const int32_t* targets, int b, int t,
     // x = x + drop(mlp.c_proj(gelu(c_fc(ln_2(x)))))
     gpu::layernorm_forward(ctx, a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, N, C);
     gpu::matmul_forward(ctx, a.fch, a.ln2, p.fcw, p.fcb, N, C, 4 * C);
-    gpu::gelu_forward(ctx, a.fch_gelu, a.fch, (size_t)N * 4 * C);
+    gpu::gelu_forward(ctx, a.fch_gelu, a.fch, (size_t)N * 4 * C, run_.gelu);
     gpu::matmul_forward(ctx, a.fcproj, a.fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
     gpu::dropout_forward(ctx, a.fcproj, a.fcproj, key(li, philox::kSiteMlp), b, t, C);
     gpu::residual_forward(ctx, a.res3, a.res2, a.fcproj, (size_t)N * C);
@@ -279,7 +279,7 @@ void GPTCuda<T>::decode_row(int32_t token) {
     // x = x + mlp.c_proj(gelu(c_fc(ln_2(x))))
     gpu::layernorm_forward(ctx, d.ln, d.mean, d.rstd, d.x, p.ln2w, p.ln2b, 1, C);
     gpu::matmul_forward(ctx, d.fch, d.ln, p.fcw, p.fcb, 1, C, 4 * C);
-    gpu::gelu_forward(ctx, d.fch_gelu, d.fch, (size_t)4 * C);
+    gpu::gelu_forward(ctx, d.fch_gelu, d.fch, (size_t)4 * C, run_.gelu);
     gpu::matmul_forward(ctx, d.proj, d.fch_gelu, p.fcprojw, p.fcprojb, 1, 4 * C, C);
     gpu::residual_forward(ctx, d.x, d.x, d.proj, (size_t)C);
   }
@@ -311,7 +311,7 @@ void GPTCuda<T>::backward() {
     zero(d_.dfch_gelu, NC * 4);
     gpu::matmul_backward(ctx, d_.dfch_gelu, g.fcprojw, g.fcprojb, d_.dbtc, a.fch_gelu, p.fcprojw, N, 4 * C, C);
     zero(d_.dfch, NC * 4);
-    gpu::gelu_backward(ctx, d_.dfch, a.fch, d_.dfch_gelu, NC * 4);
+    gpu::gelu_backward(ctx, d_.dfch, a.fch, d_.dfch_gelu, NC * 4, run_.gelu);
     zero(d_.dln, NC);
     gpu::matmul_backward(ctx, d_.dln, g.fcw, g.fcb, d_.dfch, a.ln2, p.fcw, N, C, 4 * C);
     gpu::layernorm_backward(ctx, d_.dres, g.ln2w, g.ln2b, d_.dln, a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd, N, C);

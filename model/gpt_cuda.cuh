@@ -18,6 +18,7 @@
 #include "../kernels/adamw.cuh"
 #include "../kernels/attention.cuh"
 #include "../kernels/cuda_common.cuh"
+#include "../kernels/gelu_form.h"
 #include "../kernels/philox.h"
 #include "gpt.h"
 
@@ -32,6 +33,7 @@ struct CudaRunShape {
   uint64_t seed = 1337;                               // dropout seed
   float grad_clip = 1.0f;                             // max global gradient norm (0 = off)
   float beta1 = 0.9f, beta2 = 0.99f, weight_decay = 0.1f;
+  GeluForm gelu = GeluForm::Tanh;                     // the MLP's activation (kernels/gelu_form.h)
 };
 
 // The loss and gradient norm of a step, as read back by read_stats().

@@ -1,5 +1,6 @@
-// kernels/cpu/gelu.cpp: GELU in its tanh form, the CPU reference (contract in
-// kernels/cpu/gelu.h). With s = sqrt(2/pi), u = s (x + 0.044715 x^3) and th = tanh(u):
+// kernels/cpu/gelu.cpp: GELU, the CPU reference (contract in kernels/cpu/gelu.h).
+//
+// The tanh form. With s = sqrt(2/pi), u = s (x + 0.044715 x^3) and th = tanh(u):
 //   gelu(x)  = 0.5 x (1 + th)
 //   gelu'(x) = 0.5 (1 + th) + 0.5 x (1 - th^2) s (1 + 3 * 0.044715 x^2)
 // the exact derivative of the forward (not of the erf form). Evaluated through the identity
@@ -11,9 +12,16 @@
 // of the buffers, because Eigen's exp is vectorised (about 10x faster in float than a loop
 // calling std::tanh, which matters: the MLP activation is the largest elementwise tensor).
 // Chunks run in parallel when N is large.
+//
+// The erf form, with Phi the standard normal CDF and phi its density:
+//   gelu(x)  = x Phi(x) = 0.5 x (1 + erf(x / sqrt(2))) = 0.5 x erfc(-x / sqrt(2))
+//   gelu'(x) = Phi(x) + x phi(x),   phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+// Phi through erfc: no cancellation in 1 + erf for negative x. A plain loop over std::erfc and
+// std::exp in T.
 #include "gelu.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "eigen.h"
 
@@ -24,6 +32,8 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
 constexpr double kCubic = 0.044715;
 constexpr long kParallelMin = 1L << 15;
 constexpr long kChunk = 2048;  // elements per chunk (a chunk's q fits in L1)
+constexpr double kInvSqrt2 = 0.70710678118654752440;      // 1 / sqrt(2)
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;    // 1 / sqrt(2 pi)
 
 template <typename T>
 using Arr = Eigen::Array<T, Eigen::Dynamic, 1>;
@@ -32,7 +42,12 @@ using ChunkArr = Eigen::Array<T, Eigen::Dynamic, 1, Eigen::ColMajor, kChunk, 1>;
 }  // namespace
 
 template <typename T>
-void gelu_forward(T* out, const T* inp, size_t N) {
+void gelu_forward(T* out, const T* inp, size_t N, GeluForm form) {
+  if (form == GeluForm::Erf) {
+#pragma omp parallel for schedule(static) if ((long)N >= kParallelMin)
+    for (long i = 0; i < (long)N; ++i) out[i] = (T)0.5 * inp[i] * std::erfc(-inp[i] * (T)kInvSqrt2);
+    return;
+  }
   const T m2s = (T)(-2 * kSqrt2OverPi), a = (T)kCubic, one = (T)1;
   const long chunks = ((long)N + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) if ((long)N >= kParallelMin)
@@ -45,7 +60,16 @@ void gelu_forward(T* out, const T* inp, size_t N) {
 }
 
 template <typename T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N) {
+void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N, GeluForm form) {
+  if (form == GeluForm::Erf) {
+#pragma omp parallel for schedule(static) if ((long)N >= kParallelMin)
+    for (long i = 0; i < (long)N; ++i) {
+      const T x = inp[i];
+      const T cdf = (T)0.5 * std::erfc(-x * (T)kInvSqrt2), pdf = (T)kInvSqrt2Pi * std::exp((T)-0.5 * x * x);
+      dinp[i] += (cdf + x * pdf) * dout[i];
+    }
+    return;
+  }
   const T s = (T)kSqrt2OverPi, m2s = (T)(-2 * kSqrt2OverPi), a = (T)kCubic, one = (T)1,
           two = (T)2, three = (T)3;
   const long chunks = ((long)N + kChunk - 1) / kChunk;
@@ -59,9 +83,9 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N) {
   }
 }
 
-template void gelu_forward<float>(float*, const float*, size_t);
-template void gelu_forward<double>(double*, const double*, size_t);
-template void gelu_backward<float>(float*, const float*, const float*, size_t);
-template void gelu_backward<double>(double*, const double*, const double*, size_t);
+template void gelu_forward<float>(float*, const float*, size_t, GeluForm);
+template void gelu_forward<double>(double*, const double*, size_t, GeluForm);
+template void gelu_backward<float>(float*, const float*, const float*, size_t, GeluForm);
+template void gelu_backward<double>(double*, const double*, const double*, size_t, GeluForm);
 
 }  // namespace cpu

@@ -184,6 +184,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   a.n_layer = 7; a.n_head = -3; a.n_embd = INT_MAX; a.block_size = INT_MIN;
   a.bias = true;
   a.dropout = 0.1;
+  a.gelu = "erf";
   a.batch_size = 12345; a.max_iters = 0;
   a.lr = 1e-300; a.min_lr = std::numeric_limits<double>::denorm_min();
   a.warmup_iters = -1; a.lr_decay_iters = 99;
@@ -201,7 +202,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
 
   std::string text = config_to_text(a);
   const char* names[] = {"preset", "data", "device", "attention", "precision", "out_dir", "n_layer", "n_head", "n_embd",
-                         "block_size", "bias", "dropout", "batch_size", "max_iters", "lr", "min_lr",
+                         "block_size", "bias", "dropout", "gelu", "batch_size", "max_iters", "lr", "min_lr",
                          "warmup_iters", "lr_decay_iters", "weight_decay", "beta1", "beta2", "grad_clip",
                          "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "resume", "seed", "sample_tokens", "prompt",
                          "temperature", "top_k", "top_p", "sample", "ckpt"};
@@ -220,6 +221,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   CHECK(b.attention == a.attention); CHECK(b.precision == a.precision); CHECK(b.out_dir == a.out_dir);
   CHECK(b.n_layer == a.n_layer); CHECK(b.n_head == a.n_head); CHECK(b.n_embd == a.n_embd);
   CHECK(b.block_size == a.block_size); CHECK(b.bias == a.bias); CHECK(same_bits(b.dropout, a.dropout));
+  CHECK(b.gelu == "erf");
   CHECK(b.batch_size == a.batch_size); CHECK(b.max_iters == a.max_iters);
   CHECK(same_bits(b.lr, a.lr)); CHECK(same_bits(b.min_lr, a.min_lr));
   CHECK(b.warmup_iters == a.warmup_iters); CHECK(b.lr_decay_iters == a.lr_decay_iters);
@@ -233,6 +235,13 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   CHECK(same_bits(b.top_p, a.top_p));
   CHECK(b.sample == a.sample); CHECK(b.ckpt == a.ckpt);
   CHECK(config_to_text(b) == text);
+
+  // a config written before --gelu existed has no gelu line: it was the tanh form
+  std::string older = text;
+  const size_t g = older.find("\ngelu=erf\n");
+  REQUIRE(g != std::string::npos);
+  older.erase(g + 1, std::string("gelu=erf\n").size());
+  CHECK(config_from_text(older).gelu == "tanh");
 
   Config d = config_from_text(config_to_text(Config{}));  // defaults too
   CHECK(d.prompt == "\n");

@@ -131,6 +131,7 @@ TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
       {{"--preset", "large"}, "unknown preset 'large'"},
       {{"--data", ""}, "--data is empty"},
       {{"--lerning-rate", "1"}, "unknown option --lerning-rate"},
+      {{"--gelu", "relu"}, "--gelu is 'relu'"},
       // a near miss gets a suggestion: nanoGPT's underscores, a letter off, a swap
       {{"--max_iters", "5"}, "unknown option --max_iters; expected one of the options listed by train_gpt --help; did you mean --max-iters?"},
       {{"--max-iter", "5"}, "did you mean --max-iters?"},
@@ -288,6 +289,62 @@ TEST_CASE("cli: --resume continues bitwise from the newest checkpoint, dropout i
   CHECK(none.code == 2);
   CHECK(none.err.find("holds no complete checkpoint") != std::string::npos);
   fs::remove_all(out);
+}
+
+TEST_CASE("cli: --gelu erf trains the exact GELU and the checkpoint says so; the default is GPT-2's tanh form") {
+  const fs::path base = fresh_dir("tg_cli_gelu");
+  const std::string args = "--device cpu --max-iters 3 --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 "
+                           "--eval-interval 0 --eval-iters 1 --sample-tokens 0 --data " + data_path();
+  Run erf = run_train_gpt(args + " --gelu erf --out-dir " + (base / "erf").string());
+  Run tanh = run_train_gpt(args + " --out-dir " + (base / "tanh").string());
+  CAPTURE(erf.err);
+  REQUIRE(erf.code == 0);
+  REQUIRE(tanh.code == 0);
+  // the activation is in the config the weights file carries in its metadata
+  CHECK(slurp((base / "erf" / "ckpt-00000003" / "model.safetensors").string()).find("gelu=erf") != std::string::npos);
+  CHECK(slurp((base / "tanh" / "ckpt-00000003" / "model.safetensors").string()).find("gelu=tanh") != std::string::npos);
+  // another function: other weights after the same steps from the same init and batches
+  const auto weights = [&](const char* run) {
+    const std::string w = slurp((base / run / "ckpt-00000003" / "model.safetensors").string());
+    return w.substr(w.size() - 4096);  // tensors at the end of the file
+  };
+  CHECK(weights("erf") != weights("tanh"));
+  auto losses = [](const fs::path& run) {
+    std::vector<double> l;
+    std::istringstream lines(slurp((run / "metrics.jsonl").string()));
+    for (std::string line; std::getline(lines, line);) {
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("train_loss") && j["train_loss"].is_number()) l.push_back(j["train_loss"].get<double>());
+    }
+    return l;
+  };
+  const std::vector<double> le = losses(base / "erf"), lt = losses(base / "tanh");
+  REQUIRE(le.size() == 3);
+  REQUIRE(lt.size() == 3);
+  for (size_t i = 0; i < 3; ++i) CHECK(std::fabs(le[i] - lt[i]) < 1e-2 * lt[i]);  // close functions: close losses
+  fs::remove_all(base);
+}
+
+TEST_CASE("cli: --plot of two runs with identical curves shows both, and a long run name whole in its tooltip") {
+  const fs::path base = fresh_dir("tg_cli_plot");
+  const std::string metrics = "{\"step\": 0, \"train_loss\": 4.2, \"val_loss\": 4.19, \"eval_train_loss\": 4.2}\n"
+                              "{\"step\": 1, \"train_loss\": 3.9}\n"
+                              "{\"step\": 2, \"train_loss\": null, \"val_loss\": 3.6, \"eval_train_loss\": 3.5, \"final\": true}\n";
+  const std::string long_name = "shakespeare-char-naive-attention-fp32-dropout-0.2-seed-1337";
+  for (const std::string& run : {std::string("flash"), long_name}) {
+    fs::create_directories(base / run);
+    std::ofstream((base / run / "metrics.jsonl").string()) << metrics;
+  }
+  const fs::path svg = base / "loss.svg";
+  Run r = run_train_gpt("--plot " + svg.string() + " " + (base / "flash" / "metrics.jsonl").string() + " " +
+                        (base / long_name / "metrics.jsonl").string());
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  const std::string s = slurp(svg.string());
+  CHECK(s.find("stroke-dasharray") != std::string::npos);  // the second run is dashed over the first
+  CHECK(s.find("<title>" + long_name + "</title>") != std::string::npos);
+  CHECK(s.find("\u2026") != std::string::npos);  // shortened in the legend
+  fs::remove_all(base);
 }
 
 TEST_CASE("cli: SIGTERM stops the run, writes a checkpoint, and says how to resume") {
@@ -563,6 +620,11 @@ TEST_CASE("cli: every bad input, one table: exit code, one line on stderr, nothi
       {"B <= 0", "--batch-size 0" + out, 2, "--batch-size is 0"},
       {"T <= 0", "--block-size 0" + out, 2, "--block-size is 0"},
       {"unknown flag", "--learning-rate 1" + out, 2, "unknown option"},
+      {"nanoGPT's spelling of a flag", "--max_iters 5" + out, 2, "unknown option --max_iters; expected one of the options "
+       "listed by train_gpt --help; did you mean --max-iters?"},
+      {"a mistyped mode", "--smaple --ckpt " + base.string() + out, 2, "did you mean --sample?"},
+      {"--plot not first", "--seed 1 --plot x.svg a/metrics.jsonl" + out, 2, "--plot is a mode of its own and comes first"},
+      {"an unknown GELU", "--gelu relu" + out, 2, "--gelu is 'relu'"},
       {"duplicated flag", "--seed 1 --seed 2" + out, 2, "given twice"},
       {"value-less flag", "--seed" + out, 2, "needs a value"},
       {"model too large for memory", "--n-embd 65536 --n-head 1" + out, 2, "memory"},

@@ -256,7 +256,11 @@ TEST_CASE("kvcache: the CPU backend's generate_step equals full forwards, croppi
       worst = std::max(worst, rel_diff(got.data(), want.data(), V));
     }
   }
-  CHECK(worst <= 1e-5);
+  // float on both sides, summed in other orders (one cached row against a full (T, C) pass),
+  // through weights scaled by 5 (well-separated logits, so large activations): up to 1.4e-5
+  // of the largest logit over 40 input seeds. A cache bug (a stale or misplaced key, a wrong
+  // position) moves logits by O(1).
+  CHECK(worst <= 1e-4);
 }
 
 TEST_CASE("kvcache: sample() is reproducible; top_k = 1 and top_p = 1e-9 give the argmax sequence") {

@@ -264,6 +264,30 @@ TEST_CASE("ops: gelu gradient and values") {
   }
 }
 
+TEST_CASE("ops: gelu, erf form: gradient and values") {
+  const size_t N = 91;
+  Vec inp = random_vec(N, -4, 4), R = random_vec(N), out(N);
+  auto loss = [&] {
+    cpu::gelu_forward(out.data(), inp.data(), N, GeluForm::Erf);
+    return dot(out, R);
+  };
+  Vec dinp(N, 0.0);
+  cpu::gelu_backward(dinp.data(), inp.data(), R.data(), N, GeluForm::Erf);
+  check_gradient("gelu (erf) dinp", loss, inp.data(), dinp.data(), N);
+  // x Phi(x), Phi the standard normal CDF: Phi(1) = 0.8413447460685429, Phi(2) = 0.9772498680518208
+  Vec x = {1.0, -1.0, 2.0, 0.0, -8.0}, y(5);
+  cpu::gelu_forward(y.data(), x.data(), 5, GeluForm::Erf);
+  CHECK(y[0] == doctest::Approx(0.8413447460685429).epsilon(1e-14));
+  CHECK(y[1] == doctest::Approx(-0.15865525393145707).epsilon(1e-14));
+  CHECK(y[2] == doctest::Approx(1.9544997361036416).epsilon(1e-14));
+  CHECK(y[3] == 0.0);
+  CHECK(y[4] == doctest::Approx(-8.0 * 6.220960574271785e-16).epsilon(1e-12));  // no cancellation far left
+  // the two forms differ (by about 1e-4 at x = 2): they are different functions
+  Vec t(5);
+  cpu::gelu_forward(t.data(), x.data(), 5);
+  CHECK(std::fabs(t[2] - y[2]) > 5e-5);
+}
+
 TEST_CASE("ops: gelu gradient, large (OpenMP)") {
   const size_t N = 40000;
   Vec inp = random_vec(N, -4, 4), R = random_vec(N), out(N);

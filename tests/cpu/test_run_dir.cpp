@@ -414,12 +414,13 @@ TEST_CASE("run dir: --resume refuses flags that change the model or the data, al
   std::string text = slurp(data_path());
   std::reverse(text.begin(), text.end());
   std::ofstream((base / "reversed.txt").string(), std::ios::binary) << text;
-  Run bad = run_train_gpt("--resume --out-dir " + run.string() + " --n-embd 16 --batch-size 4 --seed 9 --max-iters 8 --data " +
+  Run bad = run_train_gpt("--resume --out-dir " + run.string() + " --n-embd 16 --batch-size 4 --seed 9 --gelu erf --max-iters 8 --data " +
                           (base / "reversed.txt").string());
   CAPTURE(bad.err);
   CHECK(bad.code == 2);
   CHECK(count_lines(bad.err) == 1);
   for (const char* conflict : {"--n-embd 16 (the run has 8)", "--batch-size 4 (the run has 2)", "--seed 9 (the run has 1337)",
+                               "--gelu erf (the run has tanh)",
                                "--data " /* other contents */})
     CHECK(bad.err.find(conflict) != std::string::npos);
   CHECK(bad.err.find("--max-iters 8") == std::string::npos);  // that one may change

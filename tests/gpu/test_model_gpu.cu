@@ -57,12 +57,12 @@ template <typename T>
 double model_tolerance() { return std::is_same<T, float>::value ? 1e-4 : 5e-2; }
 
 template <typename S>
-void check_step0(bool bias, gpu::AttentionPath path, double p) {
+void check_step0(bool bias, gpu::AttentionPath path, double p, GeluForm gelu = GeluForm::Tanh) {
   const ModelConfig m = tiny_model(bias);
   const int B = 3, T = 17, V = m.vocab_size;
   const uint32_t step = 5;
   tg::RunShape rs;
-  rs.B = B; rs.T = T; rs.dropout = p; rs.seed = 4242; rs.flash = path == gpu::AttentionPath::Flash;
+  rs.B = B; rs.T = T; rs.dropout = p; rs.seed = 4242; rs.flash = path == gpu::AttentionPath::Flash; rs.gelu = gelu;
   tg::GPTCpu<double> ref(m, rs);
   std::vector<float> w(ref.params.size());
   tg::init_params(w.data(), ref.table, 77);
@@ -71,7 +71,7 @@ void check_step0(bool bias, gpu::AttentionPath path, double p) {
     for (size_t i = 0; i < w.size(); ++i) ref.params[i] = gpu::to_float(gpu::from_float<S>(w[i]));
 
   tg::CudaRunShape cr;
-  cr.B = B; cr.T = T; cr.dropout = p; cr.seed = 4242; cr.path = path;
+  cr.B = B; cr.T = T; cr.dropout = p; cr.seed = 4242; cr.path = path; cr.gelu = gelu;
   tg::GPTCuda<S> gpt(m, cr);
   gpt.upload_state(w.data(), nullptr, nullptr);
 
@@ -135,6 +135,11 @@ TG_GPU_TEST("gpu model: step-0 logits, loss and every gradient match the CPU ref
         CAPTURE(p);
         check_step0<float>(bias, path, p);
       }
+}
+
+TG_GPU_TEST("gpu model: the erf GELU: step-0 logits, loss and every gradient match the CPU reference") {
+  check_step0<float>(false, gpu::AttentionPath::Flash, 0.17, GeluForm::Erf);
+  check_step0<gpu::bf16>(true, gpu::AttentionPath::Naive, 0.17, GeluForm::Erf);
 }
 
 TG_GPU_TEST("gpu model: step-0 logits, loss and every gradient match the CPU reference (bf16)") {

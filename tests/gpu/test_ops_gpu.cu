@@ -251,25 +251,26 @@ void check_layernorm_backward(int N, int C, bool with_bias) {
 
 // offset: start the buffers one element into an allocation (misaligned: the scalar path).
 template <typename T>
-void check_gelu(size_t N, size_t offset) {
-  INFO(type_name<T>() << " gelu N=" << N << " offset=" << offset);
+void check_gelu(size_t N, size_t offset, GeluForm form = GeluForm::Tanh) {
+  INFO(type_name<T>() << " gelu N=" << N << " offset=" << offset << (form == GeluForm::Erf ? " erf" : " tanh"));
   TestContext tc;
   std::vector<double> xs = random_vector(N + offset, 40, -6.0, 6.0);
   DeviceArray<T> inp(xs), out(N + offset), dout(random_vector(N + offset, 41));
   const std::vector<double> di0 = random_vector(N + offset, 42);
   DeviceArray<T> dinp(di0);
   sync();
-  gpu::gelu_forward(tc.ctx, out.ptr + offset, inp.ptr + offset, N);
-  gpu::gelu_backward(tc.ctx, dinp.ptr + offset, inp.ptr + offset, dout.ptr + offset, N);
+  gpu::gelu_forward(tc.ctx, out.ptr + offset, inp.ptr + offset, N, form);
+  gpu::gelu_backward(tc.ctx, dinp.ptr + offset, inp.ptr + offset, dout.ptr + offset, N, form);
   const std::vector<double> x = inp.rounded(), d = dout.rounded();
   std::vector<double> ref_out(N + offset, 0.0), ref_di = round_to<T>(di0);
-  cpu::gelu_forward(ref_out.data() + offset, x.data() + offset, N);
-  cpu::gelu_backward(ref_di.data() + offset, x.data() + offset, d.data() + offset, N);
+  cpu::gelu_forward(ref_out.data() + offset, x.data() + offset, N, form);
+  cpu::gelu_backward(ref_di.data() + offset, x.data() + offset, d.data() + offset, N, form);
   // q = 1 / (1 + exp(-2u)), 2u = 2s(x + 0.044715 x^3): computed with relative error <= 4 u_f,
   // i.e. absolute error <= 4 u_f |2u| <= 4 u_f * 25 for |x| <= 6; expf adds 2 ulp; so q has
   // relative error <= 104 u_f, and out = x q (one more rounding) <= 106 u_f: rtol 128 u_f plus
   // the rounding to T. The derivative's terms (<= 16 in size for |x| <= 6) carry the same
-  // relative error: |err| <= 128 u_f (|dinp0| + 16 |dout|) + u_T |ref|.
+  // relative error: |err| <= 128 u_f (|dinp0| + 16 |dout|) + u_T |ref|. The erf form is
+  // tighter (erfcf and expf within a few ulp, terms <= 1.1 in size), so the same bounds hold.
   std::vector<double> got_out = out.download(), got_di = dinp.download();
   CHECK(all_close(got_out, ref_out, 128 * kUf + store_rtol<T>(), 1e-30, "gelu_forward"));
   CHECK(all_close(got_di, ref_di, store_rtol<T>(), 128 * kUf * (max_abs(di0) + 16 * max_abs(d)),
@@ -526,11 +527,13 @@ TG_GPU_TEST("gpu layernorm_backward matches cpu::layernorm_backward, determinist
   }
 }
 
-TG_GPU_TEST("gpu gelu forward / backward match cpu::gelu") {
+TG_GPU_TEST("gpu gelu forward / backward match cpu::gelu, both forms") {
   for (size_t n : {(size_t)1, (size_t)7, (size_t)1025, (size_t)4099, (size_t)65536}) {
     for (size_t offset : {(size_t)0, (size_t)1}) {
-      check_gelu<float>(n, offset);
-      check_gelu<gpu::bf16>(n, offset);
+      for (GeluForm form : {GeluForm::Tanh, GeluForm::Erf}) {
+        check_gelu<float>(n, offset, form);
+        check_gelu<gpu::bf16>(n, offset, form);
+      }
     }
   }
 }
