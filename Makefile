@@ -107,7 +107,7 @@ FUZZ_SRCS := tests/fuzz/fuzz_readers.cpp model/config.cpp model/checkpoint.cpp m
              model/ckpt_io.cpp model/gpt.cpp
 FUZZ_BIN := $(if $(FUZZ_OK),$(BUILD)/fuzz_readers,)
 
-.PHONY: all train test test-run sanitize data bench bench-cpu-peer plot clean deps gpu-deps
+.PHONY: all train test test-run sanitize data bench bench-cpu-peer interop plot clean deps gpu-deps
 BENCH_GPU_BINS := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_step,)
 all: train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS) $(FUZZ_BIN) $(BUILD)/bench_cpu $(BENCH_GPU_BINS)
 
@@ -244,6 +244,13 @@ endif
 bench-cpu-peer: train_gpt
 	@$(MAKE) data
 	@TG_DATA=$(DATA_FILE) bash tests/bench/cpu_peer.sh
+
+# ---- interop: a --export-hf export loaded into Hugging Face transformers (Python with torch and
+# transformers from PyPI; skipped with a message without them) -----------------------------
+PYTHON ?= python3
+interop: train_gpt
+	@$(MAKE) data
+	@$(PYTHON) tests/interop/hf_export_check.py --train-gpt ./train_gpt --data $(DATA_FILE)
 
 # ---- loss curves: make plot RUNS="out/a out/b" [PLOT=out/loss.svg] --------------------------
 PLOT ?= out/loss.svg

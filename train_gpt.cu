@@ -14,6 +14,7 @@
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/errors.h"
+#include "model/hf_export.h"
 #include "model/plot.h"
 #include "model/run_dir.h"
 #include "model/train.h"
@@ -192,6 +193,24 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
   return 0;
 }
 
+// train_gpt --export-hf DIR --ckpt RUN_OR_CKPT: the checkpoint's weights as Hugging Face's
+// GPT-2 (model/hf_export.h). Reads only: no lock.
+int export_checkpoint(const tg::ParsedArgs& args) {
+  const tg::Config& flags = args.config;
+  const std::string dir = tg::pick_checkpoint(flags.ckpt, std::cerr);
+  if (dir.empty())
+    throw tg::InputError("--ckpt " + flags.ckpt + " is neither a checkpoint nor a run directory holding one; expected a ckpt-<step> directory or a run's --out-dir; pass one of them");
+  const tg::ckpt::CheckpointInfo info = tg::ckpt::checkpoint_info(dir);
+  const data::CharTokenizer tok = tg::checkpoint_tokenizer(dir, info, given(args, "data") ? flags.data : "", std::cerr);
+  const tg::ModelConfig m = model_of(info.config, tok);
+  const tg::ckpt::Checkpoint ck = tg::ckpt::load_checkpoint(dir, tg::param_table(m));
+  tg::export_hf(flags.export_hf, m, tg::gelu_form(info.config), ck.params.data(), tok.chars());
+  std::cout << "wrote " << flags.export_hf << " (config.json, model.safetensors" << (tok.chars().empty() ? "" : ", train_gpt_vocab.json")
+            << ") from " << dir << " (step " << info.step << "): load it with transformers.GPT2LMHeadModel.from_pretrained(\""
+            << flags.export_hf << "\")" << std::endl;
+  return 0;
+}
+
 // Training: the run directory decides how the run begins (new, started again, or resumed),
 // the backend trains, and the run directory keeps its metrics and checkpoints.
 int train_run(const tg::ParsedArgs& args, int gpus) {
@@ -253,6 +272,7 @@ int run(int argc, char** argv) {
       tg::parse_args(argc, argv, gpus > 0 && kHaveCudaBackend && !kEmulatedDevice ? "shakespeare-char" : "baby");
   if (args.help) { std::cout << tg::usage(); return 0; }
   if (args.config.sample) return sample_from_checkpoint(args, gpus);
+  if (!args.config.export_hf.empty()) return export_checkpoint(args);
   if (args.config.attention == "check") return attention_check(args.config, gpus);
   return train_run(args, gpus);
 }

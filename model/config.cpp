@@ -90,7 +90,8 @@ const std::vector<Flag>& flags() {
       {"temperature", Kind::Real, TG_FIELD(temperature), "sampling temperature (> 0)", kFree},
       {"top-k", Kind::Int, TG_FIELD(top_k), "sample from the k most likely characters (0 = all)", kFree},
       {"sample", Kind::Bool, TG_FIELD(sample), "only generate text from the checkpoint --ckpt (no training)", kFree},
-      {"ckpt", Kind::Str, TG_FIELD(ckpt), "with --sample: a ckpt-<step> directory, or a run's --out-dir (its newest)", kFree},
+      {"ckpt", Kind::Str, TG_FIELD(ckpt), "with --sample or --export-hf: a ckpt-<step> directory, or a run's --out-dir (its newest)", kFree},
+      {"export-hf", Kind::Str, TG_FIELD(export_hf), "with --ckpt: write that checkpoint into this new directory as Hugging Face's GPT-2 (config.json, model.safetensors)", kFree},
       {"top-p", Kind::Real, TG_FIELD(top_p), "sample from the most likely characters holding this probability (1 = all)", kFree},
   };
   return table;
@@ -330,6 +331,9 @@ void validate(const Config& c) {
   require(!c.sample || !c.ckpt.empty(), "--sample without --ckpt", "the checkpoint to sample from",
           "pass --ckpt out/<run> (its newest checkpoint) or --ckpt out/<run>/ckpt-<step>");
   require(!c.out_dir.empty(), "--out-dir is empty", "a directory path", "pass --out-dir PATH");
+  require(c.export_hf.empty() || !c.ckpt.empty(), "--export-hf without --ckpt", "the checkpoint to export",
+          "pass --ckpt out/<run> (its newest checkpoint) or --ckpt out/<run>/ckpt-<step>");
+  require(c.export_hf.empty() || !c.sample, "--export-hf with --sample", "one of the two modes", "drop one of them");
   require(!(c.resume && c.attention == "check"), "--attention check with --resume",
           "one of them (the check runs on a fresh model and writes nothing)", "drop one of them");
 }
@@ -339,6 +343,7 @@ std::string usage() {
   s << "usage: train_gpt [--option value ...]                 train (resume with --resume)\n"
        "       train_gpt --sample --ckpt DIR [--prompt TEXT ...]  generate text from a checkpoint\n"
        "       train_gpt --plot OUT.svg RUN/metrics.jsonl ...     draw the loss curves of runs\n"
+       "       train_gpt --export-hf DIR --ckpt RUN               a checkpoint for Hugging Face transformers\n"
        "Trains a character-level GPT (nanoGPT's architecture) on tiny Shakespeare.\n"
        "Flags override the preset's values, in any order; --name=value works too.\n\n";
   for (const Flag& f : flags()) {
@@ -383,7 +388,7 @@ namespace {
 
 // Calls f(name, field) for every field of Config, in declaration order. The size check makes
 // a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
-static_assert(sizeof(void*) != 8 || sizeof(Config) == 456,
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 488,
               "Config changed: add the new field to each_field (model/config.cpp), then update this size");
 template <typename C, typename F>
 void each_field(C& c, F&& f) {
@@ -400,7 +405,7 @@ void each_field(C& c, F&& f) {
   f("seed", c.seed);
   f("sample_tokens", c.sample_tokens); f("prompt", c.prompt); f("temperature", c.temperature);
   f("top_k", c.top_k); f("top_p", c.top_p);
-  f("sample", c.sample); f("ckpt", c.ckpt);
+  f("sample", c.sample); f("ckpt", c.ckpt); f("export_hf", c.export_hf);
 }
 
 struct FieldWriter {
@@ -531,7 +536,7 @@ Config config_from_text(const std::string& text) {
   }
   // fields added after checkpoints were first written: an older config has no line for them
   // and reads as the model it was (GELU: the tanh form, the only one then)
-  for (const auto& [name, value] : {std::pair<const char*, const char*>{"gelu", "tanh"}}) values.emplace(name, value);
+  for (const auto& [name, value] : {std::pair<const char*, const char*>{"gelu", "tanh"}, {"export_hf", ""}}) values.emplace(name, value);
   Config c;
   each_field(c, FieldReader{values});
   if (!values.empty())

@@ -41,6 +41,7 @@ struct Config {
   double top_p = 1.0;
   bool sample = false;  // --sample: only generate text, from the checkpoint --ckpt
   std::string ckpt;     // a ckpt-<step> directory, or a run's --out-dir (its newest checkpoint)
+  std::string export_hf;  // --export-hf DIR: only write the checkpoint --ckpt for Hugging Face (model/hf_export.h)
 };
 
 // The GELU form c.gelu names ("tanh" or "erf": validated).

@@ -239,31 +239,35 @@ uint64_t model_numel(const StFile& f) {
   return n;
 }
 
-void write_safetensors(const std::function<void(const void*, size_t)>& out, const std::vector<ParamSpec>& table,
-                       const float* params, const std::string& config_text, const std::string& vocab) {
+void write_safetensors_pieces(const std::function<void(const void*, size_t)>& out, const std::vector<StPiece>& pieces,
+                              const std::vector<std::pair<std::string, std::string>>& metadata) {
   ordered_json h = ordered_json::object();
-  h["__metadata__"]["format"] = "pt";
-  h["__metadata__"]["train_gpt_config"] = config_text;
-  if (!vocab.empty()) h["__metadata__"][kVocabKey] = vocab;
+  for (const auto& [key, value] : metadata) h["__metadata__"][key] = value;
   uint64_t off = 0;
-  auto entry = [&](const std::string& name, const std::vector<int>& shape, size_t numel) {
-    ordered_json& e = h[name];
+  for (const StPiece& p : pieces) {
+    ordered_json& e = h[p.name];
     e["dtype"] = "F32";
-    e["shape"] = to_u64(shape);
-    e["data_offsets"] = {off, off + numel * 4};
-    off += numel * 4;
-  };
-  const ParamSpec* wte = find_wte(table);
-  for (const ParamSpec& p : table) entry(p.name, p.shape, p.numel);
-  if (wte) entry("lm_head.weight", wte->shape, wte->numel);
+    e["shape"] = to_u64(p.shape);
+    e["data_offsets"] = {off, off + p.numel * 4};
+    off += p.numel * 4;
+  }
   // compact, ASCII only (other characters as \u escapes), bytes that are not UTF-8 as U+FFFD
   std::string text = h.dump(-1, ' ', true, ordered_json::error_handler_t::replace);
   while (text.size() % 8) text += ' ';
   const uint64_t n = text.size();
   out(&n, 8);
   out(text.data(), text.size());
-  for (const ParamSpec& p : table) out(params + p.offset, p.numel * 4);
-  if (wte) out(params + wte->offset, wte->numel * 4);
+  for (const StPiece& p : pieces) out(p.data, p.numel * 4);
+}
+
+void write_safetensors(const std::function<void(const void*, size_t)>& out, const std::vector<ParamSpec>& table,
+                       const float* params, const std::string& config_text, const std::string& vocab) {
+  std::vector<std::pair<std::string, std::string>> metadata = {{"format", "pt"}, {"train_gpt_config", config_text}};
+  if (!vocab.empty()) metadata.push_back({kVocabKey, vocab});
+  std::vector<StPiece> pieces;
+  for (const ParamSpec& p : table) pieces.push_back({p.name, p.shape, params + p.offset, p.numel});
+  if (const ParamSpec* wte = find_wte(table)) pieces.push_back({"lm_head.weight", wte->shape, params + wte->offset, wte->numel});
+  write_safetensors_pieces(out, pieces, metadata);
 }
 
 std::string safetensors_bytes(const std::vector<ParamSpec>& table, const float* params, const std::string& config_text,

@@ -32,6 +32,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpt.h"
@@ -48,6 +49,20 @@ constexpr const char* kVocabKey = "train_gpt_vocab";
 // characters in id order) to __metadata__.train_gpt_vocab unless it is empty.
 void write_safetensors(const std::function<void(const void* data, size_t n)>& out, const std::vector<ParamSpec>& table,
                        const float* params, const std::string& config_text, const std::string& vocab = "");
+// One tensor to write: F32, its numel = product of shape floats at data.
+struct StPiece {
+  std::string name;
+  std::vector<int> shape;
+  const float* data = nullptr;
+  size_t numel = 0;
+};
+// Writes a safetensors file of the pieces, in order, with the metadata (key, value) pairs
+// (written in order under __metadata__): the writer under write_safetensors, and under the
+// Hugging Face export (model/hf_export.h).
+void write_safetensors_pieces(const std::function<void(const void* data, size_t n)>& out,
+                              const std::vector<StPiece>& pieces,
+                              const std::vector<std::pair<std::string, std::string>>& metadata);
+
 // The same file as bytes.
 std::string safetensors_bytes(const std::vector<ParamSpec>& table, const float* params,
                               const std::string& config_text, const std::string& vocab = "");
