@@ -199,13 +199,14 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   a.top_p = 0.95;
   a.sample = true;
   a.ckpt = "out/x\n";
+  a.export_hf = "hf dir";
 
   std::string text = config_to_text(a);
   const char* names[] = {"preset", "data", "device", "attention", "precision", "out_dir", "n_layer", "n_head", "n_embd",
                          "block_size", "bias", "dropout", "gelu", "batch_size", "max_iters", "lr", "min_lr",
                          "warmup_iters", "lr_decay_iters", "weight_decay", "beta1", "beta2", "grad_clip",
                          "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "resume", "seed", "sample_tokens", "prompt",
-                         "temperature", "top_k", "top_p", "sample", "ckpt"};
+                         "temperature", "top_k", "top_p", "sample", "ckpt", "export_hf"};
   // one "name=value" line per field: strings with newlines did not add lines
   size_t lines = 0;
   for (char ch : text) lines += ch == '\n';
@@ -233,7 +234,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   CHECK(b.sample_tokens == a.sample_tokens); CHECK(b.prompt == a.prompt);
   CHECK(same_bits(b.temperature, a.temperature)); CHECK(b.top_k == a.top_k);
   CHECK(same_bits(b.top_p, a.top_p));
-  CHECK(b.sample == a.sample); CHECK(b.ckpt == a.ckpt);
+  CHECK(b.sample == a.sample); CHECK(b.ckpt == a.ckpt); CHECK(b.export_hf == a.export_hf);
   CHECK(config_to_text(b) == text);
 
   // a config written before --gelu existed has no gelu line: it was the tanh form
