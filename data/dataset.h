@@ -87,8 +87,12 @@ Dataset load_dataset(const std::string& path, int block_size);
 // Training batch for a step: x, y (B, T) from B windows of tokens, window b starting at
 // uniform_below(stream_words(seed, kStreamBatch, b, step, 0).v[0], n - T).
 // y[b][t] = x[b][t + 1] for t < T - 1. Needs tokens.size() >= T + 1 (throws tg::InputError).
+// row0: the windows are rows row0 .. row0 + B - 1 of the step's batch (counter word row0 + b):
+// with --grad-accum N, micro-batch k of step s is train_batch(..., row0 = k B), i.e. rows
+// k B .. k B + B - 1 of the batch of N B that step s would draw with --batch-size N B, a pure
+// function of (seed, s, k). row0 = 0 is the plain batch.
 void train_batch(const std::vector<int32_t>& tokens, uint64_t seed, uint32_t step, int B, int T,
-                 int32_t* x, int32_t* y);
+                 int32_t* x, int32_t* y, uint32_t row0 = 0);
 
 // Evaluation batch k (0 <= k < eval_iters) of a split (0 = train, 1 = val): x, y (B, T),
 // the same construction with stream_words(seed, kStreamEval, b, k, split): a fixed set.

@@ -20,7 +20,7 @@ namespace tg {
 void apply_preset(Config& c, const std::string& name) {
   if (name == "shakespeare-char") {
     // nanoGPT config/train_shakespeare_char.py
-    c.n_layer = 6; c.n_head = 6; c.n_embd = 384; c.block_size = 256; c.batch_size = 64;
+    c.n_layer = 6; c.n_head = 6; c.n_embd = 384; c.block_size = 256; c.batch_size = 64; c.grad_accum = 1;
     c.dropout = 0.2; c.bias = false;
     c.lr = 1e-3; c.min_lr = 1e-4; c.max_iters = 5000; c.lr_decay_iters = 5000;
     c.warmup_iters = 100; c.beta1 = 0.9; c.beta2 = 0.99; c.weight_decay = 0.1; c.grad_clip = 1.0;
@@ -33,9 +33,19 @@ void apply_preset(Config& c, const std::string& name) {
     c.n_layer = 4; c.n_head = 4; c.n_embd = 128; c.block_size = 64; c.batch_size = 12;
     c.dropout = 0.0; c.max_iters = 2000; c.lr_decay_iters = 2000;
     c.eval_iters = 20; c.log_interval = 1;
+  } else if (name == "gpt2-124m") {
+    // llm.c's GPT-2 (124M) reproduction on one GPU (its README: -e d12 -b 64 -t 1024
+    // -d 524288 -c 0.1 -l 0.0006 -q 0.0 -u 700 -v 250, 10B FineWeb tokens = 18865 steps):
+    // 524288 tokens per step = B 64 x T 1024 x 8 micro-batches; AdamW betas (0.9, 0.95),
+    // clip 1.0, no dropout, biases; cosine from 6e-4 to 0 over the whole run.
+    c.n_layer = 12; c.n_head = 12; c.n_embd = 768; c.block_size = 1024; c.batch_size = 64; c.grad_accum = 8;
+    c.dropout = 0.0; c.bias = true;
+    c.lr = 6e-4; c.min_lr = 0.0; c.max_iters = 18865; c.lr_decay_iters = 18865;
+    c.warmup_iters = 700; c.beta1 = 0.9; c.beta2 = 0.95; c.weight_decay = 0.1; c.grad_clip = 1.0;
+    c.eval_interval = 250; c.eval_iters = 20; c.log_interval = 10; c.ckpt_interval = 5000;
   } else {
     throw InputError("unknown preset '" + name +
-                     "'; expected shakespeare-char or baby; pass --preset shakespeare-char or --preset baby");
+                     "'; expected shakespeare-char, baby or gpt2-124m; pass --preset shakespeare-char, --preset baby or --preset gpt2-124m");
   }
   c.preset = name;
 }
@@ -57,7 +67,7 @@ constexpr bool kFixed = true, kFree = false;
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
       {"data", Kind::Str, TG_FIELD(data), "text file to train on (default data/tinyshakespeare/input.txt)", kFixed},
-      {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby (default: shakespeare-char when training on a GPU, else baby)", kFixed},
+      {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby | gpt2-124m (default: shakespeare-char when training on a GPU, else baby)", kFixed},
       {"device", Kind::Str, TG_FIELD(device), "auto | cpu | cuda (default auto)", kFree},
       {"attention", Kind::Str, TG_FIELD(attention), "flash | naive | check (default flash; check compares both on one batch and exits)", kFree},
       {"precision", Kind::Str, TG_FIELD(precision), "auto | bf16 | fp32 on a GPU (default auto: bf16 on compute capability 8.0+); the CPU runs fp32", kFree},
@@ -65,7 +75,8 @@ const std::vector<Flag>& flags() {
       {"n-head", Kind::Int, TG_FIELD(n_head), "attention heads", kFixed},
       {"n-embd", Kind::Int, TG_FIELD(n_embd), "embedding width C (divisible by n-head)", kFixed},
       {"block-size", Kind::Int, TG_FIELD(block_size), "context length T", kFixed},
-      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per step B", kFixed},
+      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per micro-batch B", kFixed},
+      {"grad-accum", Kind::Int, TG_FIELD(grad_accum), "micro-batches accumulated per optimizer step (tokens per step = B x T x this; default 1)", kFixed},
       {"dropout", Kind::Real, TG_FIELD(dropout), "dropout probability in [0, 1)", kFree},
       {"bias", Kind::Bool, TG_FIELD(bias), "biases in linear and layernorm layers (--bias, --bias=false)", kFixed},
       {"max-iters", Kind::Int, TG_FIELD(max_iters), "optimizer steps", kFree},
@@ -287,6 +298,10 @@ void validate(const Config& c) {
           "n-embd a multiple of n-head (the head dim is n-embd / n-head)", "change one of them");
   require(c.block_size >= 1 && c.block_size <= (1 << 20), flag_is("block-size", c.block_size), "1 to 1048576", help);
   require(c.batch_size >= 1 && c.batch_size <= (1 << 20), flag_is("batch-size", c.batch_size), "1 to 1048576", help);
+  require(c.grad_accum >= 1 && c.grad_accum <= 65536, flag_is("grad-accum", c.grad_accum), "1 to 65536", help);
+  require((double)c.batch_size * c.grad_accum <= 4294967296.0 / std::max(1, c.n_head),
+          "--batch-size " + std::to_string(c.batch_size) + " with --grad-accum " + std::to_string(c.grad_accum),
+          "batch-size x grad-accum x n-head below 2^32 (the dropout masks' row index)", "lower one of them");
   require(c.dropout >= 0.0 && c.dropout < 1.0, flag_is("dropout", c.dropout), "a probability in [0, 1)", help);
   // the kernels keep an element when a 32-bit word >= round(p 2^32) and scale by (float)(1 / (1 - p))
   require(philox::dropout_threshold(c.dropout) < UINT32_MAX && std::isfinite((float)(1.0 / (1.0 - c.dropout))),
@@ -345,9 +360,11 @@ std::string usage() {
   s << "  --plot            OUT.svg RUN/metrics.jsonl ...: loss curves of one or more runs as SVG\n"
        "                    (first on the command line; each run labelled by its directory)\n"
        "  --help            this text\n\n"
-       "presets (nanoGPT's shakespeare_char config and its CPU variant):\n"
+       "presets (nanoGPT's shakespeare_char config and its CPU variant; llm.c's GPT-2 small):\n"
        "  shakespeare-char  6 layers, 6 heads, 384 wide, T=256, B=64, dropout 0.2, 5000 iters\n"
        "  baby              4 layers, 4 heads, 128 wide, T=64, B=12, dropout 0, 2000 iters\n"
+       "  gpt2-124m         llm.c's GPT-2 small: 12 layers, 12 heads, 768 wide, T=1024, B=64 x grad-accum 8\n"
+       "                    (524288 tokens per step), lr 6e-4 (warmup 700, cosine to 0), 18865 iters\n"
        "exit status: 0 success, 2 bad usage or input, 1 runtime failure\n";
   return s.str();
 }
@@ -357,7 +374,8 @@ std::string describe(const Config& c) {
   s << "preset " << c.preset << " | data " << c.data << " | out-dir " << c.out_dir << "\n"
     << "model: n_layer " << c.n_layer << ", n_head " << c.n_head << ", n_embd " << c.n_embd
     << ", block_size " << c.block_size << ", bias " << (c.bias ? "true" : "false") << ", dropout " << c.dropout << "\n"
-    << "train: batch_size " << c.batch_size << ", max_iters " << c.max_iters << ", lr " << c.lr << " -> " << c.min_lr
+    << "train: batch_size " << c.batch_size << " x grad_accum " << c.grad_accum << " = "
+    << (long long)c.batch_size * c.grad_accum * c.block_size << " tokens per step, max_iters " << c.max_iters << ", lr " << c.lr << " -> " << c.min_lr
     << " (warmup " << c.warmup_iters << ", decay to " << c.lr_decay_iters << "), weight_decay " << c.weight_decay
     << ", betas (" << c.beta1 << ", " << c.beta2 << "), grad_clip " << c.grad_clip << "\n"
     << "eval: every " << c.eval_interval << " steps over " << c.eval_iters << " batches; log every "
@@ -380,7 +398,7 @@ namespace {
 
 // Calls f(name, field) for every field of Config, in declaration order. The size check makes
 // a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
-static_assert(sizeof(void*) != 8 || sizeof(Config) == 424,
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 432,
               "Config changed: add the new field to each_field (model/config.cpp), then update this size");
 template <typename C, typename F>
 void each_field(C& c, F&& f) {
@@ -389,7 +407,7 @@ void each_field(C& c, F&& f) {
   f("out_dir", c.out_dir);
   f("n_layer", c.n_layer); f("n_head", c.n_head); f("n_embd", c.n_embd); f("block_size", c.block_size);
   f("bias", c.bias); f("dropout", c.dropout);
-  f("batch_size", c.batch_size); f("max_iters", c.max_iters); f("lr", c.lr); f("min_lr", c.min_lr);
+  f("batch_size", c.batch_size); f("grad_accum", c.grad_accum); f("max_iters", c.max_iters); f("lr", c.lr); f("min_lr", c.min_lr);
   f("warmup_iters", c.warmup_iters); f("lr_decay_iters", c.lr_decay_iters);
   f("weight_decay", c.weight_decay); f("beta1", c.beta1); f("beta2", c.beta2); f("grad_clip", c.grad_clip);
   f("eval_interval", c.eval_interval); f("eval_iters", c.eval_iters); f("log_interval", c.log_interval);
@@ -526,6 +544,8 @@ Config config_from_text(const std::string& text) {
     if (!values.emplace(name, line.substr(eq + 1)).second)
       bad_config("names " + printable(name) + " twice", "each field once");
   }
+  // a config written before --grad-accum existed accumulated nothing
+  values.emplace("grad_accum", "1");
   Config c;
   each_field(c, FieldReader{values});
   if (!values.empty())

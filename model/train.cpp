@@ -113,7 +113,7 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
   s.best_val_loss = INFINITY;
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
   std::vector<double> step_ms;
-  const double tokens_per_step = (double)c.batch_size * c.block_size;
+  const double tokens_per_step = (double)c.batch_size * c.block_size * c.grad_accum;
   // MFU as llm.c counts it: 6 N FLOPs per token for the matmuls of forward and backward plus
   // 6 L C T for attention, against the device's dense bf16 peak (none when unknown)
   const ModelConfig mc{ds.tok.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
@@ -232,8 +232,15 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
         break;
       }
       const auto t0 = Clock::now();
-      data::train_batch(ds.train, c.seed, (uint32_t)step, c.batch_size, c.block_size, x.data(), y.data());
-      float loss = be.forward_backward(x.data(), y.data(), (uint32_t)step);
+      // --grad-accum N: N micro-batches, micro-batch k being rows k B .. of the step's batch
+      // of N B (data/dataset.h), gradients accumulated; the step's loss is their mean
+      double loss_sum = 0;
+      for (int k = 0; k < c.grad_accum; ++k) {
+        data::train_batch(ds.train, c.seed, (uint32_t)step, c.batch_size, c.block_size, x.data(), y.data(),
+                          (uint32_t)k * (uint32_t)c.batch_size);
+        loss_sum += be.forward_backward(x.data(), y.data(), (uint32_t)step, k, c.grad_accum);
+      }
+      float loss = (float)(loss_sum / c.grad_accum);
       const double norm = be.grad_norm();
       if (injected.count(step)) loss = NAN;
       // NaN guard: a non-finite loss or gradient norm skips the update (weights and AdamW state
