@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "data/dataset.h"
+#include "data/tokens.h"
 #include "model/backend.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -76,7 +77,10 @@ std::unique_ptr<tg::Backend> make_backend(const tg::Config& c, const tg::ModelCo
 tg::ModelConfig model_of(const tg::Config& c, const data::CharTokenizer& tok) {
   return tg::ModelConfig{tok.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
 }
-tg::ModelConfig model_of(const tg::Config& c, const data::Dataset& ds) { return model_of(c, ds.tok); }
+// token data: GPT-2's V padded as llm.c pads it (data::Dataset::padded_vocab)
+tg::ModelConfig model_of(const tg::Config& c, const data::Dataset& ds) {
+  return tg::ModelConfig{ds.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias, ds.padded_vocab()};
+}
 
 bool given(const tg::ParsedArgs& args, const char* flag) {
   return std::find(args.given.begin(), args.given.end(), flag) != args.given.end();
@@ -87,6 +91,12 @@ bool given(const tg::ParsedArgs& args, const char* flag) {
 // that is not UTF-8 or has characters outside the vocabulary fails now, not after training.
 tg::Config sampling_config(const tg::Config& c, const tg::ParsedArgs& args, const data::CharTokenizer& tok) {
   tg::Config s = c;
+  if (tok.itos.empty()) {  // token data: samples start from end-of-text, there is no encoder for a prompt
+    if (given(args, "prompt") && s.sample_tokens > 0)
+      throw tg::InputError("--prompt with token data; expected no prompt (a model of GPT-2 tokens samples from "
+                           "<|endoftext|>, train_gpt has no GPT-2 encoder); drop --prompt");
+    return s;
+  }
   if (!given(args, "prompt") && s.prompt == "\n") s.prompt = tok.default_prompt();
   if (s.sample_tokens == 0) return s;
   try {
@@ -111,7 +121,7 @@ std::unique_ptr<tg::Backend> backend_from(const tg::Config& c, const tg::ModelCo
 }
 
 // Bytes of the data a run holds: its tokens.
-double data_bytes(const data::Dataset& ds) { return 4.0 * (double)(ds.train.size() + ds.val.size()); }
+double data_bytes(const data::Dataset& ds) { return 4.0 * (double)(ds.train.size() + ds.val.size()); }  // token data: mapped, 0
 
 // --attention check: both attention paths on the first training batch, per layer. Writes nothing.
 int attention_check(const tg::Config& c, int gpus) {
@@ -119,7 +129,7 @@ int attention_check(const tg::Config& c, int gpus) {
   std::string note;
   std::unique_ptr<tg::Backend> be = make_backend(c, model_of(c, ds), gpus, note);
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
-  data::train_batch(ds.train, c.seed, 0, c.batch_size, c.block_size, x.data(), y.data());
+  ds.train_batch(c.seed, 0, c.batch_size, c.block_size, x.data(), y.data());
   const auto diffs = be->attention_check(x.data(), y.data(), 0);
   std::printf("attention check (step 0 batch, dropout %g, %s): max |flash - naive| / max |naive| per layer\n",
               c.dropout, be->precision().c_str());
@@ -154,6 +164,7 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
   const bool data_given = given(args, "data");
   tg::Config c;
   data::CharTokenizer tok;
+  bool tokens = false;
   std::unique_ptr<tg::Backend> be;
   for (int attempt = 1; !be; ++attempt) {
     const std::string dir = tg::pick_checkpoint(flags.ckpt, std::cerr);
@@ -161,7 +172,9 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
       throw tg::InputError("--ckpt " + flags.ckpt + " is neither a checkpoint nor a run directory holding one; expected a ckpt-<step> directory or a run's --out-dir; pass one of them");
     try {
       const tg::ckpt::CheckpointInfo info = tg::ckpt::checkpoint_info(dir);
-      tok = tg::checkpoint_tokenizer(dir, info, data_given ? flags.data : "", std::cerr);
+      // a model of token data holds no character vocabulary: GPT-2's 50257 ids, padded
+      tokens = data::is_token_data(info.config.data);
+      if (!tokens) tok = tg::checkpoint_tokenizer(dir, info, data_given ? flags.data : "", std::cerr);
       c = info.config;
       c.prompt = flags.prompt;
       c.sample_tokens = flags.sample_tokens;
@@ -173,8 +186,13 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
       c.precision = flags.precision;
       c.batch_size = 1;  // no training batch: the smallest activations
       c = sampling_config(c, args, tok);
+      tg::ModelConfig m = model_of(c, tok);
+      if (tokens) {
+        m.vocab_size = data::kGpt2Vocab;
+        m.padded_vocab = tg::padded_vocab_for(data::kGpt2Vocab);
+      }
       std::string note;
-      be = backend_from(c, model_of(c, tok), gpus, note, dir, 0);
+      be = backend_from(c, m, gpus, note, dir, 0);
       std::cerr << "sampling from " << dir << " (step " << info.step << ")" << std::endl;
     } catch (const tg::InputError&) {
       // the run going on in that directory deleted the checkpoint as it was read (it keeps the
@@ -184,7 +202,14 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
       throw;
     }
   }
-  tg::sample(*be, c, tok, std::cout);
+  if (tokens) {
+    std::unique_ptr<data::Gpt2Tokenizer> tokenizer;
+    if (!flags.tokenizer.empty())
+      tokenizer = std::make_unique<data::Gpt2Tokenizer>(data::Gpt2Tokenizer::load(flags.tokenizer));
+    tg::sample_tokens(*be, c, data::kGpt2Vocab, tokenizer.get(), std::cout);
+  } else {
+    tg::sample(*be, c, tok, std::cout);
+  }
   if (tg::stop_requested()) {
     std::fprintf(stderr, "interrupted while sampling\n");
     return 130;
@@ -200,6 +225,18 @@ int train_run(const tg::ParsedArgs& args, int gpus) {
   const tg::Config& c = start.config;
   const data::Dataset& ds = start.data;
   const tg::Config sc = sampling_config(c, args, ds.tok);
+  // --tokenizer (token data): read now, so that a bad file fails before training
+  std::unique_ptr<data::Gpt2Tokenizer> tokenizer;
+  if (!args.config.tokenizer.empty()) {
+    if (!ds.tokens)
+      throw tg::InputError("--tokenizer with the text " + ds.path + "; expected token data (llm.c shards or nanoGPT's "
+                           "train.bin / val.bin) for a GPT-2 tokenizer; drop --tokenizer (a text is its own vocabulary)");
+    tokenizer = std::make_unique<data::Gpt2Tokenizer>(data::Gpt2Tokenizer::load(args.config.tokenizer));
+    if ((int)tokenizer->tokens.size() < ds.vocab_size())
+      throw tg::InputError("--tokenizer " + args.config.tokenizer + " holds " + std::to_string(tokenizer->tokens.size()) +
+                           " tokens, fewer than the data's " + std::to_string(ds.vocab_size()) +
+                           "; expected llm.c's gpt2_tokenizer.bin; pass that file");
+  }
   const tg::ModelConfig m = model_of(c, ds);
   const auto table = tg::param_table(m);
   const size_t n_params = tg::param_count(table);
@@ -210,8 +247,9 @@ int train_run(const tg::ParsedArgs& args, int gpus) {
   if (!start.checkpoint.empty())
     std::cout << "resuming from " << start.checkpoint << " at step " << start.progress.step << " (its config below)\n";
   std::cout << tg::describe(c) << "\n"
-            << "data: " << ds.path << ", vocab " << m.vocab_size << ", train " << ds.train.size() << " tokens, val "
-            << ds.val.size() << " tokens\n"
+            << "data: " << ds.path << (ds.tokens ? " (" + ds.tokens->format + ")" : std::string()) << ", vocab "
+            << m.vocab_size << (m.vp() != m.vocab_size ? " (padded to " + std::to_string(m.vp()) + ")" : std::string())
+            << ", train " << ds.train_size() << " tokens, val " << ds.val_size() << " tokens\n"
             << "parameters: " << n_params << " (" << (n_params - table[1].numel) << " without position embeddings)\n"
             << "device: " << be->device_name() << " | attention: " << c.attention << " | precision: " << be->precision() << " | memory: "
             << be->memory_bytes() / (1 << 20) << " MiB" << std::endl;
@@ -234,9 +272,10 @@ int train_run(const tg::ParsedArgs& args, int gpus) {
   std::printf("done: %d steps in %.1f s, median %.2f ms/step, best val loss %.4f, final train %.4f val %.4f\n", s.steps,
               s.wall_s, s.median_step_ms, s.best_val_loss, s.final_train_loss, s.final_val_loss);
   if (sc.sample_tokens > 0) {
-    std::cout << "---- sample (" << sc.sample_tokens << " characters, temperature " << sc.temperature << ", top-k "
+    std::cout << "---- sample (" << sc.sample_tokens << (ds.tokens ? " tokens" : " characters") << ", temperature " << sc.temperature << ", top-k "
               << sc.top_k << ") ----" << std::endl;
-    tg::sample(*be, sc, ds.tok, std::cout);
+    if (ds.tokens) tg::sample_tokens(*be, sc, m.vocab_size, tokenizer.get(), std::cout);
+    else tg::sample(*be, sc, ds.tok, std::cout);
     if (tg::stop_requested()) {
       std::fprintf(stderr, "interrupted while sampling: the run itself is complete\n");
       return 130;

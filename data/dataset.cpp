@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "data/sha256.h"
+#include "data/tokens.h"
 #include "kernels/philox.h"
 #include "model/errors.h"
 
@@ -213,6 +214,13 @@ Dataset load_dataset(const std::string& path, int block_size) {
   if (block_size < 1)
     throw tg::InputError("block_size " + std::to_string(block_size) + " is not valid; expected >= 1; "
                          "pass a positive --block-size");
+  if (is_token_data(path)) {
+    Dataset d;
+    d.path = path;
+    d.tokens = load_token_data(path, block_size);
+    d.sha256 = d.tokens->fingerprint;
+    return d;
+  }
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT || errno == ENOTDIR)
@@ -279,6 +287,21 @@ void train_batch(const std::vector<int32_t>& tokens, uint64_t seed, uint32_t ste
 void eval_batch(const std::vector<int32_t>& tokens, uint64_t seed, uint32_t split, uint32_t k,
                 int B, int T, int32_t* x, int32_t* y) {
   fill_windows(tokens, seed, philox::kStreamEval, k, split, B, T, x, y);
+}
+
+int Dataset::vocab_size() const { return tokens ? tokens->train.vocab : tok.vocab_size(); }
+int Dataset::padded_vocab() const { return tokens ? (vocab_size() + 127) / 128 * 128 : vocab_size(); }
+size_t Dataset::train_size() const { return tokens ? tokens->train.size() : train.size(); }
+size_t Dataset::val_size() const { return tokens ? tokens->val.size() : val.size(); }
+
+void Dataset::train_batch(uint64_t seed, uint32_t step, int B, int T, int32_t* x, int32_t* y, uint32_t row0) const {
+  if (tokens) token_train_batch(tokens->train, seed, step, B, T, x, y, row0);
+  else data::train_batch(train, seed, step, B, T, x, y, row0);
+}
+
+void Dataset::eval_batch(uint64_t seed, uint32_t split, uint32_t k, int B, int T, int32_t* x, int32_t* y) const {
+  if (tokens) token_eval_batch(split == 0 ? tokens->train : tokens->val, seed, split, k, B, T, x, y);
+  else data::eval_batch(split == 0 ? train : val, seed, split, k, B, T, x, y);
 }
 
 }  // namespace data

@@ -66,7 +66,7 @@ constexpr bool kFixed = true, kFree = false;
 #define TG_FIELD(f) offsetof(Config, f)
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
-      {"data", Kind::Str, TG_FIELD(data), "text file to train on (default data/tinyshakespeare/input.txt)", kFixed},
+      {"data", Kind::Str, TG_FIELD(data), "text file, or token data: llm.c .bin shards (a directory or a glob) or nanoGPT's directory of train.bin / val.bin (default data/tinyshakespeare/input.txt)", kFixed},
       {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby | gpt2-124m (default: shakespeare-char when training on a GPU, else baby)", kFixed},
       {"device", Kind::Str, TG_FIELD(device), "auto | cpu | cuda (default auto)", kFree},
       {"attention", Kind::Str, TG_FIELD(attention), "flash | naive | check (default flash; check compares both on one batch and exits)", kFree},
@@ -101,6 +101,7 @@ const std::vector<Flag>& flags() {
       {"top-k", Kind::Int, TG_FIELD(top_k), "sample from the k most likely characters (0 = all)", kFree},
       {"sample", Kind::Bool, TG_FIELD(sample), "only generate text from the checkpoint --ckpt (no training)", kFree},
       {"ckpt", Kind::Str, TG_FIELD(ckpt), "with --sample: a ckpt-<step> directory, or a run's --out-dir (its newest)", kFree},
+      {"tokenizer", Kind::Str, TG_FIELD(tokenizer), "llm.c's gpt2_tokenizer.bin: token data's sample printed as text (default: token ids)", kFree},
       {"top-p", Kind::Real, TG_FIELD(top_p), "sample from the most likely characters holding this probability (1 = all)", kFree},
   };
   return table;
@@ -398,7 +399,7 @@ namespace {
 
 // Calls f(name, field) for every field of Config, in declaration order. The size check makes
 // a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
-static_assert(sizeof(void*) != 8 || sizeof(Config) == 432,
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 464,
               "Config changed: add the new field to each_field (model/config.cpp), then update this size");
 template <typename C, typename F>
 void each_field(C& c, F&& f) {
@@ -415,7 +416,7 @@ void each_field(C& c, F&& f) {
   f("seed", c.seed);
   f("sample_tokens", c.sample_tokens); f("prompt", c.prompt); f("temperature", c.temperature);
   f("top_k", c.top_k); f("top_p", c.top_p);
-  f("sample", c.sample); f("ckpt", c.ckpt);
+  f("sample", c.sample); f("ckpt", c.ckpt); f("tokenizer", c.tokenizer);
 }
 
 struct FieldWriter {
@@ -546,6 +547,7 @@ Config config_from_text(const std::string& text) {
   }
   // a config written before --grad-accum existed accumulated nothing
   values.emplace("grad_accum", "1");
+  values.emplace("tokenizer", "");  // nor --tokenizer
   Config c;
   each_field(c, FieldReader{values});
   if (!values.empty())

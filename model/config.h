@@ -39,6 +39,7 @@ struct Config {
   double top_p = 1.0;
   bool sample = false;  // --sample: only generate text, from the checkpoint --ckpt
   std::string ckpt;     // a ckpt-<step> directory, or a run's --out-dir (its newest checkpoint)
+  std::string tokenizer;  // --tokenizer: llm.c's gpt2_tokenizer.bin, to print token data's samples as text
 };
 
 // Fills c with a preset's values. Throws InputError for an unknown name.

@@ -204,7 +204,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
                          "block_size", "bias", "dropout", "batch_size", "grad_accum", "max_iters", "lr", "min_lr",
                          "warmup_iters", "lr_decay_iters", "weight_decay", "beta1", "beta2", "grad_clip",
                          "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "resume", "seed", "sample_tokens", "prompt",
-                         "temperature", "top_k", "top_p", "sample", "ckpt"};
+                         "temperature", "top_k", "top_p", "sample", "ckpt", "tokenizer"};
   // one "name=value" line per field: strings with newlines did not add lines
   size_t lines = 0;
   for (char ch : text) lines += ch == '\n';
