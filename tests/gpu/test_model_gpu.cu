@@ -166,14 +166,31 @@ TG_GPU_TEST("gpu model: grad-accum 2 with dropout tracks the CPU backend (masks 
     gpu_be->update((float)c.lr, s + 1, ng);
   }
   const std::vector<float> wc = cpu->params(), wg = gpu_be->params();
-  double worst = 0;
-  for (size_t i = 0; i < wc.size(); ++i) worst = std::max(worst, (double)std::fabs(wc[i] - wg[i]));
-  CHECK(worst <= 1e-5);
+  // the bounds of the 20-step test: AdamW normalises each gradient, so a weight whose gradient
+  // is near 0 may move by up to lr either way on rounding alone; the mean stays at rounding
+  double worst = 0, sum = 0;
+  for (size_t i = 0; i < wc.size(); ++i) {
+    const double d = std::fabs((double)wc[i] - wg[i]);
+    worst = std::max(worst, d);
+    sum += d;
+  }
+  CHECK(sum / wc.size() <= 1e-6);
+  CHECK(worst <= 2 * c.lr * 3);
   // the control: micro-batch 1 keyed as micro-batch 0 draws other masks, visibly
   std::vector<int32_t> x = random_tokens(BT, 13, 400), y(BT);
   for (size_t i = 0; i < BT; ++i) y[i] = (x[i] * 7 + 3) % 13;
-  const float l1 = gpu_be->forward_backward(x.data(), y.data(), 7, 1, 2), l0 = gpu_be->forward_backward(x.data(), y.data(), 7, 0, 2);
-  CHECK(std::fabs(l1 - l0) > 1e-4 * std::fabs(l0));
+  // (the gradient of the same tokens as micro-batch 0 and as micro-batch 1, the second got as
+  // the difference the accumulation adds)
+  gpu_be->forward_backward(x.data(), y.data(), 7, 0, 2);
+  const std::vector<float> g0 = gpu_be->grads();
+  gpu_be->forward_backward(x.data(), y.data(), 7, 1, 2);
+  const std::vector<float> g01 = gpu_be->grads();
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < g0.size(); ++i) {
+    diff = std::max(diff, std::fabs((double)(g01[i] - g0[i]) - g0[i]));
+    scale = std::max(scale, (double)std::fabs(g0[i]));
+  }
+  CHECK(diff > 1e-2 * scale);
 }
 
 TG_GPU_TEST("gpu model: step-0 logits, loss and every gradient match the CPU reference (bf16)") {
