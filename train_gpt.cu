@@ -175,6 +175,7 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
       // a model of token data holds no character vocabulary: GPT-2's 50257 ids, padded
       tokens = data::is_token_data(info.config.data);
       if (!tokens) tok = tg::checkpoint_tokenizer(dir, info, data_given ? flags.data : "", std::cerr);
+      else if (data_given) tg::checkpoint_data(info, flags.data, std::cerr);  // never ignored: the run's data (its fingerprint)
       c = info.config;
       c.prompt = flags.prompt;
       c.sample_tokens = flags.sample_tokens;

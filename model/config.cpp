@@ -352,7 +352,8 @@ std::string usage() {
   s << "usage: train_gpt [--option value ...]                 train (resume with --resume)\n"
        "       train_gpt --sample --ckpt DIR [--prompt TEXT ...]  generate text from a checkpoint\n"
        "       train_gpt --plot OUT.svg RUN/metrics.jsonl ...     draw the loss curves of runs\n"
-       "Trains a character-level GPT (nanoGPT's architecture) on tiny Shakespeare.\n"
+       "Trains a GPT (nanoGPT's architecture) on a text, character-level (tiny Shakespeare by default),\n"
+       "or on GPT-2 token data (llm.c .bin shards, nanoGPT train.bin / val.bin).\n"
        "Flags override the preset's values, in any order; --name=value works too.\n\n";
   for (const Flag& f : flags()) {
     std::string n = std::string("--") + f.name;

@@ -284,12 +284,19 @@ TEST_CASE("cli: training on llm.c shards: V 50257 padded to 50304, samples as id
     tok += (char)t.size();
     tok += t;
   }
-  write(s.dir / "gpt2_tokenizer.bin", tok);
+  write(s.dir / "tok" / "gpt2_tokenizer.bin", tok);
   Run smp = run_train_gpt("--sample --ckpt " + out.string() + " --sample-tokens 3 --tokenizer " +
-                          (s.dir / "gpt2_tokenizer.bin").string());
+                          (s.dir / "tok" / "gpt2_tokenizer.bin").string());
   CAPTURE(smp.err);
   CHECK(smp.code == 0);
   CHECK(smp.out.rfind("<50256><", 0) == 0);
+  Run with_data = run_train_gpt("--sample --ckpt " + out.string() + " --sample-tokens 2 --data " + s.dir.string());
+  CAPTURE(with_data.err);
+  CHECK(with_data.code == 0);  // the same shards, named by their directory: the same fingerprint
+  write(s.dir / "other" / "a_train.bin", shard_bytes(some_tokens(100, 8)));
+  write(s.dir / "other" / "a_val.bin", shard_bytes(some_tokens(100, 9)));
+  Run other_data = run_train_gpt("--sample --ckpt " + out.string() + " --data " + (s.dir / "other").string());
+  CHECK(other_data.code == 2);  // other shards: refused, not ignored
   Run prompt = run_train_gpt("--sample --ckpt " + out.string() + " --prompt hi");
   CHECK(prompt.code == 2);
   CHECK(prompt.err.find("--prompt with token data") != std::string::npos);
@@ -309,7 +316,7 @@ TEST_CASE("cli: training on llm.c shards: V 50257 padded to 50304, samples as id
   CHECK(!fs::exists(out2));
   // --tokenizer with a text is refused
   Run text_tok = run_train_gpt("--device cpu --max-iters 1 --data " + data_path() + " --tokenizer " +
-                               (s.dir / "gpt2_tokenizer.bin").string() + " --out-dir " + (s.dir / "run3").string());
+                               (s.dir / "tok" / "gpt2_tokenizer.bin").string() + " --out-dir " + (s.dir / "run3").string());
   CHECK(text_tok.code == 2);
   CHECK(text_tok.err.find("--tokenizer with the text") != std::string::npos);
 }
