@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "data/dataset.h"
+#include "data/tokens.h"
 #include "model/backend.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -77,10 +78,29 @@ std::unique_ptr<tg::Backend> make_backend(const tg::Config& c, const tg::ModelCo
 tg::ModelConfig model_of(const tg::Config& c, const data::CharTokenizer& tok) {
   return tg::ModelConfig{tok.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
 }
-tg::ModelConfig model_of(const tg::Config& c, const data::Dataset& ds) { return model_of(c, ds.tok); }
+// token data: GPT-2's V padded as llm.c pads it (data::Dataset::padded_vocab)
+tg::ModelConfig model_of(const tg::Config& c, const data::Dataset& ds) {
+  return tg::ModelConfig{ds.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias, ds.padded_vocab()};
+}
 
 bool given(const tg::ParsedArgs& args, const char* flag) {
   return std::find(args.given.begin(), args.given.end(), flag) != args.given.end();
+}
+
+// The model the checkpoint dir holds, and its character vocabulary in tok (none for token
+// data: GPT-2's 50257 ids, padded). A --data given is checked to be the run's, never ignored.
+tg::ModelConfig checkpoint_model(const std::string& dir, const tg::ckpt::CheckpointInfo& info,
+                                 const tg::ParsedArgs& args, data::CharTokenizer& tok) {
+  const bool data_given = given(args, "data");
+  if (!data::is_token_data(info.config.data)) {
+    tok = tg::checkpoint_tokenizer(dir, info, data_given ? args.config.data : "", std::cerr);
+    return model_of(info.config, tok);
+  }
+  if (data_given) tg::checkpoint_data(info, args.config.data, std::cerr);  // the run's data (its fingerprint)
+  tg::ModelConfig m = model_of(info.config, tok);
+  m.vocab_size = data::kGpt2Vocab;
+  m.padded_vocab = tg::padded_vocab_for(data::kGpt2Vocab);
+  return m;
 }
 
 // The config a sample runs with: without --prompt, the default prompt (a newline) becomes the
@@ -88,6 +108,12 @@ bool given(const tg::ParsedArgs& args, const char* flag) {
 // that is not UTF-8 or has characters outside the vocabulary fails now, not after training.
 tg::Config sampling_config(const tg::Config& c, const tg::ParsedArgs& args, const data::CharTokenizer& tok) {
   tg::Config s = c;
+  if (tok.itos.empty()) {  // token data: samples start from end-of-text, there is no encoder for a prompt
+    if (given(args, "prompt") && s.sample_tokens > 0)
+      throw tg::InputError("--prompt with token data; expected no prompt (a model of GPT-2 tokens samples from "
+                           "<|endoftext|>, train_gpt has no GPT-2 encoder); drop --prompt");
+    return s;
+  }
   if (!given(args, "prompt") && s.prompt == "\n") s.prompt = tok.default_prompt();
   if (s.sample_tokens == 0) return s;
   try {
@@ -112,7 +138,7 @@ std::unique_ptr<tg::Backend> backend_from(const tg::Config& c, const tg::ModelCo
 }
 
 // Bytes of the data a run holds: its tokens.
-double data_bytes(const data::Dataset& ds) { return 4.0 * (double)(ds.train.size() + ds.val.size()); }
+double data_bytes(const data::Dataset& ds) { return 4.0 * (double)(ds.train.size() + ds.val.size()); }  // token data: mapped, 0
 
 // --attention check: both attention paths on the first training batch, per layer. Writes nothing.
 int attention_check(const tg::Config& c, int gpus) {
@@ -120,7 +146,7 @@ int attention_check(const tg::Config& c, int gpus) {
   std::string note;
   std::unique_ptr<tg::Backend> be = make_backend(c, model_of(c, ds), gpus, note);
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
-  data::train_batch(ds.train, c.seed, 0, c.batch_size, c.block_size, x.data(), y.data());
+  ds.train_batch(c.seed, 0, c.batch_size, c.block_size, x.data(), y.data());
   const auto diffs = be->attention_check(x.data(), y.data(), 0);
   std::printf("attention check (step 0 batch, dropout %g, %s): max |flash - naive| / max |naive| per layer\n",
               c.dropout, be->precision().c_str());
@@ -152,7 +178,6 @@ int plot(int argc, char** argv) {
 // Reads only: no lock.
 int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
   const tg::Config& flags = args.config;
-  const bool data_given = given(args, "data");
   tg::Config c;
   data::CharTokenizer tok;
   std::unique_ptr<tg::Backend> be;
@@ -162,7 +187,7 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
       throw tg::InputError("--ckpt " + flags.ckpt + " is neither a checkpoint nor a run directory holding one; expected a ckpt-<step> directory or a run's --out-dir; pass one of them");
     try {
       const tg::ckpt::CheckpointInfo info = tg::ckpt::checkpoint_info(dir);
-      tok = tg::checkpoint_tokenizer(dir, info, data_given ? flags.data : "", std::cerr);
+      const tg::ModelConfig m = checkpoint_model(dir, info, args, tok);
       c = info.config;
       c.prompt = flags.prompt;
       c.sample_tokens = flags.sample_tokens;
@@ -175,7 +200,7 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
       c.batch_size = 1;  // no training batch: the smallest activations
       c = sampling_config(c, args, tok);
       std::string note;
-      be = backend_from(c, model_of(c, tok), gpus, note, dir, 0);
+      be = backend_from(c, m, gpus, note, dir, 0);
       std::cerr << "sampling from " << dir << " (step " << info.step << ")" << std::endl;
     } catch (const tg::InputError&) {
       // the run going on in that directory deleted the checkpoint as it was read (it keeps the
@@ -185,7 +210,14 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
       throw;
     }
   }
-  tg::sample(*be, c, tok, std::cout);
+  if (data::is_token_data(c.data)) {  // GPT-2 tokens: no character vocabulary
+    std::unique_ptr<data::Gpt2Tokenizer> tokenizer;
+    if (!flags.tokenizer.empty())
+      tokenizer = std::make_unique<data::Gpt2Tokenizer>(data::Gpt2Tokenizer::load(flags.tokenizer));
+    tg::sample_tokens(*be, c, data::kGpt2Vocab, tokenizer.get(), std::cout);
+  } else {
+    tg::sample(*be, c, tok, std::cout);
+  }
   if (tg::stop_requested()) {
     std::fprintf(stderr, "interrupted while sampling\n");
     return 130;
@@ -201,8 +233,8 @@ int export_checkpoint(const tg::ParsedArgs& args) {
   if (dir.empty())
     throw tg::InputError("--ckpt " + flags.ckpt + " is neither a checkpoint nor a run directory holding one; expected a ckpt-<step> directory or a run's --out-dir; pass one of them");
   const tg::ckpt::CheckpointInfo info = tg::ckpt::checkpoint_info(dir);
-  const data::CharTokenizer tok = tg::checkpoint_tokenizer(dir, info, given(args, "data") ? flags.data : "", std::cerr);
-  const tg::ModelConfig m = model_of(info.config, tok);
+  data::CharTokenizer tok;
+  const tg::ModelConfig m = checkpoint_model(dir, info, args, tok);
   const tg::ckpt::Checkpoint ck = tg::ckpt::load_checkpoint(dir, tg::param_table(m));
   tg::export_hf(flags.export_hf, m, tg::gelu_form(info.config), ck.params.data(), tok.chars());
   std::cout << "wrote " << flags.export_hf << " (config.json, model.safetensors" << (tok.chars().empty() ? "" : ", train_gpt_vocab.json")
@@ -219,6 +251,18 @@ int train_run(const tg::ParsedArgs& args, int gpus) {
   const tg::Config& c = start.config;
   const data::Dataset& ds = start.data;
   const tg::Config sc = sampling_config(c, args, ds.tok);
+  // --tokenizer (token data): read now, so that a bad file fails before training
+  std::unique_ptr<data::Gpt2Tokenizer> tokenizer;
+  if (!args.config.tokenizer.empty()) {
+    if (!ds.tokens)
+      throw tg::InputError("--tokenizer with the text " + ds.path + "; expected token data (llm.c shards or nanoGPT's "
+                           "train.bin / val.bin) for a GPT-2 tokenizer; drop --tokenizer (a text is its own vocabulary)");
+    tokenizer = std::make_unique<data::Gpt2Tokenizer>(data::Gpt2Tokenizer::load(args.config.tokenizer));
+    if ((int)tokenizer->tokens.size() < ds.vocab_size())
+      throw tg::InputError("--tokenizer " + args.config.tokenizer + " holds " + std::to_string(tokenizer->tokens.size()) +
+                           " tokens, fewer than the data's " + std::to_string(ds.vocab_size()) +
+                           "; expected llm.c's gpt2_tokenizer.bin; pass that file");
+  }
   const tg::ModelConfig m = model_of(c, ds);
   const auto table = tg::param_table(m);
   const size_t n_params = tg::param_count(table);
@@ -229,8 +273,9 @@ int train_run(const tg::ParsedArgs& args, int gpus) {
   if (!start.checkpoint.empty())
     std::cout << "resuming from " << start.checkpoint << " at step " << start.progress.step << " (its config below)\n";
   std::cout << tg::describe(c) << "\n"
-            << "data: " << ds.path << ", vocab " << m.vocab_size << ", train " << ds.train.size() << " tokens, val "
-            << ds.val.size() << " tokens\n"
+            << "data: " << ds.path << (ds.tokens ? " (" + ds.tokens->format + ")" : std::string()) << ", vocab "
+            << m.vocab_size << (m.vp() != m.vocab_size ? " (padded to " + std::to_string(m.vp()) + ")" : std::string())
+            << ", train " << ds.train_size() << " tokens, val " << ds.val_size() << " tokens\n"
             << "parameters: " << n_params << " (" << (n_params - table[1].numel) << " without position embeddings)\n"
             << "device: " << be->device_name() << " | attention: " << c.attention << " | precision: " << be->precision() << " | memory: "
             << be->memory_bytes() / (1 << 20) << " MiB" << std::endl;
@@ -253,9 +298,10 @@ int train_run(const tg::ParsedArgs& args, int gpus) {
   std::printf("done: %d steps in %.1f s, median %.2f ms/step, best val loss %.4f, final train %.4f val %.4f\n", s.steps,
               s.wall_s, s.median_step_ms, s.best_val_loss, s.final_train_loss, s.final_val_loss);
   if (sc.sample_tokens > 0) {
-    std::cout << "---- sample (" << sc.sample_tokens << " characters, temperature " << sc.temperature << ", top-k "
+    std::cout << "---- sample (" << sc.sample_tokens << (ds.tokens ? " tokens" : " characters") << ", temperature " << sc.temperature << ", top-k "
               << sc.top_k << ") ----" << std::endl;
-    tg::sample(*be, sc, ds.tok, std::cout);
+    if (ds.tokens) tg::sample_tokens(*be, sc, m.vocab_size, tokenizer.get(), std::cout);
+    else tg::sample(*be, sc, ds.tok, std::cout);
     if (tg::stop_requested()) {
       std::fprintf(stderr, "interrupted while sampling: the run itself is complete\n");
       return 130;

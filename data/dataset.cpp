@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "data/sha256.h"
+#include "data/tokens.h"
 #include "kernels/philox.h"
 #include "model/errors.h"
 
@@ -32,7 +33,7 @@ std::string quoted(const std::string& path) { return "'" + path + "'"; }
 // uniform_below(stream_words(seed, stream, b, c1, c2).v[0], n - T). The one loop behind
 // train_batch (kStreamBatch, c1 = step, c2 = 0) and eval_batch (kStreamEval, c1 = k, c2 = split).
 void fill_windows(const std::vector<int32_t>& tokens, uint64_t seed, uint32_t stream, uint32_t c1,
-                  uint32_t c2, int B, int T, int32_t* x, int32_t* y) {
+                  uint32_t c2, int B, int T, int32_t* x, int32_t* y, uint32_t row0 = 0) {
   const size_t n = tokens.size();
   if (B < 0 || T < 1)
     throw tg::InputError("batch shape B=" + std::to_string(B) + ", T=" + std::to_string(T) +
@@ -46,7 +47,7 @@ void fill_windows(const std::vector<int32_t>& tokens, uint64_t seed, uint32_t st
                          "expected at most 2^32 + T tokens; use a smaller text");
   const uint32_t range = (uint32_t)(n - (size_t)T);
   for (int b = 0; b < B; ++b) {
-    uint32_t r = philox::stream_words(seed, stream, (uint32_t)b, c1, c2).v[0];
+    uint32_t r = philox::stream_words(seed, stream, row0 + (uint32_t)b, c1, c2).v[0];
     const int32_t* w = tokens.data() + philox::uniform_below(r, range);
     std::copy(w, w + T, x + (size_t)b * T);
     std::copy(w + 1, w + T + 1, y + (size_t)b * T);
@@ -213,6 +214,13 @@ Dataset load_dataset(const std::string& path, int block_size) {
   if (block_size < 1)
     throw tg::InputError("block_size " + std::to_string(block_size) + " is not valid; expected >= 1; "
                          "pass a positive --block-size");
+  if (is_token_data(path)) {
+    Dataset d;
+    d.path = path;
+    d.tokens = load_token_data(path, block_size);
+    d.sha256 = d.tokens->fingerprint;
+    return d;
+  }
   struct stat st;
   if (stat(path.c_str(), &st) != 0) {
     if (errno == ENOENT || errno == ENOTDIR)
@@ -272,13 +280,28 @@ Dataset load_dataset(const std::string& path, int block_size) {
 }
 
 void train_batch(const std::vector<int32_t>& tokens, uint64_t seed, uint32_t step, int B, int T,
-                 int32_t* x, int32_t* y) {
-  fill_windows(tokens, seed, philox::kStreamBatch, step, 0u, B, T, x, y);
+                 int32_t* x, int32_t* y, uint32_t row0) {
+  fill_windows(tokens, seed, philox::kStreamBatch, step, 0u, B, T, x, y, row0);
 }
 
 void eval_batch(const std::vector<int32_t>& tokens, uint64_t seed, uint32_t split, uint32_t k,
                 int B, int T, int32_t* x, int32_t* y) {
   fill_windows(tokens, seed, philox::kStreamEval, k, split, B, T, x, y);
+}
+
+int Dataset::vocab_size() const { return tokens ? tokens->train.vocab : tok.vocab_size(); }
+int Dataset::padded_vocab() const { return tokens ? (vocab_size() + 127) / 128 * 128 : vocab_size(); }
+size_t Dataset::train_size() const { return tokens ? tokens->train.size() : train.size(); }
+size_t Dataset::val_size() const { return tokens ? tokens->val.size() : val.size(); }
+
+void Dataset::train_batch(uint64_t seed, uint32_t step, int B, int T, int32_t* x, int32_t* y, uint32_t row0) const {
+  if (tokens) token_train_batch(tokens->train, seed, step, B, T, x, y, row0);
+  else data::train_batch(train, seed, step, B, T, x, y, row0);
+}
+
+void Dataset::eval_batch(uint64_t seed, uint32_t split, uint32_t k, int B, int T, int32_t* x, int32_t* y) const {
+  if (tokens) token_eval_batch(split == 0 ? tokens->train : tokens->val, seed, split, k, B, T, x, y);
+  else data::eval_batch(split == 0 ? train : val, seed, split, k, B, T, x, y);
 }
 
 }  // namespace data

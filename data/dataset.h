@@ -26,10 +26,13 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace data {
+
+struct TokenData;  // data/tokens.h
 
 // The code points of the UTF-8 text s. Throws tg::InputError naming the byte offset (and
 // line) of the first invalid sequence and its byte; what says what s is ("--prompt"), fix how
@@ -69,16 +72,32 @@ struct CharTokenizer {
   std::string decode(const int32_t* ids, size_t n) const;
 };
 
-// A tokenized text and its two splits.
+// A tokenized text and its two splits, or token data (data/tokens.h).
 struct Dataset {
-  std::string path;            // the file it was read from
-  std::string sha256;          // of the file's bytes (data/sha256.h): names the text by its contents
-  CharTokenizer tok;           // built from the whole text
-  std::vector<int32_t> train;  // first int(n * 0.9) tokens (floor, as Python int())
+  std::string path;            // the file it was read from (token data: the --data given)
+  std::string sha256;          // of the file's bytes (data/sha256.h): names the text by its contents;
+                               // token data: its fingerprint (data/tokens.h)
+  CharTokenizer tok;           // built from the whole text (empty for token data)
+  std::vector<int32_t> train;  // first int(n * 0.9) tokens (floor, as Python int()); empty for token data
   std::vector<int32_t> val;    // the rest
+  std::shared_ptr<const TokenData> tokens;  // token data, memory-mapped; null for a text
+
+  // V: the text's characters, or GPT-2's 50257 for token data.
+  int vocab_size() const;
+  // The model's Vp: V for a text (no padding: the character-level model as it always was),
+  // V rounded up to a multiple of 128 for token data (llm.c's padding: 50304).
+  int padded_vocab() const;
+  size_t train_size() const;
+  size_t val_size() const;
+  // Training batch of step (micro-batch rows row0 ..) and evaluation batch k of a split, from
+  // whichever this holds (train_batch / eval_batch below, or their token-data twins).
+  void train_batch(uint64_t seed, uint32_t step, int B, int T, int32_t* x, int32_t* y, uint32_t row0 = 0) const;
+  void eval_batch(uint64_t seed, uint32_t split, uint32_t k, int B, int T, int32_t* x, int32_t* y) const;
 };
 
-// Reads the text file at path, builds its tokenizer, encodes it and splits it. Throws
+// Reads the data at path: token data (data/tokens.h: a directory, a glob or an llm.c .bin
+// shard) is mapped and checked; anything else is a text file, which is read, tokenized and
+// split as below. Throws
 // tg::InputError when the file is missing, is a directory, is unreadable, is empty, is not
 // valid UTF-8 (naming the byte offset), or is too short: each split must hold at least
 // block_size + 1 tokens (one window of T + 1).
@@ -87,8 +106,12 @@ Dataset load_dataset(const std::string& path, int block_size);
 // Training batch for a step: x, y (B, T) from B windows of tokens, window b starting at
 // uniform_below(stream_words(seed, kStreamBatch, b, step, 0).v[0], n - T).
 // y[b][t] = x[b][t + 1] for t < T - 1. Needs tokens.size() >= T + 1 (throws tg::InputError).
+// row0: the windows are rows row0 .. row0 + B - 1 of the step's batch (counter word row0 + b):
+// with --grad-accum N, micro-batch k of step s is train_batch(..., row0 = k B), i.e. rows
+// k B .. k B + B - 1 of the batch of N B that step s would draw with --batch-size N B, a pure
+// function of (seed, s, k). row0 = 0 is the plain batch.
 void train_batch(const std::vector<int32_t>& tokens, uint64_t seed, uint32_t step, int B, int T,
-                 int32_t* x, int32_t* y);
+                 int32_t* x, int32_t* y, uint32_t row0 = 0);
 
 // Evaluation batch k (0 <= k < eval_iters) of a split (0 = train, 1 = val): x, y (B, T),
 // the same construction with stream_words(seed, kStreamEval, b, k, split): a fixed set.

@@ -29,10 +29,10 @@ __global__ void __launch_bounds__(kThreads)
                          T* dlogits,              // (N, V) when kBackward
                          const T* logits,         // (N, V)
                          const int32_t* targets,  // (N)
-                         float dloss, int V) {
+                         float dloss, int V, int Vp) {
   __shared__ float shared[32];
   const size_t row = blockIdx.x;
-  const T* z = logits + row * V;
+  const T* z = logits + row * Vp;
   const int y = targets[row];
   const bool y_ok = y >= 0 && y < V;
   const float zy = y_ok ? to_float(z[y]) : NAN;  // before any write to dlogits
@@ -51,29 +51,31 @@ __global__ void __launch_bounds__(kThreads)
   const float S = block_sum(m == -INFINITY ? 0.0f : s * expf(m - M), shared);
   if (threadIdx.x == 0) losses[row] = M + logf(S) - zy;
   if (kBackward) {
-    T* dz = dlogits + row * V;
+    T* dz = dlogits + row * Vp;
     const float inv = 1.0f / S;
     for (int v = threadIdx.x; v < V; v += kThreads) {
       const float p = expf(to_float(z[v]) - M) * inv;
       dz[v] = from_float<T>((p - (v == y ? 1.0f : 0.0f)) * dloss);
     }
+    for (int v = V + threadIdx.x; v < Vp; v += kThreads) dz[v] = from_float<T>(0.0f);  // padded: never trained
   }
 }
 
 template <typename T, bool kBackward>
 void run(const Context& ctx, float* losses, T* dlogits, const T* logits, const int32_t* targets, float dloss, int N,
-         int V) {
-  if (N < 0 || V <= 0) throw std::invalid_argument("cross_entropy: bad size");
+         int V, int Vp) {
+  if (Vp <= 0) Vp = V;
+  if (N < 0 || V <= 0 || Vp < V) throw std::invalid_argument("cross_entropy: bad size");
   if (N == 0) return;
   if (kBackward && dlogits != logits) {
-    const size_t n = (size_t)N * V;
+    const size_t n = (size_t)N * Vp;
     if (!(dlogits + n <= logits || logits + n <= dlogits))
       throw std::invalid_argument("cross_entropy_forward_backward: dlogits partially overlaps logits");
   }
   if (V <= kSmallV)
-    launch(cross_entropy_kernel<T, 32, kBackward>, N, 32, 0, ctx.stream, losses, dlogits, logits, targets, dloss, V);
+    launch(cross_entropy_kernel<T, 32, kBackward>, N, 32, 0, ctx.stream, losses, dlogits, logits, targets, dloss, V, Vp);
   else
-    launch(cross_entropy_kernel<T, 512, kBackward>, N, 512, 0, ctx.stream, losses, dlogits, logits, targets, dloss, V);
+    launch(cross_entropy_kernel<T, 512, kBackward>, N, 512, 0, ctx.stream, losses, dlogits, logits, targets, dloss, V, Vp);
 }
 
 __global__ void __launch_bounds__(kMeanThreads) loss_mean_kernel(float* out, const float* losses, int N) {
@@ -87,14 +89,15 @@ __global__ void __launch_bounds__(kMeanThreads) loss_mean_kernel(float* out, con
 }  // namespace
 
 template <typename T>
-void cross_entropy_forward(const Context& ctx, float* losses, const T* logits, const int32_t* targets, int N, int V) {
-  run<T, false>(ctx, losses, (T*)nullptr, logits, targets, 0.0f, N, V);
+void cross_entropy_forward(const Context& ctx, float* losses, const T* logits, const int32_t* targets, int N, int V,
+                           int Vp) {
+  run<T, false>(ctx, losses, (T*)nullptr, logits, targets, 0.0f, N, V, Vp);
 }
 
 template <typename T>
 void cross_entropy_forward_backward(const Context& ctx, float* losses, T* dlogits, const T* logits,
-                                    const int32_t* targets, float dloss, int N, int V) {
-  run<T, true>(ctx, losses, dlogits, logits, targets, dloss, N, V);
+                                    const int32_t* targets, float dloss, int N, int V, int Vp) {
+  run<T, true>(ctx, losses, dlogits, logits, targets, dloss, N, V, Vp);
 }
 
 void loss_mean(const Context& ctx, float* out, const float* losses, int N) {
@@ -103,9 +106,9 @@ void loss_mean(const Context& ctx, float* out, const float* losses, int N) {
 }
 
 #define TG_INSTANTIATE(T)                                                                                     \
-  template void cross_entropy_forward<T>(const Context&, float*, const T*, const int32_t*, int, int);        \
+  template void cross_entropy_forward<T>(const Context&, float*, const T*, const int32_t*, int, int, int);   \
   template void cross_entropy_forward_backward<T>(const Context&, float*, T*, const T*, const int32_t*, float, \
-                                                  int, int);
+                                                  int, int, int);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(bf16)
 #undef TG_INSTANTIATE

@@ -93,6 +93,11 @@ struct DropoutKey {
   uint32_t site;
   uint32_t threshold;  // round(p * 2^32); 0 means no dropout
   float scale;         // 1 / (1 - p)
+  // Added to the batch (or batch-head) index of every mask: micro-batch k of a step with
+  // gradient accumulation (--grad-accum) draws the masks of rows k*B .. k*B + B - 1 of one
+  // batch of N*B (k*B for the residual sites, k*B*NH for the attention probabilities), so N
+  // micro-batches of B see the masks one batch of N*B would. 0 without accumulation.
+  uint32_t row0 = 0;
 };
 
 // round(p * 2^32) for p in [0, 1), saturated below 2^32.
@@ -114,7 +119,7 @@ TG_HD uint32_t dropout_word3(const DropoutKey& k) {
 
 // The four raw words for columns 4*(j/4) .. 4*(j/4)+3 of row i of batch-head bh.
 TG_HD U32x4 dropout_words(const DropoutKey& k, uint32_t bh, uint32_t i, uint32_t j) {
-  return philox4x32_10(j >> 2, i, bh, dropout_word3(k), (uint32_t)k.seed,
+  return philox4x32_10(j >> 2, i, bh + k.row0, dropout_word3(k), (uint32_t)k.seed,
                        (uint32_t)(k.seed >> 32));
 }
 

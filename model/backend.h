@@ -24,10 +24,17 @@ class Backend {
   virtual std::string precision() const { return "fp32"; }
   // The device's dense bf16 tensor-core peak in FLOP/s, for MFU; 0 when unknown (no MFU printed).
   virtual double peak_flops() const { return 0; }
-  // Forward and backward of one training batch x, y (B, T) with dropout keyed by step
-  // (gradients overwritten, not accumulated). Returns the mean loss.
-  virtual float forward_backward(const int32_t* x, const int32_t* y, uint32_t step) = 0;
-  // The global L2 norm of the gradients of the last forward_backward.
+  // Forward and backward of one training batch x, y (B, T) with dropout keyed by step. With
+  // gradient accumulation (--grad-accum accum), micro-batch `micro` (0 .. accum - 1) of the
+  // step: the gradient of its mean loss divided by accum is added to the gradients (micro 0:
+  // overwrites them), and its dropout masks are those of rows micro*B .. micro*B + B - 1 of one
+  // batch of accum*B (philox::DropoutKey::row0). So accum micro-batches of B give the gradient
+  // of one batch of accum*B made of them, to float rounding (each micro-batch's sums are
+  // rounded, then added). micro 0 of 1 is today's plain step, bitwise. Returns the mean loss
+  // of this micro-batch.
+  virtual float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1) = 0;
+  // The global L2 norm of the gradients of the last forward_backward (after the last
+  // micro-batch of a step: of the accumulated gradients).
   virtual double grad_norm() = 0;
   // Clips the gradients to the configured global norm (when grad_clip > 0; norm is
   // grad_norm()) and applies AdamW with learning rate lr as update number t (1-based).

@@ -29,9 +29,9 @@ class CpuBackend final : public Backend {
     return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
   }
   size_t memory_bytes() const override { return gpt_.memory_bytes(); }
-  float forward_backward(const int32_t* x, const int32_t* y, uint32_t step) override {
-    double loss = gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, true, step);
-    gpt_.backward();
+  float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1) override {
+    double loss = gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, true, step, micro, accum);
+    gpt_.backward(micro > 0);
     return (float)loss;
   }
   double grad_norm() override { return cpu::global_norm(gpt_.grads.data(), gpt_.grads.size()); }
@@ -105,12 +105,14 @@ std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m,
   const double need = GPTCpu<float>::bytes_needed(m, run) + host_bytes_held;
   const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
   if (have > 0 && need > 0.9 * have) {
-    char msg[512];
+    char msg[768];
     std::snprintf(msg, sizeof msg,
                   "the model needs %.1f GiB of memory for its weights, optimizer state and activations "
-                  "(and its data and a checkpoint being loaded; B=%d, T=%d, %d layers, %d wide, %s attention) but this machine has %.1f GiB; expected at most 90%% "
-                  "of it; reduce --batch-size, --block-size, --n-layer or --n-embd%s",
-                  need / (1 << 30), c.batch_size, c.block_size, c.n_layer, c.n_embd, c.attention.c_str(),
+                  "(and its data and a checkpoint being loaded; micro-batch B=%d, T=%d, x%d accumulated = %lld tokens per step, "
+                  "%d layers, %d wide, %s attention) but this machine has %.1f GiB; expected at most 90%% "
+                  "of it; reduce --batch-size (raising --grad-accum keeps the tokens per step), --block-size, --n-layer or --n-embd%s",
+                  need / (1 << 30), c.batch_size, c.block_size, c.grad_accum,
+                  (long long)c.batch_size * c.block_size * c.grad_accum, c.n_layer, c.n_embd, c.attention.c_str(),
                   have / (1 << 30), run.flash ? "" : " (or use --attention flash, which stores no T x T probabilities)");
     throw InputError(msg);
   }

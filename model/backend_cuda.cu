@@ -49,9 +49,9 @@ class CudaBackend final : public Backend {
   std::string precision() const override { return std::is_same<T, float>::value ? "fp32" : "bf16"; }
   double peak_flops() const override { return dense_bf16_peak(name_); }
 
-  float forward_backward(const int32_t* x, const int32_t* y, uint32_t step) override {
-    gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, true, step);
-    gpt_.backward();
+  float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1) override {
+    gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, true, step, micro, accum);
+    gpt_.backward(micro > 0);
     const StepStats s = gpt_.read_stats();  // the one synchronisation of the step
     norm_ = std::sqrt((double)s.norm_squared);
     return s.loss;
@@ -129,11 +129,13 @@ std::unique_ptr<Backend> make(const Config& c, const ModelConfig& m, const CudaR
   cudaCheck(cudaMemGetInfo(&free_b, &total_b));
   const size_t need = GPTCuda<T>::bytes_needed(m, run);
   if (need > free_b) {
-    char msg[512];
+    char msg[768];
     std::snprintf(msg, sizeof msg,
-                  "the model needs %.2f GiB of GPU memory (B=%d, T=%d, %d layers, %d wide, %s attention, %s) but the "
-                  "GPU has %.2f GiB free of %.2f GiB; expected it to fit; reduce --batch-size or --block-size%s",
-                  need / 1073741824.0, c.batch_size, c.block_size, c.n_layer, c.n_embd, c.attention.c_str(),
+                  "the model needs %.2f GiB of GPU memory (micro-batch B=%d, T=%d, x%d accumulated = %lld tokens per step, "
+                  "%d layers, %d wide, %s attention, %s) but the GPU has %.2f GiB free of %.2f GiB; expected it to fit; "
+                  "reduce --batch-size (raising --grad-accum keeps the tokens per step) or --block-size%s",
+                  need / 1073741824.0, c.batch_size, c.block_size, c.grad_accum,
+                  (long long)c.batch_size * c.block_size * c.grad_accum, c.n_layer, c.n_embd, c.attention.c_str(),
                   std::is_same<T, float>::value ? "fp32" : "bf16", free_b / 1073741824.0, total_b / 1073741824.0,
                   run.path == gpu::AttentionPath::Naive ? ", or use --attention flash (no T x T probabilities)"
                                                         : ", or use --precision bf16");

@@ -20,7 +20,7 @@ namespace tg {
 void apply_preset(Config& c, const std::string& name) {
   if (name == "shakespeare-char") {
     // nanoGPT config/train_shakespeare_char.py
-    c.n_layer = 6; c.n_head = 6; c.n_embd = 384; c.block_size = 256; c.batch_size = 64;
+    c.n_layer = 6; c.n_head = 6; c.n_embd = 384; c.block_size = 256; c.batch_size = 64; c.grad_accum = 1;
     c.dropout = 0.2; c.bias = false;
     c.lr = 1e-3; c.min_lr = 1e-4; c.max_iters = 5000; c.lr_decay_iters = 5000;
     c.warmup_iters = 100; c.beta1 = 0.9; c.beta2 = 0.99; c.weight_decay = 0.1; c.grad_clip = 1.0;
@@ -33,9 +33,19 @@ void apply_preset(Config& c, const std::string& name) {
     c.n_layer = 4; c.n_head = 4; c.n_embd = 128; c.block_size = 64; c.batch_size = 12;
     c.dropout = 0.0; c.max_iters = 2000; c.lr_decay_iters = 2000;
     c.eval_iters = 20; c.log_interval = 1;
+  } else if (name == "gpt2-124m") {
+    // llm.c's GPT-2 (124M) reproduction on one GPU (its README: -e d12 -b 64 -t 1024
+    // -d 524288 -c 0.1 -l 0.0006 -q 0.0 -u 700 -v 250, 10B FineWeb tokens = 18865 steps):
+    // 524288 tokens per step = B 64 x T 1024 x 8 micro-batches; AdamW betas (0.9, 0.95),
+    // clip 1.0, no dropout, biases; cosine from 6e-4 to 0 over the whole run.
+    c.n_layer = 12; c.n_head = 12; c.n_embd = 768; c.block_size = 1024; c.batch_size = 64; c.grad_accum = 8;
+    c.dropout = 0.0; c.bias = true;
+    c.lr = 6e-4; c.min_lr = 0.0; c.max_iters = 18865; c.lr_decay_iters = 18865;
+    c.warmup_iters = 700; c.beta1 = 0.9; c.beta2 = 0.95; c.weight_decay = 0.1; c.grad_clip = 1.0;
+    c.eval_interval = 250; c.eval_iters = 20; c.log_interval = 10; c.ckpt_interval = 5000;
   } else {
     throw InputError("unknown preset '" + name +
-                     "'; expected shakespeare-char or baby; pass --preset shakespeare-char or --preset baby");
+                     "'; expected shakespeare-char, baby or gpt2-124m; pass --preset shakespeare-char, --preset baby or --preset gpt2-124m");
   }
   c.preset = name;
 }
@@ -56,8 +66,8 @@ constexpr bool kFixed = true, kFree = false;
 #define TG_FIELD(f) offsetof(Config, f)
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
-      {"data", Kind::Str, TG_FIELD(data), "text file to train on (default data/tinyshakespeare/input.txt)", kFixed},
-      {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby (default: shakespeare-char when training on a GPU, else baby)", kFixed},
+      {"data", Kind::Str, TG_FIELD(data), "text file, or token data: llm.c .bin shards (a directory or a glob) or nanoGPT's directory of train.bin / val.bin (default data/tinyshakespeare/input.txt)", kFixed},
+      {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby | gpt2-124m (default: shakespeare-char when training on a GPU, else baby)", kFixed},
       {"device", Kind::Str, TG_FIELD(device), "auto | cpu | cuda (default auto)", kFree},
       {"attention", Kind::Str, TG_FIELD(attention), "flash | naive | check (default flash; check compares both on one batch and exits)", kFree},
       {"precision", Kind::Str, TG_FIELD(precision), "auto | bf16 | fp32 on a GPU (default auto: bf16 on compute capability 8.0+); the CPU runs fp32", kFree},
@@ -65,7 +75,8 @@ const std::vector<Flag>& flags() {
       {"n-head", Kind::Int, TG_FIELD(n_head), "attention heads", kFixed},
       {"n-embd", Kind::Int, TG_FIELD(n_embd), "embedding width C (divisible by n-head)", kFixed},
       {"block-size", Kind::Int, TG_FIELD(block_size), "context length T", kFixed},
-      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per step B", kFixed},
+      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per micro-batch B", kFixed},
+      {"grad-accum", Kind::Int, TG_FIELD(grad_accum), "micro-batches accumulated per optimizer step (tokens per step = B x T x this; default 1)", kFixed},
       {"dropout", Kind::Real, TG_FIELD(dropout), "dropout probability in [0, 1)", kFree},
       {"bias", Kind::Bool, TG_FIELD(bias), "biases in linear and layernorm layers (--bias, --bias=false)", kFixed},
       {"gelu", Kind::Str, TG_FIELD(gelu), "tanh | erf: the MLP's GELU, tanh approximation (GPT-2, llm.c; default) or exact (nanoGPT)", kFixed},
@@ -92,6 +103,7 @@ const std::vector<Flag>& flags() {
       {"sample", Kind::Bool, TG_FIELD(sample), "only generate text from the checkpoint --ckpt (no training)", kFree},
       {"ckpt", Kind::Str, TG_FIELD(ckpt), "with --sample or --export-hf: a ckpt-<step> directory, or a run's --out-dir (its newest)", kFree},
       {"export-hf", Kind::Str, TG_FIELD(export_hf), "with --ckpt: write that checkpoint into this new directory as Hugging Face's GPT-2 (config.json, model.safetensors)", kFree},
+      {"tokenizer", Kind::Str, TG_FIELD(tokenizer), "llm.c's gpt2_tokenizer.bin: token data's sample printed as text (default: token ids)", kFree},
       {"top-p", Kind::Real, TG_FIELD(top_p), "sample from the most likely characters holding this probability (1 = all)", kFree},
   };
   return table;
@@ -291,6 +303,10 @@ void validate(const Config& c) {
           "n-embd a multiple of n-head (the head dim is n-embd / n-head)", "change one of them");
   require(c.block_size >= 1 && c.block_size <= (1 << 20), flag_is("block-size", c.block_size), "1 to 1048576", help);
   require(c.batch_size >= 1 && c.batch_size <= (1 << 20), flag_is("batch-size", c.batch_size), "1 to 1048576", help);
+  require(c.grad_accum >= 1 && c.grad_accum <= 65536, flag_is("grad-accum", c.grad_accum), "1 to 65536", help);
+  require((double)c.batch_size * c.grad_accum <= 4294967296.0 / std::max(1, c.n_head),
+          "--batch-size " + std::to_string(c.batch_size) + " with --grad-accum " + std::to_string(c.grad_accum),
+          "batch-size x grad-accum x n-head below 2^32 (the dropout masks' row index)", "lower one of them");
   require(c.dropout >= 0.0 && c.dropout < 1.0, flag_is("dropout", c.dropout), "a probability in [0, 1)", help);
   // the kernels keep an element when a 32-bit word >= round(p 2^32) and scale by (float)(1 / (1 - p))
   require(philox::dropout_threshold(c.dropout) < UINT32_MAX && std::isfinite((float)(1.0 / (1.0 - c.dropout))),
@@ -344,7 +360,8 @@ std::string usage() {
        "       train_gpt --sample --ckpt DIR [--prompt TEXT ...]  generate text from a checkpoint\n"
        "       train_gpt --plot OUT.svg RUN/metrics.jsonl ...     draw the loss curves of runs\n"
        "       train_gpt --export-hf DIR --ckpt RUN               a checkpoint for Hugging Face transformers\n"
-       "Trains a character-level GPT (nanoGPT's architecture) on tiny Shakespeare.\n"
+       "Trains a GPT (nanoGPT's architecture) on a text, character-level (tiny Shakespeare by default),\n"
+       "or on GPT-2 token data (llm.c .bin shards, nanoGPT train.bin / val.bin).\n"
        "Flags override the preset's values, in any order; --name=value works too.\n\n";
   for (const Flag& f : flags()) {
     std::string n = std::string("--") + f.name;
@@ -353,9 +370,11 @@ std::string usage() {
   s << "  --plot            OUT.svg RUN/metrics.jsonl ...: loss curves of one or more runs as SVG\n"
        "                    (first on the command line; each run labelled by its directory)\n"
        "  --help            this text\n\n"
-       "presets (nanoGPT's shakespeare_char config and its CPU variant):\n"
+       "presets (nanoGPT's shakespeare_char config and its CPU variant; llm.c's GPT-2 small):\n"
        "  shakespeare-char  6 layers, 6 heads, 384 wide, T=256, B=64, dropout 0.2, 5000 iters\n"
        "  baby              4 layers, 4 heads, 128 wide, T=64, B=12, dropout 0, 2000 iters\n"
+       "  gpt2-124m         llm.c's GPT-2 small: 12 layers, 12 heads, 768 wide, T=1024, B=64 x grad-accum 8\n"
+       "                    (524288 tokens per step), lr 6e-4 (warmup 700, cosine to 0), 18865 iters\n"
        "exit status: 0 success, 2 bad usage or input, 1 runtime failure\n";
   return s.str();
 }
@@ -365,7 +384,8 @@ std::string describe(const Config& c) {
   s << "preset " << c.preset << " | data " << c.data << " | out-dir " << c.out_dir << "\n"
     << "model: n_layer " << c.n_layer << ", n_head " << c.n_head << ", n_embd " << c.n_embd
     << ", block_size " << c.block_size << ", bias " << (c.bias ? "true" : "false") << ", dropout " << c.dropout << "\n"
-    << "train: batch_size " << c.batch_size << ", max_iters " << c.max_iters << ", lr " << c.lr << " -> " << c.min_lr
+    << "train: batch_size " << c.batch_size << " x grad_accum " << c.grad_accum << " = "
+    << (long long)c.batch_size * c.grad_accum * c.block_size << " tokens per step, max_iters " << c.max_iters << ", lr " << c.lr << " -> " << c.min_lr
     << " (warmup " << c.warmup_iters << ", decay to " << c.lr_decay_iters << "), weight_decay " << c.weight_decay
     << ", betas (" << c.beta1 << ", " << c.beta2 << "), grad_clip " << c.grad_clip << "\n"
     << "eval: every " << c.eval_interval << " steps over " << c.eval_iters << " batches; log every "
@@ -388,7 +408,7 @@ namespace {
 
 // Calls f(name, field) for every field of Config, in declaration order. The size check makes
 // a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
-static_assert(sizeof(void*) != 8 || sizeof(Config) == 488,
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 528,
               "Config changed: add the new field to each_field (model/config.cpp), then update this size");
 template <typename C, typename F>
 void each_field(C& c, F&& f) {
@@ -397,7 +417,7 @@ void each_field(C& c, F&& f) {
   f("out_dir", c.out_dir);
   f("n_layer", c.n_layer); f("n_head", c.n_head); f("n_embd", c.n_embd); f("block_size", c.block_size);
   f("bias", c.bias); f("dropout", c.dropout); f("gelu", c.gelu);
-  f("batch_size", c.batch_size); f("max_iters", c.max_iters); f("lr", c.lr); f("min_lr", c.min_lr);
+  f("batch_size", c.batch_size); f("grad_accum", c.grad_accum); f("max_iters", c.max_iters); f("lr", c.lr); f("min_lr", c.min_lr);
   f("warmup_iters", c.warmup_iters); f("lr_decay_iters", c.lr_decay_iters);
   f("weight_decay", c.weight_decay); f("beta1", c.beta1); f("beta2", c.beta2); f("grad_clip", c.grad_clip);
   f("eval_interval", c.eval_interval); f("eval_iters", c.eval_iters); f("log_interval", c.log_interval);
@@ -405,7 +425,7 @@ void each_field(C& c, F&& f) {
   f("seed", c.seed);
   f("sample_tokens", c.sample_tokens); f("prompt", c.prompt); f("temperature", c.temperature);
   f("top_k", c.top_k); f("top_p", c.top_p);
-  f("sample", c.sample); f("ckpt", c.ckpt); f("export_hf", c.export_hf);
+  f("sample", c.sample); f("ckpt", c.ckpt); f("export_hf", c.export_hf); f("tokenizer", c.tokenizer);
 }
 
 struct FieldWriter {
@@ -535,8 +555,11 @@ Config config_from_text(const std::string& text) {
       bad_config("names " + printable(name) + " twice", "each field once");
   }
   // fields added after checkpoints were first written: an older config has no line for them
-  // and reads as the model it was (GELU: the tanh form, the only one then)
-  for (const auto& [name, value] : {std::pair<const char*, const char*>{"gelu", "tanh"}, {"export_hf", ""}}) values.emplace(name, value);
+  // and reads as the run it was (GELU: the tanh form, the only one then; no accumulation;
+  // no --tokenizer, no --export-hf)
+  for (const auto& [name, value] : {std::pair<const char*, const char*>{"gelu", "tanh"}, {"grad_accum", "1"},
+                                    {"tokenizer", ""}, {"export_hf", ""}})
+    values.emplace(name, value);
   Config c;
   each_field(c, FieldReader{values});
   if (!values.empty())

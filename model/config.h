@@ -1,5 +1,5 @@
-// model/config.h: everything a run is configured by, the two presets (nanoGPT's
-// shakespeare_char config and its "baby" CPU variant), the command line that fills it, the
+// model/config.h: everything a run is configured by, the three presets (nanoGPT's
+// shakespeare_char config, its "baby" CPU variant, llm.c's GPT-2 124M recipe), the command line that fills it, the
 // validation every config passes (from flags, a preset, a checkpoint or a run file), and the
 // config as text (what checkpoints store).
 #pragma once
@@ -13,7 +13,7 @@ namespace tg {
 
 struct Config {
   // where and how
-  std::string preset;             // "shakespeare-char" or "baby"
+  std::string preset;             // "shakespeare-char", "baby" or "gpt2-124m"
   std::string data = "data/tinyshakespeare/input.txt";
   std::string device = "auto";    // auto | cpu | cuda
   std::string attention = "flash";  // flash | naive | check (both paths on one batch, compared)
@@ -26,6 +26,7 @@ struct Config {
   std::string gelu = "tanh";  // the MLP's GELU: tanh (GPT-2, llm.c) | erf (exact: nanoGPT's nn.GELU())
   // training (nanoGPT's train.py)
   int batch_size = 0, max_iters = 0;
+  int grad_accum = 1;  // micro-batches of batch_size per optimizer step (--grad-accum)
   double lr = 0, min_lr = 0;
   int warmup_iters = 0, lr_decay_iters = 0;
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
@@ -42,6 +43,7 @@ struct Config {
   bool sample = false;  // --sample: only generate text, from the checkpoint --ckpt
   std::string ckpt;     // a ckpt-<step> directory, or a run's --out-dir (its newest checkpoint)
   std::string export_hf;  // --export-hf DIR: only write the checkpoint --ckpt for Hugging Face (model/hf_export.h)
+  std::string tokenizer;  // --tokenizer: llm.c's gpt2_tokenizer.bin, to print token data's samples as text
 };
 
 // The GELU form c.gelu names ("tanh" or "erf": validated).

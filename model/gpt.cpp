@@ -21,6 +21,7 @@ std::vector<ParamSpec> param_table(const ModelConfig& m) {
     p.decay = shape.size() >= 2;
     p.init = init;
     p.std = sd;
+    p.pad_from = p.numel;
     t.push_back(p);
   };
   auto linear = [&](const std::string& name, int out, int in, double sd) {
@@ -31,7 +32,8 @@ std::vector<ParamSpec> param_table(const ModelConfig& m) {
     add(name + ".weight", {C}, Init::Ones, 0);
     if (m.bias) add(name + ".bias", {C}, Init::Zeros, 0);
   };
-  add("transformer.wte.weight", {m.vocab_size, C}, Init::Normal, std0);
+  add("transformer.wte.weight", {m.vp(), C}, Init::Normal, std0);
+  t.back().pad_from = (size_t)m.vocab_size * C;  // the padded rows start at 0
   add("transformer.wpe.weight", {m.block_size, C}, Init::Normal, std0);
   for (int l = 0; l < m.n_layer; ++l) {
     std::string h = "transformer.h." + std::to_string(l) + ".";
@@ -70,7 +72,7 @@ void init_params(float* params, const std::vector<ParamSpec>& table, uint64_t se
         double z[2] = {rad * std::cos(ang), rad * std::sin(ang)};
         for (int q = 0; q < 2; ++q) {
           size_t i = g * 4 + pair * 2 + q;
-          if (i < p.numel) w[i] = (float)(p.std * z[q]);
+          if (i < p.numel) w[i] = i < p.pad_from ? (float)(p.std * z[q]) : 0.0f;
         }
       }
     }

@@ -18,6 +18,13 @@
 
 namespace tg {
 
+// Padded vocabulary (llm.c's Vp): the rows of wte and the columns of the logits are
+// padded_vocab >= vocab_size, so that the head's matmul runs on a round size (token data:
+// 50257 -> 50304, padded_vocab_for). Only the first V ids are the vocabulary: the softmax and
+// the loss run over them alone (the padded logits' gradient is 0), the padded rows of wte start
+// at 0 and, never receiving a gradient, stay 0 (AdamW's decay of 0 is 0), and sampling draws
+// from the first V logits. padded_vocab = 0 means V: no padding, the character-level runs as
+// they always were (bitwise).
 struct ModelConfig {
   int vocab_size = 0;  // V
   int block_size = 0;  // maxT
@@ -25,7 +32,12 @@ struct ModelConfig {
   int n_head = 0;      // NH
   int n_embd = 0;      // C
   bool bias = false;
+  int padded_vocab = 0;  // Vp (0 = V)
+  int vp() const { return padded_vocab > vocab_size ? padded_vocab : vocab_size; }
 };
+
+// llm.c's padding of a vocabulary of V tokens: V rounded up to a multiple of 128 (50257 -> 50304).
+inline int padded_vocab_for(int V) { return (V + 127) / 128 * 128; }
 
 enum class Init { Normal, Zeros, Ones };
 
@@ -37,6 +49,7 @@ struct ParamSpec {
   bool decay = false;        // AdamW weight decay applies (tensors with 2 or more dimensions)
   Init init = Init::Zeros;
   double std = 0.0;          // for Init::Normal
+  size_t pad_from = 0;       // elements from here on start at 0 whatever init says (wte's padded rows); numel when none
 };
 
 // All parameters in one fixed order: wte, wpe, then per block ln_1, attn.c_attn,
@@ -61,7 +74,7 @@ struct LayerParams {
 
 template <typename T>
 struct GPTParams {
-  T* wte;  // (V, C)
+  T* wte;  // (Vp, C)
   T* wpe;  // (maxT, C)
   std::vector<LayerParams<T>> h;
   T *lnfw, *lnfb;  // (C)

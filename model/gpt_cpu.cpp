@@ -39,7 +39,7 @@ GPTCpu<T>::GPTCpu(const ModelConfig& mc, const RunShape& run) : m_(mc), run_(run
   P = bind_params(params.data(), m_);
   G = bind_params(grads.data(), m_);
 
-  const size_t BT = (size_t)run.B * run.T, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size;
+  const size_t BT = (size_t)run.B * run.T, C = m_.n_embd, NH = m_.n_head, V = m_.vp();  // logits rows: Vp
   acts_.encoded.resize(BT * C);
   acts_.h.resize(m_.n_layer);
   for (Layer& l : acts_.h) {
@@ -81,14 +81,18 @@ GPTCpu<T>::GPTCpu(const ModelConfig& mc, const RunShape& run) : m_(mc), run_(run
 template <typename T>
 philox::DropoutKey GPTCpu<T>::key(uint32_t layer, uint32_t site) const {
   double p = train_ ? run_.dropout : 0.0;
-  return philox::make_dropout_key(run_.seed, step_, layer, site, p);
+  philox::DropoutKey k = philox::make_dropout_key(run_.seed, step_, layer, site, p);
+  const uint32_t rows = (uint32_t)micro_ * (uint32_t)run_.B;
+  k.row0 = site == philox::kSiteAttnProbs ? rows * (uint32_t)m_.n_head : rows;
+  return k;
 }
 
 template <typename T>
-double GPTCpu<T>::forward(const int32_t* x, const int32_t* targets, int b, int t, bool train, uint32_t step) {
-  b_ = b; t_ = t; train_ = train; step_ = step;
+double GPTCpu<T>::forward(const int32_t* x, const int32_t* targets, int b, int t, bool train, uint32_t step,
+                          int micro, int accum) {
+  b_ = b; t_ = t; train_ = train; step_ = step; micro_ = train ? micro : 0;
   std::copy(x, x + (size_t)b * t, inp_.begin());
-  const int C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, N = b * t;
+  const int C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, Vp = m_.vp(), N = b * t;
 
   cpu::encoder_forward(acts_.encoded.data(), x, P.wte, P.wpe, b, t, C);
   cpu::dropout_forward(acts_.encoded.data(), acts_.encoded.data(), key(0, philox::kSiteEmbedding), b, t, C);
@@ -120,23 +124,23 @@ double GPTCpu<T>::forward(const int32_t* x, const int32_t* targets, int b, int t
     residual = a.res3.data();
   }
   cpu::layernorm_forward(acts_.lnf.data(), acts_.lnf_mean.data(), acts_.lnf_rstd.data(), residual, P.lnfw, P.lnfb, N, C);
-  cpu::matmul_forward(acts_.logits.data(), acts_.lnf.data(), P.wte, (const T*)nullptr, N, C, V);
+  cpu::matmul_forward(acts_.logits.data(), acts_.lnf.data(), P.wte, (const T*)nullptr, N, C, Vp);
   if (!targets) return 0.0;
   if (train)
     cpu::cross_entropy_forward_backward(acts_.losses.data(), acts_.dlogits.data(), acts_.logits.data(), targets,
-                                        (T)(1.0 / N), N, V);
+                                        (T)(1.0 / ((double)N * accum)), N, V, Vp);
   else
-    cpu::cross_entropy_forward(acts_.losses.data(), acts_.logits.data(), targets, N, V);
+    cpu::cross_entropy_forward(acts_.losses.data(), acts_.logits.data(), targets, N, V, Vp);
   double sum = 0;
   for (int i = 0; i < N; ++i) sum += acts_.losses[i];
   return sum / N;
 }
 
 template <typename T>
-void GPTCpu<T>::backward() {
-  const int b = b_, t = t_, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, N = b * t;
+void GPTCpu<T>::backward(bool accumulate) {
+  const int b = b_, t = t_, C = m_.n_embd, NH = m_.n_head, V = m_.vp(), N = b * t;  // the head's matmul: Vp
   const size_t NC = (size_t)N * C;
-  std::fill(grads.begin(), grads.end(), T(0));
+  if (!accumulate) std::fill(grads.begin(), grads.end(), T(0));
   // logits = ln_f(x) wte^T
   zero(d_.dln, NC);
   cpu::matmul_backward(d_.dln.data(), G.wte, (T*)nullptr, acts_.dlogits.data(), acts_.lnf.data(), P.wte, N, C, V);
@@ -206,7 +210,7 @@ const T* GPTCpu<T>::decode_step(int32_t token) {
 
 template <typename T>
 void GPTCpu<T>::decode_prime() {
-  const int n = (int)window_.size(), C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, maxT = m_.block_size;
+  const int n = (int)window_.size(), C = m_.n_embd, NH = m_.n_head, V = m_.vp(), maxT = m_.block_size;
   if (run_.B >= 1 && run_.T >= n) {
     // one forward over the window; its qkv rows hold every layer's keys and values
     forward(window_.data(), nullptr, 1, n, false, 0);
@@ -228,7 +232,7 @@ void GPTCpu<T>::decode_prime() {
 
 template <typename T>
 void GPTCpu<T>::decode_row(int32_t token) {
-  const int C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, maxT = m_.block_size;
+  const int C = m_.n_embd, NH = m_.n_head, V = m_.vp(), maxT = m_.block_size;
   const int pos = (int)window_.size() - 1;  // 0 <= pos < block_size
   Decode& d = dec_;
   // x = wte[token] + wpe[pos]: the encoder op with Tn = 1 on wpe shifted to row pos
@@ -256,7 +260,7 @@ void GPTCpu<T>::decode_row(int32_t token) {
 template <typename T>
 double GPTCpu<T>::bytes_needed(const ModelConfig& m, const RunShape& run) {
   // in double: a config far too large for any machine must not wrap around
-  const double BT = (double)run.B * run.T, C = m.n_embd, NH = m.n_head, V = m.vocab_size, L = m.n_layer;
+  const double BT = (double)run.B * run.T, C = m.n_embd, NH = m.n_head, V = m.vp(), L = m.n_layer;
   const double att = run.flash ? (double)run.B * NH * run.T : (double)run.B * NH * run.T * run.T;
   double n = 4 * (double)param_count(param_table(m));  // params, grads, m, v
   n += BT * C;                                     // encoded

@@ -61,10 +61,15 @@ class GPTCpu {
   // keyed by (seed, step, layer, site). Without targets returns 0 (logits are filled).
   // forward and backward throw Interrupted between two half-layers once a stop is requested
   // (model/stop.h): their outputs are then partial, the parameters untouched.
-  double forward(const int32_t* x, const int32_t* targets, int b, int t, bool train, uint32_t step);
-  // Gradients of the mean loss of the last forward(train = true) into grads (overwritten).
-  void backward();
-  // Logits of the last forward: (b, t, V).
+  // Gradient accumulation: micro-batch `micro` of `accum` (a step of --grad-accum accum)
+  // scales the loss gradient by 1 / (b t accum) and keys its dropout masks as rows
+  // micro*B .. of one batch of accum*B (philox::DropoutKey::row0); micro 0 of 1 is a plain step.
+  double forward(const int32_t* x, const int32_t* targets, int b, int t, bool train, uint32_t step,
+                 int micro = 0, int accum = 1);
+  // Gradients of the mean loss of the last forward(train = true) into grads: overwritten, or
+  // added to them when accumulate (micro-batches after the first of a step).
+  void backward(bool accumulate = false);
+  // Logits of the last forward: (b, t, Vp) (ModelConfig::vp(); the first V of each row are the vocabulary).
   const T* logits() const { return acts_.logits.data(); }
   // The qkv (B, T, 3C) of layer li in the last forward (the input of its attention).
   const T* layer_qkv(int li) const { return acts_.h[li].qkv.data(); }
@@ -136,6 +141,7 @@ class GPTCpu {
   int b_ = 0, t_ = 0;         // shape of the last forward
   bool train_ = false;
   uint32_t step_ = 0;
+  int micro_ = 0;
   Decode dec_;
   std::vector<int32_t> window_;  // tokens whose keys and values are in the cache, position order
 };

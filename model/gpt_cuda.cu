@@ -43,7 +43,7 @@ class GPTCuda<T>::Carver {
 template <typename T>
 void GPTCuda<T>::carve(Buffers& b, Carver& a, const ModelConfig& m, const CudaRunShape& run, size_t n_params,
                        size_t n_tensors) {
-  const size_t BT = (size_t)run.B * run.T, C = m.n_embd, V = m.vocab_size;
+  const size_t BT = (size_t)run.B * run.T, C = m.n_embd, V = m.vp();  // logits rows: Vp
   const bool naive = run.both_paths || run.path == gpu::AttentionPath::Naive;
   const bool flash = run.both_paths || run.path == gpu::AttentionPath::Flash;
   Acts& acts_ = b.acts;
@@ -99,10 +99,10 @@ void GPTCuda<T>::carve(Buffers& b, Carver& a, const ModelConfig& m, const CudaRu
 }
 
 size_t gpt_cuda_scratch_bytes(const ModelConfig& m, const CudaRunShape& run, size_t elem_size, size_t n_params) {
-  const int B = run.B, Tn = run.T, C = m.n_embd, NH = m.n_head, V = m.vocab_size, N = B * Tn;
+  const int B = run.B, Tn = run.T, C = m.n_embd, NH = m.n_head, V = m.vocab_size, Vp = m.vp(), N = B * Tn;
   size_t s = std::max({gpu::encoder_backward_scratch_bytes(B, Tn, C, V), gpu::layernorm_backward_scratch_bytes(N, C),
                        gpu::global_norm_scratch_bytes(n_params),
-                       gpu::matmul_scratch_bytes(N, std::max({3 * C, 4 * C, V}))});
+                       gpu::matmul_scratch_bytes(N, std::max({3 * C, 4 * C, Vp}))});
   for (gpu::AttentionPath p : {gpu::AttentionPath::Naive, gpu::AttentionPath::Flash})
     if (run.both_paths || p == run.path) s = std::max(s, gpu::attention_scratch_bytes(p, B, Tn, C, NH, elem_size));
   return s;
@@ -162,14 +162,18 @@ GPTCuda<T>::~GPTCuda() {
 template <typename T>
 philox::DropoutKey GPTCuda<T>::key(uint32_t layer, uint32_t site) const {
   double p = train_ ? run_.dropout : 0.0;
-  return philox::make_dropout_key(run_.seed, step_, layer, site, p);
+  philox::DropoutKey k = philox::make_dropout_key(run_.seed, step_, layer, site, p);
+  const uint32_t rows = (uint32_t)micro_ * (uint32_t)run_.B;
+  k.row0 = site == philox::kSiteAttnProbs ? rows * (uint32_t)m_.n_head : rows;
+  return k;
 }
 
 template <typename T>
-void GPTCuda<T>::forward(const int32_t* x, const int32_t* targets, int b, int t, bool train, uint32_t step) {
-  b_ = b; t_ = t; train_ = train; step_ = step;
+void GPTCuda<T>::forward(const int32_t* x, const int32_t* targets, int b, int t, bool train, uint32_t step, int micro,
+                         int accum) {
+  b_ = b; t_ = t; train_ = train; step_ = step; micro_ = train ? micro : 0;
   const gpu::Context& ctx = ctx_;
-  const int C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, N = b * t;
+  const int C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, Vp = m_.vp(), N = b * t;
   upload_tokens(x, targets, N, acts_.inp, acts_.targets);
 
   gpu::encoder_forward(ctx, acts_.encoded, acts_.inp, P.wte, P.wpe, b, t, C);
@@ -195,12 +199,12 @@ void GPTCuda<T>::forward(const int32_t* x, const int32_t* targets, int b, int t,
     residual = a.res3;
   }
   gpu::layernorm_forward(ctx, acts_.lnf, acts_.lnf_mean, acts_.lnf_rstd, residual, P.lnfw, P.lnfb, N, C);
-  gpu::matmul_forward(ctx, acts_.logits, acts_.lnf, P.wte, (const T*)nullptr, N, C, V);
+  gpu::matmul_forward(ctx, acts_.logits, acts_.lnf, P.wte, (const T*)nullptr, N, C, Vp);
   if (!targets) return;
   if (train)
-    gpu::cross_entropy_forward_backward(ctx, acts_.losses, acts_.dlogits, acts_.logits, acts_.targets, 1.0f / N, N, V);
+    gpu::cross_entropy_forward_backward(ctx, acts_.losses, acts_.dlogits, acts_.logits, acts_.targets, 1.0f / (float)((double)N * accum), N, V, Vp);
   else
-    gpu::cross_entropy_forward(ctx, acts_.losses, acts_.logits, acts_.targets, N, V);
+    gpu::cross_entropy_forward(ctx, acts_.losses, acts_.logits, acts_.targets, N, V, Vp);
   gpu::loss_mean(ctx, acts_.stats, acts_.losses, N);
 }
 
@@ -237,7 +241,7 @@ void GPTCuda<T>::decode_step(int32_t token) {
 
 template <typename T>
 void GPTCuda<T>::decode_prime() {
-  const int n = (int)window_.size(), C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, maxT = m_.block_size;
+  const int n = (int)window_.size(), C = m_.n_embd, NH = m_.n_head, V = m_.vp(), maxT = m_.block_size;
   Decode& d = buf_.dec;
   if (run_.B >= 1 && run_.T >= n) {
     // one forward over the window; its qkv rows hold every layer's keys and values
@@ -261,7 +265,7 @@ void GPTCuda<T>::decode_prime() {
 template <typename T>
 void GPTCuda<T>::decode_row(int32_t token) {
   const gpu::Context& ctx = ctx_;
-  const int C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, maxT = m_.block_size;
+  const int C = m_.n_embd, NH = m_.n_head, V = m_.vp(), maxT = m_.block_size;
   const int pos = (int)window_.size() - 1;  // 0 <= pos < block_size
   Decode& d = buf_.dec;
   upload_tokens(&token, nullptr, 1, d.token, nullptr);
@@ -288,15 +292,15 @@ void GPTCuda<T>::decode_row(int32_t token) {
 }
 
 template <typename T>
-void GPTCuda<T>::backward() {
+void GPTCuda<T>::backward(bool accumulate) {
   const gpu::Context& ctx = ctx_;
-  const int b = b_, t = t_, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, N = b * t;
+  const int b = b_, t = t_, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, Vp = m_.vp(), N = b * t;
   const size_t NC = (size_t)N * C;
   auto zero = [&](T* p, size_t n) { cudaCheck(cudaMemsetAsync(p, 0, n * sizeof(T), ctx.stream)); };
-  cudaCheck(cudaMemsetAsync(buf_.grads, 0, n_params * sizeof(float), ctx.stream));
+  if (!accumulate) cudaCheck(cudaMemsetAsync(buf_.grads, 0, n_params * sizeof(float), ctx.stream));
   // logits = ln_f(x) wte^T
   zero(d_.dln, NC);
-  gpu::matmul_backward(ctx, d_.dln, G.wte, (float*)nullptr, acts_.dlogits, acts_.lnf, P.wte, N, C, V);
+  gpu::matmul_backward(ctx, d_.dln, G.wte, (float*)nullptr, acts_.dlogits, acts_.lnf, P.wte, N, C, Vp);
   const T* last = m_.n_layer ? acts_.h.back().res3 : acts_.encoded;
   zero(d_.dres, NC);  // dres: the gradient of the residual stream, walked down the blocks
   gpu::layernorm_backward(ctx, d_.dres, G.lnfw, G.lnfb, d_.dln, last, P.lnfw, acts_.lnf_mean, acts_.lnf_rstd, N, C);
@@ -385,13 +389,13 @@ void GPTCuda<T>::download_adam(std::vector<float>& m, std::vector<float>& v) con
 
 template <typename T>
 std::vector<float> GPTCuda<T>::download_logits() const {
-  return to_floats(download(acts_.logits, (size_t)b_ * t_ * m_.vocab_size, ctx_.stream));
+  return to_floats(download(acts_.logits, (size_t)b_ * t_ * m_.vp(), ctx_.stream));
 }
 
 template <typename T>
 void GPTCuda<T>::download_logits_row(int row, float* out) const {
-  const size_t V = m_.vocab_size;
-  std::vector<float> f = to_floats(download(acts_.logits + (size_t)row * V, V, ctx_.stream));
+  const size_t V = m_.vocab_size, Vp = m_.vp();
+  std::vector<float> f = to_floats(download(acts_.logits + (size_t)row * Vp, V, ctx_.stream));
   std::copy(f.begin(), f.end(), out);
 }
 

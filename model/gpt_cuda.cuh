@@ -64,10 +64,13 @@ class GPTCuda {
   // Forward over x (b, t) (host tokens, copied to the device), b <= B, t <= T. With targets
   // (host), the losses, their mean (read_stats().loss) and, when train, dlogits. Dropout only
   // when train and p > 0, keyed by (seed, step, layer, site) as the CPU backend.
-  void forward(const int32_t* x, const int32_t* targets, int b, int t, bool train, uint32_t step);
-  // Gradients of the mean loss of the last forward(train = true) into grads (overwritten), and
-  // their squared global norm (read_stats().norm_squared).
-  void backward();
+  // micro, accum: micro-batch `micro` of a step of --grad-accum accum, as GPTCpu::forward (loss
+  // gradient scaled by 1 / (b t accum), dropout masks of rows micro*B .. of a batch of accum*B).
+  void forward(const int32_t* x, const int32_t* targets, int b, int t, bool train, uint32_t step, int micro = 0,
+               int accum = 1);
+  // Gradients of the mean loss of the last forward(train = true) into grads (overwritten, or
+  // added to them when accumulate), and their squared global norm (read_stats().norm_squared).
+  void backward(bool accumulate = false);
   // Clips (by the norm of the last backward, when grad_clip > 0) and applies AdamW with lr as
   // update number t (1-based); refreshes the T copy of the weights.
   void update(float lr, int t);
@@ -75,7 +78,7 @@ class GPTCuda {
   StepStats read_stats();
 
   // Host copies (synchronising): float master weights, parameter gradients, AdamW moments,
-  // and the logits (b, t, V) of the last forward.
+  // and the logits (b, t, Vp) of the last forward (ModelConfig::vp(): the first V of a row are the vocabulary).
   std::vector<float> download_params() const;
   std::vector<float> download_grads() const;
   void download_adam(std::vector<float>& m, std::vector<float>& v) const;
@@ -171,6 +174,7 @@ class GPTCuda {
   int b_ = 0, t_ = 0;
   bool train_ = false;
   uint32_t step_ = 0;
+  int micro_ = 0;
   std::vector<int32_t> window_;  // the tokens whose keys and values are cached, position order
 };
 

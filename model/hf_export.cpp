@@ -55,6 +55,10 @@ void export_hf(const std::string& dir, const ModelConfig& m, GeluForm gelu, cons
     pieces.push_back({name, std::move(shape), owned.back()->data(), owned.back()->size()});
   };
   for (const ParamSpec& p : table) {
+    if (p.name == "transformer.wte.weight") {  // the first V rows: a padded vocabulary's others are not tokens
+      pieces.push_back({p.name, {m.vocab_size, p.shape[1]}, params + p.offset, (size_t)m.vocab_size * p.shape[1]});
+      continue;
+    }
     if (!is_conv1d_weight(p)) {
       pieces.push_back({p.name, p.shape, params + p.offset, p.numel});
       continue;

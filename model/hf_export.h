@@ -4,7 +4,8 @@
 //                          n_embd, n_layer, n_head, activation_function "gelu_new" (the tanh
 //                          form, kernels/gelu_form.h) or "gelu" (erf), layer_norm_epsilon 1e-5,
 //                          dropouts 0, tie_word_embeddings true
-//   DIR/model.safetensors  F32, GPT-2's names (transformer.wte.weight, transformer.h.N.ln_1.weight,
+//   DIR/model.safetensors  F32, GPT-2's names (transformer.wte.weight: its first V rows, the
+//                          padding of a padded vocabulary left out; transformer.h.N.ln_1.weight,
 //                          ..., transformer.ln_f.bias). GPT-2's attn.c_attn, attn.c_proj, mlp.c_fc
 //                          and mlp.c_proj are Conv1D layers, which store their weight as (in, out):
 //                          nanoGPT's Linear (out, in) transposed. GPT-2 always has biases: a model

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../data/tokens.h"
 #include "../kernels/philox.h"
 #include "errors.h"
 #include "schedule.h"
@@ -95,12 +96,11 @@ void install_stop_handler() {
 
 double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int split,
                      const std::function<void(int k)>& on_batch) {
-  const std::vector<int32_t>& tokens = split == 0 ? ds.train : ds.val;
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
   double sum = 0;
   for (int k = 0; k < c.eval_iters; ++k) {
     throw_if_stop_requested();
-    data::eval_batch(tokens, c.seed, (uint32_t)split, (uint32_t)k, c.batch_size, c.block_size, x.data(), y.data());
+    ds.eval_batch(c.seed, (uint32_t)split, (uint32_t)k, c.batch_size, c.block_size, x.data(), y.data());
     sum += be.eval_loss(x.data(), y.data());
     if (on_batch) on_batch(k);
   }
@@ -113,10 +113,10 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
   s.best_val_loss = INFINITY;
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
   std::vector<double> step_ms;
-  const double tokens_per_step = (double)c.batch_size * c.block_size;
+  const double tokens_per_step = (double)c.batch_size * c.block_size * c.grad_accum;
   // MFU as llm.c counts it: 6 N FLOPs per token for the matmuls of forward and backward plus
   // 6 L C T for attention, against the device's dense bf16 peak (none when unknown)
-  const ModelConfig mc{ds.tok.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
+  const ModelConfig mc{ds.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias, ds.padded_vocab()};
   const double flops_per_token =
       6.0 * (double)param_count(param_table(mc)) + 6.0 * c.n_layer * (double)c.n_embd * c.block_size;
   const double peak = be.peak_flops();
@@ -232,8 +232,15 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
         break;
       }
       const auto t0 = Clock::now();
-      data::train_batch(ds.train, c.seed, (uint32_t)step, c.batch_size, c.block_size, x.data(), y.data());
-      float loss = be.forward_backward(x.data(), y.data(), (uint32_t)step);
+      // --grad-accum N: N micro-batches, micro-batch k being rows k B .. of the step's batch
+      // of N B (data/dataset.h), gradients accumulated; the step's loss is their mean
+      double loss_sum = 0;
+      for (int k = 0; k < c.grad_accum; ++k) {
+        ds.train_batch(c.seed, (uint32_t)step, c.batch_size, c.block_size, x.data(), y.data(),
+                       (uint32_t)k * (uint32_t)c.batch_size);
+        loss_sum += be.forward_backward(x.data(), y.data(), (uint32_t)step, k, c.grad_accum);
+      }
+      float loss = (float)(loss_sum / c.grad_accum);
       const double norm = be.grad_norm();
       if (injected.count(step)) loss = NAN;
       // NaN guard: a non-finite loss or gradient norm skips the update (weights and AdamW state
@@ -320,20 +327,14 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
   return s;
 }
 
-std::string sample(Backend& be, const Config& c, const data::CharTokenizer& tok, std::ostream& out) {
-  std::vector<int32_t> idx = tok.encode(c.prompt);
-  const int V = tok.vocab_size();
+namespace {
+// Draws c.sample_tokens tokens after idx (the prompt's ids, at least one) from the first V
+// logits, writing decode(token) of each to out as it comes; returns decode of the whole.
+std::string sample_ids(Backend& be, const Config& c, std::vector<int32_t> idx, int V,
+                       const std::function<std::string(const int32_t*, size_t)>& decode, std::ostream& out) {
   std::vector<float> logits(V);
   std::vector<double> prob(V);
   std::vector<int> order(V);
-  out << c.prompt << std::flush;
-  if (c.sample_tokens <= 0) {
-    out << "\n";
-    return c.prompt;
-  }
-  if (idx.empty())
-    throw InputError("--prompt is empty; expected at least one character to start the sample from; pass --prompt "
-                     "TEXT (the default is a newline) or --sample-tokens 0");
   // the prompt goes through the KV cache one token at a time; logits are then those of its
   // last position (the backend crops the context to block_size tokens as nanoGPT does)
   be.generate_reset();
@@ -371,10 +372,43 @@ std::string sample(Backend& be, const Config& c, const data::CharTokenizer& tok,
       if (u < acc) { next = order[r]; break; }
     }
     idx.push_back(next);
-    out << tok.decode(&idx.back(), 1) << std::flush;
+    out << decode(&idx.back(), 1) << std::flush;
   }
   out << "\n";
-  return tok.decode(idx.data(), idx.size());
+  return decode(idx.data(), idx.size());
+}
+}  // namespace
+
+std::string sample(Backend& be, const Config& c, const data::CharTokenizer& tok, std::ostream& out) {
+  std::vector<int32_t> idx = tok.encode(c.prompt);
+  out << c.prompt << std::flush;
+  if (c.sample_tokens <= 0) {
+    out << "\n";
+    return c.prompt;
+  }
+  if (idx.empty())
+    throw InputError("--prompt is empty; expected at least one character to start the sample from; pass --prompt "
+                     "TEXT (the default is a newline) or --sample-tokens 0");
+  return sample_ids(be, c, idx, tok.vocab_size(),
+                    [&](const int32_t* ids, size_t n) { return tok.decode(ids, n); }, out);
+}
+
+std::string sample_tokens(Backend& be, const Config& c, int V, const data::Gpt2Tokenizer* tok, std::ostream& out) {
+  const int32_t start = tok && tok->eot >= 0 ? tok->eot : data::kGpt2Vocab - 1;  // <|endoftext|>
+  if (tok && (int)tok->tokens.size() < V)
+    throw InputError("--tokenizer holds " + std::to_string(tok->tokens.size()) + " tokens but the data has " +
+                     std::to_string(V) + "; expected llm.c's GPT-2 tokenizer (50257 tokens); pass gpt2_tokenizer.bin");
+  if (c.sample_tokens <= 0) return "";
+  // with the tokenizer: the tokens' bytes; without: the ids, space-separated
+  auto decode = [&](const int32_t* ids, size_t n) -> std::string {
+    if (tok) return tok->decode(ids, n);
+    std::string s;
+    for (size_t i = 0; i < n; ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+    return s;
+  };
+  out << decode(&start, 1) << std::flush;
+  return sample_ids(be, c, {start}, V,
+                    [&](const int32_t* ids, size_t n) { return (tok || n > 1 ? "" : " ") + decode(ids, n); }, out);
 }
 
 }  // namespace tg

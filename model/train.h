@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../data/dataset.h"
+#include "../data/tokens.h"
 #include "backend.h"
 #include "config.h"
 #include "stop.h"
@@ -78,5 +79,11 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
 // with one uniform from philox::stream_words(seed, kStreamSample, n, 0, 0). request_stop()
 // ends it early.
 std::string sample(Backend& be, const Config& c, const data::CharTokenizer& tok, std::ostream& out);
+
+// The same for a model trained on token data (data/tokens.h) of V tokens: starts from the
+// end-of-text token (50256, or the tokenizer's eot) and draws from the first V logits (never a
+// padded id). With tok (--tokenizer) prints the tokens' text, without it their ids. --prompt does
+// not apply (there is no GPT-2 encoder here).
+std::string sample_tokens(Backend& be, const Config& c, int V, const data::Gpt2Tokenizer* tok, std::ostream& out);
 
 }  // namespace tg

@@ -17,10 +17,11 @@ constexpr long kParallelMin = 1L << 15;
 }
 
 template <typename T>
-void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int N, int V) {
+void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, int N, int V, int Vp) {
+  if (Vp <= 0) Vp = V;
 #pragma omp parallel for schedule(static) if ((long)N * V >= kParallelMin)
   for (int n = 0; n < N; ++n) {
-    const T* z = logits + (size_t)n * V;
+    const T* z = logits + (size_t)n * Vp;
     T m = z[0];
     for (int v = 1; v < V; ++v) m = z[v] > m ? z[v] : m;
     double s = 0.0;
@@ -32,11 +33,12 @@ void cross_entropy_forward(T* losses, const T* logits, const int32_t* targets, i
 
 template <typename T>
 void cross_entropy_forward_backward(T* losses, T* dlogits, const T* logits,
-                                    const int32_t* targets, T dloss, int N, int V) {
+                                    const int32_t* targets, T dloss, int N, int V, int Vp) {
+  if (Vp <= 0) Vp = V;
 #pragma omp parallel for schedule(static) if ((long)N * V >= kParallelMin)
   for (int n = 0; n < N; ++n) {
-    const T* z = logits + (size_t)n * V;
-    T* dz = dlogits + (size_t)n * V;
+    const T* z = logits + (size_t)n * Vp;
+    T* dz = dlogits + (size_t)n * Vp;
     T m = z[0];
     for (int v = 1; v < V; ++v) m = z[v] > m ? z[v] : m;
     double s = 0.0;
@@ -51,14 +53,15 @@ void cross_entropy_forward_backward(T* losses, T* dlogits, const T* logits,
     const T inv = (T)(1.0 / s);
     for (int v = 0; v < V; ++v) dz[v] = dz[v] * inv * dloss;
     dz[y] -= dloss;
+    for (int v = V; v < Vp; ++v) dz[v] = 0;  // padded columns: never trained
   }
 }
 
-template void cross_entropy_forward<float>(float*, const float*, const int32_t*, int, int);
-template void cross_entropy_forward<double>(double*, const double*, const int32_t*, int, int);
+template void cross_entropy_forward<float>(float*, const float*, const int32_t*, int, int, int);
+template void cross_entropy_forward<double>(double*, const double*, const int32_t*, int, int, int);
 template void cross_entropy_forward_backward<float>(float*, float*, const float*,
-                                                    const int32_t*, float, int, int);
+                                                    const int32_t*, float, int, int, int);
 template void cross_entropy_forward_backward<double>(double*, double*, const double*,
-                                                     const int32_t*, double, int, int);
+                                                     const int32_t*, double, int, int, int);
 
 }  // namespace cpu
