@@ -89,6 +89,22 @@ TEST_CASE("hf export: GPT-2's names and layouts; biases of a bias-free model are
   fs::remove_all(dir);
 }
 
+TEST_CASE("hf export: a padded vocabulary exports its V rows, not the padding") {
+  ModelConfig m{11, 8, 1, 2, 6, true, 64};  // V 11 padded to 64 rows
+  const auto table = param_table(m);
+  std::vector<float> params(param_count(table), 1.0f);
+  const fs::path dir = fresh_dir("tg_hf_padded");
+  export_hf(dir.string(), m, GeluForm::Tanh, params.data(), "");
+  const std::string bytes = slurp((dir / "model.safetensors").string());
+  const ckpt::StFile f = ckpt::parse_safetensors(bytes, "export");
+  std::vector<uint64_t> shape;
+  tensor(f, bytes, "transformer.wte.weight", &shape);
+  CHECK(shape == std::vector<uint64_t>{11, 6});
+  CHECK(nlohmann::json::parse(slurp((dir / "config.json").string()))["vocab_size"] == 11);
+  CHECK(!fs::exists(dir / "train_gpt_vocab.json"));  // no character vocabulary
+  fs::remove_all(dir);
+}
+
 TEST_CASE("hf export: through the binary from a run, and refusals") {
   const fs::path base = fresh_dir("tg_hf_cli"), run = base / "run", hf = base / "hf";
   REQUIRE(run_train_gpt("--device cpu --max-iters 2 --n-layer 1 --n-head 2 --n-embd 8 --block-size 8 --batch-size 2 "
