@@ -104,7 +104,7 @@ TEST_BINS := $(BUILD)/test_cpu $(if $(NVCC),$(BUILD)/test_gpu $(BUILD)/test_emu,
 # tests/fuzz: a libFuzzer target over the readers of untrusted bytes (checkpoints, config text,
 # command line), built by clang++ with ASan and UBSan from the few sources it reads with
 FUZZ_SRCS := tests/fuzz/fuzz_readers.cpp model/config.cpp model/checkpoint.cpp model/safetensors.cpp \
-             model/ckpt_io.cpp model/gpt.cpp
+             model/ckpt_io.cpp model/gpt.cpp data/dataset.cpp data/tokens.cpp data/sha256.cpp
 FUZZ_BIN := $(if $(FUZZ_OK),$(BUILD)/fuzz_readers,)
 
 .PHONY: all train test test-run sanitize data bench bench-cpu-peer interop plot clean deps gpu-deps
@@ -132,7 +132,7 @@ endif
 $(BUILD)/train_gpt_host: train_gpt.cu $(HOST_OBJS)
 	$(CXX) $(CXXFLAGS) -DTG_NO_CUDA -x c++ train_gpt.cu -x none $(HOST_OBJS) -o $@ $(LDLIBS)
 
-$(BUILD)/fuzz_readers: $(FUZZ_SRCS) $(wildcard model/*.h tests/fuzz/*.h) kernels/philox.h
+$(BUILD)/fuzz_readers: $(FUZZ_SRCS) $(wildcard model/*.h data/*.h tests/fuzz/*.h) kernels/philox.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. $(JSON_INC) $(FUZZ_SRCS) -o $@
 

@@ -1,6 +1,9 @@
 // tests/fuzz/readers.h: one input through every reader of untrusted bytes: state.bin, the
 // safetensors header and its tensors, the config text (then validate(), and a round trip),
-// the command line. The first byte picks the reader, the rest is its input. InputError is
+// the command line, a text's UTF-8 (the character vocabulary, then an encode / decode round
+// trip), an llm.c token shard (written to a file beside a valid validation shard, loaded and
+// batched) and llm.c's tokenizer file (loaded, then decoding). The first byte picks the
+// reader, the rest is its input. InputError is
 // the answer to bad bytes; any other exception (thrown on), crash or sanitizer report is a
 // finding. Shared by the libFuzzer target (fuzz_readers.cpp) and the CPU suite, which replays
 // the seeds and every input kept in tests/fuzz/regressions/ (test_fuzz.cpp).
@@ -16,10 +19,48 @@
 #include "../../model/errors.h"
 #include "../../model/gpt.h"
 #include "../../model/safetensors.h"
+#include "../../data/dataset.h"
+#include "../../data/tokens.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 
 namespace fuzz {
 
-enum Reader : uint8_t { kState = 0, kSafetensors = 1, kConfigText = 2, kArgs = 3, kReaders = 4 };
+enum Reader : uint8_t {
+  kState = 0, kSafetensors = 1, kConfigText = 2, kArgs = 3, kText = 4, kShard = 5, kTokenizer = 6, kReaders = 7
+};
+
+// A directory of this process for the readers that read files, removed at exit.
+inline std::string scratch_dir() {
+  static const struct Scratch {
+    std::string path;
+    Scratch() : path((std::filesystem::temp_directory_path() / ("tg_fuzz_" + std::to_string(getpid()))).string()) {
+      std::filesystem::create_directories(path);
+    }
+    ~Scratch() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } dir;
+  return dir.path;
+}
+
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// An llm.c shard of the tokens: the 256-int32 header, then uint16 tokens.
+inline std::string shard_bytes(const std::vector<uint16_t>& tokens) {
+  std::string b(1024 + 2 * tokens.size(), '\0');
+  const int32_t head[3] = {data::kShardMagic, 1, (int32_t)tokens.size()};
+  std::memcpy(&b[0], head, sizeof head);
+  if (!tokens.empty()) std::memcpy(&b[1024], tokens.data(), 2 * tokens.size());
+  return b;
+}
 
 // The model the safetensors inputs are read against (its file is one of the seeds).
 inline const std::vector<tg::ParamSpec>& table() {
@@ -59,6 +100,33 @@ inline void read_one(const uint8_t* data, size_t size) {
         tg::parse_args((int)argv.size(), argv.data(), "baby");
         break;
       }
+      case kText: {
+        const data::CharTokenizer tok = data::CharTokenizer::from_text(in);
+        const std::vector<int32_t> ids = tok.encode(in);
+        if (tok.decode(ids.data(), ids.size()) != in) throw std::logic_error("text does not round trip");
+        if (data::CharTokenizer::from_chars(tok.chars()).chars() != tok.chars())
+          throw std::logic_error("vocabulary does not round trip");
+        break;
+      }
+      case kShard: {  // the input as the training shard, beside a valid validation shard
+        const std::string dir = scratch_dir() + "/shards";
+        std::filesystem::create_directories(dir);
+        write_file(dir + "/f_train_000001.bin", in);
+        write_file(dir + "/f_val_000000.bin", shard_bytes({1, 2, 3, 4, 5}));
+        const auto td = data::load_token_data(dir, 2);
+        int32_t x[4], y[4];
+        for (uint32_t step = 0; step < 4; ++step) data::token_train_batch(td->train, 7, step, 2, 2, x, y);
+        break;
+      }
+      case kTokenizer: {
+        const std::string path = scratch_dir() + "/gpt2_tokenizer.bin";
+        write_file(path, in);
+        const data::Gpt2Tokenizer t = data::Gpt2Tokenizer::load(path);
+        std::vector<int32_t> ids;
+        for (int32_t i = 0; i < (int32_t)t.tokens.size() && i < 16; ++i) ids.push_back(i);
+        t.decode(ids.data(), ids.size());
+        break;
+      }
     }
   } catch (const tg::InputError&) {
   }
@@ -84,8 +152,16 @@ inline std::vector<std::string> seeds() {
   std::string args;
   for (const char* a : {"--lr", "3e-4", "--n-embd=64", "--resume", "--prompt", "ROMEO:"}) args += std::string(a) + '\0';
   args.pop_back();
+  // llm.c's tokenizer file, version 2: 4 tokens, the last the end of text
+  std::string tokenizer(1024, '\0');
+  const uint32_t th[4] = {(uint32_t)data::kTokenizerMagic, 2, 4, 3};
+  std::memcpy(&tokenizer[0], th, sizeof th);
+  for (const std::string tkn : {"a", " b", "\xce\xb1", "<|endoftext|>"}) tokenizer += std::string(1, (char)tkn.size()) + tkn;
   return {std::string(1, (char)kState) + state, std::string(1, (char)kSafetensors) + weights,
-          std::string(1, (char)kConfigText) + tg::config_to_text(c), std::string(1, (char)kArgs) + args};
+          std::string(1, (char)kConfigText) + tg::config_to_text(c), std::string(1, (char)kArgs) + args,
+          std::string(1, (char)kText) + "First Citizen:\n\xce\xb1\xce\xb2 caf\xc3\xa9 \xe6\x97\xa5",
+          std::string(1, (char)kShard) + shard_bytes({50256, 15496, 11, 995, 0, 50256, 1, 2}),
+          std::string(1, (char)kTokenizer) + tokenizer};
 }
 
 }  // namespace fuzz
