@@ -2,7 +2,8 @@
 // emulator (path in TG_TRAIN_GPT_EMU, default ./train_gpt_emu), beside train_gpt (TG_TRAIN_GPT):
 // it names its device as emulated, --attention check passes, a checkpoint written by the
 // emulated CUDA run samples on the CPU backend and resumes there (and a CPU checkpoint on the
-// emulated device), and greedy sampling from one checkpoint gives
+// emulated device), --grad-accum trains there as on the CPU, and greedy sampling from one
+// checkpoint gives
 // the same text on the emulated device (fp32) as on the CPU backend (both with their KV cache).
 #include <doctest/doctest.h>
 
@@ -145,4 +146,26 @@ TEST_CASE("train_gpt_emu: a checkpoint of the emulated CUDA run resumes on the C
     for (double x : {b.at(s), c.at(s), d.at(s)}) CHECK(std::fabs(x - a.at(s)) <= 1e-5 * a.at(s));
   }
   for (const fs::path& p : {cpu6, emu6, emu_then_cpu, cpu_then_emu}) fs::remove_all(p);
+}
+
+TEST_CASE("train_gpt_emu: --grad-accum 2 trains on the emulated CUDA device as on the CPU backend") {
+  // fp32, dropout on: the micro-batches' windows and masks are keyed alike on both backends
+  const std::string common = " --precision fp32 --grad-accum 2 --batch-size 2 --max-iters 4 --eval-interval 100 "
+                             "--log-interval 1 --sample-tokens 0 --dropout 0.1 --n-layer 2 --n-head 2 --n-embd 64 "
+                             "--block-size 32 --eval-iters 1 --data " + data_path();
+  const fs::path on_cpu = fresh_dir("tg_emu_accum_cpu"), on_emu = fresh_dir("tg_emu_accum_emu");
+  for (const auto& [r, dir] : {std::pair<Run, fs::path>{run_cpu("--device cpu" + common + " --out-dir " + on_cpu.string()), on_cpu},
+                               {run_emu("--device cuda" + common + " --out-dir " + on_emu.string()), on_emu}}) {
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("x grad_accum 2") != std::string::npos);
+  }
+  const std::map<int, double> a = train_losses(on_cpu), b = train_losses(on_emu);
+  for (int s = 0; s < 4; ++s) {
+    CAPTURE(s);
+    REQUIRE((a.count(s) && b.count(s)));
+    CHECK(std::fabs(b.at(s) - a.at(s)) <= 1e-5 * a.at(s));
+  }
+  fs::remove_all(on_cpu);
+  fs::remove_all(on_emu);
 }
