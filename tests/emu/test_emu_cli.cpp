@@ -3,8 +3,8 @@
 // it names its device as emulated, --attention check passes, a checkpoint written by the
 // emulated CUDA run samples on the CPU backend and resumes there (and a CPU checkpoint on the
 // emulated device), --grad-accum trains there as on the CPU, and greedy sampling from one
-// checkpoint gives
-// the same text on the emulated device (fp32) as on the CPU backend (both with their KV cache).
+// checkpoint gives the same text on the emulated device (fp32) as on the CPU backend (both with
+// their KV cache).
 #include <doctest/doctest.h>
 
 #include <algorithm>
