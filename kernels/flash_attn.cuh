@@ -5,6 +5,8 @@
 // (the spec) in kernels/cpu/attention_tiled.h. T = bf16 runs on tensor cores (mma.sync bf16,
 // fp32 accumulate); T = float runs a plain fp32 SIMT kernel (no TF32).
 // forward overwrites out and lse (and mask when not null); backward accumulates (+=) into dqkv.
+// causal must be true: the kernels are instantiated causal only (std::invalid_argument otherwise;
+// see flash::check_causal in kernels/flash_attn_common.cuh).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -572,6 +572,7 @@ template <typename T>
 void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
                          const philox::DropoutKey& key, int B, int Tn, int C, int NH, bool causal) {
   const int HS = flash::check_shape(B, Tn, C, NH, "flash_attn_backward");
+  flash::check_causal(causal, "flash_attn_backward");
   if (!dqkv || !dout || !qkv || !out || !lse) throw std::invalid_argument("flash_attn_backward: null buffer");
   if constexpr (std::is_same_v<T, bf16>) {
     flash::check_aligned(qkv, 16, "flash_attn_backward", "qkv");    // cp.async moves 16 bytes
@@ -590,10 +591,9 @@ void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qk
   p.D = static_cast<float*>(ctx.scratch);
   const bool dropout = key.threshold != 0;
   // the one place where the runtime flags become template parameters
+  // (causal only: see flash::check_causal)
   FLASH_HEADDIM_SWITCH(HS, kHS, [&] {
-    FLASH_BOOL_SWITCH(causal, kCausal, [&] {
-      FLASH_BOOL_SWITCH(dropout, kDropout, [&] { flash::run_bwd<T, kHS, kCausal, kDropout>(ctx, p); });
-    });
+    FLASH_BOOL_SWITCH(dropout, kDropout, [&] { flash::run_bwd<T, kHS, /*IsCausal=*/true, kDropout>(ctx, p); });
   });
 }
 

@@ -310,6 +310,7 @@ template <typename T>
 void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, const philox::DropoutKey& key, int B,
                         int Tn, int C, int NH, bool causal, uint8_t* mask) {
   const int HS = flash::check_shape(B, Tn, C, NH, "flash_attn_forward");
+  flash::check_causal(causal, "flash_attn_forward");
   if (!out || !lse || !qkv) throw std::invalid_argument("flash_attn_forward: null buffer");
   if constexpr (std::is_same_v<T, bf16>) {
     flash::check_aligned(qkv, 16, "flash_attn_forward", "qkv");  // cp.async moves 16 bytes
@@ -321,10 +322,9 @@ void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, co
   // s = 1: the same result) so that the dump is written by the code that applies dropout
   const bool dropout = key.threshold != 0 || mask != nullptr;
   // the one place where the runtime flags become template parameters
+  // (causal only: see flash::check_causal)
   FLASH_HEADDIM_SWITCH(HS, kHS, [&] {
-    FLASH_BOOL_SWITCH(causal, kCausal, [&] {
-      FLASH_BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd<T, kHS, kCausal, kDropout>(ctx, p); });
-    });
+    FLASH_BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd<T, kHS, /*IsCausal=*/true, kDropout>(ctx, p); });
   });
 }
 

@@ -3,7 +3,7 @@
 // (T-rounded) inputs, and against the plain GPU path gpu::attention_naive_* (same precision).
 //   1. bf16, FlashAttention's rule: max |flash - ref| <= 2 max |naive - ref| + floor for O
 //      and lse, <= 3x + floor for dQ, dK, dV; T in {1, 2, 17, 97, 128, 129, 255, 1023, 1025},
-//      HS in {32, 64, 128}, causal on and off, p in {0, 0.17}.
+//      HS in {32, 64, 128}, causal (the launchers are built causal only), p in {0, 0.17}.
 //   2. float (the SIMT path): within a tolerance derived below from the fp32 unit roundoff.
 //   3. the mask hook equals the CPU mask byte for byte (entries above the causal diagonal left
 //      untouched by both); with p = 0.17 about 17% are dropped; the hook does not change out.
@@ -11,7 +11,8 @@
 //      float).
 //   5. dqkv += (random start), no writes past the ends of out / lse / dqkv.
 //   6. scaled inputs (q x5, k x3): no NaN or Inf, and still the rule of 1.
-//   7. head sizes other than 32, 64, 128 are rejected with a message naming them.
+//   7. head sizes other than 32, 64, 128 are rejected with a message naming them, and so is
+//      causal = false (the launchers instantiate the causal kernels only).
 // Fresh random inputs each run (TG_TEST_SEED replays one); the dropout seed derives from it.
 // Uploads are followed by cudaDeviceSynchronize: DeviceArray::upload is a pageable cudaMemcpy,
 // which may return before the copy lands, and the launchers run on ctx.stream (non-blocking).
@@ -273,7 +274,7 @@ std::vector<std::pair<Shape, bool>> cases() {
   std::vector<std::pair<Shape, bool>> cs;
   for (int Tn : tg_test::device_sizes<int>({1, 2, 17, 97, 128, 129, 255, 1023, 1025}, {1, 17, 129}))
     for (int HS : {32, 64, 128})
-      for (bool causal : {false, true}) cs.push_back({Tn <= 255 ? Shape{2, Tn, 2, HS} : Shape{1, Tn, 1, HS}, causal});
+      for (bool causal : {true}) cs.push_back({Tn <= 255 ? Shape{2, Tn, 2, HS} : Shape{1, Tn, 1, HS}, causal});
   return cs;
 }
 
@@ -318,7 +319,7 @@ TG_GPU_TEST("flash attention bf16: O, lse within 2x and dQ, dK, dV within 3x of 
 
 TG_GPU_TEST("flash attention bf16: scaled inputs (q x5, k x3) stay finite and within the rule") {
   for (int HS : {32, 64, 128})
-    for (bool causal : {false, true}) {
+    for (bool causal : {true}) {
       const Shape s = tg_test::reduced_matrix() ? Shape{1, 129, 1, HS} : Shape{2, 255, 2, HS};
       tg_test::TestContext tc(scratch_for(s, sizeof(gpu::bf16)), gpu::Precision::BF16);
       CHECK_MESSAGE(check_bf16_case(tc.ctx, s, causal, 0.17, 7000 + HS + causal, 5.0, 3.0), describe(s, causal, 0.17));
@@ -457,7 +458,7 @@ void mask_hook_test() {
   uint64_t salt = 50000;
   for (int Tn : tg_test::device_sizes<int>({1, 17, 129, 255}, {129}))
     for (int HS : {32, 64, 128})
-      for (bool causal : {false, true})
+      for (bool causal : {true})
         for (double p : {0.0, 0.17}) {
           const Shape s{2, Tn, 2, HS};
           const std::string where = describe(s, causal, p);
@@ -543,7 +544,7 @@ void accumulate_test() {
   uint64_t salt = 70000;
   for (int Tn : tg_test::device_sizes<int>({1, 97, 129}, {129}))
     for (int HS : {32, 128})
-      for (bool causal : {false, true}) {
+      for (bool causal : {true}) {
         const Shape s{2, Tn, 3, HS};
         const std::string where = describe(s, causal, 0.17);
         const philox::DropoutKey key = attn_key(0.17);
@@ -609,4 +610,30 @@ TG_GPU_TEST("flash attention rejects head sizes other than 32, 64, 128") {
   CHECK_THROWS_AS(gpu::flash_attn_forward<float>(tc.ctx, nullptr, lse.ptr, nullptr, key, s.B, s.Tn, s.C(), s.NH,
                                                  false, nullptr),
                   std::invalid_argument);
+}
+
+TG_GPU_TEST("flash attention rejects causal = false (built causal only), the naive path takes it") {
+  const Shape s{1, 8, 2, 32};
+  tg_test::TestContext tc(scratch_for(s, sizeof(gpu::bf16)));
+  DeviceArray<gpu::bf16> qkv(s.nqkv()), out(s.nout()), dqkv(s.nqkv());
+  DeviceArray<float> lse(s.nlse());
+  const philox::DropoutKey key = attn_key(0.0);
+  auto message = [](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string fwd = message([&] {
+    gpu::flash_attn_forward<gpu::bf16>(tc.ctx, out.ptr, lse.ptr, qkv.ptr, key, s.B, s.Tn, s.C(), s.NH, false, nullptr);
+  });
+  const std::string bwd = message([&] {
+    gpu::flash_attn_backward<gpu::bf16>(tc.ctx, dqkv.ptr, out.ptr, qkv.ptr, out.ptr, lse.ptr, key, s.B, s.Tn, s.C(),
+                                        s.NH, false);
+  });
+  CHECK_MESSAGE(fwd.find("causal only") != std::string::npos, fwd);
+  CHECK_MESSAGE(bwd.find("causal only") != std::string::npos, bwd);
+  CHECK(fwd.find("attention_naive") != std::string::npos);
 }
