@@ -23,7 +23,7 @@ namespace gpu {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kAdamThreads = 256;
 constexpr int kNormThreads = 256;
 constexpr int kNormMaxBlocks = 1024;
 constexpr int kNormElemsPerThread = 16;  // at least, before the grid is capped
@@ -40,7 +40,7 @@ struct AdamWHyper {
 };
 
 template <typename T, bool kCopy>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kAdamThreads)
     adamw_kernel(float* params,               // (N)
                  T* params_copy,              // (N) when kCopy
                  const float* grads,          // (N)
@@ -106,7 +106,7 @@ __global__ void clip_scale_kernel(float* scale, const float* norm_squared, float
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads) copy_params_kernel(T* dst, const float* src, size_t N) {
+__global__ void __launch_bounds__(kAdamThreads) copy_params_kernel(T* dst, const float* src, size_t N) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < N; i += (size_t)gridDim.x * blockDim.x)
     dst[i] = from_float<T>(src[i]);
 }
@@ -126,12 +126,12 @@ void adamw_update(const Context& ctx, float* params, T* params_copy, const float
   h.eps = args.eps;
   h.rbc1 = (float)(1.0 / (1.0 - std::pow((double)args.beta1, args.t)));
   h.rbc2 = (float)(1.0 / (1.0 - std::pow((double)args.beta2, args.t)));
-  const unsigned grid = grid_1d(N, kThreads);
+  const unsigned grid = grid_1d(N, kAdamThreads);
   if (params_copy)
-    launch(adamw_kernel<T, true>, grid, kThreads, 0, ctx.stream, params, params_copy, grads, m, v, N, tensors,
+    launch(adamw_kernel<T, true>, grid, kAdamThreads, 0, ctx.stream, params, params_copy, grads, m, v, N, tensors,
            n_tensors, h, grad_scale);
   else
-    launch(adamw_kernel<T, false>, grid, kThreads, 0, ctx.stream, params, params_copy, grads, m, v, N, tensors,
+    launch(adamw_kernel<T, false>, grid, kAdamThreads, 0, ctx.stream, params, params_copy, grads, m, v, N, tensors,
            n_tensors, h, grad_scale);
 }
 
@@ -155,7 +155,7 @@ void clip_scale(const Context& ctx, float* scale, const float* norm_squared, flo
 template <typename T>
 void copy_params(const Context& ctx, T* dst, const float* src, size_t N) {
   if (N == 0) return;
-  launch(copy_params_kernel<T>, grid_1d(N, kThreads), kThreads, 0, ctx.stream, dst, src, N);
+  launch(copy_params_kernel<T>, grid_1d(N, kAdamThreads), kAdamThreads, 0, ctx.stream, dst, src, N);
 }
 
 #define TG_INSTANTIATE(T)                                                                                    \

@@ -1,6 +1,6 @@
 // kernels/attention_decode.cu: one query against a KV cache (contract in
 // kernels/attention_decode.cuh, CPU twin kernels/cpu/attention_decode.cpp). One block per head,
-// kThreads threads:
+// kDecodeThreads threads:
 //   1. the new row's k, v go into the cache at pos; q goes to shared memory (float);
 //   2. s_j = q . k_j / sqrt(HS) for j = 0 .. pos: warp w takes the keys j = w, w + kWarps, ...,
 //      its lanes the HS products, summed by warp_sum; s in shared memory;
@@ -19,11 +19,11 @@ namespace gpu {
 
 namespace {
 
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
+constexpr int kDecodeThreads = 128;
+constexpr int kWarps = kDecodeThreads / 32;
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kDecodeThreads)
     attention_decode_kernel(T* out,        // (C)
                             T* kcache,     // (NH, maxT, HS)
                             T* vcache,     // (NH, maxT, HS)
@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(kThreads)
   T* vh = vcache + (size_t)h * maxT * HS;
   const T* q = qkv + (size_t)h * HS;
   // 1. append k, v at pos; q to shared memory
-  for (int c = threadIdx.x; c < HS; c += kThreads) {
+  for (int c = threadIdx.x; c < HS; c += kDecodeThreads) {
     kh[(size_t)pos * HS + c] = q[C + c];
     vh[(size_t)pos * HS + c] = q[2 * C + c];
     sq[c] = to_float(q[c]);
@@ -54,16 +54,16 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   // 3. softmax
   float m = -INFINITY;
-  for (int j = threadIdx.x; j <= pos; j += kThreads) m = fmaxf(m, s[j]);
+  for (int j = threadIdx.x; j <= pos; j += kDecodeThreads) m = fmaxf(m, s[j]);
   m = block_max(m, red);
   float l = 0.f;
-  for (int j = threadIdx.x; j <= pos; j += kThreads) l += expf(s[j] - m);
+  for (int j = threadIdx.x; j <= pos; j += kDecodeThreads) l += expf(s[j] - m);
   l = block_sum(l, red);
   const float inv = 1.f / l;
-  for (int j = threadIdx.x; j <= pos; j += kThreads) s[j] = expf(s[j] - m) * inv;
+  for (int j = threadIdx.x; j <= pos; j += kDecodeThreads) s[j] = expf(s[j] - m) * inv;
   __syncthreads();
   // 4. out_h = P V
-  for (int c = threadIdx.x; c < HS; c += kThreads) {
+  for (int c = threadIdx.x; c < HS; c += kDecodeThreads) {
     float acc = 0.f;
     for (int j = 0; j <= pos; ++j) acc += s[j] * to_float(vh[(size_t)j * HS + c]);
     out[(size_t)h * HS + c] = from_float<T>(acc);
@@ -98,7 +98,7 @@ void attention_decode_forward(const Context& ctx, T* out, T* kcache, T* vcache, 
   check(pos, C, NH, maxT, "attention_decode_forward", false);
   const int HS = C / NH;
   const size_t smem = (size_t)(HS + pos + 1) * sizeof(float);
-  launch(attention_decode_kernel<T>, NH, kThreads, smem, ctx.stream, out, kcache, vcache, qkv, pos, C, HS, maxT,
+  launch(attention_decode_kernel<T>, NH, kDecodeThreads, smem, ctx.stream, out, kcache, vcache, qkv, pos, C, HS, maxT,
          1.f / std::sqrt((float)HS));
 }
 

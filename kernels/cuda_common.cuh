@@ -189,6 +189,14 @@ inline unsigned grid_1d(size_t n, int threads) {
   return (unsigned)(blocks < 65535LL * 32 ? (blocks > 0 ? blocks : 1) : 65535LL * 32);
 }
 
+// P values of T moved as one aligned vector (16 bytes: 8 bf16 or 4 float), and whether a
+// pointer allows it.
+template <typename T, int P>
+struct alignas(sizeof(T) * P) Pack {
+  T v[P];
+};
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
 // Sum over a warp, in a fixed butterfly order: every lane gets the same bits on every run.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

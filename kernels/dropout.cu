@@ -20,7 +20,7 @@ namespace gpu {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kDropoutThreads = 256;
 
 template <typename T>
 struct alignas(sizeof(T) * 4) Vec4 {
@@ -45,7 +45,7 @@ __device__ __forceinline__ void group_keep(bool keep[4], const philox::DropoutKe
 // kForward: dst = keep ? src * scale : 0;  else: dst += keep ? src * scale : 0 (scale = 1
 // when !kDrop). kVec: C % 4 == 0 and dst, src aligned to 4 elements.
 template <typename T, bool kForward, bool kDrop, bool kVec>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kDropoutThreads)
     dropout_kernel(T* dst,        // (B, T, C)
                    const T* src,  // (B, T, C)
                    philox::DropoutKey key, int Tn, int C, long long rows) {
@@ -87,11 +87,11 @@ void run(const Context& ctx, T* dst, const T* src, const philox::DropoutKey& key
   const long long rows = (long long)B * Tn;
   const size_t groups = (size_t)rows * ((C + 3) / 4);
   const bool vec = C % 4 == 0 && ((uintptr_t)dst % (4 * sizeof(T))) == 0 && ((uintptr_t)src % (4 * sizeof(T))) == 0;
-  const unsigned grid = grid_1d(groups, kThreads);
+  const unsigned grid = grid_1d(groups, kDropoutThreads);
   if (vec)
-    launch(dropout_kernel<T, kForward, kDrop, true>, grid, kThreads, 0, ctx.stream, dst, src, key, Tn, C, rows);
+    launch(dropout_kernel<T, kForward, kDrop, true>, grid, kDropoutThreads, 0, ctx.stream, dst, src, key, Tn, C, rows);
   else
-    launch(dropout_kernel<T, kForward, kDrop, false>, grid, kThreads, 0, ctx.stream, dst, src, key, Tn, C, rows);
+    launch(dropout_kernel<T, kForward, kDrop, false>, grid, kDropoutThreads, 0, ctx.stream, dst, src, key, Tn, C, rows);
 }
 
 void check_sizes(const char* who, int B, int Tn, int C) {

@@ -23,12 +23,7 @@ constexpr float kSqrt2OverPi = 0.79788456080286535588f;
 constexpr float kCubic = 0.044715f;
 constexpr float kInvSqrt2 = 0.70710678118654752440f;
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
-constexpr int kThreads = 256;
-
-template <typename T, int P>
-struct alignas(sizeof(T) * P) Pack {
-  T v[P];
-};
+constexpr int kGeluThreads = 256;
 
 __device__ __forceinline__ float gelu_q(float x) {
   const float u = kSqrt2OverPi * (x + kCubic * x * x * x);
@@ -50,7 +45,7 @@ __device__ __forceinline__ float gelu_grad(float x) {
 }
 
 template <typename T, int P, bool Erf>
-__global__ void __launch_bounds__(kThreads) gelu_forward_kernel(T* out, const T* inp, size_t npacks) {
+__global__ void __launch_bounds__(kGeluThreads) gelu_forward_kernel(T* out, const T* inp, size_t npacks) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < npacks; i += (size_t)gridDim.x * blockDim.x) {
     const Pack<T, P> x = reinterpret_cast<const Pack<T, P>*>(inp)[i];
     Pack<T, P> y;
@@ -63,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) gelu_forward_kernel(T* out, const T*
 }
 
 template <typename T, int P, bool Erf>
-__global__ void __launch_bounds__(kThreads) gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t npacks) {
+__global__ void __launch_bounds__(kGeluThreads) gelu_backward_kernel(T* dinp, const T* inp, const T* dout, size_t npacks) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < npacks; i += (size_t)gridDim.x * blockDim.x) {
     const Pack<T, P> x = reinterpret_cast<const Pack<T, P>*>(inp)[i];
     const Pack<T, P> d = reinterpret_cast<const Pack<T, P>*>(dout)[i];
@@ -76,17 +71,15 @@ __global__ void __launch_bounds__(kThreads) gelu_backward_kernel(T* dinp, const 
   }
 }
 
-bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
-
 template <typename T, bool Erf>
 void forward(const Context& ctx, T* out, const T* inp, size_t N) {
   constexpr int P = 16 / sizeof(T);
   const size_t head = aligned16(out) && aligned16(inp) ? N / P * P : 0;  // elements done in packs
   if (head) {
-    launch(gelu_forward_kernel<T, P, Erf>, grid_1d(head / P, kThreads), kThreads, 0, ctx.stream, out, inp, head / P);
+    launch(gelu_forward_kernel<T, P, Erf>, grid_1d(head / P, kGeluThreads), kGeluThreads, 0, ctx.stream, out, inp, head / P);
   }
   if (N > head) {
-    launch(gelu_forward_kernel<T, 1, Erf>, grid_1d(N - head, kThreads), kThreads, 0, ctx.stream, out + head,
+    launch(gelu_forward_kernel<T, 1, Erf>, grid_1d(N - head, kGeluThreads), kGeluThreads, 0, ctx.stream, out + head,
            inp + head, N - head);
   }
 }
@@ -96,11 +89,11 @@ void backward(const Context& ctx, T* dinp, const T* inp, const T* dout, size_t N
   constexpr int P = 16 / sizeof(T);
   const size_t head = aligned16(dinp) && aligned16(inp) && aligned16(dout) ? N / P * P : 0;
   if (head) {
-    launch(gelu_backward_kernel<T, P, Erf>, grid_1d(head / P, kThreads), kThreads, 0, ctx.stream, dinp, inp, dout,
+    launch(gelu_backward_kernel<T, P, Erf>, grid_1d(head / P, kGeluThreads), kGeluThreads, 0, ctx.stream, dinp, inp, dout,
            head / P);
   }
   if (N > head) {
-    launch(gelu_backward_kernel<T, 1, Erf>, grid_1d(N - head, kThreads), kThreads, 0, ctx.stream, dinp + head,
+    launch(gelu_backward_kernel<T, 1, Erf>, grid_1d(N - head, kGeluThreads), kGeluThreads, 0, ctx.stream, dinp + head,
            inp + head, dout + head, N - head);
   }
 }

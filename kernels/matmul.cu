@@ -60,7 +60,7 @@ constexpr int kBiasRows = 128;   // rows of dout summed into one partial
 constexpr int kBiasCols = 32;    // columns per block: one per lane, so reads are coalesced
 constexpr int kBiasWarps = 8;    // rows interleaved over the warps of a block
 
-void require(bool ok, const char* what) {
+void matmul_require(bool ok, const char* what) {
   if (!ok) throw std::invalid_argument(std::string("matmul: ") + what);
 }
 
@@ -216,8 +216,8 @@ size_t matmul_scratch_bytes(int N, int OC) {
 
 template <typename T>
 void matmul_forward(const Context& ctx, T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC) {
-  require(N > 0 && C > 0 && OC > 0, "forward needs N, C, OC > 0");
-  require(out && inp && weight, "forward: out, inp and weight must not be null");
+  matmul_require(N > 0 && C > 0 && OC > 0, "forward needs N, C, OC > 0");
+  matmul_require(out && inp && weight, "forward: out, inp and weight must not be null");
   if (lt_forward(ctx, out, inp, weight, bias, N, C, OC)) {
     ++ctx.lt_plans->counts.lt;
     return;
@@ -239,8 +239,8 @@ void matmul_forward(const Context& ctx, T* out, const T* inp, const T* weight, c
 template <typename T>
 void matmul_backward(const Context& ctx, T* dinp, float* dweight, float* dbias, const T* dout, const T* inp,
                      const T* weight, int N, int C, int OC) {
-  require(N > 0 && C > 0 && OC > 0, "backward needs N, C, OC > 0");
-  require(dweight && dout && inp && weight, "backward: dweight, dout, inp and weight must not be null");
+  matmul_require(N > 0 && C > 0 && OC > 0, "backward needs N, C, OC > 0");
+  matmul_require(dweight && dout && inp && weight, "backward: dweight, dout, inp and weight must not be null");
   const cudaDataType_t t = cuda_type<T>();
   const float one = 1.f;
   // dX^T (C, N) += W^T (C, OC) dY^T (OC, N)
@@ -252,11 +252,11 @@ void matmul_backward(const Context& ctx, T* dinp, float* dweight, float* dbias, 
                            CUDA_R_32F, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   if (dbias) {
     const size_t need = matmul_scratch_bytes(N, OC);
-    require(ctx.scratch != nullptr && ctx.scratch_bytes >= need,
+    matmul_require(ctx.scratch != nullptr && ctx.scratch_bytes >= need,
             "backward: ctx.scratch is smaller than matmul_scratch_bytes(N, OC)");
     const long long chunks = ceil_div(N, kBiasRows);
     const long long col_blocks = ceil_div(OC, kBiasCols);
-    require(col_blocks <= 65535, "backward: OC too large for the dbias grid (OC <= 2097120)");
+    matmul_require(col_blocks <= 65535, "backward: OC too large for the dbias grid (OC <= 2097120)");
     float* partial = static_cast<float*>(ctx.scratch);
     const dim3 grid((unsigned)chunks, (unsigned)col_blocks), block(kBiasCols, kBiasWarps);
     launch(dbias_partial_kernel<T>, grid, block, 0, ctx.stream, partial, dout, N, OC);

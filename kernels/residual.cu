@@ -15,15 +15,10 @@ namespace gpu {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kResidualThreads = 256;
 
 template <typename T, int P>
-struct alignas(sizeof(T) * P) Pack {
-  T v[P];
-};
-
-template <typename T, int P>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kResidualThreads)
     residual_forward_kernel(T* out, const T* inp1, const T* inp2, size_t npacks) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < npacks; i += (size_t)gridDim.x * blockDim.x) {
     const Pack<T, P> a = reinterpret_cast<const Pack<T, P>*>(inp1)[i];
@@ -36,7 +31,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename T, int P, bool kSame>
-__global__ void __launch_bounds__(kThreads) residual_backward_kernel(T* dinp1, T* dinp2, const T* dout, size_t npacks) {
+__global__ void __launch_bounds__(kResidualThreads) residual_backward_kernel(T* dinp1, T* dinp2, const T* dout, size_t npacks) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < npacks; i += (size_t)gridDim.x * blockDim.x) {
     const Pack<T, P> d = reinterpret_cast<const Pack<T, P>*>(dout)[i];
     Pack<T, P> a = reinterpret_cast<const Pack<T, P>*>(dinp1)[i];
@@ -57,8 +52,6 @@ __global__ void __launch_bounds__(kThreads) residual_backward_kernel(T* dinp1, T
   }
 }
 
-bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
-
 // [a, a + n) and [b, b + n) are the same range or disjoint.
 template <typename T>
 bool same_or_disjoint(const T* a, const T* b, size_t n) {
@@ -70,11 +63,11 @@ void launch_backward(const Context& ctx, T* dinp1, T* dinp2, const T* dout, size
   constexpr int P = 16 / sizeof(T);
   const size_t head = aligned16(dinp1) && aligned16(dinp2) && aligned16(dout) ? N / P * P : 0;
   if (head) {
-    launch(residual_backward_kernel<T, P, kSame>, grid_1d(head / P, kThreads), kThreads, 0, ctx.stream, dinp1, dinp2,
+    launch(residual_backward_kernel<T, P, kSame>, grid_1d(head / P, kResidualThreads), kResidualThreads, 0, ctx.stream, dinp1, dinp2,
            dout, head / P);
   }
   if (N > head) {
-    launch(residual_backward_kernel<T, 1, kSame>, grid_1d(N - head, kThreads), kThreads, 0, ctx.stream, dinp1 + head,
+    launch(residual_backward_kernel<T, 1, kSame>, grid_1d(N - head, kResidualThreads), kResidualThreads, 0, ctx.stream, dinp1 + head,
            dinp2 + head, dout + head, N - head);
   }
 }
@@ -89,11 +82,11 @@ void residual_forward(const Context& ctx, T* out, const T* inp1, const T* inp2, 
   constexpr int P = 16 / sizeof(T);
   const size_t head = aligned16(out) && aligned16(inp1) && aligned16(inp2) ? N / P * P : 0;
   if (head) {
-    launch(residual_forward_kernel<T, P>, grid_1d(head / P, kThreads), kThreads, 0, ctx.stream, out, inp1, inp2,
+    launch(residual_forward_kernel<T, P>, grid_1d(head / P, kResidualThreads), kResidualThreads, 0, ctx.stream, out, inp1, inp2,
            head / P);
   }
   if (N > head) {
-    launch(residual_forward_kernel<T, 1>, grid_1d(N - head, kThreads), kThreads, 0, ctx.stream, out + head, inp1 + head,
+    launch(residual_forward_kernel<T, 1>, grid_1d(N - head, kResidualThreads), kResidualThreads, 0, ctx.stream, out + head, inp1 + head,
            inp2 + head, N - head);
   }
 }
