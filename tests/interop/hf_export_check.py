@@ -9,7 +9,8 @@ a config (no download; odd sizes; every weight, bias and layernorm parameter ran
 save_pretrained; train_gpt --logits IDS --init-from DIR --device cpu prints its logits for one
 sequence of random token ids, compared with the model's own (fp32 CPU, eager attention): the
 largest |difference| within 1e-5 of the largest |logit|, while the same weights with the other
-GELU move the logits by more than that (so the check sees the form).
+GELU move the logits by more than that (so the check sees the form). --gpt2-small adds a random
+model of GPT-2 small's shape (V 50257, T 1024, 12 layers of 768).
 
 For each GELU form (tanh: GPT-2's, erf: nanoGPT's) it trains a small model with train_gpt on
 the CPU, exports its checkpoint and loads the export with GPT2LMHeadModel.from_pretrained (no
@@ -38,17 +39,23 @@ def check_init_from(args, torch, transformers, work):
     """A random GPT2LMHeadModel saved by transformers, loaded with train_gpt --init-from: logits equal."""
     failures = 0
     torch.manual_seed(1234)
-    for act in ("gelu_new", "gelu"):
-        config = transformers.GPT2Config(vocab_size=101, n_positions=48, n_embd=48, n_layer=3, n_head=4,
-                                         activation_function=act, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                         bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+    small = dict(vocab_size=101, n_positions=48, n_embd=48, n_layer=3, n_head=4)
+    shapes = [("gelu_new", small, 37, True), ("gelu", small, 37, True)]
+    if args.gpt2_small:  # GPT-2 small's shape (12 x 12 x 768, T 1024, V 50257), transformers' own init
+        shapes.append(("gelu_new", {}, 9, False))
+    for act, sizes, n_ids, perturb in shapes:
+        config = transformers.GPT2Config(**sizes, activation_function=act, resid_pdrop=0.0, embd_pdrop=0.0,
+                                         attn_pdrop=0.0, attn_implementation="eager",
+                                         **({"bos_token_id": 0, "eos_token_id": 0} if sizes else {}))
         model = transformers.GPT2LMHeadModel(config).eval()
-        with torch.no_grad():
-            for name, p in model.named_parameters():  # random everywhere: biases and layernorms too
-                p.copy_(torch.randn_like(p) * (0.5 if "ln_" in name else 0.2) + (1.0 if "ln_" in name and name.endswith("weight") else 0.0))
-        hf = os.path.join(work, f"init-{act}")
+        if perturb:
+            with torch.no_grad():
+                for name, p in model.named_parameters():  # random everywhere: biases and layernorms too
+                    ln = "ln_" in name
+                    p.copy_(torch.randn_like(p) * (0.5 if ln else 0.2) + (1.0 if ln and name.endswith("weight") else 0.0))
+        hf = os.path.join(work, f"init-{act}-{config.n_layer}")
         model.save_pretrained(hf)
-        ids = torch.randint(0, config.vocab_size, (1, 37))
+        ids = torch.randint(0, config.vocab_size, (1, n_ids))
         ours = subprocess.run([args.train_gpt, "--logits", ",".join(str(i) for i in ids[0].tolist()), "--init-from", hf,
                                "--device", "cpu"], check=True, capture_output=True, text=True).stdout
         a = torch.tensor([[float(x) for x in line.split()] for line in ours.strip().split("\n")])
@@ -61,9 +68,9 @@ def check_init_from(args, torch, transformers, work):
         err = ((a - b).abs().max() / b.abs().max()).item() if ok else float("inf")
         ok = ok and err <= 1e-5 and moved > 1e-5
         failures += not ok
-        print(f"[interop] init-from a transformers GPT2LMHeadModel ({act}, 3 layers, 4 heads, 48 wide, V 101, "
-              f"37 tokens): max |logit diff| {err:.2e} of the largest (the other GELU would move them {moved:.2e}) "
-              f"{'ok' if ok else 'FAILED'}")
+        print(f"[interop] init-from a transformers GPT2LMHeadModel ({act}, {config.n_layer} layers, {config.n_head} heads, "
+              f"{config.n_embd} wide, V {config.vocab_size}, {n_ids} tokens): max |logit diff| {err:.2e} of the largest "
+              f"(the other GELU would move them {moved:.2e}) {'ok' if ok else 'FAILED'}")
     return failures
 
 
@@ -73,6 +80,8 @@ def main():
     ap.add_argument("--data", default="data/tinyshakespeare/input.txt")
     ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--tokens", type=int, default=60)
+    ap.add_argument("--gpt2-small", action="store_true",
+                    help="also read a random model of GPT-2 small's shape (a 500 MB file; about a minute)")
     args = ap.parse_args()
     try:
         import torch
