@@ -346,10 +346,9 @@ InitSource read_llmc(const std::string& path) {
 
 // ---- a train_gpt checkpoint
 
-InitSource read_checkpoint(const std::string& path) {
+InitSource read_checkpoint(const std::string& path, std::ostream& warn) {
   InitSource s;
   s.kind = "train_gpt checkpoint";
-  std::ostringstream warn;
   const std::string dir = pick_checkpoint(path, warn);
   if (dir.empty()) bad_file(path, "is a run directory holding no checkpoint", "a run directory with a ckpt-<step> in it");
   s.path = dir;
@@ -364,14 +363,14 @@ InitSource read_checkpoint(const std::string& path) {
 
 }  // namespace
 
-InitSource read_init_source(const std::string& path, int n_head) {
+InitSource read_init_source(const std::string& path, int n_head, std::ostream& warn) {
   std::error_code ec;
   if (path.empty()) bad_file(path, "is empty", "a path");
   if (!fs::exists(path, ec)) bad_file(path, "does not exist", "a file or directory");
   if (fs::is_directory(path, ec)) {
     if (fs::exists(fs::path(path) / "state.bin", ec) || !ckpt::list_checkpoints(path).empty() ||
         fs::exists(fs::path(path) / "run.cfg", ec))
-      return read_checkpoint(path);
+      return read_checkpoint(path, warn);
     if (fs::exists(fs::path(path) / "model.safetensors", ec))
       return read_hf((fs::path(path) / "model.safetensors").string(), (fs::path(path) / "config.json").string(), n_head);
     bad_file(path, "is a directory holding neither model.safetensors nor a train_gpt checkpoint",

@@ -30,6 +30,7 @@
 // file, a tensor of another shape, a model-shape flag or a vocabulary that contradicts the file)
 // throws InputError with one line; a tensor mismatch names the tensor and both shapes.
 #pragma once
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -49,8 +50,9 @@ struct InitSource {
 };
 
 // Reads the weights at path (any of the three kinds). n_head: --n-head when given (0 if not),
-// for a model.safetensors without config.json.
-InitSource read_init_source(const std::string& path, int n_head = 0);
+// for a model.safetensors without config.json. A damaged newer checkpoint of a run directory,
+// skipped for an older one, is named on warn.
+InitSource read_init_source(const std::string& path, int n_head = 0, std::ostream& warn = std::cerr);
 
 // The model flags the source fixes (n-layer, n-head, n-embd, block-size, bias, gelu) set from
 // it in c; one of them given (in given) with another value is refused, all of them in one line.

@@ -290,6 +290,7 @@ TEST_CASE("init-from: through the binary: resume is bitwise and reads no file ag
   REQUIRE(res.code == 0);
   CHECK(slurp((whole / "ckpt-00000004" / "model.safetensors").string()) ==
         slurp((parts / "ckpt-00000004" / "model.safetensors").string()));
+  CHECK(ckpt::checkpoint_config((parts / "ckpt-00000004").string()).init_from == hf.string());  // where it came from
   fs::rename(base / "hf_moved", hf);
   // --logits: one line of V numbers per token, the same from the export of a run as from the run
   Run lg = run_train_gpt("--logits 0,64,3 --device cpu --init-from " + hf.string());
