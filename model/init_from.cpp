@@ -15,6 +15,7 @@
 #include "checkpoint.h"
 #include "ckpt_io.h"
 #include "errors.h"
+#include "hf_export.h"
 #include "run_dir.h"
 #include "safetensors.h"
 
@@ -107,11 +108,6 @@ void decode(const char* at, uint64_t n, const std::string& dtype, float* out) {
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-// A Conv1D layer's weight in GPT-2 (stored (in, out)): the 2-D weights inside the blocks.
-bool is_conv1d_weight(const ParamSpec& p) {
-  return p.shape.size() == 2 && p.name.find(".h.") != std::string::npos && ends_with(p.name, ".weight");
 }
 
 // "h.3.attn.bias" / "h.3.attn.masked_bias": the causal-mask buffers of older GPT-2 files.
