@@ -175,7 +175,19 @@ InitSource read_hf(const std::string& st_path, const std::string& config_path, i
     m.block_size = json_int(j, "n_positions", config_path, !j.contains("n_ctx"), json_int(j, "n_ctx", config_path, false));
     if (json_int(j, "n_inner", config_path, false, 4 * m.n_embd) != 4 * m.n_embd)
       bad_file(config_path, "has n_inner " + j["n_inner"].dump(), "null or 4 n_embd (GPT-2's MLP)");
-    const std::string act = j.value("activation_function", std::string("gelu_new"));
+    // a key of another type than GPT2Config's is refused, never read as something else
+    auto typed = [&](const char* key, bool ok, const char* expected) {
+      if (j.contains(key) && !j[key].is_null() && !ok)
+        bad_file(config_path, std::string("has ") + key + " " + printable(j[key].dump()), expected);
+    };
+    typed("activation_function", j.contains("activation_function") && j["activation_function"].is_string(), "a string");
+    typed("scale_attn_weights", j.contains("scale_attn_weights") && j["scale_attn_weights"].is_boolean(), "true or false");
+    typed("scale_attn_by_inverse_layer_idx",
+          j.contains("scale_attn_by_inverse_layer_idx") && j["scale_attn_by_inverse_layer_idx"].is_boolean(), "true or false");
+    auto flag = [&](const char* key, bool fallback) { return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback; };
+    const std::string act = j.contains("activation_function") && j["activation_function"].is_string()
+                                ? j["activation_function"].get<std::string>()
+                                : "gelu_new";
     if (act == "gelu_new" || act == "gelu_pytorch_tanh") s.gelu = "tanh";
     else if (act == "gelu") s.gelu = "erf";
     else bad_file(config_path, "has activation_function " + printable(act), "gelu_new (tanh form) or gelu (erf)");
@@ -183,7 +195,7 @@ InitSource read_hf(const std::string& st_path, const std::string& config_path, i
         (!j["layer_norm_epsilon"].is_number() || std::fabs(j["layer_norm_epsilon"].get<double>() - 1e-5) > 1e-12))
       bad_file(config_path, "has layer_norm_epsilon " + printable(j["layer_norm_epsilon"].dump()),
                "1e-5 (GPT-2's, the one train_gpt uses)");
-    if (j.value("scale_attn_by_inverse_layer_idx", false) || !j.value("scale_attn_weights", true))
+    if (flag("scale_attn_by_inverse_layer_idx", false) || !flag("scale_attn_weights", true))
       bad_file(config_path, "scales attention otherwise than GPT-2", "scale_attn_weights true, scale_attn_by_inverse_layer_idx false");
   } else {
     const ckpt::StTensor* wte = find("wte.weight");

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../../model/checkpoint.h"
@@ -187,6 +188,26 @@ TEST_CASE("init-from: a Hugging Face GPT-2 safetensors, Conv1D transposed, prefi
   std::ofstream(base / "0" / "config.json")
       << nlohmann::json{{"n_layer", 1}, {"n_head", 3}, {"n_embd", 6}, {"vocab_size", 13}, {"n_positions", 9}}.dump();
   CHECK_THROWS_WITH_AS(read_init_source((base / "0").string()), doctest::Contains("has tensor h.1."), InputError);
+  // config.json keys of other values or types than GPT-2's: refused, one line each
+  const nlohmann::json good = {{"n_layer", 2}, {"n_head", 3}, {"n_embd", 6}, {"vocab_size", 13}, {"n_positions", 9}};
+  for (const auto& [key, value, says] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"activation_function", 7, "activation_function 7"},
+           {"activation_function", "relu", "activation_function relu"},
+           {"layer_norm_epsilon", 1e-6, "layer_norm_epsilon"},
+           {"scale_attn_weights", "yes", "scale_attn_weights"},
+           {"scale_attn_by_inverse_layer_idx", true, "scales attention"},
+           {"model_type", "llama", "model_type"},
+           {"n_inner", 7, "n_inner 7"},
+           {"n_head", -3, "n_head -3"},
+           {"n_positions", "9", "n_positions"}}) {
+    CAPTURE(key);
+    nlohmann::json c = good;
+    c[key] = value;
+    std::ofstream(base / "0" / "config.json") << c.dump();
+    CHECK_THROWS_WITH_AS(read_init_source((base / "0").string()), doctest::Contains(says.c_str()), InputError);
+  }
+  std::ofstream(base / "0" / "config.json") << "{\"n_layer\": 2,";
+  CHECK_THROWS_WITH_AS(read_init_source((base / "0").string()), doctest::Contains("not a JSON object"), InputError);
   fs::remove_all(base);
 }
 
