@@ -246,8 +246,9 @@ bench-cpu-peer: train_gpt
 	@$(MAKE) data
 	@TG_DATA=$(DATA_FILE) bash tests/bench/cpu_peer.sh
 
-# ---- interop: a --export-hf export loaded into Hugging Face transformers (Python with torch and
-# transformers from PyPI; skipped with a message without them) -----------------------------
+# ---- interop: a transformers GPT2LMHeadModel read by --init-from (logits compared), and a
+# --export-hf export loaded into Hugging Face transformers (Python with torch and transformers
+# from PyPI; skipped with a message without them) ------------------------------------------
 PYTHON ?= python3
 interop: train_gpt
 	@$(MAKE) data
