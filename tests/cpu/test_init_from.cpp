@@ -7,6 +7,7 @@
 // and every refusal is one line, exit 2, nothing written.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -44,6 +45,23 @@ std::vector<float> bf16_exact_params(const ModelConfig& m) {
   return p;
 }
 
+// The bf16 / IEEE half bits of x, which must be exactly representable (no rounding here).
+uint16_t bf16_bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return (uint16_t)(b >> 16);
+}
+uint16_t f16_bits(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  const uint16_t sign = (uint16_t)((b >> 16) & 0x8000);
+  const int e = (int)((b >> 23) & 0xff) - 127 + 15;
+  const uint32_t mant = b & 0x7fffff;
+  if ((b & 0x7fffffff) == 0) return sign;
+  if (e >= 1) return (uint16_t)(sign | (e << 10) | (mant >> 13));
+  return (uint16_t)(sign | ((0x800000u | mant) >> (14 - e)));  // a subnormal half
+}
+
 bool conv1d(const ParamSpec& p) {
   return p.shape.size() == 2 && p.name.find(".h.") != std::string::npos && p.name.find(".weight") != std::string::npos;
 }
@@ -53,7 +71,7 @@ bool conv1d(const ParamSpec& p) {
 // and attn.masked_bias () buffers of older files; lm_head.weight a copy of wte when tied, else
 // wte + 1.
 void write_hf(const fs::path& dir, const ModelConfig& m, const std::vector<float>& params, bool prefix, bool buffers,
-              const std::string& head, const std::string& activation = "gelu_new") {
+              const std::string& head, const std::string& activation = "gelu_new", const std::string& dtype = "F32") {
   fs::create_directories(dir);
   std::vector<std::vector<float>> keep;
   keep.reserve(64);
@@ -85,18 +103,28 @@ void write_hf(const fs::path& dir, const ModelConfig& m, const std::vector<float
     pieces.push_back({"lm_head.weight", {m.vocab_size, m.n_embd}, keep.back().data(), wte_n});
   }
   std::ofstream f(dir / "model.safetensors", std::ios::binary);
-  ckpt::write_safetensors_pieces([&](const void* d, size_t n) { f.write((const char*)d, (std::streamsize)n); }, pieces,
-                                 {{"format", "pt"}});
+  if (dtype == "F32") {
+    ckpt::write_safetensors_pieces([&](const void* d, size_t n) { f.write((const char*)d, (std::streamsize)n); }, pieces,
+                                   {{"format", "pt"}});
+  } else {  // 16-bit: the header and the data written here (train_gpt writes F32 only)
+    nlohmann::ordered_json h;
+    std::string data;
+    for (const ckpt::StPiece& p : pieces) {
+      h[p.name] = {{"dtype", dtype}, {"shape", p.shape}, {"data_offsets", {data.size(), data.size() + 2 * p.numel}}};
+      for (size_t i = 0; i < p.numel; ++i) {
+        const uint16_t v = dtype == "BF16" ? bf16_bits(p.data[i]) : f16_bits(p.data[i]);
+        data.append((const char*)&v, 2);
+      }
+    }
+    const std::string text = h.dump();
+    const uint64_t n = text.size();
+    f.write((const char*)&n, 8);
+    f << text << data;
+  }
   nlohmann::json config = {{"model_type", "gpt2"},       {"vocab_size", m.vocab_size}, {"n_positions", m.block_size},
                            {"n_embd", m.n_embd},         {"n_layer", m.n_layer},       {"n_head", m.n_head},
                            {"activation_function", activation}, {"layer_norm_epsilon", 1e-5}, {"n_inner", nullptr}};
   std::ofstream(dir / "config.json") << config.dump(2);
-}
-
-uint16_t bf16_bits(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return (uint16_t)(b >> 16);
 }
 
 // llm.c's model file of params (m with biases, no padding) with Vp rows of wte (the padding rows
@@ -208,6 +236,31 @@ TEST_CASE("init-from: a Hugging Face GPT-2 safetensors, Conv1D transposed, prefi
   }
   std::ofstream(base / "0" / "config.json") << "{\"n_layer\": 2,";
   CHECK_THROWS_WITH_AS(read_init_source((base / "0").string()), doctest::Contains("not a JSON object"), InputError);
+  fs::remove_all(base);
+}
+
+TEST_CASE("init-from: a Hugging Face file in BF16 or F16 reads as its floats (subnormal halves, -0, 65504)") {
+  const ModelConfig m{7, 5, 1, 2, 4, true};
+  std::vector<float> src = random_vec<float>(param_count(param_table(m)));
+  for (float& x : src) x = std::round(x * 100) / 64;  // k / 64: exact in bf16 and in half
+  const fs::path base = fresh_dir("tg_init_hf16");
+  for (const std::string dtype : {"BF16", "F16"}) {
+    CAPTURE(dtype);
+    std::vector<float> v = src;
+    v[3] = std::ldexp(1.0f, -24);  // the smallest subnormal half
+    v[5] = -0.0f;
+    if (dtype == "F16") {
+      v[4] = -1023 * std::ldexp(1.0f, -24);  // the largest subnormal half
+      v[6] = 65504.0f;                       // the largest half
+    }
+    write_hf(base / dtype, m, v, true, false, "tied", "gelu_new", dtype);
+    const InitSource s = read_init_source((base / dtype).string());
+    REQUIRE(s.params.size() == v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      CAPTURE(i);
+      CHECK(std::memcmp(&s.params[i], &v[i], 4) == 0);  // bitwise: -0 stays -0
+    }
+  }
   fs::remove_all(base);
 }
 
