@@ -117,7 +117,8 @@ TEST_BINS := $(BUILD)/test_cpu $(if $(NVCC),$(BUILD)/test_gpu $(BUILD)/test_emu,
 # tests/fuzz: a libFuzzer target over the readers of untrusted bytes (checkpoints, config text,
 # command line), built by clang++ with ASan and UBSan from the few sources it reads with
 FUZZ_SRCS := tests/fuzz/fuzz_readers.cpp model/config.cpp model/checkpoint.cpp model/safetensors.cpp \
-             model/ckpt_io.cpp model/gpt.cpp data/dataset.cpp data/tokens.cpp data/sha256.cpp
+             model/ckpt_io.cpp model/gpt.cpp model/init_from.cpp model/hf_export.cpp model/run_dir.cpp \
+             data/dataset.cpp data/tokens.cpp data/sha256.cpp
 FUZZ_BIN := $(if $(FUZZ_OK),$(BUILD)/fuzz_readers,)
 
 .PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop plot clean deps gpu-deps
@@ -277,8 +278,9 @@ bench-cpu-peer: train_gpt
 	@$(MAKE) data
 	@TG_DATA=$(DATA_FILE) bash tests/bench/cpu_peer.sh
 
-# ---- interop: a --export-hf export loaded into Hugging Face transformers (Python with torch and
-# transformers from PyPI; skipped with a message without them) -----------------------------
+# ---- interop: a transformers GPT2LMHeadModel read by --init-from (logits compared), and a
+# --export-hf export loaded into Hugging Face transformers (Python with torch and transformers
+# from PyPI; skipped with a message without them) ------------------------------------------
 PYTHON ?= python3
 interop: train_gpt
 	@$(MAKE) data

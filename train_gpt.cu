@@ -16,6 +16,7 @@
 #include "model/config.h"
 #include "model/errors.h"
 #include "model/hf_export.h"
+#include "model/init_from.h"
 #include "model/plot.h"
 #include "model/run_dir.h"
 #include "model/train.h"
@@ -87,20 +88,15 @@ bool given(const tg::ParsedArgs& args, const char* flag) {
   return std::find(args.given.begin(), args.given.end(), flag) != args.given.end();
 }
 
-// The model the checkpoint dir holds, and its character vocabulary in tok (none for token
-// data: GPT-2's 50257 ids, padded). A --data given is checked to be the run's, never ignored.
-tg::ModelConfig checkpoint_model(const std::string& dir, const tg::ckpt::CheckpointInfo& info,
-                                 const tg::ParsedArgs& args, data::CharTokenizer& tok) {
-  const bool data_given = given(args, "data");
-  if (!data::is_token_data(info.config.data)) {
-    tok = tg::checkpoint_tokenizer(dir, info, data_given ? args.config.data : "", std::cerr);
-    return model_of(info.config, tok);
-  }
-  if (data_given) tg::checkpoint_data(info, args.config.data, std::cerr);  // the run's data (its fingerprint)
-  tg::ModelConfig m = model_of(info.config, tok);
-  m.vocab_size = data::kGpt2Vocab;
-  m.padded_vocab = tg::padded_vocab_for(data::kGpt2Vocab);
-  return m;
+// --data when given, else "".
+std::string data_flag(const tg::ParsedArgs& args) { return given(args, "data") ? args.config.data : ""; }
+
+// --init-from: the weights read, and the model flags of args.config set from them (those given
+// checked against the file).
+std::unique_ptr<tg::InitSource> read_init(tg::ParsedArgs& args) {
+  auto s = std::make_unique<tg::InitSource>(tg::read_init_source(args.config.init_from, given(args, "n-head") ? args.config.n_head : 0));
+  tg::apply_init_model(args.config, args.given, *s);
+  return s;
 }
 
 // The config a sample runs with: without --prompt, the default prompt (a newline) becomes the
@@ -187,7 +183,7 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
       throw tg::InputError("--ckpt " + flags.ckpt + " is neither a checkpoint nor a run directory holding one; expected a ckpt-<step> directory or a run's --out-dir; pass one of them");
     try {
       const tg::ckpt::CheckpointInfo info = tg::ckpt::checkpoint_info(dir);
-      const tg::ModelConfig m = checkpoint_model(dir, info, args, tok);
+      const tg::ModelConfig m = tg::checkpoint_model(dir, info, data_flag(args), tok, std::cerr);
       c = info.config;
       c.prompt = flags.prompt;
       c.sample_tokens = flags.sample_tokens;
@@ -234,7 +230,7 @@ int export_checkpoint(const tg::ParsedArgs& args) {
     throw tg::InputError("--ckpt " + flags.ckpt + " is neither a checkpoint nor a run directory holding one; expected a ckpt-<step> directory or a run's --out-dir; pass one of them");
   const tg::ckpt::CheckpointInfo info = tg::ckpt::checkpoint_info(dir);
   data::CharTokenizer tok;
-  const tg::ModelConfig m = checkpoint_model(dir, info, args, tok);
+  const tg::ModelConfig m = tg::checkpoint_model(dir, info, data_flag(args), tok, std::cerr);
   const tg::ckpt::Checkpoint ck = tg::ckpt::load_checkpoint(dir, tg::param_table(m));
   tg::export_hf(flags.export_hf, m, tg::gelu_form(info.config), ck.params.data(), tok.chars());
   std::cout << "wrote " << flags.export_hf << " (config.json, model.safetensors" << (tok.chars().empty() ? "" : ", train_gpt_vocab.json")
@@ -243,9 +239,37 @@ int export_checkpoint(const tg::ParsedArgs& args) {
   return 0;
 }
 
+// train_gpt --logits IDS --init-from PATH: the model's logits (V numbers, %.9g) at each position
+// of the token ids, one line per position, computed as generation computes them (the backend's
+// KV cache): for comparing the model with another implementation (tests/interop).
+int print_logits(tg::ParsedArgs args, int gpus) {
+  const std::unique_ptr<tg::InitSource> s = read_init(args);
+  tg::Config& c = args.config;
+  const int V = s->model.vocab_size;
+  const std::vector<int32_t> ids = tg::parse_token_ids(c.logits, V, c.block_size);
+  c.batch_size = 1;
+  std::string note;
+  std::unique_ptr<tg::Backend> be = make_backend(c, s->model, gpus, note, 4.0 * (double)s->params.size());
+  tg::start_from(*be, s->params);
+  std::cerr << "logits of " << ids.size() << " tokens from " << s->path << " (" << s->kind << ") on " << be->device_name()
+            << ", " << be->precision() << std::endl;
+  std::vector<float> logits(V);
+  be->generate_reset();
+  for (int32_t id : ids) {
+    be->generate_step(id, logits.data());
+    for (int v = 0; v < V; ++v) std::printf(v ? " %.9g" : "%.9g", logits[v]);
+    std::printf("\n");
+  }
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
 // Training: the run directory decides how the run begins (new, started again, or resumed),
 // the backend trains, and the run directory keeps its metrics and checkpoints.
-int train_run(const tg::ParsedArgs& args, int gpus) {
+int train_run(tg::ParsedArgs args, int gpus) {
+  // --init-from: the model's shape from the file before the run is planned (a resumed run has
+  // its own; one resumed from step 0, before its first checkpoint, reads the file again below)
+  std::unique_ptr<tg::InitSource> init;
+  if (!args.config.init_from.empty() && !args.config.resume) init = read_init(args);
   tg::RunDir dir(args.config.out_dir);
   const tg::RunStart start = dir.plan(args, std::cout, std::cerr);  // nothing written yet
   const tg::Config& c = start.config;
@@ -267,11 +291,22 @@ int train_run(const tg::ParsedArgs& args, int gpus) {
   const auto table = tg::param_table(m);
   const size_t n_params = tg::param_count(table);
   std::string device_note;
-  std::unique_ptr<tg::Backend> be = backend_from(c, m, gpus, device_note, start.checkpoint, data_bytes(ds));
+  std::unique_ptr<tg::Backend> be;
+  if (!c.init_from.empty() && start.checkpoint.empty()) {
+    if (!init) init = std::make_unique<tg::InitSource>(tg::read_init_source(c.init_from, c.n_head));
+    const std::vector<float> w = tg::init_params_for(*init, m, ds.path, ds.tok.chars());
+    std::vector<float>().swap(init->params);
+    be = make_backend(c, m, gpus, device_note, data_bytes(ds) + 12.0 * (double)w.size());  // w and the zero moments
+    tg::start_from(*be, w);
+  } else {
+    be = backend_from(c, m, gpus, device_note, start.checkpoint, data_bytes(ds));
+  }
 
   if (!device_note.empty()) std::cout << device_note << "\n";
   if (!start.checkpoint.empty())
     std::cout << "resuming from " << start.checkpoint << " at step " << start.progress.step << " (its config below)\n";
+  else if (init)
+    std::cout << "init: weights from " << init->path << " (" << init->kind << "), fresh optimizer state, step 0\n";
   std::cout << tg::describe(c) << "\n"
             << "data: " << ds.path << (ds.tokens ? " (" + ds.tokens->format + ")" : std::string()) << ", vocab "
             << m.vocab_size << (m.vp() != m.vocab_size ? " (padded to " + std::to_string(m.vp()) + ")" : std::string())
@@ -319,6 +354,7 @@ int run(int argc, char** argv) {
   if (args.help) { std::cout << tg::usage(); return 0; }
   if (args.config.sample) return sample_from_checkpoint(args, gpus);
   if (!args.config.export_hf.empty()) return export_checkpoint(args);
+  if (!args.config.logits.empty()) return print_logits(args, gpus);
   if (args.config.attention == "check") return attention_check(args.config, gpus);
   return train_run(args, gpus);
 }

@@ -105,6 +105,8 @@ const std::vector<Flag>& flags() {
       {"export-hf", Kind::Str, TG_FIELD(export_hf), "with --ckpt: write that checkpoint into this new directory as Hugging Face's GPT-2 (config.json, model.safetensors)", kFree},
       {"tokenizer", Kind::Str, TG_FIELD(tokenizer), "llm.c's gpt2_tokenizer.bin: token data's sample printed as text (default: token ids)", kFree},
       {"top-p", Kind::Real, TG_FIELD(top_p), "sample from the most likely characters holding this probability (1 = all)", kFree},
+      {"init-from", Kind::Str, TG_FIELD(init_from), "a new run starts from these weights: a Hugging Face GPT-2 model.safetensors (or its directory), llm.c's gpt2_124M.bin, or a train_gpt checkpoint or run; the model's shape comes from the file", kFixed},
+      {"logits", Kind::Str, TG_FIELD(logits), "with --init-from: only print the model's logits for these comma-separated token ids (one line of V numbers per position) and exit", kFree},
   };
   return table;
 }
@@ -350,6 +352,13 @@ void validate(const Config& c) {
   require(c.export_hf.empty() || !c.ckpt.empty(), "--export-hf without --ckpt", "the checkpoint to export",
           "pass --ckpt out/<run> (its newest checkpoint) or --ckpt out/<run>/ckpt-<step>");
   require(c.export_hf.empty() || !c.sample, "--export-hf with --sample", "one of the two modes", "drop one of them");
+  require(c.logits.empty() || !c.init_from.empty(), "--logits without --init-from", "the weights to compute them with",
+          "pass --init-from PATH (a Hugging Face GPT-2 directory, llm.c's .bin or a train_gpt run)");
+  require(c.init_from.empty() || (!c.sample && c.export_hf.empty() && c.attention != "check"),
+          std::string("--init-from with ") + (c.sample ? "--sample" : !c.export_hf.empty() ? "--export-hf" : "--attention check"),
+          "--init-from for training or --logits (--sample and --export-hf read --ckpt, --attention check a fresh model)",
+          "drop one of them");
+  require(c.logits.empty() || !c.resume, "--logits with --resume", "one of them (--logits trains nothing)", "drop one of them");
   require(!(c.resume && c.attention == "check"), "--attention check with --resume",
           "one of them (the check runs on a fresh model and writes nothing)", "drop one of them");
 }
@@ -360,6 +369,8 @@ std::string usage() {
        "       train_gpt --sample --ckpt DIR [--prompt TEXT ...]  generate text from a checkpoint\n"
        "       train_gpt --plot OUT.svg RUN/metrics.jsonl ...     draw the loss curves of runs\n"
        "       train_gpt --export-hf DIR --ckpt RUN               a checkpoint for Hugging Face transformers\n"
+       "       train_gpt --init-from PATH [--data ...]            a new run from GPT-2's (or another run's) weights\n"
+       "       train_gpt --logits 464,3290 --init-from PATH       a model's logits for token ids (one line per position)\n"
        "Trains a GPT (nanoGPT's architecture) on a text, character-level (tiny Shakespeare by default),\n"
        "or on GPT-2 token data (llm.c .bin shards, nanoGPT train.bin / val.bin).\n"
        "Flags override the preset's values, in any order; --name=value works too.\n\n";
@@ -408,7 +419,7 @@ namespace {
 
 // Calls f(name, field) for every field of Config, in declaration order. The size check makes
 // a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
-static_assert(sizeof(void*) != 8 || sizeof(Config) == 528,
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 592,
               "Config changed: add the new field to each_field (model/config.cpp), then update this size");
 template <typename C, typename F>
 void each_field(C& c, F&& f) {
@@ -426,6 +437,7 @@ void each_field(C& c, F&& f) {
   f("sample_tokens", c.sample_tokens); f("prompt", c.prompt); f("temperature", c.temperature);
   f("top_k", c.top_k); f("top_p", c.top_p);
   f("sample", c.sample); f("ckpt", c.ckpt); f("export_hf", c.export_hf); f("tokenizer", c.tokenizer);
+  f("init_from", c.init_from); f("logits", c.logits);
 }
 
 struct FieldWriter {
@@ -556,9 +568,9 @@ Config config_from_text(const std::string& text) {
   }
   // fields added after checkpoints were first written: an older config has no line for them
   // and reads as the run it was (GELU: the tanh form, the only one then; no accumulation;
-  // no --tokenizer, no --export-hf)
+  // no --tokenizer, no --export-hf, no --init-from, no --logits)
   for (const auto& [name, value] : {std::pair<const char*, const char*>{"gelu", "tanh"}, {"grad_accum", "1"},
-                                    {"tokenizer", ""}, {"export_hf", ""}})
+                                    {"tokenizer", ""}, {"export_hf", ""}, {"init_from", ""}, {"logits", ""}})
     values.emplace(name, value);
   Config c;
   each_field(c, FieldReader{values});

@@ -44,6 +44,8 @@ struct Config {
   std::string ckpt;     // a ckpt-<step> directory, or a run's --out-dir (its newest checkpoint)
   std::string export_hf;  // --export-hf DIR: only write the checkpoint --ckpt for Hugging Face (model/hf_export.h)
   std::string tokenizer;  // --tokenizer: llm.c's gpt2_tokenizer.bin, to print token data's samples as text
+  std::string init_from;  // --init-from PATH: a new run's weights (and model shape) from a file (model/init_from.h)
+  std::string logits;     // --logits IDS: with --init-from, only print the model's logits for these token ids
 };
 
 // The GELU form c.gelu names ("tanh" or "erf": validated).

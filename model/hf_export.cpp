@@ -22,11 +22,6 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// A Conv1D weight of GPT-2 (stored (in, out)): the 2-D weights inside the blocks.
-bool is_conv1d_weight(const ParamSpec& p) {
-  return p.shape.size() == 2 && p.name.find(".h.") != std::string::npos && ends_with(p.name, ".weight");
-}
-
 // The characters of UTF-8 text, one string each.
 std::vector<std::string> utf8_chars(const std::string& s) {
   std::vector<std::string> out;
@@ -40,6 +35,10 @@ std::vector<std::string> utf8_chars(const std::string& s) {
 }
 
 }  // namespace
+
+bool is_conv1d_weight(const ParamSpec& p) {
+  return p.shape.size() == 2 && p.name.find(".h.") != std::string::npos && ends_with(p.name, ".weight");
+}
 
 void export_hf(const std::string& dir, const ModelConfig& m, GeluForm gelu, const float* params,
                const std::string& vocab) {

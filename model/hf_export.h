@@ -23,6 +23,11 @@
 
 namespace tg {
 
+// Whether GPT-2 stores p as a Conv1D layer's weight, (in, out), the transpose of train_gpt's
+// Linear (out, in): the 2-D weights inside the blocks (attn.c_attn, attn.c_proj, mlp.c_fc,
+// mlp.c_proj). The export writes them transposed, --init-from (model/init_from.h) reads them so.
+bool is_conv1d_weight(const ParamSpec& p);
+
 // Writes the export of params (param_count(param_table(m)) floats) to dir. vocab: the
 // characters of the vocabulary in id order (UTF-8), or "" for none. Throws InputError when dir
 // exists, RuntimeError when it cannot be written.

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../data/tokens.h"
 #include "ckpt_io.h"
 #include "errors.h"
 
@@ -291,6 +292,18 @@ data::CharTokenizer checkpoint_tokenizer(const std::string& dir, const ckpt::Che
                      "; expected the text the run trained on; pass that, or drop --data (the checkpoint holds its "
                      "vocabulary)");
   return tok;
+}
+
+ModelConfig checkpoint_model(const std::string& dir, const ckpt::CheckpointInfo& info, const std::string& data_flag,
+                             data::CharTokenizer& tok, std::ostream& warn) {
+  const Config& c = info.config;
+  if (!data::is_token_data(c.data)) {
+    tok = checkpoint_tokenizer(dir, info, data_flag, warn);
+    return ModelConfig{tok.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
+  }
+  if (!data_flag.empty()) checkpoint_data(info, data_flag, warn);  // the run's data (its fingerprint)
+  return ModelConfig{data::kGpt2Vocab, c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias,
+                     padded_vocab_for(data::kGpt2Vocab)};
 }
 
 RunDir::RunDir(const std::string& dir) : dir_(dir) {}

@@ -119,4 +119,10 @@ data::Dataset checkpoint_data(const ckpt::CheckpointInfo& info, const std::strin
 data::CharTokenizer checkpoint_tokenizer(const std::string& dir, const ckpt::CheckpointInfo& info,
                                          const std::string& data_flag, std::ostream& warn);
 
+// The model a checkpoint holds (from its config), and its character vocabulary in tok (none for
+// token data: GPT-2's 50257 ids, padded as llm.c pads them). data_flag ("" = none): a --data
+// given is checked to be the run's (checkpoint_tokenizer, checkpoint_data), never ignored.
+ModelConfig checkpoint_model(const std::string& dir, const ckpt::CheckpointInfo& info, const std::string& data_flag,
+                             data::CharTokenizer& tok, std::ostream& warn);
+
 }  // namespace tg

@@ -200,13 +200,15 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   a.sample = true;
   a.ckpt = "out/x\n";
   a.export_hf = "hf dir";
+  a.init_from = "gpt2/model.safetensors%";
+  a.logits = "464,3290";
 
   std::string text = config_to_text(a);
   const char* names[] = {"preset", "data", "device", "attention", "precision", "out_dir", "n_layer", "n_head", "n_embd",
                          "block_size", "bias", "dropout", "gelu", "batch_size", "grad_accum", "max_iters", "lr", "min_lr",
                          "warmup_iters", "lr_decay_iters", "weight_decay", "beta1", "beta2", "grad_clip",
                          "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "resume", "seed", "sample_tokens", "prompt",
-                         "temperature", "top_k", "top_p", "sample", "ckpt", "export_hf", "tokenizer"};
+                         "temperature", "top_k", "top_p", "sample", "ckpt", "export_hf", "tokenizer", "init_from", "logits"};
   // one "name=value" line per field: strings with newlines did not add lines
   size_t lines = 0;
   for (char ch : text) lines += ch == '\n';
@@ -235,6 +237,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   CHECK(same_bits(b.temperature, a.temperature)); CHECK(b.top_k == a.top_k);
   CHECK(same_bits(b.top_p, a.top_p));
   CHECK(b.sample == a.sample); CHECK(b.ckpt == a.ckpt); CHECK(b.export_hf == a.export_hf);
+  CHECK(b.init_from == a.init_from); CHECK(b.logits == a.logits);
   CHECK(config_to_text(b) == text);
 
   // a config written before --gelu existed has no gelu line: it was the tanh form
@@ -243,6 +246,11 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   REQUIRE(g != std::string::npos);
   older.erase(g + 1, std::string("gelu=erf\n").size());
   CHECK(config_from_text(older).gelu == "tanh");
+  // nor had one written before --init-from and --logits those lines: a run from a fresh init
+  std::string before_init = text.substr(0, text.find("init_from="));
+  REQUIRE(before_init.size() < text.size());
+  CHECK(config_from_text(before_init).init_from.empty());
+  CHECK(config_from_text(before_init).logits.empty());
 
   Config d = config_from_text(config_to_text(Config{}));  // defaults too
   CHECK(d.prompt == "\n");

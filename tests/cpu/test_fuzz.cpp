@@ -53,6 +53,11 @@ TEST_CASE("fuzz: the seeds read back; their damaged variants and the inputs kept
   const std::string w = s[fuzz::kSafetensors].substr(1);
   CHECK(tg::ckpt::safetensors_tensors(tg::ckpt::parse_safetensors(w, "seed"), w, "seed", fuzz::table()).size() ==
         tg::param_count(fuzz::table()));
+  // --init-from's: llm.c's and Hugging Face's files of the same model read back whole
+  for (const auto& [k, file] : {std::pair<int, std::string>{fuzz::kLlmcModel, "/llmc/gpt2.bin"}, {fuzz::kHfModel, "/hf"}}) {
+    CHECK_NOTHROW(read(s[k]));  // writes the file (and the config.json beside)
+    CHECK(tg::read_init_source(fuzz::scratch_dir() + file).params.size() == tg::param_count(fuzz::table()));
+  }
   // what the fuzzer once found
   for (const auto& e : fs::directory_iterator("tests/fuzz/regressions")) {
     if (e.path().filename() == "README") continue;

@@ -4,7 +4,8 @@
 // emulated CUDA run samples on the CPU backend and resumes there (and a CPU checkpoint on the
 // emulated device), --grad-accum trains there as on the CPU, and greedy sampling from one
 // checkpoint gives the same text on the emulated device (fp32) as on the CPU backend (both with
-// their KV cache).
+// their KV cache); --init-from starts both backends from the same weights (the same first loss
+// and logits).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -168,4 +169,50 @@ TEST_CASE("train_gpt_emu: --grad-accum 2 trains on the emulated CUDA device as o
   }
   fs::remove_all(on_cpu);
   fs::remove_all(on_emu);
+}
+
+TEST_CASE("train_gpt_emu: --init-from a Hugging Face export starts the emulated CUDA run where the CPU backend starts") {
+  // A CPU run trained 40 steps (its loss well below a fresh model's ln 65 = 4.17), exported as
+  // GPT-2 with --export-hf; both backends start from it with --init-from (the weights go in
+  // through Backend::set_state). fp32 on both: the losses agree to rounding (tests/gpu/
+  // test_model_gpu.cu derives 1e-5 of the loss); a backend that ignored the weights would start
+  // near 4.17. The logits of --logits (generate_step, each backend's KV cache): fp32 dot products
+  // of length at most 4C = 256 in another order differ by at most n eps sum|a b| = 256 x 6e-8 =
+  // 1.5e-5 of the largest products in the worst case, ~sqrt(n) eps = 1e-6 typically: 1e-5 of the
+  // largest |logit|.
+  const fs::path base = fresh_dir("tg_emu_init"), src = base / "src", hf = base / "hf";
+  const std::string model = " --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 --bias ";
+  const std::string common = " --precision fp32 --max-iters 2 --eval-interval 100 --log-interval 1 --sample-tokens 0 "
+                             "--batch-size 4 --eval-iters 1 --data " + data_path();
+  auto ok = [](const Run& r) {
+    INFO(r.out << r.err);
+    REQUIRE(r.code == 0);
+  };
+  ok(run_cpu("--device cpu --max-iters 40 --eval-interval 100 --sample-tokens 0 --batch-size 8 --eval-iters 1" + model +
+             "--data " + data_path() + " --out-dir " + src.string()));
+  ok(run_cpu("--export-hf " + hf.string() + " --ckpt " + src.string()));
+  const fs::path on_cpu = base / "cpu", on_emu = base / "emu";
+  ok(run_cpu("--device cpu --init-from " + hf.string() + common + " --out-dir " + on_cpu.string()));
+  ok(run_emu("--device cuda --init-from " + hf.string() + common + " --out-dir " + on_emu.string()));
+  const std::map<int, double> a = train_losses(on_cpu), b = train_losses(on_emu);
+  for (int s = 0; s < 2; ++s) {
+    CAPTURE(s);
+    REQUIRE((a.count(s) && b.count(s)));
+    CHECK(std::fabs(b.at(s) - a.at(s)) <= 1e-5 * a.at(s));
+  }
+  CHECK(a.at(0) < 3.9);  // the trained weights, not a fresh model's
+  const std::string ids = "--logits 0,17,64,3,3,40,1 --init-from " + hf.string();
+  const Run lc = run_cpu(ids + " --device cpu"), le = run_emu(ids + " --device cuda --precision fp32");
+  ok(lc);
+  ok(le);
+  std::istringstream x(lc.out), y(le.out);
+  double worst = 0, largest = 0;
+  size_t n = 0;
+  for (double p, q; x >> p && y >> q; ++n) {
+    worst = std::max(worst, std::fabs(p - q));
+    largest = std::max(largest, std::fabs(p));
+  }
+  CHECK(n == 7 * 65);
+  CHECK(worst <= 1e-5 * largest);
+  fs::remove_all(base);
 }

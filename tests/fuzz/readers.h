@@ -2,8 +2,9 @@
 // safetensors header and its tensors, the config text (then validate(), and a round trip),
 // the command line, a text's UTF-8 (the character vocabulary, then an encode / decode round
 // trip), an llm.c token shard (written to a file beside a valid validation shard, loaded and
-// batched) and llm.c's tokenizer file (loaded, then decoding). The first byte picks the
-// reader, the rest is its input. InputError is
+// batched), llm.c's tokenizer file (loaded, then decoding), and --init-from's readers of llm.c's
+// model file and of a Hugging Face model.safetensors (beside a fixed config.json). The first
+// byte picks the reader, the rest is its input. InputError is
 // the answer to bad bytes; any other exception (thrown on), crash or sanitizer report is a
 // finding. Shared by the libFuzzer target (fuzz_readers.cpp) and the CPU suite, which replays
 // the seeds and every input kept in tests/fuzz/regressions/ (test_fuzz.cpp).
@@ -18,6 +19,7 @@
 #include "../../model/config.h"
 #include "../../model/errors.h"
 #include "../../model/gpt.h"
+#include "../../model/init_from.h"
 #include "../../model/safetensors.h"
 #include "../../data/dataset.h"
 #include "../../data/tokens.h"
@@ -31,7 +33,8 @@
 namespace fuzz {
 
 enum Reader : uint8_t {
-  kState = 0, kSafetensors = 1, kConfigText = 2, kArgs = 3, kText = 4, kShard = 5, kTokenizer = 6, kReaders = 7
+  kState = 0, kSafetensors = 1, kConfigText = 2, kArgs = 3, kText = 4, kShard = 5, kTokenizer = 6, kLlmcModel = 7, kHfModel = 8,
+  kReaders = 9
 };
 
 // A directory of this process for the readers that read files, removed at exit.
@@ -118,6 +121,22 @@ inline void read_one(const uint8_t* data, size_t size) {
         for (uint32_t step = 0; step < 4; ++step) data::token_train_batch(td->train, 7, step, 2, 2, x, y);
         break;
       }
+      case kLlmcModel: {
+        const std::string dir = scratch_dir() + "/llmc";
+        std::filesystem::create_directories(dir);
+        write_file(dir + "/gpt2.bin", in);
+        tg::read_init_source(dir + "/gpt2.bin");
+        break;
+      }
+      case kHfModel: {  // the model of table(), GPT-2's config.json
+        const std::string dir = scratch_dir() + "/hf";
+        std::filesystem::create_directories(dir);
+        write_file(dir + "/config.json", "{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 1, \"n_embd\": 2, "
+                                         "\"vocab_size\": 3, \"n_positions\": 2}");
+        write_file(dir + "/model.safetensors", in);
+        tg::read_init_source(dir);
+        break;
+      }
       case kTokenizer: {
         const std::string path = scratch_dir() + "/gpt2_tokenizer.bin";
         write_file(path, in);
@@ -157,11 +176,27 @@ inline std::vector<std::string> seeds() {
   const uint32_t th[4] = {(uint32_t)data::kTokenizerMagic, 2, 4, 3};
   std::memcpy(&tokenizer[0], th, sizeof th);
   for (const std::string tkn : {"a", " b", "\xce\xb1", "<|endoftext|>"}) tokenizer += std::string(1, (char)tkn.size()) + tkn;
+  // llm.c's model file of table()'s model, bf16 (version 5), V 3 padded to 4
+  const std::vector<int32_t> lh = {20240326, 5, 2, 3, 1, 1, 2, 4};
+  std::string llmc(1024, '\0');
+  std::memcpy(&llmc[0], lh.data(), 4 * lh.size());
+  llmc += std::string(2 * (n + 2), '\x3f');  // n + 2: wte's padding row
+  // Hugging Face's file of the same model: GPT-2's names, Conv1D weights (in, out), a tied head
+  std::vector<tg::ckpt::StPiece> pieces;
+  for (const tg::ParamSpec& p : table()) {
+    std::vector<int> shape = p.shape;
+    if (shape.size() == 2 && p.name.find(".h.") != std::string::npos) std::swap(shape[0], shape[1]);
+    pieces.push_back({p.name, shape, params.data() + p.offset, p.numel});
+  }
+  pieces.push_back({"lm_head.weight", table()[0].shape, params.data(), table()[0].numel});
+  std::string hf;
+  tg::ckpt::write_safetensors_pieces([&](const void* d, size_t k) { hf.append((const char*)d, k); }, pieces, {});
   return {std::string(1, (char)kState) + state, std::string(1, (char)kSafetensors) + weights,
           std::string(1, (char)kConfigText) + tg::config_to_text(c), std::string(1, (char)kArgs) + args,
           std::string(1, (char)kText) + "First Citizen:\n\xce\xb1\xce\xb2 caf\xc3\xa9 \xe6\x97\xa5",
           std::string(1, (char)kShard) + shard_bytes({50256, 15496, 11, 995, 0, 50256, 1, 2}),
-          std::string(1, (char)kTokenizer) + tokenizer};
+          std::string(1, (char)kTokenizer) + tokenizer, std::string(1, (char)kLlmcModel) + llmc,
+          std::string(1, (char)kHfModel) + hf};
 }
 
 }  // namespace fuzz
