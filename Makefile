@@ -107,13 +107,15 @@ BENCH_GPU_OBJS := $(BENCH_GPU_SRCS:%.cu=$(BUILD)/%.o)
 
 # ---- the emulator build (tests/emu): the CUDA sources, unmodified, compiled by g++ as C++ with
 # the SIMT emulator's header forced in first; its runtime, cuBLAS / cuBLASLt (over the reference
-# BLAS) and cub stand-ins linked in place of NVIDIA's libraries; AddressSanitizer and
-# UndefinedBehaviorSanitizer on, every report fatal. Needs the CUDA headers only, no GPU.
+# BLAS), cub and NCCL (over MPI: tests/emu/nccl_emu.cpp) stand-ins linked in place of NVIDIA's
+# libraries; AddressSanitizer and UndefinedBehaviorSanitizer on, every report fatal. Needs the
+# CUDA headers only, no GPU.
 EMU_BUILD := $(BUILD)/emu
 EMU_FLAGS := -std=c++17 -O2 -g -fno-omit-frame-pointer -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I. $(JSON_INC) \
-  -DTG_SIMT_EMULATION -Itests/emu/include -I$(CUDA_HOME)/include \
+  -DTG_SIMT_EMULATION -DTG_HAVE_NCCL -Itests/emu/include -I$(CUDA_HOME)/include \
   -fsanitize=address,undefined -fno-sanitize-recover=all
-EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp tests/emu/cuda_runtime_emu.cpp tests/emu/cublas_emu.cpp)
+EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp tests/emu/cuda_runtime_emu.cpp tests/emu/cublas_emu.cpp \
+  tests/emu/nccl_emu.cpp)
 EMU_CUDA_OBJS := $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o)
 EMU_LIBS := -fsanitize=address,undefined -lblas -ldl $(LDLIBS)
 # the emulated test suite: the GPU suite (tests/gpu, with its main) and the emulator's own tests
