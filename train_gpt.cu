@@ -399,6 +399,9 @@ int main(int argc, char** argv) {
   if (!error.empty() && tg::dist::active())
     tg::dist::abort("error: rank " + std::to_string(tg::dist::rank()) + " of " + std::to_string(tg::dist::world()) + ": " + error, code);
   if (!error.empty()) std::fprintf(stderr, "error: %s\n", error.c_str());
+  // every rank waits for rank 0 (its checkpoint, its sample): mpirun ends the job as soon as one
+  // rank exits with a non-zero status (130 after a stop)
+  if (error.empty()) tg::dist::barrier();
   tg::dist::finalize();
   return code;
 }

@@ -293,6 +293,7 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
           // resume with other hyperparameters goes on from them
           std::string error;
           const std::string path = save(Progress{p.step, p.updates, 0}, &error);
+          dist::barrier();  // every rank stops here: none ends the job while rank 0 writes that checkpoint
           const std::string kept = !path.empty()    ? "; the last good weights are saved in " + path
                                    : !error.empty() ? "; the last good weights could not be saved (" + error + ")"
                                                     : "";

@@ -5,6 +5,7 @@
 //   2. a resume with another number of ranks keeps the global batch (2 x 1 -> 1 x 2 -> 2 x 1)
 //      and trains as the run that was never interrupted; one that cannot keep it is refused;
 //   3. a rank killed with SIGKILL ends the job within seconds, and its last checkpoint resumes;
+//      SIGTERM to one rank stops every rank before the same step, with a checkpoint;
 //   4. a rank that throws (bad input on every rank; a failure on rank 1 alone, TG_INJECT_FAIL)
 //      ends the job with a line naming the rank, and the last checkpoint resumes.
 // Skipped (and counted as skipped) when this build has no MPI or mpirun is not on PATH.
@@ -186,45 +187,40 @@ std::vector<pid_t> children_of(pid_t ppid) {
   }
   return out;
 }
-}  // namespace
 
-TEST_CASE("dist: a rank killed with SIGKILL ends the job within seconds; the last checkpoint resumes" *
-          doctest::skip(no_mpi())) {
-  const fs::path base = fresh_dir("tg_dist_kill"), run = base / "run";
-  Background job(tiny(1000000, "--ckpt-interval 5 --out-dir " + run.string()), 0, mpirun2());
-  // wait (at most a minute) for a checkpoint, and for the lock to name rank 0's pid
-  pid_t rank0 = -1;
-  for (int i = 0; i < 600 && job.running(); ++i) {
-    const std::string lock = slurp((run / "train_gpt.lock").string());
-    if (!tg::ckpt::list_checkpoints(run.string()).empty() && !lock.empty()) {
-      rank0 = (pid_t)std::stol(lock);
-      break;
+// A long two-rank run in run, once its first checkpoint is written: the job (mpirun) and the
+// pids of rank 0 (the lock's holder) and rank 1 (mpirun's other train_gpt child).
+struct TwoRanks {
+  Background job;
+  pid_t rank0 = -1, rank1 = -1;
+  explicit TwoRanks(const fs::path& run) : job(tiny(1000000, "--ckpt-interval 5 --out-dir " + run.string()), 0, mpirun2()) {
+    for (int i = 0; i < 600 && job.running() && rank0 <= 0; ++i) {  // a minute at most
+      const std::string lock = slurp((run / "train_gpt.lock").string());
+      if (!tg::ckpt::list_checkpoints(run.string()).empty() && !lock.empty()) rank0 = (pid_t)std::stol(lock);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (pid_t p : children_of(job.pid))
+      if (p != rank0 && slurp("/proc/" + std::to_string(p) + "/comm").rfind("train_gpt", 0) == 0) rank1 = p;
   }
-  REQUIRE(rank0 > 0);
-  // rank 1: mpirun's other train_gpt child
-  pid_t rank1 = -1;
-  for (pid_t p : children_of(job.pid))
-    if (p != rank0 && slurp("/proc/" + std::to_string(p) + "/comm").rfind("train_gpt", 0) == 0) rank1 = p;
-  REQUIRE(rank1 > 0);
-  const auto t0 = std::chrono::steady_clock::now();
-  REQUIRE(kill(rank1, SIGKILL) == 0);
-  bool ended = false;
-  for (int i = 0; i < 300 && !ended; ++i) {  // 30 s at most
-    ended = !job.running();
-    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Sends sig to rank 1, waits (30 s at most) for the job to end: its status and output, and
+  // the seconds it took (the job is killed when it did not end).
+  Run signal_rank1(int sig, double& seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(kill(rank1, sig) == 0);
+    bool ended = false;
+    for (int i = 0; i < 300 && !ended; ++i) {
+      ended = !job.running();
+      if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!ended) kill(job.pid, SIGKILL);
+    return job.wait();
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (!ended) kill(job.pid, SIGKILL);
-  const Run r = job.wait();
-  CAPTURE(r.err);
-  MESSAGE("the job ended " << seconds << " s after rank 1's SIGKILL");
-  CHECK(ended);
-  CHECK(seconds < 20);
-  CHECK(r.code != 0);
-  CHECK(r.err.find("rank 1") != std::string::npos);  // mpirun names the rank that died
-  // the newest complete checkpoint resumes, on one process (the same 2 micro-batches per step)
+};
+
+// The newest complete checkpoint of run resumes on one process (the same 2 micro-batches per
+// step) and trains 2 more steps; its step.
+uint32_t check_resumes(const fs::path& run) {
   const auto ckpts = tg::ckpt::list_checkpoints(run.string());
   REQUIRE(!ckpts.empty());
   const uint32_t step = ckpts.front().first;
@@ -233,6 +229,44 @@ TEST_CASE("dist: a rank killed with SIGKILL ends the job within seconds; the las
   CHECK(resumed.code == 0);
   CHECK(resumed.out.find("at step " + std::to_string(step)) != std::string::npos);
   CHECK(resumed.out.find("done: " + std::to_string(step + 2) + " steps") != std::string::npos);
+  return step;
+}
+}  // namespace
+
+TEST_CASE("dist: a rank killed with SIGKILL ends the job within seconds; the last checkpoint resumes" *
+          doctest::skip(no_mpi())) {
+  const fs::path base = fresh_dir("tg_dist_kill"), run = base / "run";
+  TwoRanks two(run);
+  REQUIRE(two.rank0 > 0);
+  REQUIRE(two.rank1 > 0);
+  double seconds = 0;
+  const Run r = two.signal_rank1(SIGKILL, seconds);
+  CAPTURE(r.err);
+  MESSAGE("the job ended " << seconds << " s after rank 1's SIGKILL");
+  CHECK(seconds < 20);
+  CHECK(r.code != 0);
+  CHECK(r.err.find("rank 1") != std::string::npos);  // mpirun names the rank that died
+  check_resumes(run);
+  fs::remove_all(base);
+}
+
+TEST_CASE("dist: SIGTERM to one rank stops every rank before the same step, with rank 0's checkpoint" *
+          doctest::skip(no_mpi())) {
+  // the signal only marks a stop pending on rank 1; the step's all-reduce tells rank 0, both
+  // stop before that step, rank 0 writes its checkpoint, and neither exits before it is written
+  const fs::path base = fresh_dir("tg_dist_term"), run = base / "run";
+  TwoRanks two(run);
+  REQUIRE(two.rank0 > 0);
+  REQUIRE(two.rank1 > 0);
+  double seconds = 0;
+  const Run r = two.signal_rank1(SIGTERM, seconds);
+  CAPTURE(r.err);
+  CHECK(seconds < 20);
+  CHECK(r.code == 130);
+  const size_t at = r.err.find("interrupted after step ");
+  REQUIRE(at != std::string::npos);
+  const int last = std::atoi(r.err.c_str() + at + std::string("interrupted after step ").size());
+  CHECK(check_resumes(run) == (uint32_t)last + 1);  // the stop's own checkpoint, the newest
   fs::remove_all(base);
 }
 
