@@ -75,8 +75,8 @@ const std::vector<Flag>& flags() {
       {"n-head", Kind::Int, TG_FIELD(n_head), "attention heads", kFixed},
       {"n-embd", Kind::Int, TG_FIELD(n_embd), "embedding width C (divisible by n-head)", kFixed},
       {"block-size", Kind::Int, TG_FIELD(block_size), "context length T", kFixed},
-      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per micro-batch B", kFixed},
-      {"grad-accum", Kind::Int, TG_FIELD(grad_accum), "micro-batches accumulated per optimizer step (tokens per step = B x T x this; default 1)", kFixed},
+      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per micro-batch B (of each rank under mpirun -np N)", kFixed},
+      {"grad-accum", Kind::Int, TG_FIELD(grad_accum), "micro-batches accumulated per optimizer step (tokens per step = B x T x this x ranks; default 1)", kFixed},
       {"dropout", Kind::Real, TG_FIELD(dropout), "dropout probability in [0, 1)", kFree},
       {"bias", Kind::Bool, TG_FIELD(bias), "biases in linear and layernorm layers (--bias, --bias=false)", kFixed},
       {"gelu", Kind::Str, TG_FIELD(gelu), "tanh | erf: the MLP's GELU, tanh approximation (GPT-2, llm.c; default) or exact (nanoGPT)", kFixed},
@@ -378,6 +378,8 @@ std::string usage() {
        "  baby              4 layers, 4 heads, 128 wide, T=64, B=12, dropout 0, 2000 iters\n"
        "  gpt2-124m         llm.c's GPT-2 small: 12 layers, 12 heads, 768 wide, T=1024, B=64 x grad-accum 8\n"
        "                    (524288 tokens per step), lr 6e-4 (warmup 700, cosine to 0), 18865 iters\n"
+       "data parallel: mpirun -np N train_gpt ... trains on N ranks (one GPU each, or CPU processes),\n"
+       "  --batch-size per rank (README: Several GPUs, several machines)\n"
        "exit status: 0 success, 2 bad usage or input, 1 runtime failure\n";
   return s.str();
 }
