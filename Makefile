@@ -15,6 +15,7 @@
 # nlohmann/json.hpp.)
 
 SHELL := /bin/bash
+comma := ,
 .DEFAULT_GOAL := train_gpt
 MAKEFLAGS += --no-print-directory
 
@@ -49,6 +50,19 @@ ifeq ($(origin FUZZ_OK),undefined)
   FUZZ_OK := $(shell echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' | $(FUZZ_CXX) -fsanitize=fuzzer -x c++ - -o /dev/null 2>/dev/null && echo yes)
 endif
 FUZZ_SECONDS ?= 5
+# MPI (OpenMPI's mpicxx: Debian's libopenmpi-dev openmpi-bin): mpirun -np N ./train_gpt, data-parallel
+# ranks (model/dist.cpp, the one file that includes mpi.h); without it train_gpt is one process
+ifeq ($(origin MPI_CXXFLAGS),undefined)
+  MPI_CXXFLAGS := $(shell mpicxx --showme:compile 2>/dev/null)
+  MPI_LIBS := $(shell mpicxx --showme:link 2>/dev/null)
+endif
+MPI_OK := $(if $(MPI_LIBS),$(shell echo '$(HASH)include <mpi.h>' | $(CXX) $(MPI_CXXFLAGS) -x c++ -fsyntax-only - 2>/dev/null && echo yes),)
+MPIRUN := $(if $(MPI_OK),$(shell command -v mpirun 2>/dev/null),)
+# NCCL (the GPUs' all-reduce of a data-parallel CUDA run): nccl.h and libnccl in the CUDA toolkit or
+# the system's folders
+NCCL_INC := $(firstword $(foreach d,$(if $(CUDA_HOME),$(CUDA_HOME)/include,) /usr/include,$(if $(wildcard $(d)/nccl.h),$(d),)))
+NCCL_LIBDIR := $(firstword $(foreach d,$(if $(CUDA_HOME),$(CUDA_HOME)/lib64 $(CUDA_HOME)/lib,) /usr/lib/x86_64-linux-gnu,$(if $(wildcard $(d)/libnccl.so),$(d),)))
+NCCL_OK := $(if $(and $(NVCC),$(NCCL_INC),$(NCCL_LIBDIR)),yes,)
 
 ifeq ($(MAKELEVEL),0)
 $(info [make] nvcc:    $(if $(NVCC),$(NVCC) ($(shell $(NVCC) --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')),not found: building a CPU-only train_gpt with $(CXX)))
@@ -57,6 +71,8 @@ $(info [make] Eigen:   $(if $(EIGEN_OK),found ($(or $(EIGEN_INC),system path)),N
 $(info [make] doctest: $(if $(DOCTEST_OK),found ($(or $(DOCTEST_INC),system path)),NOT FOUND (apt-get install doctest-dev, or DOCTEST_INC=-I/path)))
 $(info [make] JSON:    $(if $(JSON_OK),found nlohmann-json ($(or $(JSON_INC),system path)),NOT FOUND (apt-get install nlohmann-json3-dev, or JSON_INC=-I/path)))
 $(info [make] BLAS:    $(if $(BLAS_OK),found (-lblas: the emulator's cuBLAS),NOT FOUND (apt-get install libblas-dev; needed by train_gpt_emu and the emulated tests)))
+$(info [make] MPI:     $(if $(MPI_OK),found (mpicxx: $(MPI_LIBS)$(if $(MPIRUN),; $(MPIRUN),; no mpirun)): mpirun -np N ./train_gpt trains data-parallel,not found: train_gpt runs one process (apt-get install libopenmpi-dev openmpi-bin for mpirun -np N)))
+$(info [make] NCCL:    $(if $(NCCL_OK),found ($(NCCL_INC)/nccl.h$(comma) $(NCCL_LIBDIR)/libnccl.so): the CUDA backend's data-parallel all-reduce,$(if $(NVCC),not found: data-parallel runs need --device cpu (NCCL's nccl.h and libnccl in the CUDA toolkit or /usr),no CUDA toolkit)))
 $(info [make] fuzzer:  $(if $(FUZZ_OK),$(FUZZ_CXX) with libFuzzer (make test fuzzes the readers for $(FUZZ_SECONDS) s),no libFuzzer in $(FUZZ_CXX): the fuzz run of make test is skipped (apt-get install clang)))
 endif
 
@@ -65,12 +81,17 @@ CXXFLAGS ?= -O3 -march=native
 override CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -I. $(EIGEN_INC) $(JSON_INC)
 NVCCFLAGS ?= -O3
 override NVCCFLAGS += -std=c++17 $(GENCODE) -I. $(JSON_INC) -Xcompiler -fopenmp,-Wall
-LDLIBS := -lgomp -lpthread
-comma := ,
+LDLIBS := -lgomp -lpthread $(if $(MPI_OK),$(MPI_LIBS),)
 ifneq ($(NVCC),)
-  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcurand
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcurand \
+    $(if $(NCCL_OK),-L$(NCCL_LIBDIR) -Xlinker -rpath=$(NCCL_LIBDIR) -lnccl,)
   CURAND_FLAGS := -DTG_HAVE_CURAND -I$(CUDA_HOME)/include
+  override NVCCFLAGS += $(if $(NCCL_OK),-DTG_HAVE_NCCL -I$(NCCL_INC),)
 endif
+# what nvcc links with (it takes -L and -l, not the host compiler's other flags)
+NVCC_LDLIBS := -lgomp -lpthread $(if $(MPI_OK),$(filter -L% -l%,$(MPI_LIBS)),)
+# model/dist.cpp alone sees mpi.h
+DIST_FLAGS := $(if $(MPI_OK),-DTG_HAVE_MPI $(MPI_CXXFLAGS),)
 
 # ---- sources -------------------------------------------------------------------------------
 HOST_SRCS := $(wildcard kernels/cpu/*.cpp) $(wildcard model/*.cpp) $(wildcard data/*.cpp)
@@ -99,13 +120,15 @@ BENCH_GPU_OBJS := $(BENCH_GPU_SRCS:%.cu=$(BUILD)/%.o)
 
 # ---- the emulator build (tests/emu): the CUDA sources, unmodified, compiled by g++ as C++ with
 # the SIMT emulator's header forced in first; its runtime, cuBLAS / cuBLASLt (over the reference
-# BLAS) and cub stand-ins linked in place of NVIDIA's libraries; AddressSanitizer and
-# UndefinedBehaviorSanitizer on, every report fatal. Needs the CUDA headers only, no GPU.
+# BLAS), cub and NCCL (over MPI: tests/emu/nccl_emu.cpp) stand-ins linked in place of NVIDIA's
+# libraries; AddressSanitizer and UndefinedBehaviorSanitizer on, every report fatal. Needs the
+# CUDA headers only, no GPU.
 EMU_BUILD := $(BUILD)/emu
 EMU_FLAGS := -std=c++17 -O2 -g -fno-omit-frame-pointer -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I. $(JSON_INC) \
-  -DTG_SIMT_EMULATION -Itests/emu/include -I$(CUDA_HOME)/include \
+  -DTG_SIMT_EMULATION -DTG_HAVE_NCCL -Itests/emu/include -I$(CUDA_HOME)/include \
   -fsanitize=address,undefined -fno-sanitize-recover=all
-EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp tests/emu/cuda_runtime_emu.cpp tests/emu/cublas_emu.cpp)
+EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp tests/emu/cuda_runtime_emu.cpp tests/emu/cublas_emu.cpp \
+  tests/emu/nccl_emu.cpp)
 EMU_CUDA_OBJS := $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o)
 EMU_LIBS := -fsanitize=address,undefined -lblas -ldl $(LDLIBS)
 # the emulated test suite: the GPU suite (tests/gpu, with its main) and the emulator's own tests
@@ -127,7 +150,7 @@ all: train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS) $(FUZZ_BIN) $(BUILD)/be
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(CURAND_FLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) -MMD -MP -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(CURAND_FLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) $(if $(filter model/dist.cpp,$<),$(DIST_FLAGS),) -MMD -MP -c $< -o $@
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -154,7 +177,7 @@ FORCE:
 
 ifneq ($(NVCC),)
 train_gpt: $(CUDA_OBJS) $(BUILD)/train_gpt.o $(HOST_OBJS)
-	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(NVCC_LDLIBS)
 else
 train_gpt: train_gpt.cu $(HOST_OBJS)
 	@echo "[make] no CUDA toolkit: train_gpt is CPU-only"
@@ -173,7 +196,7 @@ $(BUILD)/test_cpu: $(TEST_CPU_OBJS) $(HOST_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(if $(NVCC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcurand,) $(LDLIBS)
 
 $(BUILD)/test_gpu: $(TEST_GPU_OBJS) $(CUDA_OBJS) $(HOST_OBJS)
-	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(NVCC_LDLIBS)
 
 $(EMU_BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -195,19 +218,19 @@ $(BUILD)/bench_cpu: $(BENCH_SRCS) $(HOST_OBJS)
 # GPU benchmarks, one binary each: bench_gpu (attention kernels, tests/bench/bench_attention.cu)
 # and bench_step (a whole training step against T, tests/bench/bench_step.cu)
 $(BUILD)/bench_gpu: $(BUILD)/tests/bench/bench_attention.o $(CUDA_OBJS) $(HOST_OBJS)
-	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(NVCC_LDLIBS)
 
 $(BUILD)/bench_step: $(BUILD)/tests/bench/bench_step.o $(CUDA_OBJS) $(HOST_OBJS)
-	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(LDLIBS)
+	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(NVCC_LDLIBS)
 
 # ---- dependencies: install on Debian/Ubuntu as root, else say the exact command ---------
 deps:
-	@if [ -z "$(EIGEN_OK)" ] || [ -z "$(DOCTEST_OK)" ] || [ -z "$(BLAS_OK)" ] || [ -z "$(JSON_OK)" ]; then \
+	@if [ -z "$(EIGEN_OK)" ] || [ -z "$(DOCTEST_OK)" ] || [ -z "$(BLAS_OK)" ] || [ -z "$(JSON_OK)" ] || [ -z "$(MPIRUN)" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "[make] installing Eigen, doctest, nlohmann-json and the reference BLAS with apt-get"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libeigen3-dev doctest-dev nlohmann-json3-dev libblas-dev) >/dev/null || exit 1; \
+	    echo "[make] installing Eigen, doctest, nlohmann-json, the reference BLAS and OpenMPI with apt-get"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libeigen3-dev doctest-dev nlohmann-json3-dev libblas-dev libopenmpi-dev openmpi-bin) >/dev/null || exit 1; \
 	  else \
-	    echo "error: Eigen, doctest, nlohmann-json or the reference BLAS is missing; install them with: sudo apt-get install -y libeigen3-dev doctest-dev nlohmann-json3-dev libblas-dev (or pass EIGEN_INC=-I/path DOCTEST_INC=-I/path JSON_INC=-I/path)" >&2; exit 1; \
+	    echo "error: Eigen, doctest, nlohmann-json, the reference BLAS or OpenMPI is missing; install them with: sudo apt-get install -y libeigen3-dev doctest-dev nlohmann-json3-dev libblas-dev libopenmpi-dev openmpi-bin (or pass EIGEN_INC=-I/path DOCTEST_INC=-I/path JSON_INC=-I/path)" >&2; exit 1; \
 	  fi; \
 	fi
 

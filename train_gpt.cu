@@ -3,17 +3,22 @@
 // kernels live here.
 // Exit status: 0 success, 2 bad usage or input (nothing written), 1 runtime failure, 130 stopped
 // by SIGINT / SIGTERM (after writing a checkpoint once a step has run).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "data/dataset.h"
 #include "data/tokens.h"
 #include "model/backend.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "model/dist.h"
 #include "model/errors.h"
 #include "model/hf_export.h"
 #include "model/init_from.h"
@@ -70,6 +75,15 @@ std::unique_ptr<tg::Backend> make_backend(const tg::Config& c, const tg::ModelCo
                 : gpus == 0 ? "no CUDA device visible: training on the CPU"
                             : "a CUDA device is visible, but this build has no CUDA backend: training on the CPU";
 #ifndef TG_NO_CUDA
+  if (cuda && tg::dist::active()) {  // one GPU per rank: the local rank's
+    if (tg::dist::local_rank() >= gpus)
+      throw tg::RuntimeError("rank " + std::to_string(tg::dist::rank()) + " is local rank " + std::to_string(tg::dist::local_rank()) +
+                             " on its machine, which has " + std::to_string(gpus) + " visible GPU(s); expected one GPU per rank; "
+                             "start at most that many ranks per machine (mpirun -np, or a hostfile's slots)");
+    if (cudaSetDevice(tg::dist::local_rank()) != cudaSuccess)
+      throw tg::RuntimeError("cudaSetDevice(" + std::to_string(tg::dist::local_rank()) + ") failed on rank " +
+                             std::to_string(tg::dist::rank()) + "; expected a usable GPU per rank; check CUDA_VISIBLE_DEVICES");
+  }
   if (cuda) return tg::make_cuda_backend(c, m);
 #endif
   return tg::make_cpu_backend(c, m, host_bytes_held);
@@ -263,6 +277,26 @@ int print_logits(tg::ParsedArgs args, int gpus) {
   return std::fflush(stdout) == 0 ? 0 : 1;
 }
 
+// Data parallel: one start-up line per rank, each rank's own (gathered by a broadcast from each
+// in turn, printed by rank 0).
+void describe_ranks(const tg::Backend& be) {
+  if (!tg::dist::active()) return;
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  char mine[512] = {};
+  std::snprintf(mine, sizeof mine, "rank %d of %d: %s, local rank %d, device %s", tg::dist::rank(), tg::dist::world(), host,
+                tg::dist::local_rank(), be.device_name().c_str());
+  for (int r = 0; r < tg::dist::world(); ++r) {
+    char line[sizeof mine];
+    std::memcpy(line, mine, sizeof mine);
+    tg::dist::broadcast(line, sizeof line, r);
+    std::cout << line << "\n";
+  }
+  std::cout << "data parallel: " << tg::dist::world() << " ranks, gradients summed once per step by "
+            << (be.device_name().rfind("cpu", 0) == 0 ? "MPI_Allreduce" : "ncclAllReduce")
+            << "; rank 0 alone evaluates, logs and writes checkpoints" << std::endl;
+}
+
 // Training: the run directory decides how the run begins (new, started again, or resumed),
 // the backend trains, and the run directory keeps its metrics and checkpoints.
 int train_run(tg::ParsedArgs args, int gpus) {
@@ -270,8 +304,12 @@ int train_run(tg::ParsedArgs args, int gpus) {
   // its own; one resumed from step 0, before its first checkpoint, reads the file again below)
   std::unique_ptr<tg::InitSource> init;
   if (!args.config.init_from.empty() && !args.config.resume) init = read_init(args);
-  tg::RunDir dir(args.config.out_dir);
-  const tg::RunStart start = dir.plan(args, std::cout, std::cerr);  // nothing written yet
+  // data parallel: rank 0 alone holds the lock and writes; every rank plans (reads) first
+  const bool writer = tg::dist::rank() == 0;
+  tg::RunDir dir(args.config.out_dir, writer);
+  std::ostringstream unheard;  // the other ranks' warnings: rank 0 says the same
+  const tg::RunStart start = dir.plan(args, std::cout, writer ? std::cerr : unheard);  // nothing written yet
+  tg::dist::barrier();
   const tg::Config& c = start.config;
   const data::Dataset& ds = start.data;
   const tg::Config sc = sampling_config(c, args, ds.tok);
@@ -314,6 +352,7 @@ int train_run(tg::ParsedArgs args, int gpus) {
             << "parameters: " << n_params << " (" << (n_params - table[1].numel) << " without position embeddings)\n"
             << "device: " << be->device_name() << " | attention: " << c.attention << " | precision: " << be->precision() << " | memory: "
             << be->memory_bytes() / (1 << 20) << " MiB" << std::endl;
+  describe_ranks(*be);
   if (tg::stop_requested()) {
     std::fprintf(stderr, "interrupted before the run began: nothing written in %s\n", c.out_dir.c_str());
     return 130;
@@ -321,6 +360,7 @@ int train_run(tg::ParsedArgs args, int gpus) {
 
   dir.begin(start);
   const tg::TrainSummary s = tg::train(*be, c, ds, std::cout, dir.hooks(*be, c, table), start.progress);
+  if (s.stopped && !writer) return 130;
   if (s.stopped) {
     if (s.checkpoint.empty())
       std::fprintf(stderr, "interrupted before step %d: nothing new to save; continue the run with: train_gpt --resume --out-dir %s\n",
@@ -332,7 +372,7 @@ int train_run(tg::ParsedArgs args, int gpus) {
   }
   std::printf("done: %d steps in %.1f s, median %.2f ms/step, best val loss %.4f, final train %.4f val %.4f\n", s.steps,
               s.wall_s, s.median_step_ms, s.best_val_loss, s.final_train_loss, s.final_val_loss);
-  if (sc.sample_tokens > 0) {
+  if (sc.sample_tokens > 0 && writer) {
     std::cout << "---- sample (" << sc.sample_tokens << (ds.tokens ? " tokens" : " characters") << ", temperature " << sc.temperature << ", top-k "
               << sc.top_k << ") ----" << std::endl;
     if (ds.tokens) tg::sample_tokens(*be, sc, m.vocab_size, tokenizer.get(), std::cout);
@@ -349,9 +389,18 @@ int run(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--plot") return plot(argc, argv);
   const int gpus = cuda_devices();
   // the default preset follows the backend that will train: shakespeare-char needs a GPU
-  const tg::ParsedArgs args =
+  tg::ParsedArgs args =
       tg::parse_args(argc, argv, gpus > 0 && kHaveCudaBackend && !kEmulatedDevice ? "shakespeare-char" : "baby");
   if (args.help) { std::cout << tg::usage(); return 0; }
+  args.config.world = tg::dist::world();
+  if (tg::dist::active() && (args.config.sample || !args.config.export_hf.empty() || !args.config.logits.empty() ||
+                             args.config.attention == "check"))
+    throw tg::InputError(std::string(args.config.sample             ? "--sample"
+                                     : !args.config.export_hf.empty() ? "--export-hf"
+                                     : !args.config.logits.empty()    ? "--logits"
+                                                                      : "--attention check") +
+                         " under mpirun with " + std::to_string(tg::dist::world()) +
+                         " ranks; expected one process (ranks are for training); run it without mpirun");
   if (args.config.sample) return sample_from_checkpoint(args, gpus);
   if (!args.config.export_hf.empty()) return export_checkpoint(args);
   if (!args.config.logits.empty()) return print_logits(args, gpus);
@@ -363,19 +412,36 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   tg::install_stop_handler();  // before anything slow: a signal from now on is honoured
+  std::string error;
+  int code = 0;
   try {
-    return run(argc, argv);
+    tg::dist::init(&argc, &argv);  // mpirun -np N: this process is one of N ranks
+    if (tg::dist::active()) {
+      tg::defer_stop_requests();  // the ranks agree on a stop (model/train.cpp)
+      if (tg::dist::rank() != 0 && !std::freopen("/dev/null", "w", stdout))  // rank 0 speaks for all
+        throw tg::RuntimeError("cannot silence rank " + std::to_string(tg::dist::rank()) + "'s output");
+    }
+    code = run(argc, argv);
   } catch (const tg::InputError& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    error = e.what();
+    code = 2;
   } catch (const tg::Interrupted&) {  // a stop outside training (--attention check): nothing to save
     std::fprintf(stderr, "interrupted: nothing written\n");
-    return 130;
+    code = 130;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "error: out of memory; expected the run to fit in this machine's memory; reduce --batch-size, --block-size, --n-layer or --n-embd\n");
-    return 1;
+    error = "out of memory; expected the run to fit in this machine's memory; reduce --batch-size, --block-size, --n-layer or --n-embd";
+    code = 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    error = e.what();
+    code = 1;
   }
+  // a rank that fails ends the whole job (MPI_Abort): no other rank waits for it in a collective
+  if (!error.empty() && tg::dist::active())
+    tg::dist::abort("error: rank " + std::to_string(tg::dist::rank()) + " of " + std::to_string(tg::dist::world()) + ": " + error, code);
+  if (!error.empty()) std::fprintf(stderr, "error: %s\n", error.c_str());
+  // every rank waits for rank 0 (its checkpoint, its sample): mpirun ends the job as soon as one
+  // rank exits with a non-zero status (130 after a stop)
+  if (error.empty()) tg::dist::barrier();
+  tg::dist::finalize();
+  return code;
 }

@@ -32,9 +32,18 @@ class Backend {
   // of one batch of accum*B made of them, to float rounding (each micro-batch's sums are
   // rounded, then added). micro 0 of 1 is today's plain step, bitwise. Returns the mean loss
   // of this micro-batch.
-  virtual float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1) = 0;
+  // Data parallelism (model/dist.h): rank r of N with --grad-accum a runs micro-batches
+  // r a .. r a + a - 1 of accum = N a; first_micro (r a) is the one that overwrites the
+  // gradients, the others add to them (alone: 0, as above).
+  virtual float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1,
+                                 int first_micro = 0) = 0;
+  // Data parallelism: sums the gradients of this step over the ranks (one all-reduce of the
+  // flat gradient buffer: MPI on the CPU, NCCL on a GPU), after the rank's last micro-batch and
+  // before grad_norm(), so that every rank sees the step's whole gradient and clips and updates
+  // alike. A no-op in a single process.
+  virtual void reduce_grads() = 0;
   // The global L2 norm of the gradients of the last forward_backward (after the last
-  // micro-batch of a step: of the accumulated gradients).
+  // micro-batch of a step: of the accumulated gradients; after reduce_grads(): of the sum).
   virtual double grad_norm() = 0;
   // Clips the gradients to the configured global norm (when grad_clip > 0; norm is
   // grad_norm()) and applies AdamW with learning rate lr as update number t (1-based).

@@ -13,6 +13,7 @@
 #include "../kernels/cpu/attention_tiled.h"
 #include "attention_check.h"
 #include "backend.h"
+#include "dist.h"
 #include "errors.h"
 #include "gpt_cpu.h"
 
@@ -29,11 +30,13 @@ class CpuBackend final : public Backend {
     return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
   }
   size_t memory_bytes() const override { return gpt_.memory_bytes(); }
-  float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1) override {
+  float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1,
+                         int first_micro = 0) override {
     double loss = gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, true, step, micro, accum);
-    gpt_.backward(micro > 0);
+    gpt_.backward(micro > first_micro);
     return (float)loss;
   }
+  void reduce_grads() override { dist::all_reduce_sum(gpt_.grads.data(), gpt_.grads.size()); }
   double grad_norm() override { return cpu::global_norm(gpt_.grads.data(), gpt_.grads.size()); }
   void update(float lr, int t, double norm) override {
     if (c_.grad_clip > 0) cpu::clip_grad_norm(gpt_.grads.data(), gpt_.grads.size(), norm, c_.grad_clip);

@@ -8,8 +8,13 @@
 #include "../kernels/attention.cuh"
 #include "attention_check.h"
 #include "backend.h"
+#include "dist.h"
 #include "errors.h"
 #include "gpt_cuda.cuh"
+
+#ifdef TG_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 namespace tg {
 
@@ -27,6 +32,38 @@ double dense_bf16_peak(const std::string& name) {
   if (name.find("A100") != std::string::npos) return 312e12;
   return 0;
 }
+
+#ifdef TG_HAVE_NCCL
+#define ncclCheck(call)                                                                                 \
+  do {                                                                                                  \
+    ncclResult_t r_ = (call);                                                                           \
+    if (r_ != ncclSuccess) ::gpu::throw_cuda_error(ncclGetErrorString(r_), #call, __FILE__, __LINE__); \
+  } while (0)
+
+// The NCCL communicator of the ranks (one GPU each): rank 0's unique id, broadcast over MPI
+// (model/dist.h), then ncclCommInitRank on every rank. None (null) in a single process.
+class Nccl {
+ public:
+  Nccl() {
+    if (!dist::active()) return;
+    ncclUniqueId id{};
+    if (dist::rank() == 0) ncclCheck(ncclGetUniqueId(&id));
+    dist::broadcast(&id, sizeof id, 0);
+    ncclComm_t c = nullptr;
+    ncclCheck(ncclCommInitRank(&c, dist::world(), id, dist::rank()));
+    comm_ = c;
+  }
+  ~Nccl() {
+    if (comm_) ncclCommDestroy(comm_);
+  }
+  Nccl(const Nccl&) = delete;
+  Nccl& operator=(const Nccl&) = delete;
+  ncclComm_t get() const { return comm_; }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+};
+#endif
 
 template <typename T>
 class CudaBackend final : public Backend {
@@ -49,12 +86,24 @@ class CudaBackend final : public Backend {
   std::string precision() const override { return std::is_same<T, float>::value ? "fp32" : "bf16"; }
   double peak_flops() const override { return dense_bf16_peak(name_); }
 
-  float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1) override {
+  float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1,
+                         int first_micro = 0) override {
     gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, true, step, micro, accum);
-    gpt_.backward(micro > 0);
+    gpt_.backward(micro > first_micro);
     const StepStats s = gpt_.read_stats();  // the one synchronisation of the step
     norm_ = std::sqrt((double)s.norm_squared);
     return s.loss;
+  }
+  // Data parallelism: one ncclAllReduce (sum) of the fp32 gradient buffer on the step's stream,
+  // then their norm again, of the sum: every rank then clips and updates alike.
+  void reduce_grads() override {
+    if (!dist::active()) return;
+#ifdef TG_HAVE_NCCL
+    ncclCheck(ncclAllReduce(gpt_.device_grads(), gpt_.device_grads(), gpt_.n_params, ncclFloat, ncclSum, comm_.get(),
+                            gpt_.ctx().stream));
+    gpt_.grads_changed();
+    norm_ = std::sqrt((double)gpt_.read_stats().norm_squared);
+#endif
   }
   double grad_norm() override { return norm_; }
   void update(float lr, int t, double) override { gpt_.update(lr, t); }  // clips by the norm on the device
@@ -120,6 +169,9 @@ class CudaBackend final : public Backend {
   GPTCuda<T> gpt_;
   std::string name_;
   double norm_ = 0;
+#ifdef TG_HAVE_NCCL
+  Nccl comm_;
+#endif
 };
 
 template <typename T>
@@ -147,6 +199,12 @@ std::unique_ptr<Backend> make(const Config& c, const ModelConfig& m, const CudaR
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(const Config& c, const ModelConfig& m) {
+#ifndef TG_HAVE_NCCL
+  if (dist::active())
+    throw InputError("--device cuda with " + std::to_string(dist::world()) + " ranks: this train_gpt was built without "
+                     "NCCL, which the GPUs' all-reduce needs; expected nccl.h and libnccl in the CUDA toolkit or /usr; "
+                     "install NCCL and rebuild, or pass --device cpu");
+#endif
   int dev = 0;
   cudaDeviceProp prop{};
   cudaCheck(cudaGetDevice(&dev));

@@ -75,8 +75,8 @@ const std::vector<Flag>& flags() {
       {"n-head", Kind::Int, TG_FIELD(n_head), "attention heads", kFixed},
       {"n-embd", Kind::Int, TG_FIELD(n_embd), "embedding width C (divisible by n-head)", kFixed},
       {"block-size", Kind::Int, TG_FIELD(block_size), "context length T", kFixed},
-      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per micro-batch B", kFixed},
-      {"grad-accum", Kind::Int, TG_FIELD(grad_accum), "micro-batches accumulated per optimizer step (tokens per step = B x T x this; default 1)", kFixed},
+      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per micro-batch B (of each rank under mpirun -np N)", kFixed},
+      {"grad-accum", Kind::Int, TG_FIELD(grad_accum), "micro-batches accumulated per optimizer step (tokens per step = B x T x this x ranks; default 1)", kFixed},
       {"dropout", Kind::Real, TG_FIELD(dropout), "dropout probability in [0, 1)", kFree},
       {"bias", Kind::Bool, TG_FIELD(bias), "biases in linear and layernorm layers (--bias, --bias=false)", kFixed},
       {"gelu", Kind::Str, TG_FIELD(gelu), "tanh | erf: the MLP's GELU, tanh approximation (GPT-2, llm.c; default) or exact (nanoGPT)", kFixed},
@@ -306,9 +306,12 @@ void validate(const Config& c) {
   require(c.block_size >= 1 && c.block_size <= (1 << 20), flag_is("block-size", c.block_size), "1 to 1048576", help);
   require(c.batch_size >= 1 && c.batch_size <= (1 << 20), flag_is("batch-size", c.batch_size), "1 to 1048576", help);
   require(c.grad_accum >= 1 && c.grad_accum <= 65536, flag_is("grad-accum", c.grad_accum), "1 to 65536", help);
-  require((double)c.batch_size * c.grad_accum <= 4294967296.0 / std::max(1, c.n_head),
-          "--batch-size " + std::to_string(c.batch_size) + " with --grad-accum " + std::to_string(c.grad_accum),
-          "batch-size x grad-accum x n-head below 2^32 (the dropout masks' row index)", "lower one of them");
+  require(c.world >= 1 && c.world <= 65536, "the number of ranks is " + std::to_string(c.world), "1 to 65536",
+          "run fewer ranks (mpirun -np N)");
+  require((double)c.batch_size * c.grad_accum * c.world <= 4294967296.0 / std::max(1, c.n_head),
+          "--batch-size " + std::to_string(c.batch_size) + " with --grad-accum " + std::to_string(c.grad_accum) +
+              (c.world > 1 ? " on " + std::to_string(c.world) + " ranks" : ""),
+          "batch-size x grad-accum x ranks x n-head below 2^32 (the dropout masks' row index)", "lower one of them");
   require(c.dropout >= 0.0 && c.dropout < 1.0, flag_is("dropout", c.dropout), "a probability in [0, 1)", help);
   // the kernels keep an element when a 32-bit word >= round(p 2^32) and scale by (float)(1 / (1 - p))
   require(philox::dropout_threshold(c.dropout) < UINT32_MAX && std::isfinite((float)(1.0 / (1.0 - c.dropout))),
@@ -386,6 +389,8 @@ std::string usage() {
        "  baby              4 layers, 4 heads, 128 wide, T=64, B=12, dropout 0, 2000 iters\n"
        "  gpt2-124m         llm.c's GPT-2 small: 12 layers, 12 heads, 768 wide, T=1024, B=64 x grad-accum 8\n"
        "                    (524288 tokens per step), lr 6e-4 (warmup 700, cosine to 0), 18865 iters\n"
+       "data parallel: mpirun -np N train_gpt ... trains on N ranks (one GPU each, or CPU processes),\n"
+       "  --batch-size per rank (README: Several GPUs, several machines)\n"
        "exit status: 0 success, 2 bad usage or input, 1 runtime failure\n";
   return s.str();
 }
@@ -395,8 +400,9 @@ std::string describe(const Config& c) {
   s << "preset " << c.preset << " | data " << c.data << " | out-dir " << c.out_dir << "\n"
     << "model: n_layer " << c.n_layer << ", n_head " << c.n_head << ", n_embd " << c.n_embd
     << ", block_size " << c.block_size << ", bias " << (c.bias ? "true" : "false") << ", dropout " << c.dropout << "\n"
-    << "train: batch_size " << c.batch_size << " x grad_accum " << c.grad_accum << " = "
-    << (long long)c.batch_size * c.grad_accum * c.block_size << " tokens per step, max_iters " << c.max_iters << ", lr " << c.lr << " -> " << c.min_lr
+    << "train: batch_size " << c.batch_size << " x grad_accum " << c.grad_accum
+    << (c.world > 1 ? " x " + std::to_string(c.world) + " ranks" : std::string()) << " = "
+    << (long long)c.batch_size * c.grad_accum * c.world * c.block_size << " tokens per step, max_iters " << c.max_iters << ", lr " << c.lr << " -> " << c.min_lr
     << " (warmup " << c.warmup_iters << ", decay to " << c.lr_decay_iters << "), weight_decay " << c.weight_decay
     << ", betas (" << c.beta1 << ", " << c.beta2 << "), grad_clip " << c.grad_clip << "\n"
     << "eval: every " << c.eval_interval << " steps over " << c.eval_iters << " batches; log every "
@@ -428,7 +434,7 @@ void each_field(C& c, F&& f) {
   f("out_dir", c.out_dir);
   f("n_layer", c.n_layer); f("n_head", c.n_head); f("n_embd", c.n_embd); f("block_size", c.block_size);
   f("bias", c.bias); f("dropout", c.dropout); f("gelu", c.gelu);
-  f("batch_size", c.batch_size); f("grad_accum", c.grad_accum); f("max_iters", c.max_iters); f("lr", c.lr); f("min_lr", c.min_lr);
+  f("batch_size", c.batch_size); f("grad_accum", c.grad_accum); f("world", c.world); f("max_iters", c.max_iters); f("lr", c.lr); f("min_lr", c.min_lr);
   f("warmup_iters", c.warmup_iters); f("lr_decay_iters", c.lr_decay_iters);
   f("weight_decay", c.weight_decay); f("beta1", c.beta1); f("beta2", c.beta2); f("grad_clip", c.grad_clip);
   f("eval_interval", c.eval_interval); f("eval_iters", c.eval_iters); f("log_interval", c.log_interval);
@@ -567,9 +573,9 @@ Config config_from_text(const std::string& text) {
       bad_config("names " + printable(name) + " twice", "each field once");
   }
   // fields added after checkpoints were first written: an older config has no line for them
-  // and reads as the run it was (GELU: the tanh form, the only one then; no accumulation;
+  // and reads as the run it was (GELU: the tanh form, the only one then; no accumulation; one rank;
   // no --tokenizer, no --export-hf, no --init-from, no --logits)
-  for (const auto& [name, value] : {std::pair<const char*, const char*>{"gelu", "tanh"}, {"grad_accum", "1"},
+  for (const auto& [name, value] : {std::pair<const char*, const char*>{"gelu", "tanh"}, {"grad_accum", "1"}, {"world", "1"},
                                     {"tokenizer", ""}, {"export_hf", ""}, {"init_from", ""}, {"logits", ""}})
     values.emplace(name, value);
   Config c;

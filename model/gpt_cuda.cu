@@ -352,6 +352,11 @@ void GPTCuda<T>::update(float lr, int t) {
 }
 
 template <typename T>
+void GPTCuda<T>::grads_changed() {
+  gpu::global_norm_squared(ctx_, acts_.stats + 1, buf_.grads, n_params);
+}
+
+template <typename T>
 StepStats GPTCuda<T>::read_stats() {
   float s[2];
   cudaCheck(cudaMemcpyAsync(s, acts_.stats, sizeof s, cudaMemcpyDeviceToHost, ctx_.stream));

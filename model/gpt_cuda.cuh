@@ -76,6 +76,11 @@ class GPTCuda {
   void update(float lr, int t);
   // Waits for the stream and reads the loss and the squared gradient norm.
   StepStats read_stats();
+  // The fp32 gradients on the device (n_params floats, table order), for the data-parallel
+  // all-reduce (model/backend_cuda.cu), enqueued on ctx().stream; after it, grads_changed()
+  // recomputes the squared norm that update() clips by and read_stats() reads.
+  float* device_grads() { return buf_.grads; }
+  void grads_changed();
 
   // Host copies (synchronising): float master weights, parameter gradients, AdamW moments,
   // and the logits (b, t, Vp) of the last forward (ModelConfig::vp(): the first V of a row are the vocabulary).

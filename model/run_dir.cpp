@@ -306,7 +306,7 @@ ModelConfig checkpoint_model(const std::string& dir, const ckpt::CheckpointInfo&
                      padded_vocab_for(data::kGpt2Vocab)};
 }
 
-RunDir::RunDir(const std::string& dir) : dir_(dir) {}
+RunDir::RunDir(const std::string& dir, bool writer) : dir_(dir), writer_(writer) {}
 
 RunDir::~RunDir() {
   if (metrics_fd_ >= 0) ::close(metrics_fd_);
@@ -376,7 +376,7 @@ RunStart RunDir::plan_resume(const ParsedArgs& args, std::ostream& out, std::ost
   if (!fs::exists(dir_, ec))
     throw InputError("--resume: --out-dir " + dir_ + " does not exist: it holds no complete checkpoint" + nothing);
   if (!fs::is_directory(dir_, ec)) throw InputError("--resume: --out-dir " + dir_ + " is not a directory" + nothing);
-  lock();
+  if (writer_) lock();
   // where it goes on from: the newest intact checkpoint, or step 0 of the run begun
   RunStart st;
   const Contents k = inspect(dir_);
@@ -404,6 +404,7 @@ RunStart RunDir::plan_resume(const ParsedArgs& args, std::ostream& out, std::ost
   std::vector<std::string> conflicts, applied;
   for (const std::string& flag : args.given) {
     if (flag == "data" || flag == "resume" || flag == "out-dir" || flag == "sample" || flag == "ckpt") continue;
+    if (flag == "grad-accum") continue;  // below, with the number of ranks
     const std::string now = flag_value(flags, flag), was = flag_value(info.config, flag);
     if (now == was) continue;
     if (fixed_on_resume(flag)) {
@@ -413,6 +414,26 @@ RunStart RunDir::plan_resume(const ParsedArgs& args, std::ostream& out, std::ost
       applied.push_back("--" + flag + " " + now + " (was " + was + ")");
     }
   }
+  // the step's global batch (ranks x --grad-accum micro-batches) is the run's; with another
+  // number of ranks, the --grad-accum that keeps it (given, or chosen and said)
+  const int global = info.config.world * info.config.grad_accum;
+  const bool accum_given = std::find(args.given.begin(), args.given.end(), "grad-accum") != args.given.end();
+  const int accum = accum_given ? flags.grad_accum : global % flags.world == 0 ? global / flags.world : 0;
+  auto batch = [](int world, int accum) {
+    return world == 1 ? std::to_string(accum) : std::to_string(world) + " ranks x " + std::to_string(accum);
+  };
+  if (accum * flags.world != global) {
+    conflicts.push_back((accum_given ? "--grad-accum " + std::to_string(accum) + " on " : std::string()) +
+                        std::to_string(flags.world) + " rank(s) (the run's step is " +
+                        batch(info.config.world, info.config.grad_accum) + " = " + std::to_string(global) +
+                        " micro-batches; pass --grad-accum G with ranks x G = " + std::to_string(global) + ")");
+  } else if (accum != info.config.grad_accum || flags.world != info.config.world) {
+    c.grad_accum = accum;
+    applied.push_back("--grad-accum " + std::to_string(accum) + " on " + std::to_string(flags.world) + " rank(s) (was " +
+                      batch(info.config.world, info.config.grad_accum) + ": the same " + std::to_string(global) +
+                      " micro-batches per step)");
+  }
+  c.world = flags.world;
   std::string mismatch;
   st.data = load_recorded(info, data_given ? flags.data : "", warn, mismatch);
   if (!mismatch.empty() && data_given) conflicts.push_back("--data " + mismatch);
@@ -441,6 +462,7 @@ RunStart RunDir::plan_resume(const ParsedArgs& args, std::ostream& out, std::ost
 }
 
 void RunDir::begin(const RunStart& start) {
+  if (!writer_) return;
   if (!start.resumed) {
     std::error_code ec;
     create_out_dir(dir_);
@@ -487,6 +509,7 @@ void RunDir::write_metrics(const std::string& line) {
 
 TrainHooks RunDir::hooks(const Backend& be, const Config& c, const std::vector<ParamSpec>& table) {
   TrainHooks h;
+  if (!writer_) return h;
   h.metrics = [this](const std::string& line) { write_metrics(line); };
   h.checkpoint = [this, &be, c, table](const Progress& p, const std::vector<std::string>& unlogged) {
     return save(be, c, table, p, unlogged);

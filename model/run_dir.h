@@ -22,7 +22,9 @@
 //                 (fixed_on_resume, and --data with other contents) are refused, all of them in
 //                 one line; the others (--max-iters to extend the run, the schedule, the
 //                 optimizer, the intervals, sampling, --device, --precision) are applied and
-//                 printed. The data is found by the absolute path the run recorded, or at
+//                 printed. The step's global batch (ranks x --grad-accum) is kept: with
+//                 another number of ranks (mpirun -np N) --grad-accum becomes the one that
+//                 keeps it (said), and one that cannot is refused. The data is found by the absolute path the run recorded, or at
 //                 --data, and must have the sha256 the run recorded.
 // A second process on a directory in use, new or --resume, is refused naming the holder's
 // pid. Sampling (--sample) only reads and takes no lock; it needs no data file, as a checkpoint
@@ -58,7 +60,10 @@ struct RunStart {
 
 class RunDir {
  public:
-  explicit RunDir(const std::string& dir);
+  // writer false: a data-parallel rank other than 0 (model/dist.h), which only reads. Its
+  // plan() takes no lock and its begin() and hooks() do nothing: rank 0 alone holds the lock
+  // and writes run.cfg, metrics and checkpoints.
+  explicit RunDir(const std::string& dir, bool writer = true);
   ~RunDir();
   RunDir(const RunDir&) = delete;
   RunDir& operator=(const RunDir&) = delete;
@@ -94,6 +99,7 @@ class RunDir {
   void write_metrics(const std::string& line);
 
   std::string dir_;
+  bool writer_ = true;
   int lock_fd_ = -1, metrics_fd_ = -1;
   std::string data_sha256_, data_path_;  // of the run begun
   std::string vocab_;                    // its vocabulary (CharTokenizer::chars()), kept in checkpoints

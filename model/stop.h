@@ -23,6 +23,13 @@ void install_stop_handler();
 // evaluation); train() catches it.
 struct Interrupted {};
 
+// A data-parallel run (model/dist.h): from this call on, a signal only marks a stop as
+// pending (stop_pending()) instead of requesting it. The training loop agrees on it with the
+// other ranks inside its step's all-reduce and then calls request_stop() on every rank at the
+// same step, so that no rank leaves a collective the others wait in.
+void defer_stop_requests();
+bool stop_pending();
+
 // Throws Interrupted when a stop has been requested.
 inline void throw_if_stop_requested() {
   if (stop_requested()) throw Interrupted{};

@@ -18,6 +18,7 @@
 
 #include "../data/tokens.h"
 #include "../kernels/philox.h"
+#include "dist.h"
 #include "errors.h"
 #include "schedule.h"
 
@@ -74,17 +75,31 @@ std::set<int> injected_nan_steps() {
   return steps;
 }
 
-volatile std::sig_atomic_t g_stop = 0;
+// The step at which this rank throws, from TG_INJECT_FAIL="rank:step" (-1: none): the hook tests
+// use to make one data-parallel rank fail while the others wait for it in the step's all-reduce.
+int injected_failure_step() {
+  const char* env = std::getenv("TG_INJECT_FAIL");
+  int rank = -1, step = -1;
+  if (!env || std::sscanf(env, "%d:%d", &rank, &step) != 2 || rank != dist::rank()) return -1;
+  return step;
+}
+
+volatile std::sig_atomic_t g_stop = 0, g_defer = 0, g_pending = 0;
 
 }  // namespace
 
 void request_stop() { g_stop = 1; }
 bool stop_requested() { return g_stop != 0; }
 void forget_stop_request() { g_stop = 0; }
+void defer_stop_requests() { g_defer = 1; }
+bool stop_pending() { return g_pending != 0; }
 
 void install_stop_handler() {
   struct sigaction sa = {};
-  sa.sa_handler = [](int) { request_stop(); };
+  sa.sa_handler = [](int) {
+    if (g_defer) g_pending = 1;
+    else request_stop();
+  };
   // it stays installed: a signal often comes twice (timeout and Ctrl-C signal the whole process
   // group as well), and the second must not kill the run as it writes its checkpoint
   sa.sa_flags = 0;
@@ -113,16 +128,18 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
   s.best_val_loss = INFINITY;
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
   std::vector<double> step_ms;
-  const double tokens_per_step = (double)c.batch_size * c.block_size * c.grad_accum;
+  const double tokens_per_step = (double)c.batch_size * c.block_size * c.grad_accum * dist::world();
   // MFU as llm.c counts it: 6 N FLOPs per token for the matmuls of forward and backward plus
   // 6 L C T for attention, against the device's dense bf16 peak (none when unknown)
   const ModelConfig mc{ds.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias, ds.padded_vocab()};
   const double flops_per_token =
       6.0 * (double)param_count(param_table(mc)) + 6.0 * c.n_layer * (double)c.n_embd * c.block_size;
-  const double peak = be.peak_flops();
+  const double peak = be.peak_flops() * dist::world();  // every rank's device
   const std::set<int> injected = injected_nan_steps();
+  const int fail_at = injected_failure_step();
   // a live progress line when the log is a terminal; plain lines otherwise
-  const bool progress = &log == &std::cout && isatty(STDOUT_FILENO);
+  // (not under mpirun: OpenMPI gives the ranks a pseudo-terminal wherever its own output goes)
+  const bool progress = &log == &std::cout && isatty(STDOUT_FILENO) && !dist::active();
   const std::string resume_cmd = "train_gpt --resume --out-dir " + c.out_dir;
   double ms_sum = 0;
 
@@ -210,7 +227,8 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
       const bool last = step >= c.max_iters;
       const bool eval = last || (c.eval_interval > 0 && step % c.eval_interval == 0);
       double train_est = 0, val = 0;
-      if (eval) {
+      // evaluations are rank 0's alone (it logs them; the others go on to the next step)
+      if (eval && dist::rank() == 0) {
         evaluate(step, train_est, val);
         s.best_val_loss = std::min(s.best_val_loss, val);
         if (progress) log << "\r\033[K";
@@ -233,14 +251,30 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
       }
       const auto t0 = Clock::now();
       // --grad-accum N: N micro-batches, micro-batch k being rows k B .. of the step's batch
-      // of N B (data/dataset.h), gradients accumulated; the step's loss is their mean
-      double loss_sum = 0;
-      for (int k = 0; k < c.grad_accum; ++k) {
+      // of N B (data/dataset.h), gradients accumulated; the step's loss is their mean. On W
+      // data-parallel ranks (model/dist.h) the step is W N micro-batches: rank r runs
+      // r N .. r N + N - 1 of them, exactly those a single process with --grad-accum W N runs
+      // at those indices (the same rows, the same dropout keys); one all-reduce sums the
+      // gradients, one more the losses with the ranks' pending stops.
+      const int first = dist::rank() * c.grad_accum, micro_batches = dist::world() * c.grad_accum;
+      double sums[2] = {0, 0};  // the losses of this rank's micro-batches; a stop pending here
+      for (int k = first; k < first + c.grad_accum; ++k) {
         ds.train_batch(c.seed, (uint32_t)step, c.batch_size, c.block_size, x.data(), y.data(),
                        (uint32_t)k * (uint32_t)c.batch_size);
-        loss_sum += be.forward_backward(x.data(), y.data(), (uint32_t)step, k, c.grad_accum);
+        sums[0] += be.forward_backward(x.data(), y.data(), (uint32_t)step, k, micro_batches, first);
       }
-      float loss = (float)(loss_sum / c.grad_accum);
+      if (step == fail_at)
+        throw RuntimeError("failure injected by TG_INJECT_FAIL at step " + std::to_string(step) + " (a test hook); expected none; unset TG_INJECT_FAIL");
+      if (dist::active()) {
+        be.reduce_grads();
+        sums[1] = stop_pending() ? 1 : 0;
+        dist::all_reduce_sum(sums, 2);
+        if (sums[1] > 0) {  // a rank was signalled: every rank stops before this step
+          request_stop();
+          throw Interrupted{};
+        }
+      }
+      float loss = (float)(sums[0] / micro_batches);
       const double norm = be.grad_norm();
       if (injected.count(step)) loss = NAN;
       // NaN guard: a non-finite loss or gradient norm skips the update (weights and AdamW state
@@ -259,6 +293,7 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
           // resume with other hyperparameters goes on from them
           std::string error;
           const std::string path = save(Progress{p.step, p.updates, 0}, &error);
+          dist::barrier();  // every rank stops here: none ends the job while rank 0 writes that checkpoint
           const std::string kept = !path.empty()    ? "; the last good weights are saved in " + path
                                    : !error.empty() ? "; the last good weights could not be saved (" + error + ")"
                                                     : "";

@@ -56,7 +56,11 @@ double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int 
 // nlohmann-json), to hooks.metrics. Checkpoints (hooks.checkpoint) before every
 // c.ckpt_interval-th step and at the end. A step whose loss or gradient norm is not finite applies no update (logged, and
 // written to metrics as {"step": N, "train_loss": null, "skipped": true}); tests inject NaN
-// losses with TG_INJECT_NAN="step,step,...".
+// losses with TG_INJECT_NAN="step,step,...", and one rank's failure with TG_INJECT_FAIL="rank:step".
+// Data parallel (model/dist.h, W ranks): rank r runs micro-batches r N .. r N + N - 1 of the
+// step's W N (N = --grad-accum), so that W ranks train as one process with --grad-accum W N;
+// be.reduce_grads() sums the gradients, one more all-reduce the losses (and a stop pending on
+// any rank: then every rank stops before that step). Rank 0 alone evaluates; hooks are rank 0's.
 // On a terminal each logged step is one line ending with the time left; between logged steps
 // a live line says where the run is, and an evaluation that lasts more than two seconds shows
 // its own progress. A CPU run whose first steps predict more than ten minutes says so once.

@@ -2,7 +2,7 @@
 // tests/cpu/test_run_dir.cpp, tests/emu/test_emu_cli.cpp): running train_gpt (path in
 // TG_TRAIN_GPT, default ./train_gpt) or train_gpt_emu (TG_TRAIN_GPT_EMU, default
 // ./train_gpt_emu) in the foreground or in the background, the data file (TG_DATA), fresh
-// temp directories.
+// temp directories, the launch of MPI ranks.
 #pragma once
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,6 +13,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+
+#include "../../model/dist.h"
 
 namespace cli {
 
@@ -78,13 +80,15 @@ inline Run run_train_gpt_prefixed(const std::string& prefix, const std::string& 
 
 inline Run run_train_gpt(const std::string& args) { return run_train_gpt_prefixed("", args); }
 
-// train_gpt started in the background (exec'd by a shell, so pid is train_gpt's own);
-// wait() gives its exit status and output.
+// train_gpt started in the background (exec'd by a shell, so pid is train_gpt's own, or that
+// of the launcher a prefix names: "env VAR=1 mpirun -np 2 "); wait() gives its exit status and
+// output.
 struct Background {
   pid_t pid = -1;
   int n = 0;
-  Background(const std::string& args, int slot) : n(slot) {
-    const std::string cmd = "exec " + train_gpt_exe() + " " + args + " >" + io_file("stdout", n) + " 2>" + io_file("stderr", n);
+  Background(const std::string& args, int slot, const std::string& prefix = "") : n(slot) {
+    const std::string cmd =
+        "exec " + prefix + train_gpt_exe() + " " + args + " >" + io_file("stdout", n) + " 2>" + io_file("stderr", n);
     pid = fork();
     if (pid == 0) {
       execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
@@ -101,6 +105,15 @@ struct Background {
     return Run{shell_code(status), slurp(io_file("stdout", n)), slurp(io_file("stderr", n))};
   }
 };
+
+// The launch of `ranks` MPI ranks of one OpenMP thread each ("env OMP_NUM_THREADS=1 mpirun
+// -np N ... "; the single-process runs compared with them take one thread too), or "" when
+// they cannot run here: this build has no MPI (model/dist.h) or mpirun is not on PATH.
+inline std::string mpirun(int ranks) {
+  if (!tg::dist::built_with_mpi() || std::system("command -v mpirun >/dev/null 2>&1") != 0) return "";
+  return "env OMP_NUM_THREADS=1 mpirun -np " + std::to_string(ranks) + " --oversubscribe" +
+         (geteuid() == 0 ? " --allow-run-as-root" : "") + " -x OMP_NUM_THREADS ";
+}
 
 inline int count_lines(const std::string& s) {
   int n = 0;

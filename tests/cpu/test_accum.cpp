@@ -149,6 +149,11 @@ TEST_CASE("preset gpt2-124m is llm.c's GPT-2 small recipe; --grad-accum is check
   REQUIRE(at != std::string::npos);
   text.erase(at, std::string("grad_accum=1\n").size());
   CHECK(config_from_text(text).grad_accum == 1);
+  // nor the number of ranks (model/dist.h): one
+  const size_t w = text.find("world=1\n");
+  REQUIRE(w != std::string::npos);
+  text.erase(w, std::string("world=1\n").size());
+  CHECK(config_from_text(text).world == 1);
 }
 
 #include <nlohmann/json.hpp>

@@ -277,10 +277,12 @@ struct StoppingBackend : Backend {
   explicit StoppingBackend(std::unique_ptr<Backend> b) : in(std::move(b)) {}
   std::string device_name() const override { return in->device_name(); }
   size_t memory_bytes() const override { return in->memory_bytes(); }
-  float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1) override {
+  float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1,
+                         int first_micro = 0) override {
     if ((int)step == stop_step) request_stop();
-    return in->forward_backward(x, y, step, micro, accum);
+    return in->forward_backward(x, y, step, micro, accum, first_micro);
   }
+  void reduce_grads() override { in->reduce_grads(); }
   double grad_norm() override { return in->grad_norm(); }
   void update(float lr, int t, double norm) override { in->update(lr, t, norm); }
   float eval_loss(const int32_t* x, const int32_t* y) override {

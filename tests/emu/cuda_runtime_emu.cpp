@@ -472,28 +472,43 @@ using emu::device_prop;
 using emu::fail;
 using emu::sticky_error;
 
+namespace {
+// The devices a process sees: 1, or TG_EMU_DEVICES=N (1 to 64) for data-parallel ranks
+// (mpirun -np N ./train_gpt_emu: each rank a process that takes the device of its local rank).
+// Every index is the process's one emulated device; cudaGetDevice returns the index set.
+int device_count() {
+  const char* env = std::getenv("TG_EMU_DEVICES");
+  const int n = env ? std::atoi(env) : 1;
+  return n >= 1 && n <= 64 ? n : 1;
+}
+int g_current_device = 0;
+}  // namespace
+
 extern "C" {
 
 cudaError_t cudaGetDeviceCount(int* count) {
   if (!count) return fail(cudaErrorInvalidValue);
-  *count = 1;
+  *count = device_count();
   return cudaSuccess;
 }
 
 cudaError_t cudaGetDevice(int* device) {
   if (!device) return fail(cudaErrorInvalidValue);
-  *device = 0;
+  *device = g_current_device;
   return sticky_error();
 }
 
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) + "): one device");
+  if (device < 0 || device >= device_count())
+    return fail(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) + "): " +
+                                            std::to_string(device_count()) + " device(s) (TG_EMU_DEVICES)");
+  g_current_device = device;
   return sticky_error();
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (!prop) return fail(cudaErrorInvalidValue);
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (device < 0 || device >= device_count()) return fail(cudaErrorInvalidDevice);
   *prop = device_prop();
   return cudaSuccess;
 }

@@ -5,7 +5,7 @@
 // emulated device), --grad-accum trains there as on the CPU, and greedy sampling from one
 // checkpoint gives the same text on the emulated device (fp32) as on the CPU backend (both with
 // their KV cache); --init-from starts both backends from the same weights (the same first loss
-// and logits).
+// and logits); two MPI ranks run the CUDA backend's data-parallel path (NCCL's stand-in).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -215,4 +215,39 @@ TEST_CASE("train_gpt_emu: --init-from a Hugging Face export starts the emulated 
   CHECK(n == 7 * 65);
   CHECK(worst <= 1e-5 * largest);
   fs::remove_all(base);
+}
+
+TEST_CASE("train_gpt_emu: mpirun -np 2 runs the CUDA backend's data-parallel path as one process with --grad-accum 2" *
+          doctest::skip(cli::mpirun(2).empty())) {
+  // two ranks, each a process with its own emulated device (TG_EMU_DEVICES=2: local rank 1 takes
+  // device 1), the gradients summed by ncclAllReduce (tests/emu/nccl_emu.cpp over MPI); against
+  // one emulated process with --grad-accum 2: the same micro-batches and dropout masks. Step 0
+  // is the same bits; later steps differ by the rounding of where micro-batch 1's gradients are
+  // added (in the kernels, or by the all-reduce), amplified by AdamW as in
+  // tests/cpu/test_dist.cpp: a relative 1e-5. (OpenMPI's own allocations outlive MPI_Finalize:
+  // LeakSanitizer is off for the ranks.)
+  const std::string common = " --precision fp32 --batch-size 2 --max-iters 3 --eval-interval 100 --log-interval 1 "
+                             "--sample-tokens 0 --dropout 0.1 --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 "
+                             "--eval-iters 1 --data " + data_path();
+  const fs::path dp = fresh_dir("tg_emu_dp"), acc = fresh_dir("tg_emu_dp_acc");
+  const Run r = cli::run_exe(cli::train_gpt_emu_exe(), "--device cuda" + common + " --out-dir " + dp.string(),
+                             "TG_EMU_DEVICES=2 ASAN_OPTIONS=detect_leaks=0 " + cli::mpirun(2) +
+                                 "-x TG_EMU_DEVICES -x ASAN_OPTIONS ");
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("rank 1 of 2: ") != std::string::npos);
+  CHECK(r.out.find("local rank 1, device EMULATED") != std::string::npos);
+  CHECK(r.out.find("gradients summed once per step by ncclAllReduce") != std::string::npos);
+  const Run one = run_emu("--device cuda" + common + " --grad-accum 2 --out-dir " + acc.string());
+  REQUIRE(one.code == 0);
+  const std::map<int, double> a = train_losses(dp), b = train_losses(acc);
+  REQUIRE(a.size() == 3);
+  REQUIRE(b.size() == 3);
+  CHECK(a.at(0) == b.at(0));
+  for (int s = 1; s < 3; ++s) {
+    CAPTURE(s);
+    CHECK(std::fabs(a.at(s) - b.at(s)) <= 1e-5 * b.at(s));
+  }
+  fs::remove_all(dp);
+  fs::remove_all(acc);
 }

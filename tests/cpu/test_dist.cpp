@@ -1,0 +1,297 @@
+// tests/cpu/test_dist.cpp: data-parallel training (mpirun -np 2 ./train_gpt, model/dist.h)
+// through the binary, two CPU ranks of one thread each:
+//   1. two ranks with micro-batch B train as one process with --grad-accum 2 (losses, the
+//      final checkpoint's weights), print their ranks, and write one run directory;
+//   2. a resume with another number of ranks keeps the global batch (2 x 1 -> 1 x 2 -> 2 x 1)
+//      and trains as the run that was never interrupted; one that cannot keep it is refused;
+//   3. a rank killed with SIGKILL ends the job within seconds, and its last checkpoint resumes;
+//      SIGTERM to one rank stops every rank before the same step, with a checkpoint;
+//   4. a rank that throws (bad input on every rank; a failure on rank 1 alone, TG_INJECT_FAIL)
+//      ends the job with a line naming the rank, and the last checkpoint resumes.
+// Skipped (and counted as skipped) when this build has no MPI or mpirun is not on PATH.
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../../data/dataset.h"
+#include "../../model/checkpoint.h"
+#include "../../model/gpt.h"
+#include "../common/cli_util.h"
+
+using namespace cli;
+
+namespace {
+
+const std::string& mpirun2() {
+  static const std::string prefix = mpirun(2);
+  return prefix;
+}
+const std::string kOne = "env OMP_NUM_THREADS=1 ";
+bool no_mpi() { return mpirun2().empty(); }
+
+constexpr int kT = 16;
+// A tiny model with dropout on (so the ranks' dropout row keys are checked too), B = 3.
+std::string tiny(int iters, const std::string& more, int B = 3) {
+  return "--device cpu --max-iters " + std::to_string(iters) +
+         " --n-layer 2 --n-head 2 --n-embd 16 --block-size " + std::to_string(kT) +
+         " --batch-size " + std::to_string(B) + " --dropout 0.1 --eval-interval 0 --eval-iters 1 --sample-tokens 0 --lr 1e-2 --data " +
+         data_path() + " " + more;
+}
+
+// Each trained step of a metrics.jsonl: its step, train_loss and learning rate.
+struct Step {
+  int step;
+  double loss, lr;
+};
+std::vector<Step> losses(const fs::path& dir) {
+  std::vector<Step> out;
+  std::istringstream in(slurp((dir / "metrics.jsonl").string()));
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("train_loss") && j["train_loss"].is_number())
+      out.push_back(Step{j["step"].get<int>(), j["train_loss"].get<double>(), j["lr"].get<double>()});
+  }
+  return out;
+}
+
+std::vector<float> final_weights(const fs::path& dir, int step) {
+  const data::Dataset ds = data::load_dataset(data_path(), kT);
+  const tg::ModelConfig m{ds.vocab_size(), kT, 2, 2, 16, false};
+  return tg::ckpt::load_checkpoint((dir / tg::ckpt::ckpt_name((uint32_t)step)).string(), tg::param_table(m)).params;
+}
+
+// Two runs of the same steps. The bound: step 0 is bitwise (the same weights, rows and dropout
+// keys; its two micro-batch losses summed in double either way, and a + b = b + a). The
+// gradients differ by rounding only: one process adds micro-batch 1's products into micro-batch
+// 0's gradients inside its kernels, two ranks compute each alone and MPI_Allreduce adds the
+// two sums (one rounding, the same bits on both ranks): a relative delta <= K eps = 4e-6 (K <= 64
+// terms in a sum here, eps = 2^-24). AdamW then amplifies that across steps as --grad-accum 2
+// against --batch-size 2B does (tests/cpu/test_accum.cpp): losses within a relative 1e-5.
+// Weights, with lr_s the learning rate of step s (from metrics.jsonl): an update moves a weight
+// by about lr_s m/sqrt(v), at most lr_s a step in size, so a weight whose gradient is at
+// rounding level may end at most 2 sum(lr_s) apart; a typical one moves lr_s delta apart (and
+// is rounded, eps |w| with |w| < 0.5): the mean stays within sum(2 lr_s delta + eps / 2). A wrong
+// micro-batch (other rows) or dropout key moves step 0's loss by 1e-3 or more, and every later
+// one (as rank 0's rows alone do below).
+void check_same_training(const fs::path& a, const fs::path& b, int steps) {
+  const auto la = losses(a), lb = losses(b);
+  REQUIRE(la.size() == (size_t)steps);
+  REQUIRE(lb.size() == la.size());
+  CHECK(la[0].loss == lb[0].loss);
+  double lr_sum = 0;
+  for (size_t i = 0; i < la.size(); ++i) {
+    CAPTURE(i);
+    CHECK(la[i].step == lb[i].step);
+    CHECK(la[i].lr == lb[i].lr);
+    CHECK(la[i].loss == doctest::Approx(lb[i].loss).epsilon(1e-5));
+    lr_sum += la[i].lr;
+  }
+  const std::vector<float> wa = final_weights(a, steps), wb = final_weights(b, steps);
+  REQUIRE(wa.size() == wb.size());
+  double sum = 0, worst = 0;
+  for (size_t i = 0; i < wa.size(); ++i) {
+    sum += std::fabs((double)wa[i] - wb[i]);
+    worst = std::max(worst, std::fabs((double)wa[i] - wb[i]));
+  }
+  MESSAGE("final weights: mean |difference| " << sum / wa.size() << ", largest " << worst << " (sum of lr "
+                                              << lr_sum << ")");
+  const double delta = 64 * 0x1p-24, eps = 0x1p-24;
+  CHECK(sum / wa.size() <= 2 * lr_sum * delta + steps * eps / 2);
+  CHECK(worst <= 2 * lr_sum);
+}
+
+}  // namespace
+
+TEST_CASE("dist: mpirun -np 2 with micro-batch B trains as one process with --grad-accum 2" * doctest::skip(no_mpi())) {
+  const fs::path base = fresh_dir("tg_dist_equal");
+  const Run dp = run_train_gpt_prefixed(mpirun2(), tiny(6, "--ckpt-interval 3 --out-dir " + (base / "dp").string()));
+  CAPTURE(dp.out);
+  CAPTURE(dp.err);
+  REQUIRE(dp.code == 0);
+  // the start-up lines (rank 0's alone: each appears once)
+  CHECK(dp.out.find("batch_size 3 x grad_accum 1 x 2 ranks = 96 tokens per step") != std::string::npos);
+  CHECK(dp.out.find("rank 0 of 2: ") != std::string::npos);
+  CHECK(dp.out.find("rank 1 of 2: ") != std::string::npos);
+  CHECK(dp.out.find("local rank 1, device cpu (1 threads)") != std::string::npos);
+  CHECK(dp.out.find("data parallel: 2 ranks, gradients summed once per step by MPI_Allreduce") != std::string::npos);
+  CHECK(dp.out.find("done: 6 steps") == dp.out.rfind("done: 6 steps"));
+  // one writer: rank 0's lock, run.cfg (with the ranks), metrics and checkpoints
+  CHECK(slurp((base / "dp" / "run.cfg").string()).find("\nworld=2\n") != std::string::npos);
+  CHECK(fs::exists(base / "dp" / "ckpt-00000006"));
+
+  const Run acc = run_train_gpt_prefixed(kOne, tiny(6, "--ckpt-interval 3 --grad-accum 2 --out-dir " + (base / "acc").string()));
+  CAPTURE(acc.err);
+  REQUIRE(acc.code == 0);
+  CHECK(acc.out.find("batch_size 3 x grad_accum 2 = 96 tokens per step") != std::string::npos);
+  check_same_training(base / "dp", base / "acc", 6);
+
+  // step 0 is rows 0 .. 5 of the step's batch (one batch of 6: the same loss to rounding), and
+  // the check can fail: rank 0's rows alone (what two ranks drawing the same rows would see)
+  // give another loss
+  const Run b6 = run_train_gpt_prefixed(kOne, tiny(1, "--out-dir " + (base / "b6").string(), 6));
+  const Run b3 = run_train_gpt_prefixed(kOne, tiny(1, "--out-dir " + (base / "b3").string()));
+  REQUIRE(b6.code == 0);
+  REQUIRE(b3.code == 0);
+  const double l0 = losses(base / "dp")[0].loss;
+  CHECK(losses(base / "b6")[0].loss == doctest::Approx(l0).epsilon(1e-5));
+  CHECK(std::fabs(losses(base / "b3")[0].loss - l0) > 1e-4 * l0);
+  fs::remove_all(base);
+}
+
+TEST_CASE("dist: a resume with another number of ranks keeps the global batch (2 x 1 -> 1 x 2 -> 2 x 1)" *
+          doctest::skip(no_mpi())) {
+  const fs::path base = fresh_dir("tg_dist_resume"), run = base / "run", ref = base / "ref";
+  const std::string dir = " --ckpt-interval 2 --out-dir " + run.string();
+  Run a = run_train_gpt_prefixed(mpirun2(), tiny(2, dir));
+  CAPTURE(a.err);
+  REQUIRE(a.code == 0);
+  // one process: --grad-accum 2 chosen and said; 3 cannot keep the 2 micro-batches: refused
+  const Run refused = run_train_gpt_prefixed(kOne, "--resume --grad-accum 3 --max-iters 4 --out-dir " + run.string());
+  CHECK(refused.code == 2);
+  CHECK(refused.err.find("--grad-accum 3 on 1 rank(s) (the run's step is 2 ranks x 1 = 2 micro-batches") != std::string::npos);
+  const Run b = run_train_gpt_prefixed(kOne, "--resume --max-iters 4 --out-dir " + run.string());
+  CAPTURE(b.err);
+  REQUIRE(b.code == 0);
+  CHECK(b.out.find("--grad-accum 2 on 1 rank(s) (was 2 ranks x 1: the same 2 micro-batches per step)") != std::string::npos);
+  CHECK(b.out.find("batch_size 3 x grad_accum 2 = 96 tokens per step") != std::string::npos);
+  const Run c = run_train_gpt_prefixed(mpirun2(), "--resume --max-iters 6 --out-dir " + run.string());
+  CAPTURE(c.err);
+  REQUIRE(c.code == 0);
+  CHECK(c.out.find("--grad-accum 1 on 2 rank(s) (was 2: the same 2 micro-batches per step)") != std::string::npos);
+  // the same training as one process with --grad-accum 2 that was never stopped
+  const Run r = run_train_gpt_prefixed(kOne, tiny(6, "--grad-accum 2 --ckpt-interval 2 --out-dir " + ref.string()));
+  REQUIRE(r.code == 0);
+  check_same_training(run, ref, 6);
+  fs::remove_all(base);
+}
+
+namespace {
+// The pids of the processes whose parent is ppid.
+std::vector<pid_t> children_of(pid_t ppid) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::istringstream stat(slurp((e.path() / "stat").string()));
+    std::string pid, comm, state;
+    long parent = -1;
+    // pid (comm) state ppid: train_gpt's comm has no spaces
+    if (stat >> pid >> comm >> state >> parent && parent == ppid) out.push_back((pid_t)std::stol(pid));
+  }
+  return out;
+}
+
+// A long two-rank run in run, once its first checkpoint is written: the job (mpirun) and the
+// pids of rank 0 (the lock's holder) and rank 1 (mpirun's other train_gpt child).
+struct TwoRanks {
+  Background job;
+  pid_t rank0 = -1, rank1 = -1;
+  explicit TwoRanks(const fs::path& run) : job(tiny(1000000, "--ckpt-interval 5 --out-dir " + run.string()), 0, mpirun2()) {
+    for (int i = 0; i < 600 && job.running() && rank0 <= 0; ++i) {  // a minute at most
+      const std::string lock = slurp((run / "train_gpt.lock").string());
+      if (!tg::ckpt::list_checkpoints(run.string()).empty() && !lock.empty()) rank0 = (pid_t)std::stol(lock);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    for (pid_t p : children_of(job.pid))
+      if (p != rank0 && slurp("/proc/" + std::to_string(p) + "/comm").rfind("train_gpt", 0) == 0) rank1 = p;
+  }
+  // Sends sig to rank 1, waits (30 s at most) for the job to end, which must take less than
+  // 20 s: its status and output, and the seconds it took (the job is killed when it did not end).
+  Run signal_rank1(int sig, double& seconds) {
+    REQUIRE(rank0 > 0);
+    REQUIRE(rank1 > 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(kill(rank1, sig) == 0);
+    bool ended = false;
+    for (int i = 0; i < 300 && !ended; ++i) {
+      ended = !job.running();
+      if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!ended) kill(job.pid, SIGKILL);
+    CHECK(seconds < 20);
+    return job.wait();
+  }
+};
+
+// The newest complete checkpoint of run resumes on one process (the same 2 micro-batches per
+// step) and trains 2 more steps; its step.
+uint32_t check_resumes(const fs::path& run) {
+  const auto ckpts = tg::ckpt::list_checkpoints(run.string());
+  REQUIRE(!ckpts.empty());
+  const uint32_t step = ckpts.front().first;
+  const Run resumed = run_train_gpt_prefixed(kOne, "--resume --max-iters " + std::to_string(step + 2) + " --out-dir " + run.string());
+  CAPTURE(resumed.err);
+  CHECK(resumed.code == 0);
+  CHECK(resumed.out.find("at step " + std::to_string(step)) != std::string::npos);
+  CHECK(resumed.out.find("done: " + std::to_string(step + 2) + " steps") != std::string::npos);
+  return step;
+}
+}  // namespace
+
+TEST_CASE("dist: a rank killed with SIGKILL ends the job within seconds; the last checkpoint resumes" *
+          doctest::skip(no_mpi())) {
+  const fs::path base = fresh_dir("tg_dist_kill"), run = base / "run";
+  TwoRanks two(run);
+  double seconds = 0;
+  const Run r = two.signal_rank1(SIGKILL, seconds);
+  CAPTURE(r.err);
+  MESSAGE("the job ended " << seconds << " s after rank 1's SIGKILL");
+  CHECK(r.code != 0);
+  CHECK(r.err.find("rank 1") != std::string::npos);  // mpirun names the rank that died
+  check_resumes(run);
+  fs::remove_all(base);
+}
+
+TEST_CASE("dist: SIGTERM to one rank stops every rank before the same step, with rank 0's checkpoint" *
+          doctest::skip(no_mpi())) {
+  // the signal only marks a stop pending on rank 1; the step's all-reduce tells rank 0, both
+  // stop before that step, rank 0 writes its checkpoint, and neither exits before it is written
+  const fs::path base = fresh_dir("tg_dist_term"), run = base / "run";
+  TwoRanks two(run);
+  double seconds = 0;
+  const Run r = two.signal_rank1(SIGTERM, seconds);
+  CAPTURE(r.err);
+  CHECK(r.code == 130);
+  const size_t at = r.err.find("interrupted after step ");
+  REQUIRE(at != std::string::npos);
+  const int last = std::atoi(r.err.c_str() + at + std::string("interrupted after step ").size());
+  CHECK(check_resumes(run) == (uint32_t)last + 1);  // the stop's own checkpoint, the newest
+  fs::remove_all(base);
+}
+
+TEST_CASE("dist: a rank that throws ends the job with one line naming it" * doctest::skip(no_mpi())) {
+  const fs::path base = fresh_dir("tg_dist_throw");
+  // bad input: every rank refuses it, exit status 2, nothing written
+  const Run bad = run_train_gpt_prefixed(mpirun2(), tiny(2, "--warmup-iters -1 --out-dir " + (base / "bad").string()));
+  CAPTURE(bad.err);
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("error: rank ") != std::string::npos);
+  CHECK(bad.err.find(" of 2: --warmup-iters is -1") != std::string::npos);
+  CHECK(!fs::exists(base / "bad"));
+  // a failure on rank 1 alone (TG_INJECT_FAIL) at step 3, while rank 0 waits for it in that
+  // step's all-reduce: the job ends at once, status 1, the line names the rank; the checkpoint
+  // of step 2 resumes
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path dir = base / "fail";
+  const Run fail = run_train_gpt_prefixed("TG_INJECT_FAIL=1:3 " + mpirun2() + "-x TG_INJECT_FAIL ",
+                                          tiny(10, "--ckpt-interval 2 --out-dir " + dir.string()));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CAPTURE(fail.err);
+  MESSAGE("the job with rank 1 failing at step 3 took " << seconds << " s");
+  CHECK(fail.code == 1);
+  CHECK(fail.err.find("error: rank 1 of 2: failure injected by TG_INJECT_FAIL at step 3") != std::string::npos);
+  CHECK(seconds < 20);
+  const Run resumed = run_train_gpt_prefixed(kOne, "--resume --max-iters 4 --out-dir " + dir.string());
+  CAPTURE(resumed.err);
+  CHECK(resumed.code == 0);
+  CHECK(resumed.out.find("at step 2") != std::string::npos);
+  fs::remove_all(base);
+}
