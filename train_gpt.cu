@@ -89,11 +89,8 @@ std::unique_ptr<tg::Backend> make_backend(const tg::Config& c, const tg::ModelCo
   return tg::make_cpu_backend(c, m, host_bytes_held);
 }
 
-// The model a config and its vocabulary describe.
-tg::ModelConfig model_of(const tg::Config& c, const data::CharTokenizer& tok) {
-  return tg::ModelConfig{tok.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
-}
-// token data: GPT-2's V padded as llm.c pads it (data::Dataset::padded_vocab)
+// The model a config and its data describe (token data: GPT-2's V padded as llm.c pads it,
+// data::Dataset::padded_vocab).
 tg::ModelConfig model_of(const tg::Config& c, const data::Dataset& ds) {
   return tg::ModelConfig{ds.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias, ds.padded_vocab()};
 }

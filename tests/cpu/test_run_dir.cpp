@@ -212,9 +212,12 @@ TEST_CASE("run dir: two processes started together on one --out-dir: one runs, t
     const Run& loser = ra.code == 2 ? ra : rb;
     const pid_t winner = ra.code == 2 ? b.pid : a.pid;
     CHECK(count_lines(loser.err) == 1);
-    // refused by the lock while the winner runs, or by what it left once it has finished
+    // refused by the lock while the winner runs, or by what it left once it has finished: seen
+    // before the lock ("already holds a run") or, when the winner ran its whole run between the
+    // loser's look at the directory and its lock (a loaded machine), after it ("begun meanwhile")
     CHECK((loser.err.find("in use by another train_gpt process (pid " + std::to_string(winner) + ")") != std::string::npos ||
-           loser.err.find("already holds a run") != std::string::npos));
+           loser.err.find("already holds a run") != std::string::npos ||
+           loser.err.find("holds a run begun meanwhile by another process") != std::string::npos));
     metrics_without_timing(run);  // whole lines, steps 0..200 once each
     CHECK(lines_of(slurp((run / "metrics.jsonl").string())).size() == 201);
   }
