@@ -19,7 +19,9 @@ namespace tg::dist {
 
 namespace {
 int g_rank = 0, g_world = 1, g_local_rank = 0;
-bool g_started = false;
+#ifdef TG_HAVE_MPI
+bool g_started = false;  // MPI_Init ran (finalize and abort then speak to MPI)
+#endif
 
 // Whether a launcher (mpirun, srun, a PMI / PMIx one) started this process as a rank.
 bool launched_by_mpirun() {
