@@ -93,11 +93,12 @@ void online_softmax_update(RowMat<T>& Sij, T* mi, T* li, T* alpha, int nr, int n
       alpha[r] = 1;
       continue;
     }
+    // Eigen's vectorised exp; masked entries (-inf) set to 0 explicitly, as Eigen's exp
+    // returns the smallest normal number, not 0, far left
+    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> p(row, nc);
+    p = (p == ninf).select(T(0), (p - m_new).exp());
     T rowsum = 0;
-    for (int c = 0; c < nc; ++c) {
-      row[c] = std::exp(row[c] - m_new);  // exp(-inf) = 0 at masked entries
-      rowsum += row[c];
-    }
+    for (int c = 0; c < nc; ++c) rowsum += row[c];
     alpha[r] = std::exp(mi[r] - m_new);  // 0 on the first tile (m_i = -inf)
     li[r] = alpha[r] * li[r] + rowsum;
     mi[r] = m_new;
@@ -135,8 +136,11 @@ void apply_dropout(RowMat<T>& Xij, const philox::DropoutKey& key, const Head& hd
 // P_ij = exp(S_ij - lse_i) in place (masked -inf entries give 0).
 template <typename T>
 void recompute_probs(RowMat<T>& Sij, const T* lse_i, int nr, int nc) {
-  for (int r = 0; r < nr; ++r)
-    for (int c = 0; c < nc; ++c) Sij(r, c) = std::exp(Sij(r, c) - lse_i[r]);
+  const T ninf = -std::numeric_limits<T>::infinity();
+  for (int r = 0; r < nr; ++r) {
+    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> p(&Sij(r, 0), nc);
+    p = (p == ninf).select(T(0), (p - lse_i[r]).exp());  // as in online_softmax_update
+  }
 }
 
 }  // namespace
