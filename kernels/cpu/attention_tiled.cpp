@@ -79,6 +79,19 @@ void mask_causal(MapMat<T>& Sij, int i0, int j0, int nr, int nc) {
     for (int c = std::max(0, i0 + r + 1 - j0); c < nc; ++c) Sij(r, c) = ninf;
 }
 
+// row[c] = exp(row[c] - shift) for c < nc, with Eigen's vectorised exp, and 0 where row[c] is
+// -inf: the causal mask leaves its -inf at the end of a row, which is set to 0 explicitly
+// (Eigen's exp gives the smallest normal number there, not 0).
+template <typename T>
+void exp_row(T* row, int nc, T shift) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  int n = nc;
+  while (n > 0 && row[n - 1] == ninf) --n;
+  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> p(row, n);
+  p = (p - shift).exp();
+  std::fill(row + n, row + nc, T(0));
+}
+
 // Online softmax update, in place: Sij becomes P~_ij = exp(S_ij - m_new);
 // alpha_r = exp(m_i - m_new); l_i = alpha l_i + rowsum(P~_ij); m_i = m_new.
 template <typename T>
@@ -93,10 +106,7 @@ void online_softmax_update(MapMat<T>& Sij, T* mi, T* li, T* alpha, int nr, int n
       alpha[r] = 1;
       continue;
     }
-    // Eigen's vectorised exp; masked entries (-inf) set to 0 explicitly, as Eigen's exp
-    // returns the smallest normal number, not 0, far left
-    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> p(row, nc);
-    p = (p == ninf).select(T(0), (p - m_new).exp());
+    exp_row(row, nc, m_new);
     T rowsum = 0;
     for (int c = 0; c < nc; ++c) rowsum += row[c];
     alpha[r] = std::exp(mi[r] - m_new);  // 0 on the first tile (m_i = -inf)
@@ -136,11 +146,7 @@ void apply_dropout(MapMat<T>& Xij, const philox::DropoutKey& key, const Head& hd
 // P_ij = exp(S_ij - lse_i) in place (masked -inf entries give 0).
 template <typename T>
 void recompute_probs(MapMat<T>& Sij, const T* lse_i, int nr, int nc) {
-  const T ninf = -std::numeric_limits<T>::infinity();
-  for (int r = 0; r < nr; ++r) {
-    Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> p(&Sij(r, 0), nc);
-    p = (p == ninf).select(T(0), (p - lse_i[r]).exp());  // as in online_softmax_update
-  }
+  for (int r = 0; r < nr; ++r) exp_row(&Sij(r, 0), nc, lse_i[r]);
 }
 
 // The tiles of one thread, kept from call to call: a thread allocates them the first time it
