@@ -38,12 +38,19 @@ class CpuBackend final : public Backend {
   }
   void reduce_grads() override { dist::all_reduce_sum(gpt_.grads.data(), gpt_.grads.size()); }
   double grad_norm() override { return cpu::global_norm(gpt_.grads.data(), gpt_.grads.size()); }
+  // Clipping and AdamW are elementwise: one parallel region, each thread taking its share of
+  // every tensor (the same result for any split).
   void update(float lr, int t, double norm) override {
-    if (c_.grad_clip > 0) cpu::clip_grad_norm(gpt_.grads.data(), gpt_.grads.size(), norm, c_.grad_clip);
-    for (const ParamSpec& p : gpt_.table)
-      cpu::adamw_update(gpt_.params.data() + p.offset, gpt_.grads.data() + p.offset, gpt_.m.data() + p.offset,
-                        gpt_.v.data() + p.offset, p.numel, lr, (float)c_.beta1, (float)c_.beta2, 1e-8f,
-                        p.decay ? (float)c_.weight_decay : 0.0f, t);
+#pragma omp parallel
+    {
+      const size_t th = (size_t)omp_get_thread_num(), nth = (size_t)omp_get_num_threads();
+      for (const ParamSpec& p : gpt_.table) {
+        const size_t i0 = p.offset + p.numel * th / nth, n = p.offset + p.numel * (th + 1) / nth - i0;
+        if (c_.grad_clip > 0) cpu::clip_grad_norm(gpt_.grads.data() + i0, n, norm, c_.grad_clip);
+        cpu::adamw_update(gpt_.params.data() + i0, gpt_.grads.data() + i0, gpt_.m.data() + i0, gpt_.v.data() + i0, n,
+                          lr, (float)c_.beta1, (float)c_.beta2, 1e-8f, p.decay ? (float)c_.weight_decay : 0.0f, t);
+      }
+    }
   }
   float eval_loss(const int32_t* x, const int32_t* y) override {
     return (float)gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, false, 0);

@@ -4,7 +4,10 @@
 // cache and one-row buffers.
 #include "gpt_cpu.h"
 
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -23,11 +26,6 @@
 
 namespace tg {
 
-namespace {
-template <typename T>
-void zero(Buffer<T>& v, size_t n) { std::memset(v.data(), 0, n * sizeof(T)); }
-}  // namespace
-
 template <typename T>
 GPTCpu<T>::GPTCpu(const ModelConfig& mc, const RunShape& run) : m_(mc), run_(run) {
   table = param_table(m_);
@@ -38,6 +36,12 @@ GPTCpu<T>::GPTCpu(const ModelConfig& mc, const RunShape& run) : m_(mc), run_(run
   v.assign(n, 0);
   P = bind_params(params.data(), m_);
   G = bind_params(grads.data(), m_);
+  slices_ = slices(run);
+  gpart_.resize(slices_ - 1);
+  for (Buffer<T>& g : gpart_) {
+    g.assign(n, 0);
+    Gpart_.push_back(bind_params(g.data(), m_));
+  }
 
   const size_t BT = (size_t)run.B * run.T, C = m_.n_embd, NH = m_.n_head, V = m_.vp();  // logits rows: Vp
   acts_.encoded.resize(BT * C);
@@ -79,12 +83,31 @@ GPTCpu<T>::GPTCpu(const ModelConfig& mc, const RunShape& run) : m_(mc), run_(run
 }
 
 template <typename T>
-philox::DropoutKey GPTCpu<T>::key(uint32_t layer, uint32_t site) const {
+philox::DropoutKey GPTCpu<T>::key(uint32_t layer, uint32_t site, int b0) const {
   double p = train_ ? run_.dropout : 0.0;
   philox::DropoutKey k = philox::make_dropout_key(run_.seed, step_, layer, site, p);
-  const uint32_t rows = (uint32_t)micro_ * (uint32_t)run_.B;
+  const uint32_t rows = (uint32_t)micro_ * (uint32_t)run_.B + (uint32_t)b0;
   k.row0 = site == philox::kSiteAttnProbs ? rows * (uint32_t)m_.n_head : rows;
   return k;
+}
+
+template <typename T>
+int GPTCpu<T>::slices(const RunShape& run) {
+  const int want = run.slices > 0 ? run.slices : omp_get_max_threads();
+  return std::max(1, std::min(want, run.B));
+}
+
+template <typename T>
+template <typename F>
+bool GPTCpu<T>::for_each_slice(int b, F&& body) {
+  const int S = std::max(1, std::min(slices_, b));
+  std::atomic<bool> stopped{false};
+  // One slice per thread; a team smaller than S (the runtime may give fewer threads) takes
+  // several in turn, so the arithmetic depends on S alone, never on the team.
+#pragma omp parallel num_threads(S) if (S > 1)
+  for (int s = omp_get_thread_num(); s < S; s += omp_get_num_threads())
+    if (!body(s, S, b * s / S, b * (s + 1) / S)) stopped = true;
+  return !stopped;
 }
 
 template <typename T>
@@ -92,102 +115,157 @@ double GPTCpu<T>::forward(const int32_t* x, const int32_t* targets, int b, int t
                           int micro, int accum) {
   b_ = b; t_ = t; train_ = train; step_ = step; micro_ = train ? micro : 0;
   std::copy(x, x + (size_t)b * t, inp_.begin());
-  const int C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, Vp = m_.vp(), N = b * t;
-
-  cpu::encoder_forward(acts_.encoded.data(), x, P.wte, P.wpe, b, t, C);
-  cpu::dropout_forward(acts_.encoded.data(), acts_.encoded.data(), key(0, philox::kSiteEmbedding), b, t, C);
-  const T* residual = acts_.encoded.data();
-  for (int li = 0; li < m_.n_layer; ++li) {
-    throw_if_stop_requested();  // a stop cuts the pass short (model/stop.h)
-    Layer& a = acts_.h[li];
-    const LayerParams<T>& p = P.h[li];
-    // x = x + drop(c_proj(attn(ln_1(x))))
-    cpu::layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), residual, p.ln1w, p.ln1b, N, C);
-    cpu::matmul_forward(a.qkv.data(), a.ln1.data(), p.qkvw, p.qkvb, N, C, 3 * C);
-    if (run_.flash)
-      cpu::attention_tiled_forward(a.atty.data(), a.lse.data(), a.qkv.data(), key(li, philox::kSiteAttnProbs), b, t,
-                                   C, NH, true, run_.Br, run_.Bc, nullptr);
-    else
-      cpu::attention_naive_forward(a.atty.data(), a.att.data(), a.qkv.data(), key(li, philox::kSiteAttnProbs), b, t,
-                                   C, NH, true, nullptr);
-    cpu::matmul_forward(a.attproj.data(), a.atty.data(), p.attprojw, p.attprojb, N, C, C);
-    cpu::dropout_forward(a.attproj.data(), a.attproj.data(), key(li, philox::kSiteAttnProj), b, t, C);
-    cpu::residual_forward(a.res2.data(), residual, a.attproj.data(), (size_t)N * C);
-    throw_if_stop_requested();
-    // x = x + drop(mlp.c_proj(gelu(c_fc(ln_2(x)))))
-    cpu::layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.res2.data(), p.ln2w, p.ln2b, N, C);
-    cpu::matmul_forward(a.fch.data(), a.ln2.data(), p.fcw, p.fcb, N, C, 4 * C);
-    cpu::gelu_forward(a.fch_gelu.data(), a.fch.data(), (size_t)N * 4 * C, run_.gelu);
-    cpu::matmul_forward(a.fcproj.data(), a.fch_gelu.data(), p.fcprojw, p.fcprojb, N, 4 * C, C);
-    cpu::dropout_forward(a.fcproj.data(), a.fcproj.data(), key(li, philox::kSiteMlp), b, t, C);
-    cpu::residual_forward(a.res3.data(), a.res2.data(), a.fcproj.data(), (size_t)N * C);
-    residual = a.res3.data();
-  }
-  cpu::layernorm_forward(acts_.lnf.data(), acts_.lnf_mean.data(), acts_.lnf_rstd.data(), residual, P.lnfw, P.lnfb, N, C);
-  cpu::matmul_forward(acts_.logits.data(), acts_.lnf.data(), P.wte, (const T*)nullptr, N, C, Vp);
+  const bool done = for_each_slice(b, [&](int, int, int b0, int b1) {
+    return forward_slice(b0, b1, targets, accum);
+  });
+  if (!done) throw Interrupted{};  // a stop cut the pass short (model/stop.h)
   if (!targets) return 0.0;
-  if (train)
-    cpu::cross_entropy_forward_backward(acts_.losses.data(), acts_.dlogits.data(), acts_.logits.data(), targets,
-                                        (T)(1.0 / ((double)N * accum)), N, V, Vp);
-  else
-    cpu::cross_entropy_forward(acts_.losses.data(), acts_.logits.data(), targets, N, V, Vp);
+  const int N = b * t;
   double sum = 0;
   for (int i = 0; i < N; ++i) sum += acts_.losses[i];
   return sum / N;
 }
 
 template <typename T>
-void GPTCpu<T>::backward(bool accumulate) {
-  const int b = b_, t = t_, C = m_.n_embd, NH = m_.n_head, V = m_.vp(), N = b * t;  // the head's matmul: Vp
-  const size_t NC = (size_t)N * C;
-  if (!accumulate) std::fill(grads.begin(), grads.end(), T(0));
-  // logits = ln_f(x) wte^T
-  zero(d_.dln, NC);
-  cpu::matmul_backward(d_.dln.data(), G.wte, (T*)nullptr, acts_.dlogits.data(), acts_.lnf.data(), P.wte, N, C, V);
-  const T* last = m_.n_layer ? acts_.h.back().res3.data() : acts_.encoded.data();
-  zero(d_.dres, NC);  // dres: the gradient of the residual stream, walked down the blocks
-  cpu::layernorm_backward(d_.dres.data(), G.lnfw, G.lnfb, d_.dln.data(), last, P.lnfw, acts_.lnf_mean.data(),
-                          acts_.lnf_rstd.data(), N, C);
-  for (int li = m_.n_layer - 1; li >= 0; --li) {
-    throw_if_stop_requested();
+bool GPTCpu<T>::forward_slice(int b0, int b1, const int32_t* targets, int accum) {
+  const int b = b1 - b0, t = t_, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, Vp = m_.vp(), N = b * t;
+  const size_t n0 = (size_t)b0 * t;  // first row of the slice
+  // rows n0 .. n0 + N - 1 of a (B, T, width) buffer
+  auto rows = [n0](Buffer<T>& buf, size_t width) { return buf.data() + n0 * width; };
+  const size_t H = (size_t)NH * t;  // lse rows of one sequence
+
+  cpu::encoder_forward(rows(acts_.encoded, C), inp_.data() + n0, P.wte, P.wpe, b, t, C);
+  cpu::dropout_forward(rows(acts_.encoded, C), rows(acts_.encoded, C), key(0, philox::kSiteEmbedding, b0), b, t, C);
+  const T* residual = rows(acts_.encoded, C);
+  for (int li = 0; li < m_.n_layer; ++li) {
+    if (stop_requested()) return false;
     Layer& a = acts_.h[li];
     const LayerParams<T>& p = P.h[li];
-    LayerParams<T>& g = G.h[li];
-    const T* residual = li == 0 ? acts_.encoded.data() : acts_.h[li - 1].res3.data();
-    // res3 = res2 + drop(fcproj): dres is d res3, and flows on unchanged into d res2
-    zero(d_.dbtc, NC);
-    cpu::dropout_backward(d_.dbtc.data(), d_.dres.data(), key(li, philox::kSiteMlp), b, t, C);
-    zero(d_.dfch_gelu, NC * 4);
-    cpu::matmul_backward(d_.dfch_gelu.data(), g.fcprojw, g.fcprojb, d_.dbtc.data(), a.fch_gelu.data(), p.fcprojw, N,
-                         4 * C, C);
-    zero(d_.dfch, NC * 4);
-    cpu::gelu_backward(d_.dfch.data(), a.fch.data(), d_.dfch_gelu.data(), NC * 4, run_.gelu);
-    zero(d_.dln, NC);
-    cpu::matmul_backward(d_.dln.data(), g.fcw, g.fcb, d_.dfch.data(), a.ln2.data(), p.fcw, N, C, 4 * C);
-    cpu::layernorm_backward(d_.dres.data(), g.ln2w, g.ln2b, d_.dln.data(), a.res2.data(), p.ln2w, a.ln2_mean.data(),
-                            a.ln2_rstd.data(), N, C);
-    throw_if_stop_requested();
-    // res2 = residual + drop(attproj): dres is now d res2, and flows on into d residual
-    zero(d_.dbtc, NC);
-    cpu::dropout_backward(d_.dbtc.data(), d_.dres.data(), key(li, philox::kSiteAttnProj), b, t, C);
-    zero(d_.datty, NC);
-    cpu::matmul_backward(d_.datty.data(), g.attprojw, g.attprojb, d_.dbtc.data(), a.atty.data(), p.attprojw, N, C, C);
-    zero(d_.dqkv, NC * 3);
+    T *ln1 = rows(a.ln1, C), *qkv = rows(a.qkv, 3 * C), *atty = rows(a.atty, C), *attproj = rows(a.attproj, C);
+    T *res2 = rows(a.res2, C), *ln2 = rows(a.ln2, C), *fch = rows(a.fch, 4 * C), *fch_gelu = rows(a.fch_gelu, 4 * C);
+    T *fcproj = rows(a.fcproj, C), *res3 = rows(a.res3, C);
+    // x = x + drop(c_proj(attn(ln_1(x))))
+    cpu::layernorm_forward(ln1, a.ln1_mean.data() + n0, a.ln1_rstd.data() + n0, residual, p.ln1w, p.ln1b, N, C);
+    cpu::matmul_forward(qkv, ln1, p.qkvw, p.qkvb, N, C, 3 * C);
     if (run_.flash)
-      cpu::attention_tiled_backward(d_.dqkv.data(), d_.datty.data(), a.qkv.data(), a.atty.data(), a.lse.data(),
-                                    key(li, philox::kSiteAttnProbs), b, t, C, NH, true, run_.Br, run_.Bc);
+      cpu::attention_tiled_forward(atty, a.lse.data() + b0 * H, qkv, key(li, philox::kSiteAttnProbs, b0), b, t, C, NH,
+                                   true, run_.Br, run_.Bc, nullptr);
     else
-      cpu::attention_naive_backward(d_.dqkv.data(), d_.datty.data(), a.qkv.data(), a.att.data(),
-                                    key(li, philox::kSiteAttnProbs), b, t, C, NH, true);
-    zero(d_.dln, NC);
-    cpu::matmul_backward(d_.dln.data(), g.qkvw, g.qkvb, d_.dqkv.data(), a.ln1.data(), p.qkvw, N, C, 3 * C);
-    cpu::layernorm_backward(d_.dres.data(), g.ln1w, g.ln1b, d_.dln.data(), residual, p.ln1w, a.ln1_mean.data(),
-                            a.ln1_rstd.data(), N, C);
+      cpu::attention_naive_forward(atty, a.att.data() + b0 * H * t, qkv, key(li, philox::kSiteAttnProbs, b0), b, t, C,
+                                   NH, true, nullptr);
+    cpu::matmul_forward(attproj, atty, p.attprojw, p.attprojb, N, C, C);
+    cpu::dropout_forward(attproj, attproj, key(li, philox::kSiteAttnProj, b0), b, t, C);
+    cpu::residual_forward(res2, residual, attproj, (size_t)N * C);
+    if (stop_requested()) return false;
+    // x = x + drop(mlp.c_proj(gelu(c_fc(ln_2(x)))))
+    cpu::layernorm_forward(ln2, a.ln2_mean.data() + n0, a.ln2_rstd.data() + n0, res2, p.ln2w, p.ln2b, N, C);
+    cpu::matmul_forward(fch, ln2, p.fcw, p.fcb, N, C, 4 * C);
+    cpu::gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, run_.gelu);
+    cpu::matmul_forward(fcproj, fch_gelu, p.fcprojw, p.fcprojb, N, 4 * C, C);
+    cpu::dropout_forward(fcproj, fcproj, key(li, philox::kSiteMlp, b0), b, t, C);
+    cpu::residual_forward(res3, res2, fcproj, (size_t)N * C);
+    residual = res3;
+  }
+  T* lnf = rows(acts_.lnf, C);
+  cpu::layernorm_forward(lnf, acts_.lnf_mean.data() + n0, acts_.lnf_rstd.data() + n0, residual, P.lnfw, P.lnfb, N, C);
+  cpu::matmul_forward(rows(acts_.logits, Vp), lnf, P.wte, (const T*)nullptr, N, C, Vp);
+  if (!targets) return true;
+  if (train_)
+    cpu::cross_entropy_forward_backward(acts_.losses.data() + n0, rows(acts_.dlogits, Vp), rows(acts_.logits, Vp),
+                                        targets + n0, (T)(1.0 / ((double)b_ * t * accum)), N, V, Vp);
+  else
+    cpu::cross_entropy_forward(acts_.losses.data() + n0, rows(acts_.logits, Vp), targets + n0, N, V, Vp);
+  return true;
+}
+
+template <typename T>
+void GPTCpu<T>::backward(bool accumulate) {
+  // Slice 0 adds into grads (zeroed first unless accumulating); slice s > 0 into its own zeroed
+  // partial gradient gpart_[s - 1]; the partials are then added into grads, in slice order.
+  const bool done = for_each_slice(b_, [&](int s, int, int b0, int b1) {
+    if (s == 0) {
+      if (!accumulate) std::fill(grads.begin(), grads.end(), T(0));
+      return backward_slice(b0, b1, G);
+    }
+    std::fill(gpart_[s - 1].begin(), gpart_[s - 1].end(), T(0));
+    return backward_slice(b0, b1, Gpart_[s - 1]);
+  });
+  if (!done) throw Interrupted{};
+  const int S = std::max(1, std::min(slices_, b_));
+  if (S == 1) return;
+  const long n = (long)grads.size();
+  T* g = grads.data();
+#pragma omp parallel for schedule(static)
+  for (long i = 0; i < n; ++i) {
+    T sum = g[i];
+    for (int s = 1; s < S; ++s) sum += gpart_[s - 1][i];
+    g[i] = sum;
+  }
+}
+
+template <typename T>
+bool GPTCpu<T>::backward_slice(int b0, int b1, GPTParams<T>& gs) {
+  const int b = b1 - b0, t = t_, C = m_.n_embd, NH = m_.n_head, V = m_.vp(), N = b * t;  // the head's matmul: Vp
+  const size_t n0 = (size_t)b0 * t, NC = (size_t)N * C, H = (size_t)NH * t;
+  auto rows = [n0](Buffer<T>& buf, size_t width) { return buf.data() + n0 * width; };
+  auto zeroed = [n0, N](Buffer<T>& buf, size_t width) {
+    T* p = buf.data() + n0 * width;
+    std::memset(p, 0, (size_t)N * width * sizeof(T));
+    return p;
+  };
+  T *dres = rows(d_.dres, C), *dbtc = rows(d_.dbtc, C);
+  // d(inp) of the dropout site whose output gradient is dres: dres itself when nothing is
+  // dropped (p = 0: the dropout is the identity), else dbtc
+  auto drop_backward = [&](const philox::DropoutKey& k) -> const T* {
+    if (k.threshold == 0) return dres;
+    std::memset(dbtc, 0, NC * sizeof(T));
+    cpu::dropout_backward(dbtc, dres, k, b, t, C);
+    return dbtc;
+  };
+  // logits = ln_f(x) wte^T
+  T* dln = zeroed(d_.dln, C);
+  cpu::matmul_backward(dln, gs.wte, (T*)nullptr, rows(acts_.dlogits, V), rows(acts_.lnf, C), P.wte, N, C, V);
+  const T* last = m_.n_layer ? acts_.h.back().res3.data() + n0 * C : acts_.encoded.data() + n0 * C;
+  std::memset(dres, 0, NC * sizeof(T));  // dres: the gradient of the residual stream, walked down the blocks
+  cpu::layernorm_backward(dres, gs.lnfw, gs.lnfb, dln, last, P.lnfw, acts_.lnf_mean.data() + n0,
+                          acts_.lnf_rstd.data() + n0, N, C);
+  for (int li = m_.n_layer - 1; li >= 0; --li) {
+    if (stop_requested()) return false;
+    Layer& a = acts_.h[li];
+    const LayerParams<T>& p = P.h[li];
+    LayerParams<T>& g = gs.h[li];
+    const T* residual = li == 0 ? rows(acts_.encoded, C) : rows(acts_.h[li - 1].res3, C);
+    // res3 = res2 + drop(fcproj): dres is d res3, and flows on unchanged into d res2
+    const T* dfcproj = drop_backward(key(li, philox::kSiteMlp, b0));
+    T* dfch_gelu = zeroed(d_.dfch_gelu, 4 * C);
+    cpu::matmul_backward(dfch_gelu, g.fcprojw, g.fcprojb, dfcproj, rows(a.fch_gelu, 4 * C), p.fcprojw, N, 4 * C, C);
+    T* dfch = zeroed(d_.dfch, 4 * C);
+    cpu::gelu_backward(dfch, rows(a.fch, 4 * C), dfch_gelu, NC * 4, run_.gelu);
+    dln = zeroed(d_.dln, C);
+    cpu::matmul_backward(dln, g.fcw, g.fcb, dfch, rows(a.ln2, C), p.fcw, N, C, 4 * C);
+    cpu::layernorm_backward(dres, g.ln2w, g.ln2b, dln, rows(a.res2, C), p.ln2w, a.ln2_mean.data() + n0,
+                            a.ln2_rstd.data() + n0, N, C);
+    if (stop_requested()) return false;
+    // res2 = residual + drop(attproj): dres is now d res2, and flows on into d residual
+    const T* dattproj = drop_backward(key(li, philox::kSiteAttnProj, b0));
+    T* datty = zeroed(d_.datty, C);
+    cpu::matmul_backward(datty, g.attprojw, g.attprojb, dattproj, rows(a.atty, C), p.attprojw, N, C, C);
+    T* dqkv = zeroed(d_.dqkv, 3 * C);
+    if (run_.flash)
+      cpu::attention_tiled_backward(dqkv, datty, rows(a.qkv, 3 * C), rows(a.atty, C), a.lse.data() + b0 * H,
+                                    key(li, philox::kSiteAttnProbs, b0), b, t, C, NH, true, run_.Br, run_.Bc);
+    else
+      cpu::attention_naive_backward(dqkv, datty, rows(a.qkv, 3 * C), a.att.data() + b0 * H * t,
+                                    key(li, philox::kSiteAttnProbs, b0), b, t, C, NH, true);
+    dln = zeroed(d_.dln, C);
+    cpu::matmul_backward(dln, g.qkvw, g.qkvb, dqkv, rows(a.ln1, C), p.qkvw, N, C, 3 * C);
+    cpu::layernorm_backward(dres, g.ln1w, g.ln1b, dln, residual, p.ln1w, a.ln1_mean.data() + n0,
+                            a.ln1_rstd.data() + n0, N, C);
   }
   // encoded = drop(wte[x] + wpe)
-  zero(d_.dbtc, NC);
-  cpu::dropout_backward(d_.dbtc.data(), d_.dres.data(), key(0, philox::kSiteEmbedding), b, t, C);
-  cpu::encoder_backward(G.wte, G.wpe, d_.dbtc.data(), inp_.data(), b, t, C);
+  const T* denc = drop_backward(key(0, philox::kSiteEmbedding, b0));
+  cpu::encoder_backward(gs.wte, gs.wpe, denc, inp_.data() + n0, b, t, C);
+  return true;
 }
 
 template <typename T>
@@ -262,7 +340,7 @@ double GPTCpu<T>::bytes_needed(const ModelConfig& m, const RunShape& run) {
   // in double: a config far too large for any machine must not wrap around
   const double BT = (double)run.B * run.T, C = m.n_embd, NH = m.n_head, V = m.vp(), L = m.n_layer;
   const double att = run.flash ? (double)run.B * NH * run.T : (double)run.B * NH * run.T * run.T;
-  double n = 4 * (double)param_count(param_table(m));  // params, grads, m, v
+  double n = (4 + slices(run) - 1) * (double)param_count(param_table(m));  // params, grads, m, v, partial grads
   n += BT * C;                                     // encoded
   n += L * (BT * C * (7 + 3 + 8) + 4 * BT + att);  // per block (see the constructor)
   n += BT * C + 3 * BT + 2 * BT * V;               // ln_f, losses, logits, dlogits

@@ -21,6 +21,7 @@ struct RunShape {
   int Br = 64, Bc = 64;      // tile sizes of attention_tiled
   uint64_t seed = 1337;      // dropout seed
   GeluForm gelu = GeluForm::Tanh;  // the MLP's activation (kernels/gelu_form.h)
+  int slices = 0;            // batch slices run in parallel (see GPTCpu); 0: one per OpenMP thread
 };
 
 // Every buffer starts on a 64-byte boundary. Vectorised reductions (Eigen's sums, for one)
@@ -45,6 +46,15 @@ struct Aligned64 {
 template <typename T>
 using Buffer = std::vector<T, Aligned64<T>>;
 
+// Threads. forward and backward cut the batch into S = min(run.slices or the OpenMP threads, b)
+// slices of whole sequences and run the call sequence below on each slice, in one parallel
+// region, one slice per thread: every op of the network works on rows (or on sequences, for
+// attention) independently, so a slice needs nothing from another and there is no barrier
+// between ops. Dropout masks stay keyed by the sequence's place in the batch (DropoutKey::row0
+// is shifted by the slice's first sequence). The weight gradients are sums over all rows:
+// slice 0 adds into grads, slice s > 0 into its own partial copy, and the partials are then
+// added into grads in slice order. The result depends on S, never on how the runtime schedules
+// threads; S = 1 is the plain call sequence (the kernels then use OpenMP inside, as before).
 template <typename T>
 class GPTCpu {
  public:
@@ -129,7 +139,15 @@ class GPTCpu {
     Buffer<T> k, v;  // (L, NH, block_size, HS)
     Buffer<T> x, ln, mean, rstd, qkv, atty, proj, fch, fch_gelu, logits;
   };
-  philox::DropoutKey key(uint32_t layer, uint32_t site) const;
+  // The dropout key of a site for a slice whose first sequence is b0 of the batch.
+  philox::DropoutKey key(uint32_t layer, uint32_t site, int b0) const;
+  static int slices(const RunShape& run);  // S for a batch of run.B
+  // Runs body(s, S, b0, b1) for the slices s of a batch of b (sequences b0 .. b1 - 1), in
+  // parallel; false when a body returned false (a stop was requested).
+  template <typename F>
+  bool for_each_slice(int b, F&& body);
+  bool forward_slice(int b0, int b1, const int32_t* targets, int accum);
+  bool backward_slice(int b0, int b1, GPTParams<T>& gs);  // gradients added into gs
   void decode_row(int32_t token);  // one row at position window_.size() - 1
   void decode_prime();             // the cache and logits for all of window_ (see decode_step)
 
@@ -143,6 +161,9 @@ class GPTCpu {
   uint32_t step_ = 0;
   int micro_ = 0;
   Decode dec_;
+  int slices_ = 1;
+  std::vector<Buffer<T>> gpart_;   // partial gradients of slices 1 .. S - 1, as grads
+  std::vector<GPTParams<T>> Gpart_;  // views of gpart_
   std::vector<int32_t> window_;  // tokens whose keys and values are in the cache, position order
 };
 

@@ -4,16 +4,20 @@
 //   w -= lr wd w             (decoupled decay, applied first)
 //   w -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
 // The bias corrections are computed once in double. global_norm = sqrt(sum g^2) accumulated
-// in double (serially, so it is independent of the thread count); clip_grad_norm multiplies
+// in double, in a fixed order whatever the thread count (per chunk, then the chunks in order);
+// clip_grad_norm multiplies
 // by max_norm / (norm + 1e-6) when that factor is below 1, as torch.nn.utils.clip_grad_norm_.
 #include "adamw.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace cpu {
 
 namespace {
 constexpr long kParallelMin = 1L << 15;
+constexpr size_t kNormChunk = 1 << 13;  // elements per partial sum of global_norm
 }
 
 template <typename T>
@@ -40,8 +44,20 @@ void adamw_update(T* params, const T* grads, T* m, T* v, size_t N, float lr, flo
 
 template <typename T>
 double global_norm(const T* grads, size_t N) {
+  // Chunks of kNormChunk elements, each summed with SIMD lanes (a fixed order for a given
+  // build), the chunk sums added in order: the result does not depend on the thread count.
+  const long chunks = (long)((N + kNormChunk - 1) / kNormChunk);
+  std::vector<double> part((size_t)chunks);
+#pragma omp parallel for schedule(static) if ((long)N >= kParallelMin)
+  for (long k = 0; k < chunks; ++k) {
+    const size_t i0 = (size_t)k * kNormChunk, i1 = std::min(N, i0 + kNormChunk);
+    double s = 0.0;
+#pragma omp simd reduction(+ : s)
+    for (size_t i = i0; i < i1; ++i) s += (double)grads[i] * (double)grads[i];
+    part[(size_t)k] = s;
+  }
   double s = 0.0;
-  for (size_t i = 0; i < N; ++i) s += (double)grads[i] * (double)grads[i];
+  for (double p : part) s += p;
   return std::sqrt(s);
 }
 

@@ -73,16 +73,29 @@ StridedMat<T> tile(T* src, size_t ld, int r0, int n, int HS) {
 
 // -inf at key j0+c > query i0+r (the causal mask inside a diagonal tile).
 template <typename T>
-void mask_causal(RowMat<T>& Sij, int i0, int j0, int nr, int nc) {
+void mask_causal(MapMat<T>& Sij, int i0, int j0, int nr, int nc) {
   const T ninf = -std::numeric_limits<T>::infinity();
   for (int r = 0; r < nr; ++r)
     for (int c = std::max(0, i0 + r + 1 - j0); c < nc; ++c) Sij(r, c) = ninf;
 }
 
+// row[c] = exp(row[c] - shift) for c < nc, with Eigen's vectorised exp, and 0 where row[c] is
+// -inf: the causal mask leaves its -inf at the end of a row, which is set to 0 explicitly
+// (Eigen's exp gives the smallest normal number there, not 0).
+template <typename T>
+void exp_row(T* row, int nc, T shift) {
+  const T ninf = -std::numeric_limits<T>::infinity();
+  int n = nc;
+  while (n > 0 && row[n - 1] == ninf) --n;
+  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> p(row, n);
+  p = (p - shift).exp();
+  std::fill(row + n, row + nc, T(0));
+}
+
 // Online softmax update, in place: Sij becomes P~_ij = exp(S_ij - m_new);
 // alpha_r = exp(m_i - m_new); l_i = alpha l_i + rowsum(P~_ij); m_i = m_new.
 template <typename T>
-void online_softmax_update(RowMat<T>& Sij, T* mi, T* li, T* alpha, int nr, int nc) {
+void online_softmax_update(MapMat<T>& Sij, T* mi, T* li, T* alpha, int nr, int nc) {
   const T ninf = -std::numeric_limits<T>::infinity();
   for (int r = 0; r < nr; ++r) {
     T* row = &Sij(r, 0);
@@ -93,11 +106,9 @@ void online_softmax_update(RowMat<T>& Sij, T* mi, T* li, T* alpha, int nr, int n
       alpha[r] = 1;
       continue;
     }
+    exp_row(row, nc, m_new);
     T rowsum = 0;
-    for (int c = 0; c < nc; ++c) {
-      row[c] = std::exp(row[c] - m_new);  // exp(-inf) = 0 at masked entries
-      rowsum += row[c];
-    }
+    for (int c = 0; c < nc; ++c) rowsum += row[c];
     alpha[r] = std::exp(mi[r] - m_new);  // 0 on the first tile (m_i = -inf)
     li[r] = alpha[r] * li[r] + rowsum;
     mi[r] = m_new;
@@ -109,7 +120,7 @@ void online_softmax_update(RowMat<T>& Sij, T* mi, T* li, T* alpha, int nr, int n
 // M_ij from kernels/philox.h, one Philox call per 4 aligned columns. When mask is not null
 // the decisions are recorded there (all kept when p = 0).
 template <typename T>
-void apply_dropout(RowMat<T>& Xij, const philox::DropoutKey& key, const Head& hd, int i0, int j0, int nr, int nc,
+void apply_dropout(MapMat<T>& Xij, const philox::DropoutKey& key, const Head& hd, int i0, int j0, int nr, int nc,
                    bool causal, uint8_t* mask) {
   const bool drop = key.threshold != 0;
   if (!drop && !mask) return;
@@ -134,9 +145,31 @@ void apply_dropout(RowMat<T>& Xij, const philox::DropoutKey& key, const Head& hd
 
 // P_ij = exp(S_ij - lse_i) in place (masked -inf entries give 0).
 template <typename T>
-void recompute_probs(RowMat<T>& Sij, const T* lse_i, int nr, int nc) {
-  for (int r = 0; r < nr; ++r)
-    for (int c = 0; c < nc; ++c) Sij(r, c) = std::exp(Sij(r, c) - lse_i[r]);
+void recompute_probs(MapMat<T>& Sij, const T* lse_i, int nr, int nc) {
+  for (int r = 0; r < nr; ++r) exp_row(&Sij(r, 0), nc, lse_i[r]);
+}
+
+// The tiles of one thread, kept from call to call: a thread allocates them the first time it
+// needs tiles of that size (or larger), never again in the steady state of a training run.
+// Tiles of nr x nc <= Br x Bc are maps over the front of S, P, dS.
+template <typename T>
+struct TileScratch {
+  RowMat<T> S, O, P, dS, dK, dV;
+  Eigen::Matrix<T, Eigen::Dynamic, 1> m, l, alpha, D;
+};
+template <typename T>
+TileScratch<T>& tile_scratch(int Br, int Bc, int HS, int Tn) {
+  thread_local TileScratch<T> w;
+  auto fit = [](auto& x, Eigen::Index r, Eigen::Index c) {
+    if (x.rows() < r || x.cols() < c) x.resize(std::max(r, (Eigen::Index)x.rows()), std::max(c, (Eigen::Index)x.cols()));
+  };
+  for (RowMat<T>* x : {&w.S, &w.P, &w.dS}) fit(*x, Br, Bc);
+  fit(w.O, Br, HS);
+  fit(w.dK, Bc, HS);
+  fit(w.dV, Bc, HS);
+  for (auto* x : {&w.m, &w.l, &w.alpha}) fit(*x, Br, 1);
+  fit(w.D, Tn, 1);
+  return w;
 }
 
 }  // namespace
@@ -154,14 +187,15 @@ void attention_tiled_forward(T* out, T* lse, const T* qkv, const philox::Dropout
       const T* Q = qkv + hd.qoff;
       const T* K = Q + C;
       const T* V = Q + 2 * (size_t)C;
-      RowMat<T> Sij(Br, Bc), Oi(Br, HS);
-      std::vector<T> mi(Br), li(Br), alpha(Br);
+      TileScratch<T>& w = tile_scratch<T>(Br, Bc, HS, Tn);
+      auto Oi = w.O.topLeftCorner(Br, HS);
+      T *mi = w.m.data(), *li = w.l.data(), *alpha = w.alpha.data();
       for (int i0 = 0; i0 < Tn; i0 += Br) {
         const int nr = std::min(Br, Tn - i0);
         const auto Qi = load_tile(Q, hd.ld, i0, nr, HS);
         // m_i = -inf, l_i = 0, O_i = 0
-        std::fill(mi.begin(), mi.end(), ninf);
-        std::fill(li.begin(), li.end(), T(0));
+        std::fill(mi, mi + Br, ninf);
+        std::fill(li, li + Br, T(0));
         Oi.setZero();
         for (int j0 = 0; j0 < Tn; j0 += Bc) {
           if (causal && j0 > i0 + nr - 1) break;  // tile wholly above the diagonal
@@ -169,12 +203,12 @@ void attention_tiled_forward(T* out, T* lse, const T* qkv, const philox::Dropout
           const auto Kj = load_tile(K, hd.ld, j0, nc, HS);
           const auto Vj = load_tile(V, hd.ld, j0, nc, HS);
           // S_ij = Q_i K_j^T / sqrt(HS)
-          Sij.resize(nr, nc);
+          MapMat<T> Sij(w.S.data(), nr, nc);
           Sij.noalias() = Qi * Kj.transpose();
           Sij *= sc;
           if (causal) mask_causal(Sij, i0, j0, nr, nc);
           // m_new = max(m_i, rowmax S_ij), P~_ij = exp(S_ij - m_new), l_i = e^(m_i - m_new) l_i + rowsum(P~_ij)
-          online_softmax_update(Sij, mi.data(), li.data(), alpha.data(), nr, nc);
+          online_softmax_update(Sij, mi, li, alpha, nr, nc);
           // P~_ij o M_ij / (1 - p)
           apply_dropout(Sij, key, hd, i0, j0, nr, nc, causal, mask);
           // O_i = diag(e^(m_i - m_new)) O_i + (P~_ij o M_ij / (1 - p)) V_j
@@ -209,10 +243,12 @@ void attention_tiled_backward(T* dqkv, const T* dout, const T* qkv, const T* out
       T* dK = dQ + C;
       T* dV = dQ + 2 * (size_t)C;
       const T* lse_h = lse + (size_t)hd.bh * Tn;
-      RowMat<T> Pij(Br, Bc), dSij(Br, Bc), dKj(Bc, HS), dVj(Bc, HS);
+      TileScratch<T>& w = tile_scratch<T>(Br, Bc, HS, Tn);
+      auto dKj = w.dK.topLeftCorner(Bc, HS);
+      auto dVj = w.dV.topLeftCorner(Bc, HS);
       // D_i = rowsum(dO_i o O_i), for every row of this head
-      Eigen::Matrix<T, Eigen::Dynamic, 1> D =
-          (load_tile(dout + hd.ooff, hd.C, 0, Tn, HS).array() * load_tile(out + hd.ooff, hd.C, 0, Tn, HS).array())
+      auto D = w.D.head(Tn);
+      D = (load_tile(dout + hd.ooff, hd.C, 0, Tn, HS).array() * load_tile(out + hd.ooff, hd.C, 0, Tn, HS).array())
               .rowwise()
               .sum();
       for (int j0 = 0; j0 < Tn; j0 += Bc) {
@@ -227,7 +263,7 @@ void attention_tiled_backward(T* dqkv, const T* dout, const T* qkv, const T* out
           const auto Qi = load_tile(Q, hd.ld, i0, nr, HS);
           const auto dOi = load_tile(dout + hd.ooff, hd.C, i0, nr, HS);
           // S_ij = Q_i K_j^T / sqrt(HS), P_ij = exp(S_ij - lse_i)
-          Pij.resize(nr, nc);
+          MapMat<T> Pij(w.P.data(), nr, nc), dSij(w.dS.data(), nr, nc);
           Pij.noalias() = Qi * Kj.transpose();
           Pij *= sc;
           if (causal) mask_causal(Pij, i0, j0, nr, nc);

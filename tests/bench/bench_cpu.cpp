@@ -1,7 +1,7 @@
 // tests/bench/bench_cpu.cpp: the CPU backend's training step on the baby preset (B=12, T=64,
 // 4 layers, 128 wide): median, 10th and 90th percentile ms per step (forward, backward,
 // clip, AdamW) over timed steps after a warm-up, for the flash and the naive attention path.
-//   build/bench_cpu [--data PATH] [--steps N] [--preset baby|shakespeare-char]
+//   build/bench_cpu [--data PATH] [--steps N] [--preset baby|shakespeare-char] [--attention flash|naive|both]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,12 +14,13 @@
 #include "../../model/config.h"
 
 int main(int argc, char** argv) {
-  std::string path = "data/tinyshakespeare/input.txt", preset = "baby";
+  std::string path = "data/tinyshakespeare/input.txt", preset = "baby", which = "both";
   int steps = 50;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--data")) path = argv[i + 1];
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--preset")) preset = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--attention")) which = argv[i + 1];
   }
   try {
     tg::Config c;
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
     std::printf("%-10s %10s %10s %10s %12s\n", "attention", "median ms", "p10 ms", "p90 ms", "tokens/s");
     std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
     for (const char* att : {"flash", "naive"}) {
+      if (which != "both" && which != att) continue;
       c.attention = att;
       auto be = tg::make_cpu_backend(c, m);
       std::vector<double> ms;

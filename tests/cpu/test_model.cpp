@@ -98,24 +98,82 @@ TEST_CASE("model: init is N(0, 0.02), residual projections scaled, layernorm 1, 
 
 TEST_CASE("model: whole-model gradient check in double, dropout on") {
   for (bool bias : {false, true})
-    for (bool flash : {false, true}) {
-      CAPTURE(bias);
+    for (bool flash : {false, true})
+      for (int slices : {1, 2}) {  // the plain call sequence, and two batch slices in parallel
+        CAPTURE(bias);
+        CAPTURE(flash);
+        CAPTURE(slices);
+        RunShape run;
+        run.B = 2; run.T = 5; run.dropout = 0.25; run.flash = flash; run.Br = 2; run.Bc = 3; run.seed = 7;
+        run.slices = slices;
+        GPTCpu<double> g(tiny_model(bias), run);
+        fill_random_params(g, 42);
+        auto x = testutil::random_tokens(10, 11), y = testutil::random_tokens(10, 11);
+        const uint32_t step = 3;
+        g.forward(x.data(), y.data(), 2, 5, true, step);
+        g.backward();
+        std::vector<double> analytic(g.grads.begin(), g.grads.end());
+        double nonzero = 0;
+        for (double a : analytic) nonzero += a != 0;
+        CHECK(nonzero > 0.9 * analytic.size() - 6 * 5);  // wpe rows past T get no gradient
+        auto loss = [&] { return g.forward(x.data(), y.data(), 2, 5, true, step); };
+        testutil::check_gradient(std::string("gpt bias=") + (bias ? "1" : "0") + " flash=" + (flash ? "1" : "0") +
+                                     " slices=" + std::to_string(slices),
+                                 loss, g.params.data(), analytic.data(), g.params.size());
+      }
+}
+
+// The batch cut into slices run in parallel (GPTCpu, model/gpt_cpu.h) against the plain call
+// sequence (one slice), in float, both measured against the plain sequence in double. Slicing
+// only regroups sums: the weight gradients become the sum of S partial row sums (each a
+// float sum of fewer rows) and Eigen may block a product of fewer rows differently. Any
+// order of a float sum obeys the same error bound, so the sliced error against double is of
+// the size of the plain one: allowed twice it, plus S ulps of the largest gradient for the
+// S - 1 extra additions of the partials. The masks must be the same ones (DropoutKey::row0
+// shifted by each slice's first sequence): with any other mask the gradients would differ by
+// about their own size, far above this bound.
+TEST_CASE("model: batch slices in parallel give the plain call sequence's loss and gradients (float, dropout on)") {
+  for (bool flash : {false, true})
+    for (int slices : {2, 3, 5}) {  // B = 5: uneven slices (2 + 3, 1 + 2 + 2), one sequence each
       CAPTURE(flash);
+      CAPTURE(slices);
       RunShape run;
-      run.B = 2; run.T = 5; run.dropout = 0.25; run.flash = flash; run.Br = 2; run.Bc = 3; run.seed = 7;
-      GPTCpu<double> g(tiny_model(bias), run);
-      fill_random_params(g, 42);
-      auto x = testutil::random_tokens(10, 11), y = testutil::random_tokens(10, 11);
-      const uint32_t step = 3;
-      g.forward(x.data(), y.data(), 2, 5, true, step);
-      g.backward();
-      std::vector<double> analytic(g.grads.begin(), g.grads.end());
-      double nonzero = 0;
-      for (double a : analytic) nonzero += a != 0;
-      CHECK(nonzero > 0.9 * analytic.size() - 6 * 5);  // wpe rows past T get no gradient
-      auto loss = [&] { return g.forward(x.data(), y.data(), 2, 5, true, step); };
-      testutil::check_gradient(std::string("gpt bias=") + (bias ? "1" : "0") + " flash=" + (flash ? "1" : "0"), loss,
-                               g.params.data(), analytic.data(), g.params.size());
+      run.B = 5; run.T = 6; run.dropout = 0.25; run.flash = flash; run.Br = 4; run.Bc = 3; run.seed = 11;
+      run.slices = 1;
+      GPTCpu<double> gd(tiny_model(true), run);
+      GPTCpu<float> g1(tiny_model(true), run);
+      run.slices = slices;
+      GPTCpu<float> gs(tiny_model(true), run);
+      fill_random_params(gd, 3);
+      for (size_t i = 0; i < gd.params.size(); ++i) g1.params[i] = gs.params[i] = (float)gd.params[i];
+      for (size_t i = 0; i < gd.params.size(); ++i) gd.params[i] = g1.params[i];  // the same rounded weights
+      auto x = testutil::random_tokens(30, 11), y = testutil::random_tokens(30, 11);
+      const double ld = gd.forward(x.data(), y.data(), 5, 6, true, 4);
+      const double l1 = g1.forward(x.data(), y.data(), 5, 6, true, 4);
+      const double ls = gs.forward(x.data(), y.data(), 5, 6, true, 4);
+      // the loss: a mean of per-row losses, each computed by the same ops on the same row
+      CHECK(std::fabs(ls - ld) <= 2 * std::fabs(l1 - ld) + 1e-6 * std::fabs(ld));
+      gd.backward();
+      g1.backward();
+      gs.backward();
+      double e1 = 0, es = 0, gmax = 0;
+      size_t worst = 0;
+      for (size_t i = 0; i < gd.grads.size(); ++i) {
+        e1 = std::max(e1, std::fabs(g1.grads[i] - gd.grads[i]));
+        const double e = std::fabs(gs.grads[i] - gd.grads[i]);
+        if (e > es) { es = e; worst = i; }
+        gmax = std::max(gmax, std::fabs(gd.grads[i]));
+      }
+      INFO("plain float error " << e1 << ", sliced " << es << " at " << worst << ", largest gradient " << gmax);
+      CHECK(gmax > 0);
+      CHECK(es <= 2 * e1 + slices * 6e-8 * gmax);
+      // accumulation (a later micro-batch): the sliced sum is added to the gradients already there
+      std::vector<float> before(gs.grads.begin(), gs.grads.end());
+      gs.forward(x.data(), y.data(), 5, 6, true, 4);
+      gs.backward(true);
+      double eacc = 0;
+      for (size_t i = 0; i < before.size(); ++i) eacc = std::max(eacc, std::fabs(gs.grads[i] - 2.0 * before[i]));
+      CHECK(eacc <= 2 * (2 * e1 + slices * 6e-8 * gmax));
     }
 }
 
