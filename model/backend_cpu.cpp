@@ -37,7 +37,6 @@ class CpuBackend final : public Backend {
       for (int r = 0; r < dist::world(); ++r) counts_.push_back(shards_.count(r));
       b_ = shards_.begin(dist::rank());
       n_ = shards_.count(dist::rank());
-      gshard_.assign(n_, 0.0f);
       part_.assign(shards_.padded() / cpu::kNormChunk, 0.0);
     } else {
       n_ = gpt_.params.size();
@@ -46,20 +45,19 @@ class CpuBackend final : public Backend {
   std::string device_name() const override {
     return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
   }
-  size_t memory_bytes() const override { return gpt_.memory_bytes(); }
+  size_t memory_bytes() const override { return gpt_.memory_bytes() + part_.size() * sizeof(double); }
   float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1,
                          int first_micro = 0) override {
     double loss = gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, true, step, micro, accum);
     gpt_.backward(micro > first_micro);
     return (float)loss;
   }
-  // Unsharded: one MPI_Allreduce of the gradients. ZeRO-1: one MPI_Reduce_scatter, the rank's
-  // shard of the sum copied into its place in grads (the rest of grads is left as it was: this
-  // rank's own, unsummed). With two ranks each element is a + b either way: the same bits.
+  // Unsharded: one MPI_Allreduce of the gradients. ZeRO-1: one MPI_Reduce_scatter in place:
+  // the rank's shard of grads becomes the sum (the rest of grads is then undefined). With two
+  // ranks each element is a + b either way: the same bits.
   void reduce_grads() override {
     if (shards_.n == 0) return dist::all_reduce_sum(gpt_.grads.data(), gpt_.grads.size());
-    dist::reduce_scatter_sum(gpt_.grads.data(), gshard_.data(), counts_);
-    std::copy(gshard_.begin(), gshard_.end(), gpt_.grads.begin() + b_);
+    dist::reduce_scatter_sum(gpt_.grads.data(), counts_);
   }
   // ZeRO-1: the norm's chunk sums of each shard (whole chunks: kShardAlign), all-gathered and
   // added in order on every rank: bit for bit cpu::global_norm of the whole summed vector.
@@ -170,12 +168,12 @@ class CpuBackend final : public Backend {
   Config c_;
   GPTCpu<float> gpt_;
   // ZeRO-1 (shards_.n == 0 without it): this rank's shard [b_, b_ + n_) (unsharded: all, b_ = 0),
-  // every rank's count, the reduce-scatter's output, the norm's chunk sums (padded shards, in
-  // order), and m and v gathered on rank 0 for a checkpoint
+  // every rank's count, the norm's chunk sums (padded shards, in order), and m and v gathered on
+  // rank 0 for a checkpoint
   Shards shards_;
   std::vector<size_t> counts_;
   size_t b_ = 0, n_ = 0;
-  std::vector<float> gshard_, full_m_, full_v_;
+  std::vector<float> full_m_, full_v_;
   std::vector<double> part_;
 };
 

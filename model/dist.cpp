@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "errors.h"
 
@@ -142,13 +143,12 @@ void all_gather_in_place(T* buf, const std::vector<size_t>& counts, MPI_Datatype
 }
 }  // namespace
 
-void reduce_scatter_sum(const float* send, float* recv, const std::vector<size_t>& counts) {
-  if (g_world == 1) {
-    std::copy(send, send + counts.at(0), recv);
-    return;
-  }
+void reduce_scatter_sum(float* buf, const std::vector<size_t>& counts) {
+  if (g_world == 1) return;
   const Split s = split_of(counts, "MPI_Reduce_scatter");
-  check(MPI_Reduce_scatter(send, recv, s.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Reduce_scatter");
+  check(MPI_Reduce_scatter(MPI_IN_PLACE, buf, s.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Reduce_scatter");
+  // in place, MPI leaves this rank's part at the start of buf
+  std::memmove(buf + s.displs[g_rank], buf, (size_t)s.counts[g_rank] * sizeof(float));
 }
 void all_gather(float* buf, const std::vector<size_t>& counts) { all_gather_in_place(buf, counts, MPI_FLOAT); }
 void all_gather(double* buf, const std::vector<size_t>& counts) { all_gather_in_place(buf, counts, MPI_DOUBLE); }
@@ -163,9 +163,7 @@ void gather(const float* mine, float* all, const std::vector<size_t>& counts, in
         "MPI_Gatherv");
 }
 #else
-void reduce_scatter_sum(const float* send, float* recv, const std::vector<size_t>& counts) {
-  std::copy(send, send + counts.at(0), recv);
-}
+void reduce_scatter_sum(float*, const std::vector<size_t>&) {}
 void all_gather(float*, const std::vector<size_t>&) {}
 void all_gather(double*, const std::vector<size_t>&) {}
 void gather(const float* mine, float* all, const std::vector<size_t>& counts, int) {

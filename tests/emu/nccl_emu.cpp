@@ -74,10 +74,12 @@ bool to_device(void* dev, const std::vector<float>& host, cudaStream_t stream) {
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recvcount, ncclDataType_t type, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t stream) {
   if (!comm || type != ncclFloat || op != ncclSum || (!send && recvcount) || (!recv && recvcount)) return ncclInvalidArgument;
-  std::vector<float> all, mine(recvcount);
+  std::vector<float> all;
   if (!to_host(all, send, recvcount * (size_t)comm->nranks, stream)) return ncclUnhandledCudaError;
-  tg::dist::reduce_scatter_sum(all.data(), mine.data(), std::vector<size_t>((size_t)comm->nranks, recvcount));
-  return to_device(recv, mine, stream) ? ncclSuccess : ncclUnhandledCudaError;
+  tg::dist::reduce_scatter_sum(all.data(), std::vector<size_t>((size_t)comm->nranks, recvcount));
+  const auto mine = all.begin() + (std::ptrdiff_t)((size_t)comm->rank * recvcount);
+  return to_device(recv, std::vector<float>(mine, mine + (std::ptrdiff_t)recvcount), stream) ? ncclSuccess
+                                                                                               : ncclUnhandledCudaError;
 }
 
 // recv (nranks x sendcount) = every rank's send (sendcount), in rank order.
