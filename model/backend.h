@@ -67,7 +67,8 @@ class Backend {
   // block_size - 1 (GPTCpu::decode_step says how the CPU backend re-primes its cache).
   virtual void generate_reset() = 0;
   virtual void generate_step(int32_t token, float* out) = 0;
-  // The parameters, and the gradients of the last forward_backward, in param_table order.
+  // The parameters, and the gradients of the last forward_backward, in param_table order
+  // (ZeRO-1: after reduce_grads() only this rank's shard of them is the sum over the ranks).
   virtual std::vector<float> params() const = 0;
   virtual std::vector<float> grads() const = 0;
   // The AdamW moments m and v, and setting the whole training state (params, m, v) back
