@@ -24,6 +24,7 @@
 #include "model/init_from.h"
 #include "model/plot.h"
 #include "model/run_dir.h"
+#include "model/shards.h"
 #include "model/train.h"
 
 #ifndef TG_NO_CUDA
@@ -274,6 +275,17 @@ int print_logits(tg::ParsedArgs args, int gpus) {
   return std::fflush(stdout) == 0 ? 0 : 1;
 }
 
+// The memory line's optimizer part under ZeRO-1: the AdamW state (m and v, fp32) one rank holds
+// against the whole (rank 0's shard, the largest); "" without sharding.
+std::string optimizer_memory(const tg::Backend& be, size_t n_params) {
+  if (!be.sharded()) return "";
+  const tg::Shards sh(n_params, tg::dist::world());
+  char buf[256];
+  std::snprintf(buf, sizeof buf, " (AdamW state %.1f MiB per rank, sharded over %d ranks by --zero 1; %.1f MiB unsharded)",
+                8.0 * (double)sh.count(0) / (1 << 20), tg::dist::world(), 8.0 * (double)n_params / (1 << 20));
+  return buf;
+}
+
 // Data parallel: one start-up line per rank, each rank's own (gathered by a broadcast from each
 // in turn, printed by rank 0).
 void describe_ranks(const tg::Backend& be) {
@@ -289,9 +301,16 @@ void describe_ranks(const tg::Backend& be) {
     tg::dist::broadcast(line, sizeof line, r);
     std::cout << line << "\n";
   }
-  std::cout << "data parallel: " << tg::dist::world() << " ranks, gradients summed once per step by "
-            << (be.device_name().rfind("cpu", 0) == 0 ? "MPI_Allreduce" : "ncclAllReduce")
-            << "; rank 0 alone evaluates, logs and writes checkpoints" << std::endl;
+  const bool cpu = be.device_name().rfind("cpu", 0) == 0;
+  if (be.sharded())
+    std::cout << "data parallel: " << tg::dist::world() << " ranks, ZeRO-1 (--zero 1): gradients reduce-scattered by "
+              << (cpu ? "MPI_Reduce_scatter" : "ncclReduceScatter") << ", each rank updates its shard, weights all-gathered by "
+              << (cpu ? "MPI_Allgatherv" : "ncclAllGather") << "; evaluations spread over the ranks; rank 0 alone logs and writes checkpoints"
+              << std::endl;
+  else
+    std::cout << "data parallel: " << tg::dist::world() << " ranks, gradients summed once per step by "
+              << (cpu ? "MPI_Allreduce" : "ncclAllReduce")
+              << "; evaluations spread over the ranks; rank 0 alone logs and writes checkpoints" << std::endl;
 }
 
 // Training: the run directory decides how the run begins (new, started again, or resumed),
@@ -348,7 +367,7 @@ int train_run(tg::ParsedArgs args, int gpus) {
             << ", train " << ds.train_size() << " tokens, val " << ds.val_size() << " tokens\n"
             << "parameters: " << n_params << " (" << (n_params - table[1].numel) << " without position embeddings)\n"
             << "device: " << be->device_name() << " | attention: " << c.attention << " | precision: " << be->precision() << " | memory: "
-            << be->memory_bytes() / (1 << 20) << " MiB" << std::endl;
+            << be->memory_bytes() / (1 << 20) << " MiB" << optimizer_memory(*be, n_params) << std::endl;
   describe_ranks(*be);
   if (tg::stop_requested()) {
     std::fprintf(stderr, "interrupted before the run began: nothing written in %s\n", c.out_dir.c_str());

@@ -45,6 +45,16 @@ class Backend {
   // The global L2 norm of the gradients of the last forward_backward (after the last
   // micro-batch of a step: of the accumulated gradients; after reduce_grads(): of the sum).
   virtual double grad_norm() = 0;
+  // ZeRO-1 (--zero 1 on several ranks, model/shards.h): each rank holds m and v of its shard
+  // alone; reduce_grads() reduce-scatters the gradients (each rank gets the sum of its shard),
+  // grad_norm() adds the shards' partial sums in order (every rank the same norm), update()
+  // updates the rank's shard of the weights and all-gathers them. gather_state() (collective:
+  // every rank calls it, at a checkpoint) gathers the shards of m and v on rank 0, where
+  // host_state() and adam_state() then give them whole until the next update(); adam_state()
+  // throws RuntimeError on rank 0 when they were not gathered since. set_state() takes the
+  // rank's shard of m and v. Without sharding gather_state() does nothing.
+  virtual bool sharded() const { return false; }
+  virtual void gather_state() {}
   // Clips the gradients to the configured global norm (when grad_clip > 0; norm is
   // grad_norm()) and applies AdamW with learning rate lr as update number t (1-based).
   virtual void update(float lr, int t, double norm) = 0;
@@ -57,7 +67,8 @@ class Backend {
   // block_size - 1 (GPTCpu::decode_step says how the CPU backend re-primes its cache).
   virtual void generate_reset() = 0;
   virtual void generate_step(int32_t token, float* out) = 0;
-  // The parameters, and the gradients of the last forward_backward, in param_table order.
+  // The parameters, and the gradients of the last forward_backward, in param_table order
+  // (ZeRO-1: after reduce_grads() only this rank's shard of them is the sum over the ranks).
   virtual std::vector<float> params() const = 0;
   virtual std::vector<float> grads() const = 0;
   // The AdamW moments m and v, and setting the whole training state (params, m, v) back

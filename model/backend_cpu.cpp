@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "../kernels/cpu/adamw.h"
@@ -16,41 +17,93 @@
 #include "dist.h"
 #include "errors.h"
 #include "gpt_cpu.h"
+#include "shards.h"
 
 namespace tg {
 
 namespace {
 
+static_assert(kShardAlign % cpu::kNormChunk == 0, "a shard must be whole chunks of the norm's partial sums");
+
+// ZeRO-1 on the CPU's ranks (model/shards.h): --zero 1 and more than one rank.
+bool zero1(const Config& c) { return c.zero == 1 && dist::world() > 1; }
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(const Config& c, const ModelConfig& m, const RunShape& run) : c_(c), gpt_(m, run) {
     init_params(gpt_.params.data(), gpt_.table, c.seed);
+    if (zero1(c)) {
+      shards_ = Shards(gpt_.params.size(), dist::world());
+      for (int r = 0; r < dist::world(); ++r) counts_.push_back(shards_.count(r));
+      b_ = shards_.begin(dist::rank());
+      n_ = shards_.count(dist::rank());
+      part_.assign(shards_.padded() / cpu::kNormChunk, 0.0);
+    } else {
+      n_ = gpt_.params.size();
+    }
   }
   std::string device_name() const override {
     return "cpu (" + std::to_string(omp_get_max_threads()) + " threads)";
   }
-  size_t memory_bytes() const override { return gpt_.memory_bytes(); }
+  size_t memory_bytes() const override { return gpt_.memory_bytes() + part_.size() * sizeof(double); }
   float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1,
                          int first_micro = 0) override {
     double loss = gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, true, step, micro, accum);
     gpt_.backward(micro > first_micro);
     return (float)loss;
   }
-  void reduce_grads() override { dist::all_reduce_sum(gpt_.grads.data(), gpt_.grads.size()); }
-  double grad_norm() override { return cpu::global_norm(gpt_.grads.data(), gpt_.grads.size()); }
+  // Unsharded: one MPI_Allreduce of the gradients. ZeRO-1: one MPI_Reduce_scatter in place:
+  // the rank's shard of grads becomes the sum (the rest of grads is then undefined). With two
+  // ranks each element is a + b either way: the same bits.
+  void reduce_grads() override {
+    if (shards_.n == 0) return dist::all_reduce_sum(gpt_.grads.data(), gpt_.grads.size());
+    dist::reduce_scatter_sum(gpt_.grads.data(), counts_);
+  }
+  // ZeRO-1: the norm's chunk sums of each shard (whole chunks: kShardAlign), all-gathered and
+  // added in order on every rank: bit for bit cpu::global_norm of the whole summed vector.
+  double grad_norm() override {
+    if (shards_.n == 0) return cpu::global_norm(gpt_.grads.data(), gpt_.grads.size());
+    const size_t per = shards_.size / cpu::kNormChunk;
+    std::fill(part_.begin(), part_.end(), 0.0);
+    cpu::norm_partials(gpt_.grads.data() + b_, n_, part_.data() + (size_t)dist::rank() * per);
+    dist::all_gather(part_.data(), std::vector<size_t>((size_t)dist::world(), per));
+    double s = 0.0;
+    for (double p : part_) s += p;  // in order; the chunks past the end are 0 and change nothing
+    return std::sqrt(s);
+  }
   // Clipping and AdamW are elementwise: one parallel region, each thread taking its share of
-  // every tensor (the same result for any split).
+  // every tensor (the same result for any split). ZeRO-1: of every tensor's part inside this
+  // rank's shard [b_, b_ + n_) (m and v hold the shard alone), each part with its tensor's
+  // decay; then the weights are all-gathered.
   void update(float lr, int t, double norm) override {
+    const size_t e = b_ + n_;
 #pragma omp parallel
     {
       const size_t th = (size_t)omp_get_thread_num(), nth = (size_t)omp_get_num_threads();
       for (const ParamSpec& p : gpt_.table) {
-        const size_t i0 = p.offset + p.numel * th / nth, n = p.offset + p.numel * (th + 1) / nth - i0;
+        const size_t lo = std::max(p.offset, b_), hi = std::min(p.offset + p.numel, e);
+        if (lo >= hi) continue;
+        const size_t i0 = lo + (hi - lo) * th / nth, n = lo + (hi - lo) * (th + 1) / nth - i0;
         if (c_.grad_clip > 0) cpu::clip_grad_norm(gpt_.grads.data() + i0, n, norm, c_.grad_clip);
-        cpu::adamw_update(gpt_.params.data() + i0, gpt_.grads.data() + i0, gpt_.m.data() + i0, gpt_.v.data() + i0, n,
-                          lr, (float)c_.beta1, (float)c_.beta2, 1e-8f, p.decay ? (float)c_.weight_decay : 0.0f, t);
+        cpu::adamw_update(gpt_.params.data() + i0, gpt_.grads.data() + i0, gpt_.m.data() + (i0 - b_),
+                          gpt_.v.data() + (i0 - b_), n, lr, (float)c_.beta1, (float)c_.beta2, 1e-8f,
+                          p.decay ? (float)c_.weight_decay : 0.0f, t);
       }
     }
+    if (shards_.n == 0) return;
+    dist::all_gather(gpt_.params.data(), counts_);
+    std::vector<float>().swap(full_m_);  // a gathered state is no longer the state
+    std::vector<float>().swap(full_v_);
+  }
+  bool sharded() const override { return shards_.n != 0; }
+  void gather_state() override {
+    if (shards_.n == 0) return;
+    if (dist::rank() == 0) {
+      full_m_.resize(shards_.n);
+      full_v_.resize(shards_.n);
+    }
+    dist::gather(gpt_.m.data(), full_m_.data(), counts_);
+    dist::gather(gpt_.v.data(), full_v_.data(), counts_);
   }
   float eval_loss(const int32_t* x, const int32_t* y) override {
     return (float)gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, false, 0);
@@ -85,20 +138,43 @@ class CpuBackend final : public Backend {
   std::vector<float> params() const override { return {gpt_.params.begin(), gpt_.params.end()}; }
   std::vector<float> grads() const override { return {gpt_.grads.begin(), gpt_.grads.end()}; }
   void adam_state(std::vector<float>& m, std::vector<float>& v) const override {
-    m.assign(gpt_.m.begin(), gpt_.m.end());
-    v.assign(gpt_.v.begin(), gpt_.v.end());
+    if (shards_.n == 0) {
+      m.assign(gpt_.m.begin(), gpt_.m.end());
+      v.assign(gpt_.v.begin(), gpt_.v.end());
+      return;
+    }
+    if (full_m_.empty())
+      throw RuntimeError("the AdamW state is sharded over " + std::to_string(dist::world()) +
+                         " ranks (--zero 1) and was not gathered since the last update; expected a checkpoint at a step "
+                         "every rank reaches; continue from the previous checkpoint");
+    m = full_m_;
+    v = full_v_;
   }
-  HostState host_state() const override { return {gpt_.params.data(), gpt_.m.data(), gpt_.v.data()}; }
+  HostState host_state() const override {
+    if (shards_.n == 0) return {gpt_.params.data(), gpt_.m.data(), gpt_.v.data()};
+    if (full_m_.empty()) return {};
+    return {gpt_.params.data(), full_m_.data(), full_v_.data()};
+  }
+  // Every rank is given the whole state (a checkpoint is world-size independent): ZeRO-1 keeps
+  // its shard of m and v.
   void set_state(const float* params, const float* m, const float* v) override {
     const size_t n = gpt_.params.size();
     std::copy(params, params + n, gpt_.params.begin());
-    std::copy(m, m + n, gpt_.m.begin());
-    std::copy(v, v + n, gpt_.v.begin());
+    std::copy(m + b_, m + b_ + n_, gpt_.m.begin());
+    std::copy(v + b_, v + b_ + n_, gpt_.v.begin());
   }
 
  private:
   Config c_;
   GPTCpu<float> gpt_;
+  // ZeRO-1 (shards_.n == 0 without it): this rank's shard [b_, b_ + n_) (unsharded: all, b_ = 0),
+  // every rank's count, the norm's chunk sums (padded shards, in order), and m and v gathered on
+  // rank 0 for a checkpoint
+  Shards shards_;
+  std::vector<size_t> counts_;
+  size_t b_ = 0, n_ = 0;
+  std::vector<float> full_m_, full_v_;
+  std::vector<double> part_;
 };
 
 }  // namespace
@@ -111,6 +187,7 @@ std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m,
   run.flash = c.attention != "naive";
   run.seed = c.seed;
   run.gelu = gelu_form(c);
+  if (zero1(c)) run.opt_elems = Shards(param_count(param_table(m)), dist::world()).size;
   // refuse, before allocating, a model that cannot fit in this machine's memory
   const double need = GPTCpu<float>::bytes_needed(m, run) + host_bytes_held;
   const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);

@@ -11,6 +11,7 @@
 #include "dist.h"
 #include "errors.h"
 #include "gpt_cuda.cuh"
+#include "shards.h"
 
 #ifdef TG_HAVE_NCCL
 #include <nccl.h>
@@ -69,6 +70,10 @@ template <typename T>
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const Config& c, const ModelConfig& m, const CudaRunShape& run) : c_(c), gpt_(m, run) {
+    if (run.padded) {
+      shards_ = Shards(gpt_.n_params, dist::world());
+      for (int r = 0; r < dist::world(); ++r) counts_.push_back(shards_.count(r));
+    }
     cudaDeviceProp prop{};
     cudaCheck(cudaGetDeviceProperties(&prop, gpt_.ctx().device));
     name_ = prop.name;
@@ -96,17 +101,55 @@ class CudaBackend final : public Backend {
   }
   // Data parallelism: one ncclAllReduce (sum) of the fp32 gradient buffer on the step's stream,
   // then their norm again, of the sum: every rank then clips and updates alike.
+  // ZeRO-1: one ncclReduceScatter instead (in place: rank r's shard of the padded buffer gets
+  // its sum), the squared norm of each shard summed over the ranks by a one-float
+  // ncclAllReduce: the same norm on every rank, to float rounding of the unsharded one (the
+  // shards' sums are added as floats, the unsharded norm adds its blocks' partials in double).
   void reduce_grads() override {
     if (!dist::active()) return;
 #ifdef TG_HAVE_NCCL
-    ncclCheck(ncclAllReduce(gpt_.device_grads(), gpt_.device_grads(), gpt_.n_params, ncclFloat, ncclSum, comm_.get(),
-                            gpt_.ctx().stream));
-    gpt_.grads_changed();
+    const cudaStream_t stream = gpt_.ctx().stream;
+    float* g = gpt_.device_grads();
+    if (sharded()) {
+      ncclCheck(ncclReduceScatter(g, g + (size_t)dist::rank() * shards_.size, shards_.size, ncclFloat, ncclSum,
+                                  comm_.get(), stream));
+      float* n2 = gpt_.shard_norm_squared();
+      ncclCheck(ncclAllReduce(n2, n2, 1, ncclFloat, ncclSum, comm_.get(), stream));
+    } else {
+      ncclCheck(ncclAllReduce(g, g, gpt_.n_params, ncclFloat, ncclSum, comm_.get(), stream));
+      gpt_.grads_changed();
+    }
     norm_ = std::sqrt((double)gpt_.read_stats().norm_squared);
 #endif
   }
   double grad_norm() override { return norm_; }
-  void update(float lr, int t, double) override { gpt_.update(lr, t); }  // clips by the norm on the device
+  // Clips by the norm on the device and applies AdamW; ZeRO-1: to this rank's shard, then one
+  // ncclAllGather (in place) of the weights and their T copy refreshed.
+  void update(float lr, int t, double) override {
+    gpt_.update(lr, t);
+    if (!sharded()) return;
+#ifdef TG_HAVE_NCCL
+    float* p = gpt_.device_params();
+    ncclCheck(ncclAllGather(p + (size_t)dist::rank() * shards_.size, p, shards_.size, ncclFloat, comm_.get(),
+                            gpt_.ctx().stream));
+    gpt_.params_changed();
+#endif
+    std::vector<float>().swap(full_m_);  // a gathered state is no longer the state
+    std::vector<float>().swap(full_v_);
+  }
+  bool sharded() const override { return shards_.n != 0; }
+  // ZeRO-1: each rank's shard of m and v to the host, gathered on rank 0 by MPI (model/dist.h).
+  void gather_state() override {
+    if (!sharded()) return;
+    std::vector<float> m, v;
+    gpt_.download_adam(m, v);
+    if (dist::rank() == 0) {
+      full_m_.resize(shards_.n);
+      full_v_.resize(shards_.n);
+    }
+    dist::gather(m.data(), full_m_.data(), counts_);
+    dist::gather(v.data(), full_v_.data(), counts_);
+  }
   float eval_loss(const int32_t* x, const int32_t* y) override {
     gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, false, 0);
     return gpt_.read_stats().loss;
@@ -119,7 +162,15 @@ class CudaBackend final : public Backend {
   }
   std::vector<float> params() const override { return gpt_.download_params(); }
   std::vector<float> grads() const override { return gpt_.download_grads(); }
-  void adam_state(std::vector<float>& m, std::vector<float>& v) const override { gpt_.download_adam(m, v); }
+  void adam_state(std::vector<float>& m, std::vector<float>& v) const override {
+    if (!sharded()) return gpt_.download_adam(m, v);
+    if (full_m_.empty())
+      throw RuntimeError("the AdamW state is sharded over " + std::to_string(dist::world()) +
+                         " ranks (--zero 1) and was not gathered since the last update; expected a checkpoint at a step "
+                         "every rank reaches; continue from the previous checkpoint");
+    m = full_m_;
+    v = full_v_;
+  }
   void set_state(const float* params, const float* m, const float* v) override { gpt_.upload_state(params, m, v); }
 
   std::vector<AttentionDiff> attention_check(const int32_t* x, const int32_t* y, uint32_t step) override {
@@ -169,6 +220,10 @@ class CudaBackend final : public Backend {
   GPTCuda<T> gpt_;
   std::string name_;
   double norm_ = 0;
+  // ZeRO-1 (shards_.n == 0 without it): every rank's count, m and v gathered on rank 0
+  Shards shards_;
+  std::vector<size_t> counts_;
+  std::vector<float> full_m_, full_v_;
 #ifdef TG_HAVE_NCCL
   Nccl comm_;
 #endif
@@ -221,6 +276,12 @@ std::unique_ptr<Backend> make_cuda_backend(const Config& c, const ModelConfig& m
   run.beta1 = (float)c.beta1;
   run.beta2 = (float)c.beta2;
   run.weight_decay = (float)c.weight_decay;
+  if (c.zero == 1 && dist::world() > 1) {  // ZeRO-1: this rank's shard; params and grads padded
+    const Shards sh(param_count(param_table(m)), dist::world());
+    run.shard_begin = (size_t)dist::rank() * sh.size;
+    run.shard_size = sh.size;
+    run.padded = sh.padded();
+  }
   const int HS = c.n_embd / c.n_head;
   std::string why;
   if (run.path == gpu::AttentionPath::Flash && !gpu::attention_supported(run.path, HS, &why))

@@ -77,6 +77,7 @@ const std::vector<Flag>& flags() {
       {"block-size", Kind::Int, TG_FIELD(block_size), "context length T", kFixed},
       {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per micro-batch B (of each rank under mpirun -np N)", kFixed},
       {"grad-accum", Kind::Int, TG_FIELD(grad_accum), "micro-batches accumulated per optimizer step (tokens per step = B x T x this x ranks; default 1)", kFixed},
+      {"zero", Kind::Int, TG_FIELD(zero), "0 | 1: under mpirun, 1 shards the AdamW state over the ranks (ZeRO-1: each rank keeps 1/N of m and v; the same results); a no-op on one rank (default 0)", kFree},
       {"dropout", Kind::Real, TG_FIELD(dropout), "dropout probability in [0, 1)", kFree},
       {"bias", Kind::Bool, TG_FIELD(bias), "biases in linear and layernorm layers (--bias, --bias=false)", kFixed},
       {"gelu", Kind::Str, TG_FIELD(gelu), "tanh | erf: the MLP's GELU, tanh approximation (GPT-2, llm.c; default) or exact (nanoGPT)", kFixed},
@@ -306,6 +307,7 @@ void validate(const Config& c) {
   require(c.block_size >= 1 && c.block_size <= (1 << 20), flag_is("block-size", c.block_size), "1 to 1048576", help);
   require(c.batch_size >= 1 && c.batch_size <= (1 << 20), flag_is("batch-size", c.batch_size), "1 to 1048576", help);
   require(c.grad_accum >= 1 && c.grad_accum <= 65536, flag_is("grad-accum", c.grad_accum), "1 to 65536", help);
+  require(c.zero == 0 || c.zero == 1, flag_is("zero", c.zero), "0 (every rank holds the whole AdamW state) or 1 (sharded over the ranks)", help);
   require(c.world >= 1 && c.world <= 65536, "the number of ranks is " + std::to_string(c.world), "1 to 65536",
           "run fewer ranks (mpirun -np N)");
   require((double)c.batch_size * c.grad_accum * c.world <= 4294967296.0 / std::max(1, c.n_head),
@@ -402,7 +404,8 @@ std::string describe(const Config& c) {
     << ", block_size " << c.block_size << ", bias " << (c.bias ? "true" : "false") << ", dropout " << c.dropout << "\n"
     << "train: batch_size " << c.batch_size << " x grad_accum " << c.grad_accum
     << (c.world > 1 ? " x " + std::to_string(c.world) + " ranks" : std::string()) << " = "
-    << (long long)c.batch_size * c.grad_accum * c.world * c.block_size << " tokens per step, max_iters " << c.max_iters << ", lr " << c.lr << " -> " << c.min_lr
+    << (long long)c.batch_size * c.grad_accum * c.world * c.block_size << " tokens per step"
+    << (c.zero && c.world > 1 ? " (optimizer state sharded: --zero 1)" : "") << ", max_iters " << c.max_iters << ", lr " << c.lr << " -> " << c.min_lr
     << " (warmup " << c.warmup_iters << ", decay to " << c.lr_decay_iters << "), weight_decay " << c.weight_decay
     << ", betas (" << c.beta1 << ", " << c.beta2 << "), grad_clip " << c.grad_clip << "\n"
     << "eval: every " << c.eval_interval << " steps over " << c.eval_iters << " batches; log every "
@@ -425,7 +428,7 @@ namespace {
 
 // Calls f(name, field) for every field of Config, in declaration order. The size check makes
 // a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
-static_assert(sizeof(void*) != 8 || sizeof(Config) == 592,
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 600,
               "Config changed: add the new field to each_field (model/config.cpp), then update this size");
 template <typename C, typename F>
 void each_field(C& c, F&& f) {
@@ -434,7 +437,7 @@ void each_field(C& c, F&& f) {
   f("out_dir", c.out_dir);
   f("n_layer", c.n_layer); f("n_head", c.n_head); f("n_embd", c.n_embd); f("block_size", c.block_size);
   f("bias", c.bias); f("dropout", c.dropout); f("gelu", c.gelu);
-  f("batch_size", c.batch_size); f("grad_accum", c.grad_accum); f("world", c.world); f("max_iters", c.max_iters); f("lr", c.lr); f("min_lr", c.min_lr);
+  f("batch_size", c.batch_size); f("grad_accum", c.grad_accum); f("world", c.world); f("zero", c.zero); f("max_iters", c.max_iters); f("lr", c.lr); f("min_lr", c.min_lr);
   f("warmup_iters", c.warmup_iters); f("lr_decay_iters", c.lr_decay_iters);
   f("weight_decay", c.weight_decay); f("beta1", c.beta1); f("beta2", c.beta2); f("grad_clip", c.grad_clip);
   f("eval_interval", c.eval_interval); f("eval_iters", c.eval_iters); f("log_interval", c.log_interval);
@@ -575,7 +578,7 @@ Config config_from_text(const std::string& text) {
   // fields added after checkpoints were first written: an older config has no line for them
   // and reads as the run it was (GELU: the tanh form, the only one then; no accumulation; one rank;
   // no --tokenizer, no --export-hf, no --init-from, no --logits)
-  for (const auto& [name, value] : {std::pair<const char*, const char*>{"gelu", "tanh"}, {"grad_accum", "1"}, {"world", "1"},
+  for (const auto& [name, value] : {std::pair<const char*, const char*>{"gelu", "tanh"}, {"grad_accum", "1"}, {"world", "1"}, {"zero", "0"},
                                     {"tokenizer", ""}, {"export_hf", ""}, {"init_from", ""}, {"logits", ""}})
     values.emplace(name, value);
   Config c;

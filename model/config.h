@@ -28,6 +28,7 @@ struct Config {
   int batch_size = 0, max_iters = 0;
   int grad_accum = 1;  // micro-batches of batch_size per optimizer step and rank (--grad-accum)
   int world = 1;       // data-parallel ranks (mpirun -np N, model/dist.h; not a flag): a step is world x grad_accum micro-batches
+  int zero = 0;        // --zero 1: ZeRO-1, each rank keeps and updates one shard of the AdamW state (model/shards.h); 0: every rank all of it
   double lr = 0, min_lr = 0;
   int warmup_iters = 0, lr_decay_iters = 0;
   double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;

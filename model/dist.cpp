@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "errors.h"
 
@@ -107,6 +108,67 @@ void all_reduce_sum(double* buf, size_t n) { if (g_world > 1) sum_in_place(buf, 
 #else
 void all_reduce_sum(float*, size_t) {}
 void all_reduce_sum(double*, size_t) {}
+#endif
+
+#ifdef TG_HAVE_MPI
+namespace {
+// MPI's int counts and displacements of a split of a buffer (counts per rank, in rank order).
+struct Split {
+  std::vector<int> counts, displs;
+};
+Split split_of(const std::vector<size_t>& counts, const char* what) {
+  if ((int)counts.size() != g_world)
+    abort("rank " + std::to_string(g_rank) + ": " + what + " given " + std::to_string(counts.size()) + " counts for " +
+              std::to_string(g_world) + " ranks",
+          1);
+  Split s;
+  size_t at = 0;
+  for (size_t c : counts) {
+    if (at > (size_t)INT_MAX || c > (size_t)INT_MAX)
+      abort("rank " + std::to_string(g_rank) + ": " + what + " of " + std::to_string(at + c) +
+                " elements: more than MPI's int displacements reach (2^31 - 1); expected a smaller model per rank",
+            1);
+    s.counts.push_back((int)c);
+    s.displs.push_back((int)at);
+    at += c;
+  }
+  return s;
+}
+template <typename T>
+void all_gather_in_place(T* buf, const std::vector<size_t>& counts, MPI_Datatype type) {
+  if (g_world == 1) return;
+  const Split s = split_of(counts, "MPI_Allgatherv");
+  check(MPI_Allgatherv(MPI_IN_PLACE, 0, type, buf, s.counts.data(), s.displs.data(), type, MPI_COMM_WORLD),
+        "MPI_Allgatherv");
+}
+}  // namespace
+
+void reduce_scatter_sum(float* buf, const std::vector<size_t>& counts) {
+  if (g_world == 1) return;
+  const Split s = split_of(counts, "MPI_Reduce_scatter");
+  check(MPI_Reduce_scatter(MPI_IN_PLACE, buf, s.counts.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Reduce_scatter");
+  // in place, MPI leaves this rank's part at the start of buf
+  std::memmove(buf + s.displs[g_rank], buf, (size_t)s.counts[g_rank] * sizeof(float));
+}
+void all_gather(float* buf, const std::vector<size_t>& counts) { all_gather_in_place(buf, counts, MPI_FLOAT); }
+void all_gather(double* buf, const std::vector<size_t>& counts) { all_gather_in_place(buf, counts, MPI_DOUBLE); }
+void gather(const float* mine, float* all, const std::vector<size_t>& counts, int root) {
+  if (g_world == 1) {
+    std::copy(mine, mine + counts.at(0), all);
+    return;
+  }
+  const Split s = split_of(counts, "MPI_Gatherv");
+  check(MPI_Gatherv(mine, s.counts[g_rank], MPI_FLOAT, all, s.counts.data(), s.displs.data(), MPI_FLOAT, root,
+                    MPI_COMM_WORLD),
+        "MPI_Gatherv");
+}
+#else
+void reduce_scatter_sum(float*, const std::vector<size_t>&) {}
+void all_gather(float*, const std::vector<size_t>&) {}
+void all_gather(double*, const std::vector<size_t>&) {}
+void gather(const float* mine, float* all, const std::vector<size_t>& counts, int) {
+  std::copy(mine, mine + counts.at(0), all);
+}
 #endif
 
 void broadcast(void* buf, size_t bytes, int root) {

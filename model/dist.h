@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace tg::dist {
 
@@ -26,6 +27,18 @@ bool active();     // world() > 1
 // the same sum (MPI_Allreduce; with two ranks a + b, the same bits on both). No-op alone.
 void all_reduce_sum(float* buf, size_t n);
 void all_reduce_sum(double* buf, size_t n);
+// ZeRO-1 (model/shards.h). reduce_scatter_sum: buf holds the sum of counts floats (rank r's
+// part after those of the ranks before it); in place, this rank's part becomes the element-wise
+// sum of that part over the ranks, and the rest of buf is left undefined (MPI_Reduce_scatter
+// in place, its result moved to the part's place). all_gather: rank r's counts[r]
+// elements of buf, at their place (displacements the sum of the counts before), go to every
+// rank's buf, in place (MPI_Allgatherv). gather: every rank's mine (counts[rank()] floats) to
+// its place in root's all (the sum of counts floats; not read elsewhere; MPI_Gatherv).
+// Alone: gather copies; the others do nothing.
+void reduce_scatter_sum(float* buf, const std::vector<size_t>& counts);
+void all_gather(float* buf, const std::vector<size_t>& counts);
+void all_gather(double* buf, const std::vector<size_t>& counts);
+void gather(const float* mine, float* all, const std::vector<size_t>& counts, int root = 0);
 // Copies root's bytes to every rank.
 void broadcast(void* buf, size_t bytes, int root = 0);
 void barrier();

@@ -32,8 +32,8 @@ GPTCpu<T>::GPTCpu(const ModelConfig& mc, const RunShape& run) : m_(mc), run_(run
   size_t n = param_count(table);
   params.assign(n, 0);
   grads.assign(n, 0);
-  m.assign(n, 0);
-  v.assign(n, 0);
+  m.assign(std::min(n, run.opt_elems), 0);
+  v.assign(std::min(n, run.opt_elems), 0);
   P = bind_params(params.data(), m_);
   G = bind_params(grads.data(), m_);
   slices_ = slices(run);
@@ -340,7 +340,8 @@ double GPTCpu<T>::bytes_needed(const ModelConfig& m, const RunShape& run) {
   // in double: a config far too large for any machine must not wrap around
   const double BT = (double)run.B * run.T, C = m.n_embd, NH = m.n_head, V = m.vp(), L = m.n_layer;
   const double att = run.flash ? (double)run.B * NH * run.T : (double)run.B * NH * run.T * run.T;
-  double n = (4 + slices(run) - 1) * (double)param_count(param_table(m));  // params, grads, m, v, partial grads
+  const double np = (double)param_count(param_table(m));
+  double n = (2 + slices(run) - 1) * np + 2 * std::min(np, (double)run.opt_elems);  // params, grads, partial grads; m, v
   n += BT * C;                                     // encoded
   n += L * (BT * C * (7 + 3 + 8) + 4 * BT + att);  // per block (see the constructor)
   n += BT * C + 3 * BT + 2 * BT * V;               // ln_f, losses, logits, dlogits

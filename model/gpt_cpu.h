@@ -22,6 +22,7 @@ struct RunShape {
   uint64_t seed = 1337;      // dropout seed
   GeluForm gelu = GeluForm::Tanh;  // the MLP's activation (kernels/gelu_form.h)
   int slices = 0;            // batch slices run in parallel (see GPTCpu); 0: one per OpenMP thread
+  size_t opt_elems = SIZE_MAX;  // elements of m and v (ZeRO-1: this rank's shard); SIZE_MAX: all parameters
 };
 
 // Every buffer starts on a 64-byte boundary. Vectorised reductions (Eigen's sums, for one)
@@ -63,7 +64,7 @@ class GPTCpu {
   const ModelConfig& model() const { return m_; }
   const RunShape& run() const { return run_; }
   std::vector<ParamSpec> table;
-  Buffer<T> params, grads, m, v;  // flat, in table order; m, v: AdamW moments
+  Buffer<T> params, grads, m, v;  // flat, in table order; m, v: AdamW moments (of run.opt_elems elements)
   GPTParams<T> P, G;                   // views of params and grads
 
   // Forward over x (b, t) with b <= B, t <= T. With targets: returns the mean loss and

@@ -49,10 +49,10 @@ void GPTCuda<T>::carve(Buffers& b, Carver& a, const ModelConfig& m, const CudaRu
   Acts& acts_ = b.acts;
   Scratch& d_ = b.d;
   // parameters, gradients, AdamW state
-  b.params = a.template take<float>(n_params);
-  b.grads = a.template take<float>(n_params);
-  b.m = a.template take<float>(n_params);
-  b.v = a.template take<float>(n_params);
+  b.params = a.template take<float>(std::max(n_params, run.padded));
+  b.grads = a.template take<float>(std::max(n_params, run.padded));
+  b.m = a.template take<float>(std::min(n_params, run.shard_size));
+  b.v = a.template take<float>(std::min(n_params, run.shard_size));
   b.params_t = std::is_same<T, float>::value ? reinterpret_cast<T*>(b.params) : a.template take<T>(n_params);
   b.tensors = a.template take<gpu::AdamWTensor>(n_tensors);
   // activations
@@ -142,9 +142,17 @@ GPTCuda<T>::GPTCuda(const ModelConfig& mc, const CudaRunShape& run) : m_(mc), ru
   carve(buf_, fill, m_, run_, n_params, table.size());
   P = bind_params(buf_.params_t, m_);
   G = bind_params(buf_.grads, m_);
-  // the per-tensor weight decay of the fused AdamW kernel
+  // the per-tensor weight decay of the fused AdamW kernel: of each tensor's part in the shard
+  // (all of every tensor unsharded), offsets from the shard's start; a tensor the shard
+  // boundary cuts keeps its decay on both sides
+  const size_t b0 = run_.shard_begin;
+  shard_count_ = b0 >= n_params ? 0 : std::min(run_.shard_size, n_params - b0);
   std::vector<gpu::AdamWTensor> tensors;
-  for (const ParamSpec& p : table) tensors.push_back({p.offset, p.numel, p.decay ? run_.weight_decay : 0.0f});
+  for (const ParamSpec& p : table) {
+    const size_t lo = std::max(p.offset, b0), hi = std::min(p.offset + p.numel, b0 + shard_count_);
+    if (lo < hi) tensors.push_back({lo - b0, hi - lo, p.decay ? run_.weight_decay : 0.0f});
+  }
+  n_tensors_ = (int)tensors.size();
   cudaCheck(cudaMemcpyAsync(buf_.tensors, tensors.data(), tensors.size() * sizeof(gpu::AdamWTensor),
                             cudaMemcpyHostToDevice, ctx_.stream));
   cudaCheck(cudaStreamSynchronize(ctx_.stream));
@@ -347,13 +355,28 @@ void GPTCuda<T>::update(float lr, int t) {
     scale = acts_.stats + 2;
   }
   gpu::AdamWArgs args{lr, run_.beta1, run_.beta2, 1e-8f, t};
-  gpu::adamw_update(ctx, buf_.params, std::is_same<T, float>::value ? (T*)nullptr : buf_.params_t, buf_.grads, buf_.m, buf_.v,
-                    n_params, buf_.tensors, (int)table.size(), args, scale);
+  // ZeRO-1: the shard alone; the T copy follows the all-gather (params_changed)
+  const bool copy = !std::is_same<T, float>::value && run_.padded == 0;
+  const size_t b0 = run_.shard_begin;
+  gpu::adamw_update(ctx, buf_.params + b0, copy ? buf_.params_t : (T*)nullptr, buf_.grads + b0, buf_.m, buf_.v,
+                    shard_count_, buf_.tensors, n_tensors_, args, scale);
 }
 
 template <typename T>
 void GPTCuda<T>::grads_changed() {
   gpu::global_norm_squared(ctx_, acts_.stats + 1, buf_.grads, n_params);
+}
+
+template <typename T>
+float* GPTCuda<T>::shard_norm_squared() {
+  if (shard_count_ == 0) cudaCheck(cudaMemsetAsync(acts_.stats + 1, 0, sizeof(float), ctx_.stream));
+  else gpu::global_norm_squared(ctx_, acts_.stats + 1, buf_.grads + run_.shard_begin, shard_count_);
+  return acts_.stats + 1;
+}
+
+template <typename T>
+void GPTCuda<T>::params_changed() {
+  if (!std::is_same<T, float>::value) gpu::copy_params(ctx_, buf_.params_t, buf_.params, n_params);
 }
 
 template <typename T>
@@ -388,8 +411,8 @@ std::vector<float> GPTCuda<T>::download_grads() const { return download(buf_.gra
 
 template <typename T>
 void GPTCuda<T>::download_adam(std::vector<float>& m, std::vector<float>& v) const {
-  m = download(buf_.m, n_params, ctx_.stream);
-  v = download(buf_.v, n_params, ctx_.stream);
+  m = download(buf_.m, shard_count_, ctx_.stream);
+  v = download(buf_.v, shard_count_, ctx_.stream);
 }
 
 template <typename T>
@@ -412,12 +435,12 @@ void GPTCuda<T>::download_decode_logits(float* out) const {
 
 template <typename T>
 void GPTCuda<T>::upload_state(const float* params, const float* m, const float* v) {
-  const size_t bytes = n_params * sizeof(float);
+  const size_t bytes = n_params * sizeof(float), shard = shard_count_ * sizeof(float), b0 = run_.shard_begin;
   cudaCheck(cudaMemcpyAsync(buf_.params, params, bytes, cudaMemcpyHostToDevice, ctx_.stream));
-  if (m) cudaCheck(cudaMemcpyAsync(buf_.m, m, bytes, cudaMemcpyHostToDevice, ctx_.stream));
-  else cudaCheck(cudaMemsetAsync(buf_.m, 0, bytes, ctx_.stream));
-  if (v) cudaCheck(cudaMemcpyAsync(buf_.v, v, bytes, cudaMemcpyHostToDevice, ctx_.stream));
-  else cudaCheck(cudaMemsetAsync(buf_.v, 0, bytes, ctx_.stream));
+  if (m && shard) cudaCheck(cudaMemcpyAsync(buf_.m, m + b0, shard, cudaMemcpyHostToDevice, ctx_.stream));
+  else if (shard) cudaCheck(cudaMemsetAsync(buf_.m, 0, shard, ctx_.stream));
+  if (v && shard) cudaCheck(cudaMemcpyAsync(buf_.v, v + b0, shard, cudaMemcpyHostToDevice, ctx_.stream));
+  else if (shard) cudaCheck(cudaMemsetAsync(buf_.v, 0, shard, ctx_.stream));
   if (!std::is_same<T, float>::value) gpu::copy_params(ctx_, buf_.params_t, buf_.params, n_params);
   cudaCheck(cudaStreamSynchronize(ctx_.stream));  // the host buffers may go away after return
 }

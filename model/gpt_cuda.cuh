@@ -34,6 +34,12 @@ struct CudaRunShape {
   float grad_clip = 1.0f;                             // max global gradient norm (0 = off)
   float beta1 = 0.9f, beta2 = 0.99f, weight_decay = 0.1f;
   GeluForm gelu = GeluForm::Tanh;                     // the MLP's activation (kernels/gelu_form.h)
+  // ZeRO-1 (model/shards.h, --zero 1): this rank's shard [shard_begin, shard_begin + shard_size)
+  // of the flat parameter vector (cut at n_params: the last shards are shorter or empty) holds
+  // the AdamW moments and is what update() updates; params and grads are padded to `padded`
+  // elements (world x shard_size: NCCL's reduce-scatter and all-gather take equal counts).
+  // Unsharded (padded 0): one shard of all the parameters.
+  size_t shard_begin = 0, shard_size = SIZE_MAX, padded = 0;
 };
 
 // The loss and gradient norm of a step, as read back by read_stats().
@@ -81,6 +87,13 @@ class GPTCuda {
   // recomputes the squared norm that update() clips by and read_stats() reads.
   float* device_grads() { return buf_.grads; }
   void grads_changed();
+  // ZeRO-1: the device's master weights (padded, table order), the squared norm of this rank's
+  // shard of the gradients written where read_stats() reads the norm (returned: the device
+  // float, for the ranks' sum), and the T copy of the weights refreshed after they were gathered.
+  float* device_params() { return buf_.params; }
+  float* shard_norm_squared();
+  void params_changed();
+  size_t shard_count() const { return shard_count_; }
 
   // Host copies (synchronising): float master weights, parameter gradients, AdamW moments,
   // and the logits (b, t, Vp) of the last forward (ModelConfig::vp(): the first V of a row are the vocabulary).
@@ -100,8 +113,9 @@ class GPTCuda {
   void decode_reset();
   void decode_step(int32_t token);
   void download_decode_logits(float* out) const;
-  // Sets the master weights and AdamW moments (host, n_params each; m, v may be null = zero)
-  // and the T copy of the weights.
+  // Sets the master weights and AdamW moments (host, n_params each; m, v may be null = zero;
+  // ZeRO-1 keeps this rank's shard of them) and the T copy of the weights. download_adam gives
+  // the moments held: this rank's shard (shard_count() elements; all of them unsharded).
   void upload_state(const float* params, const float* m, const float* v);
 
   // The saved attention buffers of layer li (for --attention check and the tests).
@@ -145,9 +159,9 @@ class GPTCuda {
   };
   // Every device pointer of the step: the size table carve() fills them.
   struct Buffers {
-    float *params, *grads, *m, *v;  // (n_params) each: fp32 master weights, gradients, AdamW moments
+    float *params, *grads, *m, *v;  // fp32 master weights, gradients (n_params, ZeRO-1: padded), AdamW moments (the shard)
     T* params_t;                    // the weights the forward reads: params itself when T is float
-    gpu::AdamWTensor* tensors;      // (table.size()) per-tensor weight decay of the fused AdamW
+    gpu::AdamWTensor* tensors;      // (at most table.size()) the tensors' parts in the shard, with their weight decay
     Acts acts;
     Scratch d;
     Decode dec;
@@ -169,6 +183,8 @@ class GPTCuda {
   gpu::Context ctx_;
   char* arena_ = nullptr;
   size_t arena_bytes_ = 0;
+  size_t shard_count_ = 0;  // elements of the shard this rank updates (n_params unsharded)
+  int n_tensors_ = 0;       // tensors (parts of tensors) in the shard: buf_.tensors
   int32_t* host_tokens_ = nullptr;  // pinned (2, B, T): inputs and targets staged for the async copies
   cudaEvent_t tokens_copied_ = nullptr;  // recorded after the copies out of host_tokens_
   Buffers buf_{};

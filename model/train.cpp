@@ -111,14 +111,20 @@ void install_stop_handler() {
 
 double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int split,
                      const std::function<void(int k)>& on_batch) {
+  // data parallel: rank r evaluates batches r, r + W, r + 2W, ...; the batches' losses are
+  // then summed over the ranks (each slot holds one rank's loss, the others' 0: exact) and
+  // added in batch order on every rank, in double as one process adds them: the same bits
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
-  double sum = 0;
-  for (int k = 0; k < c.eval_iters; ++k) {
+  std::vector<double> loss((size_t)c.eval_iters, 0.0);
+  for (int k = dist::rank(); k < c.eval_iters; k += dist::world()) {
     throw_if_stop_requested();
     ds.eval_batch(c.seed, (uint32_t)split, (uint32_t)k, c.batch_size, c.block_size, x.data(), y.data());
-    sum += be.eval_loss(x.data(), y.data());
+    loss[(size_t)k] = be.eval_loss(x.data(), y.data());
     if (on_batch) on_batch(k);
   }
+  dist::all_reduce_sum(loss.data(), loss.size());
+  double sum = 0;
+  for (double l : loss) sum += l;
   return sum / c.eval_iters;
 }
 
@@ -170,6 +176,13 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
       return "";
     }
   };
+  // a checkpoint that every rank comes to: ZeRO-1's shards of the AdamW state are gathered on
+  // rank 0 first (a collective); rank 0's own checkpoints (stop_if_metrics_lost) cannot gather
+  // them, and a sharded run's fails there with the backend's line
+  auto save_all = [&](const Progress& p, std::string* error) -> std::string {
+    be.gather_state();
+    return save(p, error);
+  };
   auto stop_if_metrics_lost = [&](const Progress& p, const std::string& saved) {
     if (metrics_error.empty()) return;
     std::string error, path = saved.empty() ? save(p, &error) : saved;
@@ -217,8 +230,8 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
     const int step = p.step;
     // a checkpoint holds the state before this step: every ckpt_interval steps
     std::string saved;
-    if (c.ckpt_interval > 0 && step > start.step && step < c.max_iters && step % c.ckpt_interval == 0)
-      saved = save(p, nullptr);
+    const bool ckpt_now = c.ckpt_interval > 0 && step > start.step && step < c.max_iters && step % c.ckpt_interval == 0;
+    if (ckpt_now) saved = save_all(p, nullptr);
     try {
       // SIGINT / SIGTERM, honoured before every step (skipped ones included) and, through
       // Interrupted, inside steps and evaluations
@@ -227,8 +240,8 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
       const bool last = step >= c.max_iters;
       const bool eval = last || (c.eval_interval > 0 && step % c.eval_interval == 0);
       double train_est = 0, val = 0;
-      // evaluations are rank 0's alone (it logs them; the others go on to the next step)
-      if (eval && dist::rank() == 0) {
+      // evaluations are spread over the ranks (estimate_loss); rank 0 logs them
+      if (eval) {
         evaluate(step, train_est, val);
         s.best_val_loss = std::min(s.best_val_loss, val);
         if (progress) log << "\r\033[K";
@@ -246,7 +259,7 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
                                     {"ms", nullptr},
                                     {"tokens_per_s", nullptr},
                                     {"final", true}}));
-        stop_if_metrics_lost(p, save(p, nullptr));
+        stop_if_metrics_lost(p, save_all(p, nullptr));
         break;
       }
       const auto t0 = Clock::now();
@@ -292,7 +305,7 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
           // the weights are those of the last good step: saved with the count reset, so that a
           // resume with other hyperparameters goes on from them
           std::string error;
-          const std::string path = save(Progress{p.step, p.updates, 0}, &error);
+          const std::string path = save_all(Progress{p.step, p.updates, 0}, &error);
           dist::barrier();  // every rank stops here: none ends the job while rank 0 writes that checkpoint
           const std::string kept = !path.empty()    ? "; the last good weights are saved in " + path
                                    : !error.empty() ? "; the last good weights could not be saved (" + error + ")"
@@ -348,7 +361,7 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
       }
     } catch (const Interrupted&) {
       // the step or evaluation was cut short and changed nothing: the run stops before it
-      if (step > start.step) s.checkpoint = saved.empty() ? save(p, nullptr) : saved;
+      if (step > start.step) s.checkpoint = ckpt_now ? saved : save_all(p, nullptr);
       s.stopped = true;
       break;
     }

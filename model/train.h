@@ -47,6 +47,8 @@ struct TrainSummary {
 
 // Mean loss over c.eval_iters fixed batches of a split (0 train, 1 val). Throws Interrupted
 // between two batches once a stop is requested; calls on_batch(k) (when given) after batch k.
+// Data parallel: a collective; rank r evaluates batches r, r + W, ..., and every rank returns
+// the mean of all of them, added in batch order (the same bits as one process).
 double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int split,
                      const std::function<void(int k)>& on_batch = {});
 
@@ -60,7 +62,9 @@ double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int 
 // Data parallel (model/dist.h, W ranks): rank r runs micro-batches r N .. r N + N - 1 of the
 // step's W N (N = --grad-accum), so that W ranks train as one process with --grad-accum W N;
 // be.reduce_grads() sums the gradients, one more all-reduce the losses (and a stop pending on
-// any rank: then every rank stops before that step). Rank 0 alone evaluates; hooks are rank 0's.
+// any rank: then every rank stops before that step). Evaluations are spread over the ranks
+// (estimate_loss); hooks are rank 0's. Before a checkpoint every rank calls be.gather_state()
+// (ZeRO-1: the AdamW shards gathered on rank 0).
 // On a terminal each logged step is one line ending with the time left; between logged steps
 // a live line says where the run is, and an evaluation that lasts more than two seconds shows
 // its own progress. A CPU run whose first steps predict more than ten minutes says so once.

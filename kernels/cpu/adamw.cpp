@@ -17,7 +17,6 @@ namespace cpu {
 
 namespace {
 constexpr long kParallelMin = 1L << 15;
-constexpr size_t kNormChunk = 1 << 13;  // elements per partial sum of global_norm
 }
 
 template <typename T>
@@ -43,11 +42,10 @@ void adamw_update(T* params, const T* grads, T* m, T* v, size_t N, float lr, flo
 }
 
 template <typename T>
-double global_norm(const T* grads, size_t N) {
+void norm_partials(const T* grads, size_t N, double* part) {
   // Chunks of kNormChunk elements, each summed with SIMD lanes (a fixed order for a given
-  // build), the chunk sums added in order: the result does not depend on the thread count.
+  // build): the sums do not depend on the thread count.
   const long chunks = (long)((N + kNormChunk - 1) / kNormChunk);
-  std::vector<double> part((size_t)chunks);
 #pragma omp parallel for schedule(static) if ((long)N >= kParallelMin)
   for (long k = 0; k < chunks; ++k) {
     const size_t i0 = (size_t)k * kNormChunk, i1 = std::min(N, i0 + kNormChunk);
@@ -56,8 +54,14 @@ double global_norm(const T* grads, size_t N) {
     for (size_t i = i0; i < i1; ++i) s += (double)grads[i] * (double)grads[i];
     part[(size_t)k] = s;
   }
+}
+
+template <typename T>
+double global_norm(const T* grads, size_t N) {
+  std::vector<double> part((N + kNormChunk - 1) / kNormChunk);
+  norm_partials(grads, N, part.data());
   double s = 0.0;
-  for (double p : part) s += p;
+  for (double p : part) s += p;  // in order
   return std::sqrt(s);
 }
 
@@ -74,6 +78,8 @@ template void adamw_update<float>(float*, const float*, float*, float*, size_t, 
                                   float, float, float, int);
 template void adamw_update<double>(double*, const double*, double*, double*, size_t, float,
                                    float, float, float, float, int);
+template void norm_partials<float>(const float*, size_t, double*);
+template void norm_partials<double>(const double*, size_t, double*);
 template double global_norm<float>(const float*, size_t);
 template double global_norm<double>(const double*, size_t);
 template double clip_grad_norm<float>(float*, size_t, double, double);

@@ -17,9 +17,16 @@ void adamw_update(T* params,       // (N)
                   size_t N, float lr, float beta1, float beta2, float eps, float weight_decay,
                   int t);
 
-// sqrt(sum_i g_i^2), accumulated in double.
+// sqrt(sum_i g_i^2), accumulated in double: the partial sums of norm_partials added in order.
 template <typename T>
 double global_norm(const T* grads, size_t N);
+
+// The partial sums of global_norm: part[k] = sum of g_i^2 over chunk k, elements
+// [k kNormChunk, min(N, (k + 1) kNormChunk)), ceil(N / kNormChunk) of them (overwritten). A
+// vector cut at multiples of kNormChunk (ZeRO-1's shards, model/shards.h) has the same chunks.
+constexpr size_t kNormChunk = 1 << 13;
+template <typename T>
+void norm_partials(const T* grads, size_t N, double* part);
 
 // g *= max_norm / (norm + 1e-6) when that factor is < 1 (torch.nn.utils.clip_grad_norm_).
 // Returns the factor applied (1 when no clipping).

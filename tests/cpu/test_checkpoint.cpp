@@ -185,7 +185,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   a.bias = true;
   a.dropout = 0.1;
   a.gelu = "erf";
-  a.batch_size = 12345; a.grad_accum = 7; a.world = 3; a.max_iters = 0;
+  a.batch_size = 12345; a.grad_accum = 7; a.world = 3; a.zero = 1; a.max_iters = 0;
   a.lr = 1e-300; a.min_lr = std::numeric_limits<double>::denorm_min();
   a.warmup_iters = -1; a.lr_decay_iters = 99;
   a.weight_decay = std::nextafter(1.0, 2.0); a.beta1 = 1.0 / 3.0; a.beta2 = -0.0; a.grad_clip = 2.0 / 3.0;
@@ -205,7 +205,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
 
   std::string text = config_to_text(a);
   const char* names[] = {"preset", "data", "device", "attention", "precision", "out_dir", "n_layer", "n_head", "n_embd",
-                         "block_size", "bias", "dropout", "gelu", "batch_size", "grad_accum", "world", "max_iters", "lr", "min_lr",
+                         "block_size", "bias", "dropout", "gelu", "batch_size", "grad_accum", "world", "zero", "max_iters", "lr", "min_lr",
                          "warmup_iters", "lr_decay_iters", "weight_decay", "beta1", "beta2", "grad_clip",
                          "eval_interval", "eval_iters", "log_interval", "ckpt_interval", "resume", "seed", "sample_tokens", "prompt",
                          "temperature", "top_k", "top_p", "sample", "ckpt", "export_hf", "tokenizer", "init_from", "logits"};
@@ -226,6 +226,7 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   CHECK(b.block_size == a.block_size); CHECK(b.bias == a.bias); CHECK(same_bits(b.dropout, a.dropout));
   CHECK(b.gelu == "erf");
   CHECK(b.batch_size == a.batch_size); CHECK(b.grad_accum == a.grad_accum); CHECK(b.world == a.world);
+  CHECK(b.zero == a.zero);
   CHECK(b.max_iters == a.max_iters);
   CHECK(same_bits(b.lr, a.lr)); CHECK(same_bits(b.min_lr, a.min_lr));
   CHECK(b.warmup_iters == a.warmup_iters); CHECK(b.lr_decay_iters == a.lr_decay_iters);

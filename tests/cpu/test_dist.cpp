@@ -7,7 +7,11 @@
 //   3. a rank killed with SIGKILL ends the job within seconds, and its last checkpoint resumes;
 //      SIGTERM to one rank stops every rank before the same step, with a checkpoint;
 //   4. a rank that throws (bad input on every rank; a failure on rank 1 alone, TG_INJECT_FAIL)
-//      ends the job with a line naming the rank, and the last checkpoint resumes.
+//      ends the job with a line naming the rank, and the last checkpoint resumes;
+//   5. ZeRO-1 (--zero 1, model/shards.h): two sharded ranks train bit for bit as two unsharded
+//      ones, with an odd parameter count and a shard boundary inside a decayed tensor; the
+//      evaluations spread over the ranks give one process's bits; sharded and unsharded
+//      checkpoints resume either way and on another number of ranks; bad --zero values.
 // Skipped (and counted as skipped) when this build has no MPI or mpirun is not on PATH.
 #include <doctest/doctest.h>
 #include <signal.h>
@@ -23,6 +27,7 @@
 #include "../../data/dataset.h"
 #include "../../model/checkpoint.h"
 #include "../../model/gpt.h"
+#include "../../model/shards.h"
 #include "../common/cli_util.h"
 
 using namespace cli;
@@ -293,5 +298,156 @@ TEST_CASE("dist: a rank that throws ends the job with one line naming it" * doct
   CAPTURE(resumed.err);
   CHECK(resumed.code == 0);
   CHECK(resumed.out.find("at step 2") != std::string::npos);
+  fs::remove_all(base);
+}
+
+namespace {
+// ZeRO-1's model: 17725 parameters (odd: --bias with C = 25), so the two shards are 16384 and
+// 1341 elements, and the boundary falls inside transformer.h.1.mlp.c_proj.weight (decayed).
+const std::string kZeroModel = "--n-layer 2 --n-head 5 --n-embd 25 --bias";
+tg::ModelConfig zero_model() {
+  const data::Dataset ds = data::load_dataset(data_path(), kT);
+  return tg::ModelConfig{ds.vocab_size(), kT, 2, 5, 25, true};
+}
+std::string zero_run(int iters, const std::string& more) {
+  return "--device cpu --max-iters " + std::to_string(iters) + " " + kZeroModel + " --block-size " + std::to_string(kT) +
+         " --batch-size 3 --dropout 0.1 --eval-interval 2 --eval-iters 3 --sample-tokens 0 --lr 1e-2 --data " +
+         data_path() + " " + more;
+}
+tg::ckpt::Checkpoint zero_ckpt(const fs::path& dir, int step) {
+  return tg::ckpt::load_checkpoint((dir / tg::ckpt::ckpt_name((uint32_t)step)).string(), tg::param_table(zero_model()));
+}
+// metrics.jsonl without the times: every number the training computed
+std::vector<std::string> computed(const fs::path& dir) {
+  std::vector<std::string> out;
+  std::istringstream in(slurp((dir / "metrics.jsonl").string()));
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    j.erase("ms");
+    j.erase("tokens_per_s");
+    out.push_back(j.dump());
+  }
+  return out;
+}
+// Two runs' metrics (losses, evaluations, gradient norms) and final state, bit for bit.
+void check_same_bits(const fs::path& a, const fs::path& b, int step) {
+  const auto ma = computed(a), mb = computed(b);
+  REQUIRE(ma.size() == (size_t)step + 1);
+  CHECK(ma == mb);
+  const tg::ckpt::Checkpoint ca = zero_ckpt(a, step), cb = zero_ckpt(b, step);
+  CHECK(ca.params == cb.params);
+  CHECK(ca.m == cb.m);
+  CHECK(ca.v == cb.v);
+}
+}  // namespace
+
+TEST_CASE("dist: --zero 1 shards the AdamW state over two ranks and trains bit for bit as unsharded" *
+          doctest::skip(no_mpi())) {
+  const auto table = tg::param_table(zero_model());
+  const size_t n = tg::param_count(table);
+  REQUIRE(n == 17725);
+  const tg::Shards sh(n, 2);
+  REQUIRE(sh.count(0) == 16384);
+  REQUIRE(sh.count(1) == 1341);
+  bool cut = false;  // the boundary is inside a tensor that is decayed
+  for (const tg::ParamSpec& p : table) cut |= p.offset < sh.begin(1) && sh.begin(1) < p.offset + p.numel && p.decay;
+  REQUIRE(cut);
+
+  const fs::path base = fresh_dir("tg_dist_zero");
+  const Run z1 = run_train_gpt_prefixed(mpirun2(), zero_run(6, "--zero 1 --ckpt-interval 3 --out-dir " + (base / "z1").string()));
+  CAPTURE(z1.out);
+  CAPTURE(z1.err);
+  REQUIRE(z1.code == 0);
+  CHECK(z1.out.find("(optimizer state sharded: --zero 1)") != std::string::npos);
+  CHECK(z1.out.find("(AdamW state 0.1 MiB per rank, sharded over 2 ranks by --zero 1; 0.1 MiB unsharded)") != std::string::npos);
+  CHECK(z1.out.find("ZeRO-1 (--zero 1): gradients reduce-scattered by MPI_Reduce_scatter") != std::string::npos);
+  const Run z0 = run_train_gpt_prefixed(mpirun2(), zero_run(6, "--ckpt-interval 3 --out-dir " + (base / "z0").string()));
+  CAPTURE(z0.err);
+  REQUIRE(z0.code == 0);
+  CHECK(z0.out.find("sharded") == std::string::npos);
+  // the same bits: each summed gradient is a + b either way, the norm's chunk sums are added in
+  // the same order, AdamW is elementwise with each tensor's decay, the weights are copies
+  check_same_bits(base / "z0", base / "z1", 6);
+  CHECK(zero_ckpt(base / "z1", 3).m == zero_ckpt(base / "z0", 3).m);  // the checkpoint before the last, gathered too
+
+  // one process with --grad-accum 2: the same training to rounding (check_same_training's
+  // bound), and the evaluations of step 0 (the same weights; three batches, two on rank 0 and
+  // one on rank 1, added in batch order) the same bits
+  const Run one = run_train_gpt_prefixed(kOne, zero_run(6, "--grad-accum 2 --ckpt-interval 3 --out-dir " + (base / "one").string()));
+  CAPTURE(one.err);
+  REQUIRE(one.code == 0);
+  const auto m1 = computed(base / "one"), mz = computed(base / "z1");
+  REQUIRE(m1.size() == mz.size());
+  const nlohmann::json e1 = nlohmann::json::parse(m1[0]), ez = nlohmann::json::parse(mz[0]);
+  CHECK(e1["val_loss"] == ez["val_loss"]);
+  CHECK(e1["eval_train_loss"] == ez["eval_train_loss"]);
+  CHECK(e1["train_loss"] == ez["train_loss"]);
+  const auto l1 = losses(base / "one"), lz = losses(base / "z1");
+  REQUIRE(l1.size() == lz.size());
+  for (size_t i = 0; i < l1.size(); ++i) CHECK(l1[i].loss == doctest::Approx(lz[i].loss).epsilon(1e-5));
+  // and the check can fail: another evaluation (one batch) gives another step-0 val loss
+  const Run other = run_train_gpt_prefixed(kOne, "--device cpu --max-iters 1 " + kZeroModel + " --block-size 16 --batch-size 3 "
+                                                 "--eval-iters 1 --sample-tokens 0 --data " + data_path() + " --out-dir " + (base / "other").string());
+  REQUIRE(other.code == 0);
+  CHECK(nlohmann::json::parse(computed(base / "other")[0])["val_loss"] != ez["val_loss"]);
+  fs::remove_all(base);
+}
+
+TEST_CASE("dist: sharded and unsharded checkpoints resume either way, on two ranks or one" * doctest::skip(no_mpi())) {
+  const fs::path base = fresh_dir("tg_dist_zero_resume");
+  // 2 ranks: sharded [0, 2), unsharded [2, 4), sharded [4, 6): bit for bit one unsharded run
+  const fs::path a = base / "a", ref = base / "ref";
+  const Run ref_run = run_train_gpt_prefixed(mpirun2(), zero_run(6, "--ckpt-interval 2 --out-dir " + ref.string()));
+  REQUIRE(ref_run.code == 0);
+  Run r = run_train_gpt_prefixed(mpirun2(), zero_run(2, "--zero 1 --ckpt-interval 2 --out-dir " + a.string()));
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  r = run_train_gpt_prefixed(mpirun2(), "--resume --zero 0 --max-iters 4 --out-dir " + a.string());
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("--zero 0 (was 1)") != std::string::npos);
+  r = run_train_gpt_prefixed(mpirun2(), "--resume --zero 1 --max-iters 6 --out-dir " + a.string());
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("sharded over 2 ranks") != std::string::npos);
+  check_same_bits(ref, a, 6);
+
+  // sharded 2 ranks [0, 2) -> one process [2, 4) (--zero 1 kept: a no-op on one rank) ->
+  // sharded 2 ranks [4, 6): one process with --grad-accum 2 to rounding
+  const fs::path b = base / "b", one = base / "one";
+  r = run_train_gpt_prefixed(mpirun2(), zero_run(2, "--zero 1 --ckpt-interval 2 --out-dir " + b.string()));
+  REQUIRE(r.code == 0);
+  r = run_train_gpt_prefixed(kOne, "--resume --max-iters 4 --out-dir " + b.string());
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("sharded") == std::string::npos);
+  r = run_train_gpt_prefixed(mpirun2(), "--resume --max-iters 6 --out-dir " + b.string());
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("sharded over 2 ranks") != std::string::npos);
+  r = run_train_gpt_prefixed(kOne, zero_run(6, "--grad-accum 2 --ckpt-interval 2 --out-dir " + one.string()));
+  REQUIRE(r.code == 0);
+  const auto lb = losses(b), l1 = losses(one);
+  REQUIRE(lb.size() == 6);
+  REQUIRE(l1.size() == 6);
+  for (size_t i = 0; i < lb.size(); ++i) CHECK(lb[i].loss == doctest::Approx(l1[i].loss).epsilon(1e-5));
+  const tg::ckpt::Checkpoint cb = zero_ckpt(b, 6), c1 = zero_ckpt(one, 6);
+  double worst = 0;
+  for (size_t i = 0; i < cb.params.size(); ++i) worst = std::max(worst, std::fabs((double)cb.params[i] - c1.params[i]));
+  CHECK(worst <= 2 * 6 * 1e-2);  // check_same_training's bound on one weight: 2 x the sum of the learning rates
+  fs::remove_all(base);
+}
+
+TEST_CASE("dist: --zero takes 0 or 1; on one process 1 is a no-op") {
+  const fs::path base = fresh_dir("tg_dist_zero_flag");
+  for (const char* bad : {"2", "-1", "x"}) {
+    CAPTURE(bad);
+    const Run r = run_train_gpt_prefixed(kOne, zero_run(1, std::string("--zero ") + bad + " --out-dir " + (base / "bad").string()));
+    CHECK(r.code == 2);
+    CHECK(r.err.find("--zero") != std::string::npos);
+    CHECK(count_lines(r.err) == 1);
+    CHECK(!fs::exists(base / "bad"));
+  }
+  const Run r = run_train_gpt_prefixed(kOne, zero_run(1, "--zero 1 --out-dir " + (base / "one").string()));
+  CAPTURE(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("sharded") == std::string::npos);
   fs::remove_all(base);
 }

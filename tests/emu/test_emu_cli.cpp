@@ -20,6 +20,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../../data/dataset.h"
+#include "../../model/checkpoint.h"
+#include "../../model/gpt.h"
 #include "../common/cli_util.h"
 
 namespace fs = std::filesystem;
@@ -250,4 +253,59 @@ TEST_CASE("train_gpt_emu: mpirun -np 2 runs the CUDA backend's data-parallel pat
   }
   fs::remove_all(dp);
   fs::remove_all(acc);
+}
+
+TEST_CASE("train_gpt_emu: mpirun -np 2 --zero 1 trains the emulated CUDA ranks as unsharded, to float rounding" *
+          doctest::skip(cli::mpirun(2).empty())) {
+  // 104832 parameters: two shards of 57344 and 47488 (model/shards.h), the boundary inside
+  // layer 1's weights. Step 0's loss is the same bits; the squared gradient norm is the sum of
+  // the two shards' (each rounded to float, then added) where the unsharded run rounds the
+  // whole once: a relative 2^-23 or so apart. The norm is above the clip (about 2): the clip
+  // factor differs as much, which AdamW's m / sqrt(v) all but cancels (a common scale of the
+  // gradients; only eps sees it); the moments scale with it (m) and its square (v). So: losses
+  // and norms within a relative 1e-6, m and v within 1e-5 of their largest, the weights within
+  // 1e-6 (a few float roundings of |w| < 1 after 3 steps). A wrong shard (another's moments,
+  // a decay lost at the cut, a missed gather) moves weights by lr = 1e-5 or more per step.
+  const std::string common = " --precision fp32 --batch-size 2 --max-iters 3 --eval-interval 100 --log-interval 1 "
+                             "--sample-tokens 0 --dropout 0.1 --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 "
+                             "--lr 1e-3 --warmup-iters 0 --eval-iters 1 --data " + data_path();
+  const std::string ranks = "TG_EMU_DEVICES=2 ASAN_OPTIONS=detect_leaks=0 " + cli::mpirun(2) + "-x TG_EMU_DEVICES -x ASAN_OPTIONS ";
+  const fs::path z0 = fresh_dir("tg_emu_z0"), z1 = fresh_dir("tg_emu_z1");
+  const Run a = cli::run_exe(cli::train_gpt_emu_exe(), "--device cuda" + common + " --out-dir " + z0.string(), ranks);
+  REQUIRE(a.code == 0);
+  const Run b = cli::run_exe(cli::train_gpt_emu_exe(), "--device cuda" + common + " --zero 1 --out-dir " + z1.string(), ranks);
+  INFO(b.out << b.err);
+  REQUIRE(b.code == 0);
+  CHECK(b.out.find("ZeRO-1 (--zero 1): gradients reduce-scattered by ncclReduceScatter") != std::string::npos);
+  CHECK(b.out.find("sharded over 2 ranks by --zero 1") != std::string::npos);
+  const std::map<int, double> la = train_losses(z0), lb = train_losses(z1);
+  REQUIRE(la.size() == 3);
+  REQUIRE(lb.size() == 3);
+  CHECK(la.at(0) == lb.at(0));
+  for (int s = 1; s < 3; ++s) CHECK(std::fabs(la.at(s) - lb.at(s)) <= 1e-6 * la.at(s));
+  const data::Dataset ds = data::load_dataset(data_path(), 32);
+  const auto table = tg::param_table(tg::ModelConfig{ds.vocab_size(), 32, 2, 2, 64, false, ds.padded_vocab()});
+  REQUIRE(tg::param_count(table) == 104832);
+  const auto ca = tg::ckpt::load_checkpoint((z0 / "ckpt-00000003").string(), table);
+  const auto cb = tg::ckpt::load_checkpoint((z1 / "ckpt-00000003").string(), table);
+  auto worst = [](const std::vector<float>& x, const std::vector<float>& y, double& largest) {
+    double w = 0;
+    largest = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      w = std::max(w, std::fabs((double)x[i] - y[i]));
+      largest = std::max(largest, std::fabs((double)x[i]));
+    }
+    return w;
+  };
+  double big = 0;
+  const double dw = worst(ca.params, cb.params, big), dm = worst(ca.m, cb.m, big), mbig = big,
+               dv = worst(ca.v, cb.v, big);
+  MESSAGE("sharded against unsharded after 3 steps: weights " << dw << ", m " << dm << " (of " << mbig << "), v " << dv
+                                                              << " (of " << big << ")");
+  CHECK(dw <= 1e-6);
+  CHECK(dm <= 1e-5 * mbig);
+  CHECK(dv <= 1e-5 * big);
+  CHECK(std::count(cb.m.begin(), cb.m.end(), 0.0f) < (long)cb.m.size() / 100);  // both shards gathered
+  fs::remove_all(z0);
+  fs::remove_all(z1);
 }

@@ -1,4 +1,4 @@
-// tests/emu/include/nccl.h: the few NCCL declarations train_gpt uses (model/backend_cuda.cu),
+// tests/emu/include/nccl.h: the NCCL declarations train_gpt uses (model/backend_cuda.cu),
 // for the emulator build, where they stand in for NVIDIA's library (tests/emu/nccl_emu.cpp).
 // Types and values as nccl.h defines them.
 #pragma once
@@ -28,5 +28,9 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId);
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream);
 const char* ncclGetErrorString(ncclResult_t result);
