@@ -5,9 +5,10 @@
 //             dwte[v,c] += sum over the positions (b,t) with inp[b,t] = v of dout[b,t,c]
 // No float atomics: the backward is bitwise the same on every run.
 //   dwpe: one thread per (t, c) sums over b in order.
-//   dwte: the N = B*T pairs (token, position) are sorted by token with cub's radix sort,
-//         which is stable, so each token's positions come out in increasing order: a fixed
-//         order that depends only on inp. The sorted list is cut into chunks of kChunk
+//   dwte: the N = B*T pairs (token, position) sorted by token, each token's positions in
+//         increasing order (encoder_backward_order: a counting sort on the host, from the
+//         tokens the caller stages anyway, uploaded with them): a fixed order that depends
+//         only on inp. The sorted list is cut into chunks of kChunk
 //         entries. Pass 1, one thread per (chunk, c): sums each run of equal tokens in the
 //         chunk in order; a run whose token lies wholly inside the chunk is added to dwte
 //         at once (no other thread touches that row), a run that continues into the previous
@@ -16,11 +17,9 @@
 //         chunks to dwte, first chunk to last. Work is even whatever the token histogram
 //         (V = 65 with a few very frequent tokens, or V = 50257), and the rounding error is
 //         that of a two-level sum: at most (kChunk + N / kChunk + 1) u sum |dout|.
-// Scratch (ctx.scratch, encoder_backward_scratch_bytes): 4 N words for the sort double
-// buffers, (N / kChunk) * 2 * C floats of partials, and cub's temp storage.
+// Scratch (ctx.scratch, encoder_backward_scratch_bytes): (N / kChunk) * 2 * C floats of partials.
 #include "encoder.cuh"
 
-#include <cub/device/device_radix_sort.cuh>
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -31,39 +30,10 @@ namespace {
 
 constexpr int kChunk = 32;          // sorted entries per chunk of the dwte pass
 constexpr int kChunksPerBlock = 8;  // blockDim = (32 channels, kChunksPerBlock chunks)
-constexpr int kRowThreads = 128;    // threads per row in the forward
+constexpr int kForwardThreads = 128;  // threads per row in the forward
 
-// Bits of a token id in [0, V): the radix sort only looks at these.
-int token_bits(int V) {
-  int bits = 1;
-  while (bits < 31 && (1LL << bits) < (long long)V) ++bits;
-  return bits;
-}
-
-size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
-
-size_t sort_temp_bytes(int N, int V) {
-  size_t bytes = 0;
-  cub::DoubleBuffer<uint32_t> keys(nullptr, nullptr), vals(nullptr, nullptr);
-  cudaCheck(cub::DeviceRadixSort::SortPairs(nullptr, bytes, keys, vals, N, 0, token_bits(V)));
-  return bytes;
-}
-
-// The carve-up of ctx.scratch (offsets in bytes).
-struct ScratchLayout {
-  size_t keys0, keys1, vals0, vals1, partial, temp, total;
-  ScratchLayout(int N, int C, size_t temp_bytes) {
-    const size_t words = align256((size_t)N * sizeof(uint32_t));
-    const size_t nchunks = (size_t)ceil_div(N, kChunk);
-    keys0 = 0;
-    keys1 = keys0 + words;
-    vals0 = keys1 + words;
-    vals1 = vals0 + words;
-    partial = vals1 + words;
-    temp = partial + align256(nchunks * 2 * (size_t)C * sizeof(float));
-    total = temp + align256(temp_bytes);
-  }
-};
+// Bytes of the partials: (nchunks, 2, C) floats.
+size_t partial_bytes(long long N, int C) { return (size_t)ceil_div(N, kChunk) * 2 * (size_t)C * sizeof(float); }
 
 // out[bt, :] = wte[inp[bt], :] + wpe[t, :]: a block per row (grid-stride over rows).
 template <typename T>
@@ -91,15 +61,6 @@ __global__ void encoder_backward_wpe_kernel(float* dwpe,     // (maxT, C) +=
     float s = 0.0f;
     for (int b = 0; b < B; ++b) s += to_float(dout[(size_t)b * TC + i]);
     dwpe[i] += s;
-  }
-}
-
-// keys = inp (as unsigned), vals = 0, 1, ..., N-1: the input of the stable sort.
-// (64-bit index: N may be up to 2^31 - kChunk, and i + stride would overflow an int.)
-__global__ void encoder_sort_init_kernel(uint32_t* keys, uint32_t* vals, const int32_t* inp, int N) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < N; i += (long long)gridDim.x * blockDim.x) {
-    keys[i] = (uint32_t)inp[i];
-    vals[i] = (uint32_t)i;
   }
 }
 
@@ -197,11 +158,30 @@ __global__ void __launch_bounds__(32 * kChunksPerBlock)
 
 }  // namespace
 
-size_t encoder_backward_scratch_bytes(int B, int Tn, int C, int V) {
+size_t encoder_backward_scratch_bytes(int B, int Tn, int C) {
   const long long N = (long long)B * Tn;
-  if (N <= 0 || C <= 0 || V <= 0) return 0;
+  if (N <= 0 || C <= 0) return 0;
   if (N > (1LL << 31) - kChunk) throw std::invalid_argument("encoder_backward_scratch_bytes: B*T must be below 2^31");
-  return ScratchLayout((int)N, C, sort_temp_bytes((int)N, V)).total;
+  return partial_bytes(N, C);
+}
+
+void encoder_backward_order(uint32_t* keys, uint32_t* vals, uint32_t* counts, const int32_t* inp, long long N, int V) {
+  if (N < 0 || V <= 0) throw std::invalid_argument("encoder_backward_order: bad size");
+  if (N > (1LL << 31) - kChunk) throw std::invalid_argument("encoder_backward_order: B*T must be below 2^31");
+  // counts[v + 1] = occurrences of v, then counts[v] = the first slot of v (prefix sums)
+  std::fill(counts, counts + (size_t)V + 1, 0u);
+  for (long long i = 0; i < N; ++i) {
+    if (inp[i] < 0 || inp[i] >= V)
+      throw std::invalid_argument("encoder_backward_order: token " + std::to_string(inp[i]) + " at position " +
+                                  std::to_string(i) + " outside [0, " + std::to_string(V) + ")");
+    ++counts[inp[i] + 1];
+  }
+  for (int v = 0; v < V; ++v) counts[v + 1] += counts[v];
+  for (long long i = 0; i < N; ++i) {  // positions in increasing order: each token's stay so
+    const uint32_t slot = counts[inp[i]]++;
+    keys[slot] = (uint32_t)inp[i];
+    vals[slot] = (uint32_t)i;
+  }
 }
 
 template <typename T>
@@ -211,13 +191,13 @@ void encoder_forward(const Context& ctx, T* out, const int32_t* inp, const T* wt
   const long long rows = (long long)B * Tn;
   if (rows == 0 || C == 0) return;
   const unsigned grid = (unsigned)std::min<long long>(rows, 65535LL * 32);
-  launch(encoder_forward_kernel<T>, grid, kRowThreads, 0, ctx.stream, out, inp, wte, wpe, rows, Tn, C);
+  launch(encoder_forward_kernel<T>, grid, kForwardThreads, 0, ctx.stream, out, inp, wte, wpe, rows, Tn, C);
 }
 
 template <typename T>
-void encoder_backward(const Context& ctx, float* dwte, float* dwpe, const T* dout, const int32_t* inp, int B, int Tn,
-                      int C, int V) {
-  if (B < 0 || Tn < 0 || C < 0 || V <= 0) throw std::invalid_argument("encoder_backward: bad size");
+void encoder_backward(const Context& ctx, float* dwte, float* dwpe, const T* dout, const uint32_t* keys,
+                      const uint32_t* vals, int B, int Tn, int C) {
+  if (B < 0 || Tn < 0 || C < 0) throw std::invalid_argument("encoder_backward: bad size");
   const long long N = (long long)B * Tn;
   if (N == 0 || C == 0) return;
   if (N > (1LL << 31) - kChunk) throw std::invalid_argument("encoder_backward: B*T must be below 2^31");
@@ -226,36 +206,23 @@ void encoder_backward(const Context& ctx, float* dwte, float* dwpe, const T* dou
   // dwpe: sum over b in order
   launch(encoder_backward_wpe_kernel<T>, grid_1d((size_t)Tn * C, 256), 256, 0, ctx.stream, dwpe, dout, B, Tn, C);
 
-  // dwte: stable sort of (token, position), then the two chunk passes
-  const size_t temp_bytes = sort_temp_bytes((int)N, V);
-  const ScratchLayout L((int)N, C, temp_bytes);
-  if (ctx.scratch == nullptr || ctx.scratch_bytes < L.total)
+  // dwte: the two chunk passes over the sorted (token, position) list
+  const size_t needed = partial_bytes(N, C);
+  if (ctx.scratch == nullptr || ctx.scratch_bytes < needed)
     throw std::invalid_argument("encoder_backward: ctx.scratch holds " + std::to_string(ctx.scratch_bytes) +
-                                " bytes, needs " + std::to_string(L.total) + " (encoder_backward_scratch_bytes)");
-  char* base = static_cast<char*>(ctx.scratch);
-  uint32_t* keys0 = reinterpret_cast<uint32_t*>(base + L.keys0);
-  uint32_t* keys1 = reinterpret_cast<uint32_t*>(base + L.keys1);
-  uint32_t* vals0 = reinterpret_cast<uint32_t*>(base + L.vals0);
-  uint32_t* vals1 = reinterpret_cast<uint32_t*>(base + L.vals1);
-  float* partial = reinterpret_cast<float*>(base + L.partial);
-  void* temp = base + L.temp;
-
-  launch(encoder_sort_init_kernel, grid_1d((size_t)N, 256), 256, 0, ctx.stream, keys0, vals0, inp, (int)N);
-  cub::DoubleBuffer<uint32_t> keys(keys0, keys1), vals(vals0, vals1);
-  size_t tb = temp_bytes;
-  cudaCheck(cub::DeviceRadixSort::SortPairs(temp, tb, keys, vals, (int)N, 0, token_bits(V), ctx.stream));
-
+                                " bytes, needs " + std::to_string(needed) + " (encoder_backward_scratch_bytes)");
+  float* partial = static_cast<float*>(ctx.scratch);
   const long long nchunks = ceil_div(N, kChunk);
   const dim3 block(32, kChunksPerBlock);
   const dim3 grid((unsigned)ceil_div(nchunks, kChunksPerBlock), (unsigned)ceil_div(C, 32));
-  launch(encoder_backward_chunks_kernel<T>, grid, block, 0, ctx.stream, dwte, partial, dout, keys.Current(),
-         vals.Current(), (int)N, C);
-  launch(encoder_backward_spans_kernel, grid, block, 0, ctx.stream, dwte, partial, keys.Current(), (int)N, C);
+  launch(encoder_backward_chunks_kernel<T>, grid, block, 0, ctx.stream, dwte, partial, dout, keys, vals, (int)N, C);
+  launch(encoder_backward_spans_kernel, grid, block, 0, ctx.stream, dwte, partial, keys, (int)N, C);
 }
 
 #define TG_INSTANTIATE(T)                                                                                 \
   template void encoder_forward<T>(const Context&, T*, const int32_t*, const T*, const T*, int, int, int); \
-  template void encoder_backward<T>(const Context&, float*, float*, const T*, const int32_t*, int, int, int, int);
+  template void encoder_backward<T>(const Context&, float*, float*, const T*, const uint32_t*, const uint32_t*, int, \
+                                    int, int);
 TG_INSTANTIATE(float)
 TG_INSTANTIATE(bf16)
 #undef TG_INSTANTIATE

@@ -58,6 +58,8 @@ void GPTCuda<T>::carve(Buffers& b, Carver& a, const ModelConfig& m, const CudaRu
   // activations
   acts_.inp = a.template take<int32_t>(BT);
   acts_.targets = a.template take<int32_t>(BT);
+  acts_.order_keys = a.template take<uint32_t>(BT);
+  acts_.order_vals = a.template take<uint32_t>(BT);
   acts_.encoded = a.template take<T>(BT * C);
   acts_.h.resize(m.n_layer);
   for (Layer& l : acts_.h) {
@@ -99,8 +101,8 @@ void GPTCuda<T>::carve(Buffers& b, Carver& a, const ModelConfig& m, const CudaRu
 }
 
 size_t gpt_cuda_scratch_bytes(const ModelConfig& m, const CudaRunShape& run, size_t elem_size, size_t n_params) {
-  const int B = run.B, Tn = run.T, C = m.n_embd, NH = m.n_head, V = m.vocab_size, Vp = m.vp(), N = B * Tn;
-  size_t s = std::max({gpu::encoder_backward_scratch_bytes(B, Tn, C, V), gpu::layernorm_backward_scratch_bytes(N, C),
+  const int B = run.B, Tn = run.T, C = m.n_embd, NH = m.n_head, Vp = m.vp(), N = B * Tn;
+  size_t s = std::max({gpu::encoder_backward_scratch_bytes(B, Tn, C), gpu::layernorm_backward_scratch_bytes(N, C),
                        gpu::global_norm_scratch_bytes(n_params),
                        gpu::matmul_scratch_bytes(N, std::max({3 * C, 4 * C, Vp}))});
   for (gpu::AttentionPath p : {gpu::AttentionPath::Naive, gpu::AttentionPath::Flash})
@@ -130,7 +132,8 @@ GPTCuda<T>::GPTCuda(const ModelConfig& mc, const CudaRunShape& run) : m_(mc), ru
   try {
     cudaCheck(cudaMalloc(&arena_, arena_bytes_));
     cudaCheck(cudaMemsetAsync(arena_, 0, arena_bytes_, ctx_.stream));
-    cudaCheck(cudaMallocHost(&host_tokens_, 2 * (size_t)run_.B * run_.T * sizeof(int32_t)));
+    cudaCheck(cudaMallocHost(&host_tokens_, 4 * (size_t)run_.B * run_.T * sizeof(int32_t)));
+    order_counts_.resize((size_t)m_.vocab_size + 1);
     cudaCheck(cudaEventCreateWithFlags(&tokens_copied_, cudaEventDisableTiming));
   } catch (...) {
     if (host_tokens_) cudaFreeHost(host_tokens_);
@@ -182,7 +185,7 @@ void GPTCuda<T>::forward(const int32_t* x, const int32_t* targets, int b, int t,
   b_ = b; t_ = t; train_ = train; step_ = step; micro_ = train ? micro : 0;
   const gpu::Context& ctx = ctx_;
   const int C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, Vp = m_.vp(), N = b * t;
-  upload_tokens(x, targets, N, acts_.inp, acts_.targets);
+  upload_tokens(x, targets, N, acts_.inp, acts_.targets, train);
 
   gpu::encoder_forward(ctx, acts_.encoded, acts_.inp, P.wte, P.wpe, b, t, C);
   gpu::dropout_forward(ctx, acts_.encoded, acts_.encoded, key(0, philox::kSiteEmbedding), b, t, C);
@@ -217,7 +220,8 @@ void GPTCuda<T>::forward(const int32_t* x, const int32_t* targets, int b, int t,
 }
 
 template <typename T>
-void GPTCuda<T>::upload_tokens(const int32_t* x, const int32_t* targets, int n, int32_t* dx, int32_t* dtargets) {
+void GPTCuda<T>::upload_tokens(const int32_t* x, const int32_t* targets, int n, int32_t* dx, int32_t* dtargets,
+                               bool order) {
   // the staging buffer is free once the previous copies out of it are done (long since, in a
   // training loop: the previous step ended in read_stats())
   cudaCheck(cudaEventSynchronize(tokens_copied_));
@@ -227,6 +231,13 @@ void GPTCuda<T>::upload_tokens(const int32_t* x, const int32_t* targets, int n, 
   cudaCheck(cudaMemcpyAsync(dx, staged, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice, ctx_.stream));
   if (targets)
     cudaCheck(cudaMemcpyAsync(dtargets, staged + n, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice, ctx_.stream));
+  if (order) {  // the order of the encoder backward's sums, computed here from the host's tokens
+    uint32_t* keys = reinterpret_cast<uint32_t*>(staged + 2 * (size_t)n);
+    uint32_t* vals = reinterpret_cast<uint32_t*>(staged + 3 * (size_t)n);
+    gpu::encoder_backward_order(keys, vals, order_counts_.data(), x, n, m_.vocab_size);
+    cudaCheck(cudaMemcpyAsync(acts_.order_keys, keys, (size_t)n * sizeof(uint32_t), cudaMemcpyHostToDevice, ctx_.stream));
+    cudaCheck(cudaMemcpyAsync(acts_.order_vals, vals, (size_t)n * sizeof(uint32_t), cudaMemcpyHostToDevice, ctx_.stream));
+  }
   cudaCheck(cudaEventRecord(tokens_copied_, ctx_.stream));
 }
 
@@ -276,7 +287,7 @@ void GPTCuda<T>::decode_row(int32_t token) {
   const int C = m_.n_embd, NH = m_.n_head, V = m_.vp(), maxT = m_.block_size;
   const int pos = (int)window_.size() - 1;  // 0 <= pos < block_size
   Decode& d = buf_.dec;
-  upload_tokens(&token, nullptr, 1, d.token, nullptr);
+  upload_tokens(&token, nullptr, 1, d.token, nullptr, false);
   // x = wte[token] + wpe[pos]: the encoder op with T = 1 on wpe shifted to row pos
   gpu::encoder_forward(ctx, d.x, d.token, P.wte, P.wpe + (size_t)pos * C, 1, 1, C);
   for (int li = 0; li < m_.n_layer; ++li) {
@@ -302,7 +313,7 @@ void GPTCuda<T>::decode_row(int32_t token) {
 template <typename T>
 void GPTCuda<T>::backward(bool accumulate) {
   const gpu::Context& ctx = ctx_;
-  const int b = b_, t = t_, C = m_.n_embd, NH = m_.n_head, V = m_.vocab_size, Vp = m_.vp(), N = b * t;
+  const int b = b_, t = t_, C = m_.n_embd, NH = m_.n_head, Vp = m_.vp(), N = b * t;
   const size_t NC = (size_t)N * C;
   auto zero = [&](T* p, size_t n) { cudaCheck(cudaMemsetAsync(p, 0, n * sizeof(T), ctx.stream)); };
   if (!accumulate) cudaCheck(cudaMemsetAsync(buf_.grads, 0, n_params * sizeof(float), ctx.stream));
@@ -342,7 +353,7 @@ void GPTCuda<T>::backward(bool accumulate) {
   // encoded = drop(wte[x] + wpe)
   zero(d_.dbtc, NC);
   gpu::dropout_backward(ctx, d_.dbtc, d_.dres, key(0, philox::kSiteEmbedding), b, t, C);
-  gpu::encoder_backward(ctx, G.wte, G.wpe, d_.dbtc, acts_.inp, b, t, C, V);
+  gpu::encoder_backward(ctx, G.wte, G.wpe, d_.dbtc, acts_.order_keys, acts_.order_vals, b, t, C);
   gpu::global_norm_squared(ctx, acts_.stats + 1, buf_.grads, n_params);
 }
 

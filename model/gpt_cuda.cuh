@@ -142,6 +142,7 @@ class GPTCuda {
   };
   struct Acts {
     int32_t *inp, *targets;  // (B, T)
+    uint32_t *order_keys, *order_vals;  // (B*T) gpu::encoder_backward_order of inp (a training forward's)
     T* encoded;              // (B, T, C) after the embedding dropout
     std::vector<Layer> h;
     T *lnf, *logits, *dlogits;
@@ -173,8 +174,9 @@ class GPTCuda {
                     size_t n_tensors);
   philox::DropoutKey key(uint32_t layer, uint32_t site) const;
   // Copies n tokens (and n targets, when not null) through the pinned staging buffer to the
-  // device, ordered on the stream.
-  void upload_tokens(const int32_t* x, const int32_t* targets, int n, int32_t* dx, int32_t* dtargets);
+  // device, ordered on the stream; with order, also the encoder backward's order of x
+  // (acts_.order_keys, acts_.order_vals).
+  void upload_tokens(const int32_t* x, const int32_t* targets, int n, int32_t* dx, int32_t* dtargets, bool order);
   void decode_row(int32_t token);  // one position: window_.size() - 1
   void decode_prime();             // the caches and logits for all of window_
 
@@ -185,7 +187,8 @@ class GPTCuda {
   size_t arena_bytes_ = 0;
   size_t shard_count_ = 0;  // elements of the shard this rank updates (n_params unsharded)
   int n_tensors_ = 0;       // tensors (parts of tensors) in the shard: buf_.tensors
-  int32_t* host_tokens_ = nullptr;  // pinned (2, B, T): inputs and targets staged for the async copies
+  int32_t* host_tokens_ = nullptr;  // pinned (4, B, T): inputs, targets, the encoder order's keys and vals
+  std::vector<uint32_t> order_counts_;  // (V + 1) work space of gpu::encoder_backward_order
   cudaEvent_t tokens_copied_ = nullptr;  // recorded after the copies out of host_tokens_
   Buffers buf_{};
   GPTParams<T> P;      // views of params_t_

@@ -4,12 +4,12 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <system_error>
 #include <vector>
 
 #include "ckpt_io.h"
 #include "errors.h"
+#include "json_io.h"
 #include "safetensors.h"
 
 namespace tg {
@@ -83,29 +83,28 @@ void export_hf(const std::string& dir, const ModelConfig& m, GeluForm gelu, cons
     add_owned("transformer.ln_f.bias", {C}, std::vector<float>((size_t)C, 0.0f));
   }
 
-  nlohmann::ordered_json config = {
-      {"architectures", {"GPT2LMHeadModel"}},
-      {"model_type", "gpt2"},
-      {"vocab_size", m.vocab_size},
-      {"n_positions", m.block_size},
-      {"n_ctx", m.block_size},
-      {"n_embd", m.n_embd},
-      {"n_layer", m.n_layer},
-      {"n_head", m.n_head},
-      {"n_inner", nullptr},
-      {"activation_function", gelu == GeluForm::Erf ? "gelu" : "gelu_new"},
-      {"layer_norm_epsilon", 1e-5},
-      {"resid_pdrop", 0.0},
-      {"embd_pdrop", 0.0},
-      {"attn_pdrop", 0.0},
-      {"initializer_range", 0.02},
-      {"scale_attn_weights", true},
-      {"tie_word_embeddings", true},
-      {"torch_dtype", "float32"},
-      // GPT-2's <|endoftext|> where the vocabulary is GPT-2's; none for a character vocabulary
-      {"bos_token_id", m.vocab_size >= 50257 ? nlohmann::ordered_json(50256) : nlohmann::ordered_json(nullptr)},
-      {"eos_token_id", m.vocab_size >= 50257 ? nlohmann::ordered_json(50256) : nlohmann::ordered_json(nullptr)},
-  };
+  jsonio::Out config = jsonio::Out::object();
+  config["architectures"] = jsonio::Out::array({"GPT2LMHeadModel"});
+  config["model_type"] = "gpt2";
+  config["vocab_size"] = m.vocab_size;
+  config["n_positions"] = m.block_size;
+  config["n_ctx"] = m.block_size;
+  config["n_embd"] = m.n_embd;
+  config["n_layer"] = m.n_layer;
+  config["n_head"] = m.n_head;
+  config["n_inner"] = nullptr;
+  config["activation_function"] = gelu == GeluForm::Erf ? "gelu" : "gelu_new";
+  config["layer_norm_epsilon"] = 1e-5;
+  config["resid_pdrop"] = 0.0;
+  config["embd_pdrop"] = 0.0;
+  config["attn_pdrop"] = 0.0;
+  config["initializer_range"] = 0.02;
+  config["scale_attn_weights"] = true;
+  config["tie_word_embeddings"] = true;
+  config["torch_dtype"] = "float32";
+  // GPT-2's <|endoftext|> where the vocabulary is GPT-2's; none for a character vocabulary
+  config["bos_token_id"] = m.vocab_size >= 50257 ? jsonio::Out(50256) : jsonio::Out(nullptr);
+  config["eos_token_id"] = m.vocab_size >= 50257 ? jsonio::Out(50256) : jsonio::Out(nullptr);
 
   const std::string tmp = dir + ".tmp";
   fs::remove_all(tmp, ec);
@@ -125,10 +124,10 @@ void export_hf(const std::string& dir, const ModelConfig& m, GeluForm gelu, cons
     ckpt::write_safetensors_pieces([&](const void* d, size_t n) { f.write(d, n); }, pieces, {{"format", "pt"}});
     f.commit();
   }
-  ckpt::write_file_atomic(tmp + "/config.json", config.dump(2) + "\n");
+  ckpt::write_file_atomic(tmp + "/config.json", jsonio::dump(config, 2) + "\n");
   if (!vocab.empty())
     ckpt::write_file_atomic(tmp + "/train_gpt_vocab.json",
-                            nlohmann::json(utf8_chars(vocab)).dump(-1, ' ', true, nlohmann::json::error_handler_t::replace) + "\n");
+                            jsonio::dump(utf8_chars(vocab), -1, /*ascii=*/true) + "\n");
   fs::rename(tmp, dir, ec);
   if (ec) throw RuntimeError("cannot rename " + tmp + " to " + dir + ": " + ec.message() + "; check the path");
   cleanup.done = true;

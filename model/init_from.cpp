@@ -8,7 +8,6 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "../data/dataset.h"
@@ -16,6 +15,7 @@
 #include "ckpt_io.h"
 #include "errors.h"
 #include "hf_export.h"
+#include "json_io.h"
 #include "run_dir.h"
 #include "safetensors.h"
 
@@ -117,15 +117,15 @@ bool is_mask_buffer(const std::string& name) {
 
 // ---- Hugging Face GPT-2
 
-int json_int(const nlohmann::json& j, const char* key, const std::string& path, bool required, int fallback = 0) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
+int json_int(const jsonio::Value& j, const char* key, const std::string& path, bool required, int fallback = 0) {
+  const jsonio::Value v = j[key];
+  if (!j.contains(key) || v.is_null()) {
     if (required) bad_file(path, std::string("has no ") + key, "Hugging Face's GPT-2 config.json");
     return fallback;
   }
-  if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > (1 << 24))
-    bad_file(path, std::string("has ") + key + " " + printable(it->dump()), std::string(key) + " a positive integer");
-  return (int)it->get<int64_t>();
+  if (!v.is_number_integer() || v.get_int64() < 1 || v.get_int64() > (1 << 24))
+    bad_file(path, std::string("has ") + key + " " + printable(v.dump()), std::string(key) + " a positive integer");
+  return (int)v.get_int64();
 }
 
 InitSource read_hf(const std::string& st_path, const std::string& config_path, int n_head_flag) {
@@ -164,9 +164,9 @@ InitSource read_hf(const std::string& st_path, const std::string& config_path, i
   m.bias = true;  // GPT-2 has every bias
   std::error_code ec;
   if (fs::exists(config_path, ec)) {
-    nlohmann::json j = nlohmann::json::parse(ckpt::read_file(config_path), nullptr, false);
+    const jsonio::Value j = jsonio::parse(ckpt::read_file(config_path));
     if (j.is_discarded() || !j.is_object()) bad_file(config_path, "is not a JSON object", "Hugging Face's GPT-2 config.json");
-    if (j.contains("model_type") && j["model_type"] != "gpt2")
+    if (j.contains("model_type") && !(j["model_type"].is_string() && j["model_type"].get_string() == "gpt2"))
       bad_file(config_path, "has model_type " + printable(j["model_type"].dump()), "model_type \"gpt2\"");
     m.n_layer = json_int(j, "n_layer", config_path, true);
     m.n_head = json_int(j, "n_head", config_path, true);
@@ -184,15 +184,15 @@ InitSource read_hf(const std::string& st_path, const std::string& config_path, i
     typed("scale_attn_weights", j.contains("scale_attn_weights") && j["scale_attn_weights"].is_boolean(), "true or false");
     typed("scale_attn_by_inverse_layer_idx",
           j.contains("scale_attn_by_inverse_layer_idx") && j["scale_attn_by_inverse_layer_idx"].is_boolean(), "true or false");
-    auto flag = [&](const char* key, bool fallback) { return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback; };
+    auto flag = [&](const char* key, bool fallback) { return j.contains(key) && j[key].is_boolean() ? j[key].get_bool() : fallback; };
     const std::string act = j.contains("activation_function") && j["activation_function"].is_string()
-                                ? j["activation_function"].get<std::string>()
+                                ? j["activation_function"].get_string()
                                 : "gelu_new";
     if (act == "gelu_new" || act == "gelu_pytorch_tanh") s.gelu = "tanh";
     else if (act == "gelu") s.gelu = "erf";
     else bad_file(config_path, "has activation_function " + printable(act), "gelu_new (tanh form) or gelu (erf)");
     if (j.contains("layer_norm_epsilon") &&
-        (!j["layer_norm_epsilon"].is_number() || std::fabs(j["layer_norm_epsilon"].get<double>() - 1e-5) > 1e-12))
+        (!j["layer_norm_epsilon"].is_number() || std::fabs(j["layer_norm_epsilon"].get_double() - 1e-5) > 1e-12))
       bad_file(config_path, "has layer_norm_epsilon " + printable(j["layer_norm_epsilon"].dump()),
                "1e-5 (GPT-2's, the one train_gpt uses)");
     if (flag("scale_attn_by_inverse_layer_idx", false) || !flag("scale_attn_weights", true))
@@ -265,13 +265,13 @@ InitSource read_hf(const std::string& st_path, const std::string& config_path, i
   // the characters of a train_gpt export's vocabulary, when beside it
   const std::string vocab_path = (fs::path(config_path).parent_path() / "train_gpt_vocab.json").string();
   if (fs::exists(vocab_path, ec)) {
-    const nlohmann::json v = nlohmann::json::parse(ckpt::read_file(vocab_path), nullptr, false);
+    const jsonio::Value v = jsonio::parse(ckpt::read_file(vocab_path));
     if (v.is_discarded() || !v.is_array() || (int)v.size() != m.vocab_size)
       bad_file(vocab_path, "is not a JSON array of " + std::to_string(m.vocab_size) + " strings",
                "the vocabulary --export-hf writes");
-    for (const auto& ch : v) {
+    for (const jsonio::Value& ch : v.elements()) {
       if (!ch.is_string()) bad_file(vocab_path, "holds something other than strings", "the vocabulary --export-hf writes");
-      s.vocab += ch.get<std::string>();
+      s.vocab += ch.get_string();
     }
   }
   return s;

@@ -1,5 +1,5 @@
 // model/plot.cpp: metrics.jsonl -> SVG loss curves (see model/plot.h). Each line is read with
-// nlohmann-json; the picture is written by hand (SVG is text).
+// nlohmann-json (model/json_io.h); the picture is written by hand (SVG is text).
 #include "plot.h"
 
 #include <algorithm>
@@ -8,9 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "errors.h"
+#include "json_io.h"
 
 namespace tg {
 
@@ -60,10 +59,9 @@ std::string last_chars(const std::string& s, size_t n) {
 }
 
 // A series' number: a finite JSON number, or false.
-bool finite_number(const nlohmann::json& j, const char* key, double& out) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number()) return false;
-  out = it->get<double>();
+bool finite_number(const jsonio::Value& j, const char* key, double& out) {
+  if (!j.contains(key) || !j[key].is_number()) return false;
+  out = j[key].get_double();
   return std::isfinite(out);
 }
 
@@ -84,14 +82,14 @@ RunCurves read_metrics(const std::string& path, const std::string& label) {
   std::string line;
   for (int n = 1; std::getline(f, line); ++n) {
     if (line.empty()) continue;
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const jsonio::Value j = jsonio::parse(line);
     const bool ok = j.is_object() && j.contains("step") && j["step"].is_number() && j.contains("train_loss") &&
                     (j["train_loss"].is_number() || j["train_loss"].is_null());
     if (!ok)
       throw InputError("metrics file '" + path + "' line " + std::to_string(n) +
                        " is not a train_gpt metrics object; expected {\"step\": ..., \"train_loss\": ...}; pass a metrics.jsonl written by train_gpt");
     if (j.value("skipped", false)) continue;  // a NaN-guarded step
-    const double step = j["step"].get<double>();
+    const double step = j["step"].get_double();
     double loss, val;
     // the closing evaluation (train_loss null) has no training step
     if (finite_number(j, "train_loss", loss)) r.train.push_back({step, loss});

@@ -18,11 +18,10 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "../data/tokens.h"
 #include "ckpt_io.h"
 #include "errors.h"
+#include "json_io.h"
 
 namespace tg {
 namespace fs = std::filesystem;
@@ -201,11 +200,11 @@ std::string joined(const std::vector<std::string>& v) {
 // The step of a metrics line ({"step": N, ...}, read with nlohmann-json), or -1 for a line
 // that is not a whole one.
 long line_step(const std::string& line) {
-  const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  const jsonio::Value j = jsonio::parse(line);
   if (j.is_discarded() || !j.is_object()) return -1;
-  auto it = j.find("step");
-  if (it == j.end() || !it->is_number_unsigned() || it->get<uint64_t>() > (uint64_t)INT32_MAX) return -1;
-  return (long)it->get<uint64_t>();
+  const jsonio::Value step = j["step"];
+  if (!j.contains("step") || !step.is_number_unsigned() || step.get_uint64() > (uint64_t)INT32_MAX) return -1;
+  return (long)step.get_uint64();
 }
 
 // The lines of metrics.jsonl a run resumed at step keeps (whole lines of the steps before

@@ -1,8 +1,6 @@
 // model/safetensors.cpp: the safetensors format and its JSON header, written and read with
-// nlohmann-json (see model/safetensors.h).
+// nlohmann-json behind model/json_io.h (see model/safetensors.h).
 #include "safetensors.h"
-
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -13,6 +11,7 @@
 
 #include "ckpt_io.h"
 #include "errors.h"
+#include "json_io.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors files are little endian and floats are copied as they lie in memory");
@@ -37,57 +36,6 @@ std::vector<uint64_t> to_u64(const std::vector<int>& shape) {
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;
 constexpr int kMaxDepth = 16;
 constexpr size_t kMaxEntries = 1u << 16;
-
-// ---- the header's JSON, read with nlohmann-json under the limits of untrusted input
-
-using json = nlohmann::json;
-using ordered_json = nlohmann::ordered_json;
-
-struct JsonError {
-  std::string msg;
-};
-
-// The header text parsed, or JsonError: bad JSON (with its byte offset), a key twice in one
-// object, nesting deeper than kMaxDepth, more than kMaxEntries entries. The limits are checked
-// as the parser goes (its callback), so a hostile header is refused before it is built.
-json parse_header_json(const std::string& text) {
-  std::vector<std::set<std::string>> keys;  // of each object still open, innermost last
-  size_t entries = 0;
-  const json::parser_callback_t limits = [&](int depth, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        if (depth >= kMaxDepth) throw JsonError{"nesting deeper than " + std::to_string(kMaxDepth) + " levels"};
-        if (event == json::parse_event_t::object_start) keys.emplace_back();
-        break;
-      case json::parse_event_t::object_end:
-        if (!keys.empty()) keys.pop_back();
-        break;
-      case json::parse_event_t::key: {
-        const std::string& k = parsed.get_ref<const std::string&>();
-        if (keys.empty() || !keys.back().insert(k).second) throw JsonError{"duplicate key \"" + printable(k) + "\""};
-        if (depth == 1 && ++entries > kMaxEntries)
-          throw JsonError{"more than " + std::to_string(kMaxEntries) + " entries"};
-        break;
-      }
-      default:
-        break;
-    }
-    return true;
-  };
-  try {
-    return json::parse(text, limits);
-  } catch (const json::parse_error& e) {
-    // e.what(): "[json.exception.parse_error.101] parse error at line 1, column 2: <why>"
-    std::string why = e.what();
-    const size_t colon = why.find(": ");
-    why = colon == std::string::npos ? why : why.substr(colon + 2);
-    throw JsonError{"invalid JSON at byte " + std::to_string(e.byte ? e.byte - 1 : 0) + " of the header (" +
-                    printable(why, 160) + ")"};
-  } catch (const json::exception& e) {
-    throw JsonError{"invalid JSON (" + printable(e.what(), 160) + ")"};
-  }
-}
 
 const std::string kBadHeader = "a safetensors header as train_gpt writes it ({\"name\": {\"dtype\", \"shape\", \"data_offsets\"}, ...})";
 
@@ -123,22 +71,22 @@ StFile parse_header(const std::string& bytes, uint64_t file_size, const std::str
   StFile f;
   f.data_start = 8 + (size_t)n;
   const uint64_t data_size = file_size - f.data_start;
-  json root;
+  jsonio::Value root;
   try {
-    root = parse_header_json(bytes.substr(8, (size_t)n));
-  } catch (const JsonError& e) {
+    root = jsonio::parse_untrusted(bytes.substr(8, (size_t)n), kMaxDepth, kMaxEntries);
+  } catch (const jsonio::Error& e) {
     damaged(path, "has a bad header: " + e.msg, kBadHeader);
   }
   if (!root.is_object()) damaged(path, "has a header that is not a JSON object", kBadHeader);
   for (const auto& kv : root.items()) {
-    const std::string& name = kv.key();
-    const json& v = kv.value();
+    const std::string& name = kv.first;
+    const jsonio::Value& v = kv.second;
     auto bad = [&](const std::string& what) { damaged(path, "has a bad header entry \"" + printable(name) + "\": " + what, kBadHeader); };
     if (!v.is_object()) bad("not an object");
     if (name == "__metadata__") {
       for (const auto& m : v.items()) {
-        if (!m.value().is_string()) bad("metadata value \"" + printable(m.key()) + "\" is not a string");
-        f.metadata[m.key()] = m.value().get<std::string>();
+        if (!m.second.is_string()) bad("metadata value \"" + printable(m.first) + "\" is not a string");
+        f.metadata[m.first] = m.second.get_string();
       }
       continue;
     }
@@ -146,29 +94,29 @@ StFile parse_header(const std::string& bytes, uint64_t file_size, const std::str
     t.name = name;
     bool has_dtype = false, has_shape = false, has_offsets = false;
     for (const auto& field : v.items()) {
-      const json& x = field.value();
-      if (field.key() == "dtype") {
+      const jsonio::Value& x = field.second;
+      if (field.first == "dtype") {
         if (!x.is_string()) bad("dtype is not a string");
-        t.dtype = x.get<std::string>();
+        t.dtype = x.get_string();
         has_dtype = true;
-      } else if (field.key() == "shape") {
+      } else if (field.first == "shape") {
         if (!x.is_array()) bad("shape is not an array");
-        for (const json& d : x) {
+        for (const jsonio::Value& d : x.elements()) {
           if (!d.is_number_unsigned()) bad("shape holds something other than a non-negative integer");
-          const uint64_t dim = d.get<uint64_t>();
+          const uint64_t dim = d.get_uint64();
           if (dim != 0 && t.numel > UINT64_MAX / dim) bad("shape too large");
           t.shape.push_back(dim);
           t.numel *= dim;
         }
         has_shape = true;
-      } else if (field.key() == "data_offsets") {
+      } else if (field.first == "data_offsets") {
         if (!x.is_array() || x.size() != 2 || !x[0].is_number_unsigned() || !x[1].is_number_unsigned())
           bad("data_offsets is not [begin, end]");
-        t.begin = x[0].get<uint64_t>();
-        t.end = x[1].get<uint64_t>();
+        t.begin = x[0].get_uint64();
+        t.end = x[1].get_uint64();
         has_offsets = true;
       } else {
-        bad("unknown field \"" + printable(field.key()) + "\"");
+        bad("unknown field \"" + printable(field.first) + "\"");
       }
     }
     if (!has_dtype || !has_shape || !has_offsets) bad("dtype, shape or data_offsets missing");
@@ -241,18 +189,18 @@ uint64_t model_numel(const StFile& f) {
 
 void write_safetensors_pieces(const std::function<void(const void*, size_t)>& out, const std::vector<StPiece>& pieces,
                               const std::vector<std::pair<std::string, std::string>>& metadata) {
-  ordered_json h = ordered_json::object();
+  jsonio::Out h = jsonio::Out::object();
   for (const auto& [key, value] : metadata) h["__metadata__"][key] = value;
   uint64_t off = 0;
   for (const StPiece& p : pieces) {
-    ordered_json& e = h[p.name];
+    jsonio::Out& e = h[p.name];
     e["dtype"] = "F32";
     e["shape"] = to_u64(p.shape);
-    e["data_offsets"] = {off, off + p.numel * 4};
+    e["data_offsets"] = std::vector<uint64_t>{off, off + p.numel * 4};
     off += p.numel * 4;
   }
   // compact, ASCII only (other characters as \u escapes), bytes that are not UTF-8 as U+FFFD
-  std::string text = h.dump(-1, ' ', true, ordered_json::error_handler_t::replace);
+  std::string text = jsonio::dump(h, -1, /*ascii=*/true);
   while (text.size() % 8) text += ' ';
   const uint64_t n = text.size();
   out(&n, 8);

@@ -14,12 +14,11 @@
 #include <set>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "../data/tokens.h"
 #include "../kernels/philox.h"
 #include "dist.h"
 #include "errors.h"
+#include "json_io.h"
 #include "schedule.h"
 
 namespace tg {
@@ -51,13 +50,18 @@ double jnum(const char* f, double x) { return std::isfinite(x) ? std::strtod(fmt
 
 // A metrics.jsonl line: the fields in order, keys and values written by nlohmann-json, spaced
 // as Python's json.dumps spaces them: {"step": 3, "train_loss": 4.17433, "lr": 0.0006, ...}.
-std::string metrics_line(const nlohmann::ordered_json& fields) {
+std::string metrics_line(const jsonio::Out& fields) {
   std::string s = "{";
-  for (const auto& kv : fields.items()) {
+  for (size_t i = 0; i < fields.keys().size(); ++i) {
     if (s.size() > 1) s += ", ";
-    s += nlohmann::json(kv.key()).dump() + ": " + kv.value().dump();
+    s += jsonio::dump(fields.keys()[i]) + ": " + jsonio::dump(fields.values()[i]);
   }
   return s + "}";
+}
+std::string metrics_line(const std::vector<std::pair<std::string, jsonio::Out>>& fields) {
+  jsonio::Out o = jsonio::Out::object();
+  for (const auto& [key, value] : fields) o[key] = value;
+  return metrics_line(o);
 }
 
 // Steps whose loss is replaced by NaN, from the environment variable TG_INJECT_NAN ("3,4,7"):
@@ -332,7 +336,9 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
             << " | norm " << fmt("%.4f", norm) << " | " << fmt("%.1f", ms) << " ms | " << fmt("%.0f", tps) << " tok/s";
         if (peak > 0) log << " | mfu " << fmt("%.1f", 100.0 * flops_per_token * tps / peak) << "%";
         log << " | ETA " << hms(time_left_s(step + 1)) << std::endl;
-        nlohmann::ordered_json line = {{"step", step}, {"train_loss", jnum("%.6f", loss)}};
+        jsonio::Out line = jsonio::Out::object();
+        line["step"] = step;
+        line["train_loss"] = jnum("%.6f", loss);
         if (eval) {
           line["val_loss"] = jnum("%.6f", val);
           line["eval_train_loss"] = jnum("%.6f", train_est);

@@ -16,7 +16,7 @@
 // it is unpoisoned only while queued device work executes. So a kernel that reads or writes one
 // byte past its buffer, and host code that dereferences a device pointer, are both reported at
 // once by AddressSanitizer (the engine's death callback names the kernel, block and thread).
-// Copies, memsets, cuBLAS operands and cub's buffers are checked against the allocation table
+// Copies, memsets and cuBLAS operands are checked against the allocation table
 // before they are queued: a range outside device memory is cudaErrorInvalidValue for a copy or
 // memset (as the runtime returns), and a device fault (sticky cudaErrorIllegalAddress, as a
 // kernel reading it would cause) for a library call. cudaMallocHost memory is host memory

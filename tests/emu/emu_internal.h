@@ -1,8 +1,7 @@
 // tests/emu/emu_internal.h: what the parts of the CUDA emulator share among themselves: the
 // engine that executes kernels (tests/emu/simt_emulator.cpp), the runtime API
-// (tests/emu/cuda_runtime_emu.cpp), the cuBLAS / cuBLASLt stand-ins (tests/emu/cublas_emu.cpp)
-// and cub's radix sort (tests/emu/include/cub/device/device_radix_sort.cuh). Not for the code
-// under test: that sees only the CUDA API.
+// (tests/emu/cuda_runtime_emu.cpp) and the cuBLAS / cuBLASLt stand-ins (tests/emu/cublas_emu.cpp).
+// Not for the code under test: that sees only the CUDA API.
 #pragma once
 #include <cuda_runtime.h>
 

@@ -16,8 +16,8 @@
 //   - in gpu::flash, the PTX wrappers of kernels/flash_attn_common.cuh (cp.async, ldmatrix,
 //     mma.sync m16n8k16 bf16), emulated warp-wide as the PTX ISA specifies them.
 // The CUDA runtime API (tests/emu/cuda_runtime_emu.cpp), cuBLAS / cuBLASLt
-// (tests/emu/cublas_emu.cpp) and cub's radix sort (tests/emu/include/cub/) are replaced at
-// link time and include time. The engine is tests/emu/simt_emulator.cpp; its header comment
+// (tests/emu/cublas_emu.cpp) and NCCL (tests/emu/nccl_emu.cpp, tests/emu/include/nccl.h) are
+// replaced at link time and include time. The engine is tests/emu/simt_emulator.cpp; its header comment
 // says what is faithful and what the emulator cannot show.
 #pragma once
 #ifndef TG_SIMT_EMULATION

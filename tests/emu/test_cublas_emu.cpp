@@ -1,8 +1,7 @@
-// tests/emu/test_cublas_emu.cpp: the emulator's library stand-ins (tests/emu/cublas_emu.cpp,
-// tests/emu/include/cub/device/device_radix_sort.cuh) against the formulas their documentation
-// gives, computed here in double on the host: C = alpha op(A) op(B) + beta C for cublasGemmEx
-// and cublasGemmStridedBatchedEx, D = epilogue(alpha op(A) op(B) + beta C) for cublasLtMatmul,
-// a stable sort on the key bits [begin_bit, end_bit) for cub's SortPairs. The shapes are
+// tests/emu/test_cublas_emu.cpp: the emulator's library stand-ins (tests/emu/cublas_emu.cpp)
+// against the formulas their documentation gives, computed here in double on the host:
+// C = alpha op(A) op(B) + beta C for cublasGemmEx and cublasGemmStridedBatchedEx,
+// D = epilogue(alpha op(A) op(B) + beta C) for cublasLtMatmul. The shapes are
 // non-square, transposed both ways, batched with strides larger than one matrix, with leading
 // dimensions larger than the rows; the bytes between rows and ld, and between batch entries,
 // must come back untouched. Invalid arguments must give the status the library documents.
@@ -20,8 +19,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <cub/device/device_radix_sort.cuh>
 
 #include "../../kernels/cuda_common.cuh"
 #include "../cpu/test_util.h"
@@ -405,47 +402,4 @@ TEST_CASE("cuBLASLt stand-in: inconsistent layouts and epilogues it does not emu
   cublasLtMatmulPreferenceDestroy(pref);
   cublasLtMatmulDescDestroy(op);
   cublasLtDestroy(lt);
-}
-
-TEST_CASE("cub stand-in: SortPairs sorts stably on the key bits asked for, in whichever buffer cub would") {
-  for (int bits : {7, 16}) {  // one pass (output in the other buffer) and two (in place)
-    CAPTURE(bits);
-    const int n = 1000;
-    std::vector<uint32_t> keys(n), vals(n);
-    std::uniform_int_distribution<uint32_t> u(0, 12);
-    for (int i = 0; i < n; ++i) {
-      keys[i] = u(rng()) | (0xAB000000u & ~((1u << bits) - 1));  // bits above end_bit must be ignored
-      vals[i] = (uint32_t)i;
-    }
-    uint32_t* d = nullptr;
-    REQUIRE(cudaMalloc(&d, 4 * n * sizeof(uint32_t)) == cudaSuccess);
-    REQUIRE(cudaMemcpy(d, keys.data(), n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
-    REQUIRE(cudaMemcpy(d + 2 * n, vals.data(), n * 4, cudaMemcpyHostToDevice) == cudaSuccess);
-    cub::DoubleBuffer<uint32_t> k(d, d + n), v(d + 2 * n, d + 3 * n);
-    size_t temp = 0;
-    REQUIRE(cub::DeviceRadixSort::SortPairs(nullptr, temp, k, v, n, 0, bits) == cudaSuccess);
-    CHECK(temp > 0);
-    void* t = nullptr;
-    REQUIRE(cudaMalloc(&t, temp) == cudaSuccess);
-    size_t small = temp - 1;
-    CHECK(cub::DeviceRadixSort::SortPairs(t, small, k, v, n, 0, bits) == cudaErrorInvalidValue);
-    REQUIRE(cub::DeviceRadixSort::SortPairs(t, temp, k, v, n, 0, bits) == cudaSuccess);
-    CHECK(k.selector == (bits == 7 ? 1 : 0));
-    CHECK(v.selector == k.selector);
-    std::vector<uint32_t> gk(n), gv(n), other(n);
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    REQUIRE(cudaMemcpy(gk.data(), k.Current(), n * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
-    REQUIRE(cudaMemcpy(gv.data(), v.Current(), n * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
-    REQUIRE(cudaMemcpy(other.data(), k.Alternate(), n * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
-    std::vector<uint32_t> order(n);
-    std::iota(order.begin(), order.end(), 0u);
-    const uint32_t mask = (1u << bits) - 1;
-    std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) { return (keys[a] & mask) < (keys[b] & mask); });
-    size_t bad = 0;
-    for (int i = 0; i < n; ++i) bad += gv[i] != order[i] || gk[i] != keys[order[i]];
-    CHECK(bad == 0);
-    CHECK(other != keys);  // the buffer not holding the output is left altered, as cub may
-    cudaFree(t);
-    cudaFree(d);
-  }
 }

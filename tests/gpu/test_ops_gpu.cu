@@ -129,14 +129,16 @@ void check_encoder_backward(int B, int Tn, int C, int V, bool skewed) {
     for (size_t i = 0; i < N; ++i)
       if (u[i] < 0.5) tok[i] = 0;
   }
-  TestContext tc(gpu::encoder_backward_scratch_bytes(B, Tn, C, V));
-  DeviceBuf<int32_t> inp(tok);
+  TestContext tc(gpu::encoder_backward_scratch_bytes(B, Tn, C));
+  std::vector<uint32_t> keys(N), vals(N), counts((size_t)V + 1);
+  gpu::encoder_backward_order(keys.data(), vals.data(), counts.data(), tok.data(), (long long)N, V);
+  DeviceBuf<uint32_t> dkeys(keys), dvals(vals);
   DeviceArray<T> dout(random_vector(N * C, 12));
   const std::vector<double> dwte0 = random_vector((size_t)V * C, 13), dwpe0 = random_vector((size_t)maxT * C, 14);
   DeviceArray<float> dwte(dwte0), dwpe(dwpe0), dwte2(dwte0), dwpe2(dwpe0);
   sync();
-  gpu::encoder_backward(tc.ctx, dwte.ptr, dwpe.ptr, dout.ptr, inp.ptr, B, Tn, C, V);
-  gpu::encoder_backward(tc.ctx, dwte2.ptr, dwpe2.ptr, dout.ptr, inp.ptr, B, Tn, C, V);
+  gpu::encoder_backward(tc.ctx, dwte.ptr, dwpe.ptr, dout.ptr, dkeys.ptr, dvals.ptr, B, Tn, C);
+  gpu::encoder_backward(tc.ctx, dwte2.ptr, dwpe2.ptr, dout.ptr, dkeys.ptr, dvals.ptr, B, Tn, C);
   const std::vector<double> d = dout.rounded();
   std::vector<double> ref_wte = round_to<float>(dwte0), ref_wpe = round_to<float>(dwpe0);
   cpu::encoder_backward(ref_wte.data(), ref_wpe.data(), d.data(), tok.data(), B, Tn, C);
@@ -491,6 +493,29 @@ TG_GPU_TEST("gpu encoder_forward matches cpu::encoder_forward") {
     check_encoder_forward<float>(s[0], s[1], s[2], s[3]);
     check_encoder_forward<gpu::bf16>(s[0], s[1], s[2], s[3]);
   }
+}
+
+// a host function, tested with the GPU ops it serves
+TG_GPU_TEST("gpu encoder_backward_order: positions by token, each token's in increasing order") {
+  for (const std::vector<int>& s : std::vector<std::vector<int>>{{1, 1}, {97, 5}, {1025, 65}, {333, 1000}, {64, 1}}) {
+    const int N = s[0], V = s[1];
+    INFO("N=" << N << " V=" << V);
+    std::vector<int32_t> tok = random_tokens((size_t)N, V, 15);
+    std::vector<uint32_t> keys(N), vals(N), counts((size_t)V + 1);
+    gpu::encoder_backward_order(keys.data(), vals.data(), counts.data(), tok.data(), N, V);
+    std::vector<int> seen(N, 0);
+    for (int i = 0; i < N; ++i) {
+      REQUIRE(vals[i] < (uint32_t)N);
+      CHECK(keys[i] == (uint32_t)tok[vals[i]]);
+      ++seen[vals[i]];
+      if (i > 0) CHECK((keys[i - 1] < keys[i] || (keys[i - 1] == keys[i] && vals[i - 1] < vals[i])));
+    }
+    CHECK(std::count(seen.begin(), seen.end(), 1) == N);  // a permutation of the positions
+  }
+  std::vector<int32_t> bad = {0, 3, 1};
+  std::vector<uint32_t> keys(3), vals(3), counts(4);
+  CHECK_THROWS_WITH_AS(gpu::encoder_backward_order(keys.data(), vals.data(), counts.data(), bad.data(), 3, 3),
+                       "encoder_backward_order: token 3 at position 1 outside [0, 3)", std::invalid_argument);
 }
 
 TG_GPU_TEST("gpu encoder_backward matches cpu::encoder_backward, deterministic, +=") {
