@@ -52,6 +52,29 @@ struct Scratch {
   }
 };
 
+#if defined(__AVX2__) && defined(__FMA__)
+// dst[t * ldd + r] = src[r * lds + t] for an 8 x 8 block: eight row loads, the usual
+// unpack / shuffle / lane-permute transpose, eight row stores.
+inline void transpose_8x8(const float* src, long lds, float* dst, long ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+#endif
+
 // Packs B[k0 .. k0 + kc, j0 .. j0 + nc] into ceil(nc / NR) panels, each kc x NR (k-major);
 // columns past nc are zero.
 void pack_b(float* dst, const float* b, long rs, long cs, int k0, int kc, int j0, int nc) {
@@ -60,12 +83,15 @@ void pack_b(float* dst, const float* b, long rs, long cs, int k0, int kc, int j0
     if (cs == 1 && n == NR) {  // B row-major: NR contiguous values per k
       for (int k = 0; k < kc; ++k) std::memcpy(dst + (size_t)k * NR, b + (long)(k0 + k) * rs + j0 + jp, NR * sizeof(float));
     } else if (rs == 1) {  // B transposed (the rows of W in x W^T): gather NR rows
-      for (int j = 0; j < n; ++j) {
-        const float* col = b + (long)(j0 + jp + j) * cs + k0;
-        for (int k = 0; k < kc; ++k) dst[(size_t)k * NR + j] = col[k];
-      }
-      for (int j = n; j < NR; ++j)
-        for (int k = 0; k < kc; ++k) dst[(size_t)k * NR + j] = 0.f;
+      const float* col0 = b + (long)(j0 + jp) * cs + k0;  // column j of B: col0 + j * cs
+      int k = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+      if (n == NR)
+        for (; k + 8 <= kc; k += 8)
+          for (int h = 0; h < NR; h += 8) transpose_8x8(col0 + h * cs + k, cs, dst + (size_t)k * NR + h, NR);
+#endif
+      for (int j = 0; j < NR; ++j)
+        for (int kk = k; kk < kc; ++kk) dst[(size_t)kk * NR + j] = j < n ? col0[j * cs + kk] : 0.f;
     } else {
       for (int k = 0; k < kc; ++k)
         for (int j = 0; j < NR; ++j)
@@ -157,7 +183,9 @@ void block(int M, int N, int kc, const float* a, long lda, const float* bp, floa
         const int m = std::min(MR, mc - ip);
         for (int k = 0; k < kc; ++k) {
           const float* col = a + (long)k * lda + i0 + ip;
-          for (int i = 0; i < MR; ++i) dst[k * MR + i] = i < m ? col[i] : 0.f;
+          if (m == MR) std::memcpy(dst + k * MR, col, MR * sizeof(float));
+          else
+            for (int i = 0; i < MR; ++i) dst[k * MR + i] = i < m ? col[i] : 0.f;
         }
       }
     }

@@ -44,24 +44,27 @@ void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
   if (bias) Y.rowwise() += Eigen::Map<const RowVec<T>>(bias, OC);
 }
 
+namespace {
+// The backward of both entry points: dX += dY W (dinp_add) or dX = dY W.
 template <typename T>
-void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
-                     const T* weight, int N, int C, int OC) {
+void backward(T* dinp, bool dinp_add, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
+              int C, int OC) {
   MapConstMat<T> dY(dout, N, OC);
   MapConstMat<T> X(inp, N, C);
   MapConstMat<T> W(weight, OC, C);
   bool fast = false;
   if constexpr (fast_gemm<T>()) {
     if (N >= kGemmMinRows) {
-      if (dinp) gemm_f32(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, true);  // dX += dY W
-      gemm_f32(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, true);            // dW += dY^T X
+      if (dinp) gemm_f32(N, C, OC, dout, OC, 1, weight, C, 1, dinp, C, dinp_add);  // dX (+)= dY W
+      gemm_f32(OC, C, N, dout, 1, OC, inp, C, 1, dweight, C, true);                // dW += dY^T X
       fast = true;
     }
   }
   if (!fast) {
     if (dinp) {
       MapMat<T> dX(dinp, N, C);
-      dX.noalias() += dY * W;
+      if (dinp_add) dX.noalias() += dY * W;
+      else dX.noalias() = dY * W;
     }
     MapMat<T> dW(dweight, OC, C);
     dW.noalias() += dY.transpose() * X;
@@ -70,6 +73,19 @@ void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
     Eigen::Map<RowVec<T>> db(dbias, OC);
     db += dY.colwise().sum();
   }
+}
+}  // namespace
+
+template <typename T>
+void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                     const T* weight, int N, int C, int OC) {
+  backward(dinp, true, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+
+template <typename T>
+void matmul_backward_overwrite(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N,
+                               int C, int OC) {
+  backward(dinp, false, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
 template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int,
@@ -80,5 +96,9 @@ template void matmul_backward<float>(float*, float*, float*, const float*, const
                                      const float*, int, int, int);
 template void matmul_backward<double>(double*, double*, double*, const double*, const double*,
                                       const double*, int, int, int);
+template void matmul_backward_overwrite<float>(float*, float*, float*, const float*, const float*, const float*, int,
+                                               int, int);
+template void matmul_backward_overwrite<double>(double*, double*, double*, const double*, const double*,
+                                                const double*, int, int, int);
 
 }  // namespace cpu

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/gelu.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/matmul.h"
 #include "tests/cpu/test_util.h"
@@ -183,4 +184,42 @@ TEST_CASE("gemm: the float linear layer (fast path) against the double one") {
         within(dwf, dw, N, "dweight");
         within(dbf, db, N, "dbias");
       }
+}
+
+TEST_CASE("gemm: the _overwrite backwards equal zeroing and accumulating (matmul, gelu)") {
+  // the CPU step writes its one-contribution activation gradients with these (model/gpt_cpu.cpp);
+  // dinp starts as NaN, so a read of it would show
+  const float nanf = std::numeric_limits<float>::quiet_NaN();
+  for (int N : {5, 16, 100})  // below and above the gemm threshold of matmul.cpp
+    for (int fast_float = 0; fast_float < 2; ++fast_float) {
+      CAPTURE(N); CAPTURE(fast_float);
+      const int C = 37, OC = 70;
+      auto run = [&](auto zero) {
+        using T = decltype(zero);
+        auto inp = random_vec<T>((size_t)N * C), w = random_vec<T>((size_t)OC * C), dout = random_vec<T>((size_t)N * OC);
+        auto dw0 = random_vec<T>((size_t)OC * C), db0 = random_vec<T>(OC);
+        // the same buffers for both calls: Eigen's vectorised sums (dbias) depend on alignment
+        std::vector<T> dinp((size_t)N * C, T(0)), dw = dw0, db = db0;
+        cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+        const std::vector<T> dinp_a = dinp, dw_a = dw, db_a = db;
+        std::fill(dinp.begin(), dinp.end(), (T)nanf);
+        dw = dw0;
+        db = db0;
+        cpu::matmul_backward_overwrite(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+        CHECK(dinp == dinp_a);
+        CHECK(dw == dw_a);
+        CHECK(db == db_a);
+        for (GeluForm form : {GeluForm::Tanh, GeluForm::Erf}) {
+          auto x = random_vec<T>(5000, -4, 4), d = random_vec<T>(5000);
+          std::vector<T> g(x.size(), T(0));
+          cpu::gelu_backward(g.data(), x.data(), d.data(), x.size(), form);
+          const std::vector<T> ga = g;
+          std::fill(g.begin(), g.end(), (T)nanf);
+          cpu::gelu_backward_overwrite(g.data(), x.data(), d.data(), x.size(), form);
+          CHECK(g == ga);
+        }
+      };
+      if (fast_float) run(0.f);
+      else run(0.0);
+    }
 }
