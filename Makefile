@@ -155,6 +155,10 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) -MMD -MP -c $< -o $@
 
+# AdamW's loop vectorises only when std::sqrt need not set errno (its argument is never
+# negative there); the rest of the build keeps errno semantics (no vector libm calls)
+$(BUILD)/kernels/cpu/adamw.o: CXXFLAGS += -fno-math-errno
+
 # the list is rewritten only when it changes (a CUDA file added or removed), so an unchanged
 # tree does not recompile it
 $(BUILD)/cuda_ops.cu: FORCE
