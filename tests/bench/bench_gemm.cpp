@@ -143,5 +143,36 @@ int main(int argc, char** argv) {
   std::printf("%-28s %23s %10.1f %10.1f %10.1f %10.1f %7.2fx   (ms and GFLOP/s of all the products of one slice)\n",
               "one step's products", "", total_e * 1e3, total_g * 1e3, flops / total_e * 1e-9, flops / total_g * 1e-9,
               total_e / total_g);
+
+  // The flash attention's tile products (kernels/cpu/attention_tiled.cpp) at T = 64, HS = 32,
+  // one tile of 64 x 64: Q, K, V are (64, 32) slices of qkv (rows 3C apart), dO of out (rows C
+  // apart), S / P / dS a (64, 64) tile. Per (b, h) the forward runs the first two, the
+  // backward S again and the last four.
+  {
+    const int Tt = 64, HS = 32, ld = 3 * C;
+    auto qkv = random_floats((size_t)Tt * ld, g), dout = random_floats((size_t)Tt * C, g);
+    auto p = random_floats((size_t)Tt * Tt, g);
+    std::vector<float> se((size_t)Tt * Tt), sg(se.size()), oe((size_t)Tt * HS), og(oe.size());
+    using SM = cpu::StridedConstMat<float>;
+    const SM Q(qkv.data(), Tt, HS, Eigen::OuterStride<>(ld)), K(qkv.data() + C, Tt, HS, Eigen::OuterStride<>(ld));
+    const SM V(qkv.data() + 2 * C, Tt, HS, Eigen::OuterStride<>(ld)), dO(dout.data(), Tt, HS, Eigen::OuterStride<>(C));
+    cpu::MapConstMat<float> P(p.data(), Tt, Tt);
+    cpu::MapMat<float> Se(se.data(), Tt, Tt), Oe(oe.data(), Tt, HS);
+    struct Tile { const char* what; double te, tg, f; };
+    std::vector<Tile> tiles;
+    const double fs = 2.0 * Tt * Tt * HS;
+    tiles.push_back({"S = Q K^T      64x64x32", min_seconds([&] { Se.noalias() = Q * K.transpose(); }, reps),
+                     min_seconds([&] { cpu::gemm_f32(Tt, Tt, HS, qkv.data(), ld, 1, qkv.data() + C, 1, ld, sg.data(), Tt, false); }, reps), fs});
+    tiles.push_back({"O += P V       64x32x64", min_seconds([&] { Oe.noalias() += P * V; }, reps),
+                     min_seconds([&] { cpu::gemm_f32(Tt, HS, Tt, p.data(), Tt, 1, qkv.data() + 2 * C, ld, 1, og.data(), HS, true); }, reps), fs});
+    tiles.push_back({"dP = dO V^T    64x64x32", min_seconds([&] { Se.noalias() = dO * V.transpose(); }, reps),
+                     min_seconds([&] { cpu::gemm_f32(Tt, Tt, HS, dout.data(), C, 1, qkv.data() + 2 * C, 1, ld, sg.data(), Tt, false); }, reps), fs});
+    tiles.push_back({"dK += dS^T Q   64x32x64", min_seconds([&] { Oe.noalias() += P.transpose() * Q; }, reps),
+                     min_seconds([&] { cpu::gemm_f32(Tt, HS, Tt, p.data(), 1, Tt, qkv.data(), ld, 1, og.data(), HS, true); }, reps), fs});
+    std::printf("\nflash attention tile products (T = 64, HS = 32)\n");
+    for (const Tile& t : tiles)
+      std::printf("%-28s %23s %10.2f %10.2f %10.1f %10.1f %7.2fx\n", t.what, "", t.te * 1e6, t.tg * 1e6, t.f / t.te * 1e-9,
+                  t.f / t.tg * 1e-9, t.te / t.tg);
+  }
   return 0;
 }
