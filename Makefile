@@ -121,13 +121,13 @@ endif
 # below compiled a second time with TG_CPU_DOUBLE, which instantiates double in place of float,
 # into $(BUILD)/double/, and linked into the test binaries only; train_gpt compiles float alone.
 # (A file listed here must keep everything but its double instantiations out of that build.)
-CPU_DOUBLE_SRCS := $(wildcard kernels/cpu/*.cpp) model/gpt_cpu.cpp
+# (kernels/cpu/gemm.cpp is float alone: nothing in it to instantiate in double.)
+CPU_DOUBLE_SRCS := $(filter-out kernels/cpu/gemm.cpp,$(wildcard kernels/cpu/*.cpp)) model/gpt_cpu.cpp
 CPU_DOUBLE_OBJS := $(CPU_DOUBLE_SRCS:%.cpp=$(BUILD)/double/%.o)
 TEST_CPU_SRCS := $(wildcard tests/cpu/*.cpp)
 TEST_CPU_OBJS := $(TEST_CPU_SRCS:%.cpp=$(BUILD)/%.o)
 TEST_GPU_SRCS := $(wildcard tests/gpu/*.cu)
 TEST_GPU_OBJS := $(TEST_GPU_SRCS:%.cu=$(BUILD)/%.o)
-BENCH_SRCS := $(wildcard tests/bench/*.cpp)
 BENCH_GPU_SRCS := $(wildcard tests/bench/*.cu)
 BENCH_GPU_OBJS := $(BENCH_GPU_SRCS:%.cu=$(BUILD)/%.o)
 
@@ -159,7 +159,7 @@ FUZZ_BIN := $(if $(FUZZ_OK),$(BUILD)/fuzz_readers,)
 
 .PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop plot clean deps gpu-deps
 BENCH_GPU_BINS := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_step,)
-all: train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS) $(FUZZ_BIN) $(BUILD)/bench_cpu $(BENCH_GPU_BINS)
+all: train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS) $(FUZZ_BIN) $(BUILD)/bench_cpu $(BUILD)/bench_gemm $(BENCH_GPU_BINS)
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -172,6 +172,10 @@ $(BUILD)/double/%.o: %.cpp
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) -MMD -MP -c $< -o $@
+
+# AdamW's loop vectorises only when std::sqrt need not set errno (its argument is never
+# negative there); the rest of the build keeps errno semantics (no vector libm calls)
+$(BUILD)/kernels/cpu/adamw.o: CXXFLAGS += -fno-math-errno
 
 # the list is rewritten only when it changes (a CUDA file added or removed), so an unchanged
 # tree does not recompile it
@@ -229,7 +233,11 @@ train_gpt_emu: $(EMU_BUILD)/train_gpt.o $(EMU_CUDA_OBJS) $(EMU_LIB_OBJS) $(HOST_
 $(BUILD)/test_emu: $(TEST_EMU_OBJS) $(EMU_CUDA_OBJS) $(EMU_LIB_OBJS) $(HOST_OBJS) $(CPU_DOUBLE_OBJS)
 	$(CXX) -o $@ $^ $(EMU_LIBS)
 
-$(BUILD)/bench_cpu: $(BENCH_SRCS) $(HOST_OBJS)
+$(BUILD)/bench_cpu: tests/bench/bench_cpu.cpp $(HOST_OBJS)
+	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+
+# the float products of one CPU step on their exact shapes: Eigen against kernels/cpu/gemm.cpp
+$(BUILD)/bench_gemm: tests/bench/bench_gemm.cpp $(HOST_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
 
 # GPU benchmarks, one binary each: bench_gpu (attention kernels, tests/bench/bench_attention.cu)
@@ -303,13 +311,14 @@ sanitize:
 
 # on a GPU machine: the attention kernels (flash, naive, PyTorch SDPA when python3 has torch)
 # and a training step against T; on a CPU machine: the CPU training step
-bench: train_gpt $(BUILD)/bench_cpu $(BENCH_GPU_BINS)
+bench: train_gpt $(BUILD)/bench_cpu $(BUILD)/bench_gemm $(BENCH_GPU_BINS)
 	@$(MAKE) data
 ifneq ($(GPU_CC),)
 	$(BUILD)/bench_gpu $(BENCH_ARGS)
 	$(BUILD)/bench_step
 else
 	$(BUILD)/bench_cpu --data $(DATA_FILE)
+	$(BUILD)/bench_gemm
 endif
 
 # train_gpt's CPU backend beside nanoGPT on PyTorch (eager, CPU), baby configuration, alternating

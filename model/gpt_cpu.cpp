@@ -208,6 +208,8 @@ bool GPTCpu<T>::backward_slice(int b0, int b1, GPTParams<T>& gs) {
   const int b = b1 - b0, t = t_, C = m_.n_embd, NH = m_.n_head, V = m_.vp(), N = b * t;  // the head's matmul: Vp
   const size_t n0 = (size_t)b0 * t, NC = (size_t)N * C, H = (size_t)NH * t;
   auto rows = [n0](Buffer<T>& buf, size_t width) { return buf.data() + n0 * width; };
+  // Activation gradients with one contribution (dln, dfch_gelu, dfch, datty) are written by
+  // the _overwrite ops, not zeroed and accumulated into; dres and dqkv are zeroed here.
   auto zeroed = [n0, N](Buffer<T>& buf, size_t width) {
     T* p = buf.data() + n0 * width;
     std::memset(p, 0, (size_t)N * width * sizeof(T));
@@ -223,8 +225,8 @@ bool GPTCpu<T>::backward_slice(int b0, int b1, GPTParams<T>& gs) {
     return dbtc;
   };
   // logits = ln_f(x) wte^T
-  T* dln = zeroed(d_.dln, C);
-  cpu::matmul_backward(dln, gs.wte, (T*)nullptr, rows(acts_.dlogits, V), rows(acts_.lnf, C), P.wte, N, C, V);
+  T* dln = rows(d_.dln, C);
+  cpu::matmul_backward_overwrite(dln, gs.wte, (T*)nullptr, rows(acts_.dlogits, V), rows(acts_.lnf, C), P.wte, N, C, V);
   const T* last = m_.n_layer ? acts_.h.back().res3.data() + n0 * C : acts_.encoded.data() + n0 * C;
   std::memset(dres, 0, NC * sizeof(T));  // dres: the gradient of the residual stream, walked down the blocks
   cpu::layernorm_backward(dres, gs.lnfw, gs.lnfb, dln, last, P.lnfw, acts_.lnf_mean.data() + n0,
@@ -237,19 +239,18 @@ bool GPTCpu<T>::backward_slice(int b0, int b1, GPTParams<T>& gs) {
     const T* residual = li == 0 ? rows(acts_.encoded, C) : rows(acts_.h[li - 1].res3, C);
     // res3 = res2 + drop(fcproj): dres is d res3, and flows on unchanged into d res2
     const T* dfcproj = drop_backward(key(li, philox::kSiteMlp, b0));
-    T* dfch_gelu = zeroed(d_.dfch_gelu, 4 * C);
-    cpu::matmul_backward(dfch_gelu, g.fcprojw, g.fcprojb, dfcproj, rows(a.fch_gelu, 4 * C), p.fcprojw, N, 4 * C, C);
-    T* dfch = zeroed(d_.dfch, 4 * C);
-    cpu::gelu_backward(dfch, rows(a.fch, 4 * C), dfch_gelu, NC * 4, run_.gelu);
-    dln = zeroed(d_.dln, C);
-    cpu::matmul_backward(dln, g.fcw, g.fcb, dfch, rows(a.ln2, C), p.fcw, N, C, 4 * C);
+    T* dfch_gelu = rows(d_.dfch_gelu, 4 * C);
+    cpu::matmul_backward_overwrite(dfch_gelu, g.fcprojw, g.fcprojb, dfcproj, rows(a.fch_gelu, 4 * C), p.fcprojw, N, 4 * C, C);
+    T* dfch = rows(d_.dfch, 4 * C);
+    cpu::gelu_backward_overwrite(dfch, rows(a.fch, 4 * C), dfch_gelu, NC * 4, run_.gelu);
+    cpu::matmul_backward_overwrite(dln, g.fcw, g.fcb, dfch, rows(a.ln2, C), p.fcw, N, C, 4 * C);
     cpu::layernorm_backward(dres, g.ln2w, g.ln2b, dln, rows(a.res2, C), p.ln2w, a.ln2_mean.data() + n0,
                             a.ln2_rstd.data() + n0, N, C);
     if (stop_requested()) return false;
     // res2 = residual + drop(attproj): dres is now d res2, and flows on into d residual
     const T* dattproj = drop_backward(key(li, philox::kSiteAttnProj, b0));
-    T* datty = zeroed(d_.datty, C);
-    cpu::matmul_backward(datty, g.attprojw, g.attprojb, dattproj, rows(a.atty, C), p.attprojw, N, C, C);
+    T* datty = rows(d_.datty, C);
+    cpu::matmul_backward_overwrite(datty, g.attprojw, g.attprojb, dattproj, rows(a.atty, C), p.attprojw, N, C, C);
     T* dqkv = zeroed(d_.dqkv, 3 * C);
     if (run_.flash)
       cpu::attention_tiled_backward(dqkv, datty, rows(a.qkv, 3 * C), rows(a.atty, C), a.lse.data() + b0 * H,
@@ -257,8 +258,7 @@ bool GPTCpu<T>::backward_slice(int b0, int b1, GPTParams<T>& gs) {
     else
       cpu::attention_naive_backward(dqkv, datty, rows(a.qkv, 3 * C), a.att.data() + b0 * H * t,
                                     key(li, philox::kSiteAttnProbs, b0), b, t, C, NH, true);
-    dln = zeroed(d_.dln, C);
-    cpu::matmul_backward(dln, g.qkvw, g.qkvb, dqkv, rows(a.ln1, C), p.qkvw, N, C, 3 * C);
+    cpu::matmul_backward_overwrite(dln, g.qkvw, g.qkvb, dqkv, rows(a.ln1, C), p.qkvw, N, C, 3 * C);
     cpu::layernorm_backward(dres, g.ln1w, g.ln1b, dln, residual, p.ln1w, a.ln1_mean.data() + n0,
                             a.ln1_rstd.data() + n0, N, C);
   }

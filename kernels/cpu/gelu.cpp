@@ -59,14 +59,17 @@ void gelu_forward(T* out, const T* inp, size_t N, GeluForm form) {
   }
 }
 
-template <typename T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N, GeluForm form) {
+namespace {
+// The backward of both entry points: dinp += gelu'(x) dout (Add) or dinp = gelu'(x) dout.
+template <bool Add, typename T>
+void backward(T* dinp, const T* inp, const T* dout, size_t N, GeluForm form) {
   if (form == GeluForm::Erf) {
 #pragma omp parallel for schedule(static) if ((long)N >= kParallelMin)
     for (long i = 0; i < (long)N; ++i) {
       const T x = inp[i];
       const T cdf = (T)0.5 * std::erfc(-x * (T)kInvSqrt2), pdf = (T)kInvSqrt2Pi * std::exp((T)-0.5 * x * x);
-      dinp[i] += (cdf + x * pdf) * dout[i];
+      const T g = (cdf + x * pdf) * dout[i];
+      dinp[i] = Add ? dinp[i] + g : g;
     }
     return;
   }
@@ -79,8 +82,21 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N, GeluForm form
     Eigen::Map<const Arr<T>> x(inp + i0, n), d(dout + i0, n);
     Eigen::Map<Arr<T>> di(dinp + i0, n);
     const ChunkArr<T> q = (one + (m2s * (x + a * x.cube())).exp()).inverse();
-    di += (q + two * s * x * q * (one - q) * (one + three * a * x.square())) * d;
+    if (Add) di += (q + two * s * x * q * (one - q) * (one + three * a * x.square())) * d;
+    else di = (q + two * s * x * q * (one - q) * (one + three * a * x.square())) * d;
   }
+}
+
+}  // namespace
+
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N, GeluForm form) {
+  backward<true>(dinp, inp, dout, N, form);
+}
+
+template <typename T>
+void gelu_backward_overwrite(T* dinp, const T* inp, const T* dout, size_t N, GeluForm form) {
+  backward<false>(dinp, inp, dout, N, form);
 }
 
 // float for train_gpt; double, for the tests' gradient checks, in the objects the Makefile
@@ -88,9 +104,11 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t N, GeluForm form
 #ifndef TG_CPU_DOUBLE
 template void gelu_forward<float>(float*, const float*, size_t, GeluForm);
 template void gelu_backward<float>(float*, const float*, const float*, size_t, GeluForm);
+template void gelu_backward_overwrite<float>(float*, const float*, const float*, size_t, GeluForm);
 #else
 template void gelu_forward<double>(double*, const double*, size_t, GeluForm);
 template void gelu_backward<double>(double*, const double*, const double*, size_t, GeluForm);
+template void gelu_backward_overwrite<double>(double*, const double*, const double*, size_t, GeluForm);
 #endif
 
 }  // namespace cpu

@@ -20,4 +20,12 @@ void gelu_backward(T* dinp,        // (N) +=
                    const T* dout,  // (N)
                    size_t N, GeluForm form = GeluForm::Tanh);
 
+// gelu_backward with dinp overwritten (=) instead of accumulated (the CPU step: no zeroing
+// pass first); the same result as zeroing dinp and calling gelu_backward.
+template <typename T>
+void gelu_backward_overwrite(T* dinp,        // (N) =
+                             const T* inp,   // (N)
+                             const T* dout,  // (N)
+                             size_t N, GeluForm form = GeluForm::Tanh);
+
 }  // namespace cpu

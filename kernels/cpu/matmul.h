@@ -22,4 +22,16 @@ void matmul_backward(T* dinp,          // (N, C)  += or null
                      const T* weight,  // (OC, C)
                      int N, int C, int OC);
 
+// matmul_backward with dinp overwritten (=) instead of accumulated, for a dinp whose only
+// contribution is this product (the CPU step's activation gradients: no zeroing pass
+// first). The same result as zeroing dinp and calling matmul_backward (0 + x = x).
+template <typename T>
+void matmul_backward_overwrite(T* dinp,          // (N, C)  =
+                               T* dweight,       // (OC, C) +=
+                               T* dbias,         // (OC)    += or null
+                               const T* dout,    // (N, OC)
+                               const T* inp,     // (N, C)
+                               const T* weight,  // (OC, C)
+                               int N, int C, int OC);
+
 }  // namespace cpu

@@ -1,0 +1,178 @@
+// tests/bench/bench_gemm.cpp: the float products of one CPU training step, one thread, on
+// the exact shapes and transposes of a thread's slice (baby preset, 2 slices: 384 token rows,
+// C = 128, V = 65): Eigen's product (as kernels/cpu/matmul.cpp wrote it before
+// kernels/cpu/gemm.cpp) against gemm_f32. For each shape the minimum time over many
+// repetitions (robust on a shared machine), its GFLOP/s, and the largest difference between
+// the two results relative to the largest |element|.
+//   build/bench_gemm [--rows N] [--reps R]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../kernels/cpu/eigen.h"
+#include "../../kernels/cpu/gemm.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <typename F>
+double min_seconds(F&& f, int reps) {
+  f();  // warm the caches and the packing buffers
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+std::vector<float> random_floats(size_t n, std::mt19937& g) {
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(g);
+  return v;
+}
+
+// The core clock, from a chain of dependent integer adds (one a cycle): 1e7 of them, the
+// fastest of 50 runs.
+double clock_ghz() {
+  double best = 1e30;
+  for (int r = 0; r < 50; ++r) {
+    long x = 0;
+    auto t0 = Clock::now();
+    for (long i = 0; i < 10000000 / 8; ++i)
+      asm volatile("add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
+                   "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0"
+                   : "+r"(x));
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return 1e7 / best * 1e-9;
+}
+
+struct Shape {
+  const char* what;
+  int M, N, K;  // C (M, N) over K
+  int count;    // how many of this product a step runs per slice
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rows = 384, reps = 200;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--rows")) rows = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+  }
+  const int C = 128, V = 65, L = 4, R = rows;
+  std::mt19937 g(1234);
+  Eigen::setNbThreads(1);  // as inside the step's parallel region (else Eigen's product uses every OpenMP thread)
+  const double ghz = clock_ghz();
+  std::printf("core clock about %.2f GHz (a chain of dependent adds): fp32 FMA peak of one core 32 flops/cycle = %.0f GFLOP/s\n",
+              ghz, 32 * ghz);
+  std::printf("float products of one slice (%d rows, C=%d, V=%d, %d layers), one thread, min of %d reps, AVX2 kernel: %s\n",
+              R, C, V, L, reps, cpu::kGemmF32Fast ? "yes" : "no");
+  std::printf("%-28s %5s %5s %5s %3s %10s %10s %10s %10s %8s %9s\n", "product", "M", "N", "K", "x", "eigen us",
+              "gemm us", "eigen GF/s", "gemm GF/s", "speedup", "max rdiff");
+  // kind 0: forward Y = X W^T (X (M, K), W (N, K)); kind 1: dX += dY W (dY (M, K), W (K, N));
+  // kind 2: dW += dY^T X (dY (K, M), X (K, N))
+  struct Case { Shape s; int kind; };
+  const std::vector<Case> cases = {
+      {{"fwd qkv   Y = X W^T", R, 3 * C, C, L}, 0},      {{"fwd proj  Y = X W^T", R, C, C, L}, 0},
+      {{"fwd fc    Y = X W^T", R, 4 * C, C, L}, 0},      {{"fwd fcprj Y = X W^T", R, C, 4 * C, L}, 0},
+      {{"fwd head  Y = X W^T", R, V, C, 1}, 0},          {{"bwd qkv   dX += dY W", R, C, 3 * C, L}, 1},
+      {{"bwd proj  dX += dY W", R, C, C, L}, 1},         {{"bwd fc    dX += dY W", R, C, 4 * C, L}, 1},
+      {{"bwd fcprj dX += dY W", R, 4 * C, C, L}, 1},     {{"bwd head  dX += dY W", R, C, V, 1}, 1},
+      {{"bwd qkv   dW += dY^T X", 3 * C, C, R, L}, 2},   {{"bwd proj  dW += dY^T X", C, C, R, L}, 2},
+      {{"bwd fc    dW += dY^T X", 4 * C, C, R, L}, 2},   {{"bwd fcprj dW += dY^T X", C, 4 * C, R, L}, 2},
+      {{"bwd head  dW += dY^T X", V, C, R, 1}, 2},
+  };
+  double total_e = 0, total_g = 0, flops = 0;
+  for (const Case& cs : cases) {
+    const Shape& s = cs.s;
+    const int M = s.M, N = s.N, K = s.K;
+    std::vector<float> ce((size_t)M * N, 0.f), cg((size_t)M * N, 0.f);
+    double te = 0, tg = 0;
+    if (cs.kind == 0) {
+      auto x = random_floats((size_t)M * K, g), w = random_floats((size_t)N * K, g);
+      cpu::MapConstMat<float> X(x.data(), M, K), W(w.data(), N, K);
+      cpu::MapMat<float> Y(ce.data(), M, N);
+      te = min_seconds([&] { Y.noalias() = X * W.transpose(); }, reps);
+      tg = min_seconds([&] { cpu::gemm_f32(M, N, K, x.data(), K, 1, w.data(), 1, K, cg.data(), N, false); }, reps);
+    } else if (cs.kind == 1) {
+      auto dy = random_floats((size_t)M * K, g), w = random_floats((size_t)K * N, g);
+      cpu::MapConstMat<float> dY(dy.data(), M, K), W(w.data(), K, N);
+      cpu::MapMat<float> dX(ce.data(), M, N);
+      // accumulating: reset before each timed call would cost as much as a product; the sums
+      // grow but stay finite over the repetitions, and the check below recomputes once
+      te = min_seconds([&] { dX.noalias() += dY * W; }, reps);
+      tg = min_seconds([&] { cpu::gemm_f32(M, N, K, dy.data(), K, 1, w.data(), N, 1, cg.data(), N, true); }, reps);
+      std::fill(ce.begin(), ce.end(), 0.f);
+      std::fill(cg.begin(), cg.end(), 0.f);
+      dX.noalias() += dY * W;
+      cpu::gemm_f32(M, N, K, dy.data(), K, 1, w.data(), N, 1, cg.data(), N, true);
+    } else {
+      auto dy = random_floats((size_t)K * M, g), x = random_floats((size_t)K * N, g);
+      cpu::MapConstMat<float> dY(dy.data(), K, M), X(x.data(), K, N);
+      cpu::MapMat<float> dW(ce.data(), M, N);
+      te = min_seconds([&] { dW.noalias() += dY.transpose() * X; }, reps);
+      tg = min_seconds([&] { cpu::gemm_f32(M, N, K, dy.data(), 1, M, x.data(), N, 1, cg.data(), N, true); }, reps);
+      std::fill(ce.begin(), ce.end(), 0.f);
+      std::fill(cg.begin(), cg.end(), 0.f);
+      dW.noalias() += dY.transpose() * X;
+      cpu::gemm_f32(M, N, K, dy.data(), 1, M, x.data(), N, 1, cg.data(), N, true);
+    }
+    double big = 0, diff = 0;
+    for (size_t i = 0; i < ce.size(); ++i) {
+      big = std::max(big, (double)std::fabs(ce[i]));
+      diff = std::max(diff, (double)std::fabs(ce[i] - cg[i]));
+    }
+    const double f = 2.0 * M * N * K;
+    std::printf("%-28s %5d %5d %5d %3d %10.1f %10.1f %10.1f %10.1f %7.2fx %9.1e\n", s.what, M, N, K, s.count, te * 1e6,
+                tg * 1e6, f / te * 1e-9, f / tg * 1e-9, te / tg, diff / big);
+    total_e += te * s.count;
+    total_g += tg * s.count;
+    flops += f * s.count;
+  }
+  std::printf("%-28s %23s %10.1f %10.1f %10.1f %10.1f %7.2fx   (ms and GFLOP/s of all the products of one slice)\n",
+              "one step's products", "", total_e * 1e3, total_g * 1e3, flops / total_e * 1e-9, flops / total_g * 1e-9,
+              total_e / total_g);
+
+  // The flash attention's tile products (kernels/cpu/attention_tiled.cpp) at T = 64, HS = 32,
+  // one tile of 64 x 64: Q, K, V are (64, 32) slices of qkv (rows 3C apart), dO of out (rows C
+  // apart), S / P / dS a (64, 64) tile. Per (b, h) the forward runs the first two, the
+  // backward S again and the last four.
+  {
+    const int Tt = 64, HS = 32, ld = 3 * C;
+    auto qkv = random_floats((size_t)Tt * ld, g), dout = random_floats((size_t)Tt * C, g);
+    auto p = random_floats((size_t)Tt * Tt, g);
+    std::vector<float> se((size_t)Tt * Tt), sg(se.size()), oe((size_t)Tt * HS), og(oe.size());
+    using SM = cpu::StridedConstMat<float>;
+    const SM Q(qkv.data(), Tt, HS, Eigen::OuterStride<>(ld)), K(qkv.data() + C, Tt, HS, Eigen::OuterStride<>(ld));
+    const SM V(qkv.data() + 2 * C, Tt, HS, Eigen::OuterStride<>(ld)), dO(dout.data(), Tt, HS, Eigen::OuterStride<>(C));
+    cpu::MapConstMat<float> P(p.data(), Tt, Tt);
+    cpu::MapMat<float> Se(se.data(), Tt, Tt), Oe(oe.data(), Tt, HS);
+    struct Tile { const char* what; double te, tg, f; };
+    std::vector<Tile> tiles;
+    const double fs = 2.0 * Tt * Tt * HS;
+    tiles.push_back({"S = Q K^T      64x64x32", min_seconds([&] { Se.noalias() = Q * K.transpose(); }, reps),
+                     min_seconds([&] { cpu::gemm_f32(Tt, Tt, HS, qkv.data(), ld, 1, qkv.data() + C, 1, ld, sg.data(), Tt, false); }, reps), fs});
+    tiles.push_back({"O += P V       64x32x64", min_seconds([&] { Oe.noalias() += P * V; }, reps),
+                     min_seconds([&] { cpu::gemm_f32(Tt, HS, Tt, p.data(), Tt, 1, qkv.data() + 2 * C, ld, 1, og.data(), HS, true); }, reps), fs});
+    tiles.push_back({"dP = dO V^T    64x64x32", min_seconds([&] { Se.noalias() = dO * V.transpose(); }, reps),
+                     min_seconds([&] { cpu::gemm_f32(Tt, Tt, HS, dout.data(), C, 1, qkv.data() + 2 * C, 1, ld, sg.data(), Tt, false); }, reps), fs});
+    tiles.push_back({"dK += dS^T Q   64x32x64", min_seconds([&] { Oe.noalias() += P.transpose() * Q; }, reps),
+                     min_seconds([&] { cpu::gemm_f32(Tt, HS, Tt, p.data(), 1, Tt, qkv.data(), ld, 1, og.data(), HS, true); }, reps), fs});
+    std::printf("\nflash attention tile products (T = 64, HS = 32)\n");
+    for (const Tile& t : tiles)
+      std::printf("%-28s %23s %10.2f %10.2f %10.1f %10.1f %7.2fx\n", t.what, "", t.te * 1e6, t.tg * 1e6, t.f / t.te * 1e-9,
+                  t.f / t.tg * 1e-9, t.te / t.tg);
+  }
+  return 0;
+}
