@@ -92,18 +92,12 @@ class CpuBackend final : public Backend {
     }
     if (shards_.n == 0) return;
     dist::all_gather(gpt_.params.data(), counts_);
-    std::vector<float>().swap(full_m_);  // a gathered state is no longer the state
-    std::vector<float>().swap(full_v_);
+    gathered_.drop();
   }
   bool sharded() const override { return shards_.n != 0; }
   void gather_state() override {
     if (shards_.n == 0) return;
-    if (dist::rank() == 0) {
-      full_m_.resize(shards_.n);
-      full_v_.resize(shards_.n);
-    }
-    dist::gather(gpt_.m.data(), full_m_.data(), counts_);
-    dist::gather(gpt_.v.data(), full_v_.data(), counts_);
+    gathered_.gather(gpt_.m.data(), gpt_.v.data(), shards_, counts_);
   }
   float eval_loss(const int32_t* x, const int32_t* y) override {
     return (float)gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, false, 0);
@@ -143,17 +137,12 @@ class CpuBackend final : public Backend {
       v.assign(gpt_.v.begin(), gpt_.v.end());
       return;
     }
-    if (full_m_.empty())
-      throw RuntimeError("the AdamW state is sharded over " + std::to_string(dist::world()) +
-                         " ranks (--zero 1) and was not gathered since the last update; expected a checkpoint at a step "
-                         "every rank reaches; continue from the previous checkpoint");
-    m = full_m_;
-    v = full_v_;
+    gathered_.copy_to(m, v);
   }
   HostState host_state() const override {
     if (shards_.n == 0) return {gpt_.params.data(), gpt_.m.data(), gpt_.v.data()};
-    if (full_m_.empty()) return {};
-    return {gpt_.params.data(), full_m_.data(), full_v_.data()};
+    if (!gathered_.valid()) return {};
+    return {gpt_.params.data(), gathered_.m.data(), gathered_.v.data()};
   }
   // Every rank is given the whole state (a checkpoint is world-size independent): ZeRO-1 keeps
   // its shard of m and v.
@@ -173,7 +162,7 @@ class CpuBackend final : public Backend {
   Shards shards_;
   std::vector<size_t> counts_;
   size_t b_ = 0, n_ = 0;
-  std::vector<float> full_m_, full_v_;
+  GatheredAdam gathered_;
   std::vector<double> part_;
 };
 

@@ -134,8 +134,7 @@ class CudaBackend final : public Backend {
                             gpt_.ctx().stream));
     gpt_.params_changed();
 #endif
-    std::vector<float>().swap(full_m_);  // a gathered state is no longer the state
-    std::vector<float>().swap(full_v_);
+    gathered_.drop();
   }
   bool sharded() const override { return shards_.n != 0; }
   // ZeRO-1: each rank's shard of m and v to the host, gathered on rank 0 by MPI (model/dist.h).
@@ -143,12 +142,7 @@ class CudaBackend final : public Backend {
     if (!sharded()) return;
     std::vector<float> m, v;
     gpt_.download_adam(m, v);
-    if (dist::rank() == 0) {
-      full_m_.resize(shards_.n);
-      full_v_.resize(shards_.n);
-    }
-    dist::gather(m.data(), full_m_.data(), counts_);
-    dist::gather(v.data(), full_v_.data(), counts_);
+    gathered_.gather(m.data(), v.data(), shards_, counts_);
   }
   float eval_loss(const int32_t* x, const int32_t* y) override {
     gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, false, 0);
@@ -164,12 +158,7 @@ class CudaBackend final : public Backend {
   std::vector<float> grads() const override { return gpt_.download_grads(); }
   void adam_state(std::vector<float>& m, std::vector<float>& v) const override {
     if (!sharded()) return gpt_.download_adam(m, v);
-    if (full_m_.empty())
-      throw RuntimeError("the AdamW state is sharded over " + std::to_string(dist::world()) +
-                         " ranks (--zero 1) and was not gathered since the last update; expected a checkpoint at a step "
-                         "every rank reaches; continue from the previous checkpoint");
-    m = full_m_;
-    v = full_v_;
+    gathered_.copy_to(m, v);
   }
   void set_state(const float* params, const float* m, const float* v) override { gpt_.upload_state(params, m, v); }
 
@@ -223,7 +212,7 @@ class CudaBackend final : public Backend {
   // ZeRO-1 (shards_.n == 0 without it): every rank's count, m and v gathered on rank 0
   Shards shards_;
   std::vector<size_t> counts_;
-  std::vector<float> full_m_, full_v_;
+  GatheredAdam gathered_;
 #ifdef TG_HAVE_NCCL
   Nccl comm_;
 #endif

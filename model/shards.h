@@ -9,6 +9,11 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <string>
+#include <vector>
+
+#include "dist.h"
+#include "errors.h"
 
 namespace tg {
 
@@ -26,6 +31,35 @@ struct Shards {
   size_t begin(int r) const { return std::min(n, (size_t)r * size); }
   size_t count(int r) const { return std::min(n, begin(r) + size) - begin(r); }
   size_t padded() const { return (size_t)world * size; }  // the vector padded to world equal shards
+};
+
+// m and v of every shard gathered whole on rank 0 for a checkpoint (both backends): valid from
+// gather() until drop(), which an update calls (the gathered copy is then no longer the state).
+struct GatheredAdam {
+  std::vector<float> m, v;
+  // Collective: every rank gives its shard (host memory); rank 0 receives the whole.
+  void gather(const float* m_shard, const float* v_shard, const Shards& s, const std::vector<size_t>& counts) {
+    if (dist::rank() == 0) {
+      m.resize(s.n);
+      v.resize(s.n);
+    }
+    dist::gather(m_shard, m.data(), counts);
+    dist::gather(v_shard, v.data(), counts);
+  }
+  void drop() {
+    std::vector<float>().swap(m);
+    std::vector<float>().swap(v);
+  }
+  bool valid() const { return !m.empty(); }
+  // Throws RuntimeError when nothing was gathered since the last update.
+  void copy_to(std::vector<float>& m_out, std::vector<float>& v_out) const {
+    if (!valid())
+      throw RuntimeError("the AdamW state is sharded over " + std::to_string(dist::world()) +
+                         " ranks (--zero 1) and was not gathered since the last update; expected a checkpoint at a "
+                         "step every rank reaches; continue from the previous checkpoint");
+    m_out = m;
+    v_out = v;
+  }
 };
 
 }  // namespace tg
