@@ -38,10 +38,12 @@ DOCTEST_INC ?=
 JSON_INC ?=
 
 HASH := \#
-EIGEN_OK := $(shell echo '$(HASH)include <Eigen/Core>' | $(CXX) $(EIGEN_INC) -x c++ -fsyntax-only - 2>/dev/null && echo yes)
-DOCTEST_OK := $(shell echo '$(HASH)include <doctest/doctest.h>' | $(CXX) $(DOCTEST_INC) -x c++ -fsyntax-only - 2>/dev/null && echo yes)
+# (the header checks preprocess only: -fsyntax-only took 1.5 s for Eigen and 2.5 s for
+# nlohmann-json, paid before every build starts)
+EIGEN_OK := $(shell echo '$(HASH)include <Eigen/Core>' | $(CXX) $(EIGEN_INC) -x c++ -E - >/dev/null 2>&1 && echo yes)
+DOCTEST_OK := $(shell echo '$(HASH)include <doctest/doctest.h>' | $(CXX) $(DOCTEST_INC) -x c++ -E - >/dev/null 2>&1 && echo yes)
 # nlohmann-json (Debian's nlohmann-json3-dev, header-only): every JSON read or written
-JSON_OK := $(shell echo '$(HASH)include <nlohmann/json.hpp>' | $(CXX) -std=c++17 $(JSON_INC) -x c++ -fsyntax-only - 2>/dev/null && echo yes)
+JSON_OK := $(shell echo '$(HASH)include <nlohmann/json.hpp>' | $(CXX) -std=c++17 $(JSON_INC) -x c++ -E - >/dev/null 2>&1 && echo yes)
 # the reference BLAS behind the emulator's cuBLAS (Debian's libblas-dev)
 BLAS_OK := $(shell echo 'extern "C" void sgemm_(); int main() { sgemm_(); }' | $(CXX) -x c++ - -lblas -o /dev/null 2>/dev/null && echo yes)
 # libFuzzer comes with clang (Debian: apt-get install clang); without it the fuzz run is skipped
