@@ -22,7 +22,10 @@
 // added to dqkv directly. Arithmetic in T. Each tile product (Q_i K_j^T, P V_j, ...) is one
 // product of row-major maps of the tiles (tile_product: Eigen's, or the float GEMM of
 // kernels/cpu/gemm.h), written as the equation it computes; the
-// softmax, causal mask and dropout are plain loops. The (b, h) pairs run in parallel.
+// softmax, causal mask and dropout are plain loops. A causal tile that crosses the diagonal
+// is multiplied in bands of 32 query rows (or keys), each band's product stopping where the
+// whole band is masked (for_row_bands): only terms that are exactly 0 are skipped. The (b, h)
+// pairs run in parallel.
 // The mask dump (optional) is written where the forward applies dropout to P~_ij, so it
 // records the decisions the tiled loop really used.
 #include "attention_tiled.h"
@@ -93,44 +96,67 @@ void tile_product(Dst&& C, const A& a, const B& b, bool add) {
   }
 }
 
-// -inf at key j0+c > query i0+r (the causal mask inside a diagonal tile).
-template <typename T>
-void mask_causal(MapMat<T>& Sij, int i0, int j0, int nr, int nc) {
-  const T ninf = -std::numeric_limits<T>::infinity();
-  for (int r = 0; r < nr; ++r)
-    for (int c = std::max(0, i0 + r + 1 - j0); c < nc; ++c) Sij(r, c) = ninf;
+// The unmasked front of row r of a tile: keys j0 .. j0 + cend - 1. Causal: keys up to the
+// query i0 + r (0 for a row wholly above the diagonal); else the whole row.
+inline int unmasked(int i0, int j0, int r, int nc, bool causal) {
+  return causal ? std::max(0, std::min(nc, i0 + r + 1 - j0)) : nc;
 }
 
-// row[c] = exp(row[c] - shift) for c < nc, with Eigen's vectorised exp, and 0 where row[c] is
-// -inf: the causal mask leaves its -inf at the end of a row, which is set to 0 explicitly
-// (Eigen's exp gives the smallest normal number there, not 0).
-template <typename T>
-void exp_row(T* row, int nc, T shift) {
-  const T ninf = -std::numeric_limits<T>::infinity();
-  int n = nc;
-  while (n > 0 && row[n - 1] == ninf) --n;
-  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> p(row, n);
-  p = (p - shift).exp();
-  std::fill(row + n, row + nc, T(0));
+// The causal structure of a tile in bands of kBand query rows: rows r0 .. r1 - 1 see keys
+// 0 .. ke - 1 of the tile at most (ke: the last row's unmasked front); keys past ke are masked
+// for the whole band. The products below skip those parts, which hold exact zeros (P, dS) or
+// are never read (S, dP), so the sums are those of the whole tile: on the diagonal tile of
+// T = 64 with bands of 32 rows, each product does 3/4 of the whole tile's work. A tile with
+// nothing masked (or no causal mask) is one band.
+constexpr int kBand = 32;
+template <typename F>
+void for_row_bands(int i0, int j0, int nr, int nc, bool causal, F&& f) {
+  if (!causal || unmasked(i0, j0, 0, nc, true) == nc) return f(0, nr, nc);
+  for (int r0 = 0; r0 < nr; r0 += kBand) {
+    const int r1 = std::min(nr, r0 + kBand), ke = unmasked(i0, j0, r1 - 1, nc, true);
+    if (ke > 0) f(r0, r1, ke);
+  }
+}
+// The same by bands of kBand keys: keys c0 .. c1 - 1 are seen by query rows rs .. nr - 1 at
+// most (rs: the first row that sees key c0).
+template <typename F>
+void for_key_bands(int i0, int j0, int nr, int nc, bool causal, F&& f) {
+  if (!causal || unmasked(i0, j0, 0, nc, true) == nc) return f(0, nc, 0);
+  for (int c0 = 0; c0 < nc; c0 += kBand) {
+    const int c1 = std::min(nc, c0 + kBand), rs = std::max(0, c0 + j0 - i0);
+    if (rs < nr) f(c0, c1, rs);
+  }
 }
 
-// Online softmax update, in place: Sij becomes P~_ij = exp(S_ij - m_new);
-// alpha_r = exp(m_i - m_new); l_i = alpha l_i + rowsum(P~_ij); m_i = m_new.
+// row[c] = exp(row[c] sc - shift) for c < cend (Eigen's vectorised exp) and 0 from cend to nc:
+// the scaled scores' exponentials, with the causal mask's entries exactly 0.
 template <typename T>
-void online_softmax_update(MapMat<T>& Sij, T* mi, T* li, T* alpha, int nr, int nc) {
+void exp_row(T* row, int cend, int nc, T sc, T shift) {
+  Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>> p(row, cend);
+  p = (p * sc - shift).exp();
+  std::fill(row + cend, row + nc, T(0));
+}
+
+// Online softmax update, in place, on the raw scores Q_i K_j^T (scaled by sc here: since sc > 0
+// and rounding is monotone, the row maximum of the scaled scores is sc times that of the raw
+// ones): Sij becomes P~_ij = exp(S_ij - m_new) (0 where masked); alpha_r = exp(m_i - m_new);
+// l_i = alpha l_i + rowsum(P~_ij); m_i = m_new.
+template <typename T>
+void online_softmax_update(MapMat<T>& Sij, T sc, int i0, int j0, int nr, int nc, bool causal, T* mi, T* li,
+                           T* alpha) {
   const T ninf = -std::numeric_limits<T>::infinity();
   for (int r = 0; r < nr; ++r) {
     T* row = &Sij(r, 0);
+    const int cend = unmasked(i0, j0, r, nc, causal);
     T m_new = mi[r];
-    for (int c = 0; c < nc; ++c) m_new = std::max(m_new, row[c]);
+    if (cend > 0) m_new = std::max(m_new, Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(row, cend).maxCoeff() * sc);
     if (m_new == ninf) {  // nothing unmasked yet in this row: P~ = 0, state unchanged
-      for (int c = 0; c < nc; ++c) row[c] = 0;
+      std::fill(row, row + nc, T(0));
       alpha[r] = 1;
       continue;
     }
-    exp_row(row, nc, m_new);
-    T rowsum = 0;
-    for (int c = 0; c < nc; ++c) rowsum += row[c];
+    exp_row(row, cend, nc, sc, m_new);
+    const T rowsum = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>(row, cend).sum();
     alpha[r] = std::exp(mi[r] - m_new);  // 0 on the first tile (m_i = -inf)
     li[r] = alpha[r] * li[r] + rowsum;
     mi[r] = m_new;
@@ -140,10 +166,11 @@ void online_softmax_update(MapMat<T>& Sij, T* mi, T* li, T* alpha, int nr, int n
 // Dropout on a tile in place: X_ij o M_ij s (s = 1 / (1 - p)), for rows i0 .. i0+nr-1 and
 // columns j0 .. j0+nc-1; entries above the causal diagonal are 0 already and left alone.
 // M_ij from kernels/philox.h, one Philox call per 4 aligned columns. When mask is not null
-// the decisions are recorded there (all kept when p = 0).
+// the decisions are recorded there (all kept when p = 0). Row r of the call is row rbase + r
+// of Xij (a band of the tile).
 template <typename T>
 void apply_dropout(MapMat<T>& Xij, const philox::DropoutKey& key, const Head& hd, int i0, int j0, int nr, int nc,
-                   bool causal, uint8_t* mask) {
+                   bool causal, uint8_t* mask, int rbase = 0) {
   const bool drop = key.threshold != 0;
   if (!drop && !mask) return;
   const T s = (T)key.scale;
@@ -158,17 +185,17 @@ void apply_dropout(MapMat<T>& Xij, const philox::DropoutKey& key, const Head& hd
       if (drop) {
         if (c == 0 || (j & 3) == 0) w = philox::dropout_words(key, hd.bh, (uint32_t)i, (uint32_t)j);
         keep = w.v[j & 3] >= key.threshold;
-        Xij(r, c) = keep ? Xij(r, c) * s : T(0);
+        Xij(rbase + r, c) = keep ? Xij(rbase + r, c) * s : T(0);
       }
       if (mrow) mrow[c] = keep;
     }
   }
 }
 
-// P_ij = exp(S_ij - lse_i) in place (masked -inf entries give 0).
+// P_ij = exp(S_ij / sqrt(HS) - lse_i) in place on the raw scores (0 where masked).
 template <typename T>
-void recompute_probs(MapMat<T>& Sij, const T* lse_i, int nr, int nc) {
-  for (int r = 0; r < nr; ++r) exp_row(&Sij(r, 0), nc, lse_i[r]);
+void recompute_probs(MapMat<T>& Sij, T sc, const T* lse_i, int i0, int j0, int nr, int nc, bool causal) {
+  for (int r = 0; r < nr; ++r) exp_row(&Sij(r, 0), unmasked(i0, j0, r, nc, causal), nc, sc, lse_i[r]);
 }
 
 // The tiles of one thread, kept from call to call: a thread allocates them the first time it
@@ -224,18 +251,21 @@ void attention_tiled_forward(T* out, T* lse, const T* qkv, const philox::Dropout
           const int nc = std::min(Bc, Tn - j0);
           const auto Kj = load_tile(K, hd.ld, j0, nc, HS);
           const auto Vj = load_tile(V, hd.ld, j0, nc, HS);
-          // S_ij = Q_i K_j^T / sqrt(HS)
+          // S_ij = Q_i K_j^T / sqrt(HS) (the scale applied inside the softmax update)
           MapMat<T> Sij(w.S.data(), nr, nc);
-          tile_product(Sij, Qi, Kj.transpose(), false);
-          Sij *= sc;
-          if (causal) mask_causal(Sij, i0, j0, nr, nc);
+          for_row_bands(i0, j0, nr, nc, causal, [&](int r0, int r1, int ke) {
+            tile_product(Sij.block(r0, 0, r1 - r0, ke), Qi.middleRows(r0, r1 - r0), Kj.topRows(ke).transpose(), false);
+          });
           // m_new = max(m_i, rowmax S_ij), P~_ij = exp(S_ij - m_new), l_i = e^(m_i - m_new) l_i + rowsum(P~_ij)
-          online_softmax_update(Sij, mi, li, alpha, nr, nc);
+          online_softmax_update(Sij, sc, i0, j0, nr, nc, causal, mi, li, alpha);
           // P~_ij o M_ij / (1 - p)
           apply_dropout(Sij, key, hd, i0, j0, nr, nc, causal, mask);
-          // O_i = diag(e^(m_i - m_new)) O_i + (P~_ij o M_ij / (1 - p)) V_j
-          for (int r = 0; r < nr; ++r) Oi.row(r) *= alpha[r];
-          tile_product(Oi.topRows(nr), Sij, Vj, true);
+          // O_i = diag(e^(m_i - m_new)) O_i + (P~_ij o M_ij / (1 - p)) V_j (O_i is still 0 on the first tile)
+          if (j0 > 0)
+            for (int r = 0; r < nr; ++r) Oi.row(r) *= alpha[r];
+          for_row_bands(i0, j0, nr, nc, causal, [&](int r0, int r1, int ke) {
+            tile_product(Oi.middleRows(r0, r1 - r0), Sij.block(r0, 0, r1 - r0, ke), Vj.topRows(ke), true);
+          });
         }
         // O_i = diag(l_i)^-1 O_i, lse_i = m_i + log(l_i)
         auto out_i = tile(out + hd.ooff, hd.C, i0, nr, HS);
@@ -286,23 +316,40 @@ void attention_tiled_backward(T* dqkv, const T* dout, const T* qkv, const T* out
           const auto dOi = load_tile(dout + hd.ooff, hd.C, i0, nr, HS);
           // S_ij = Q_i K_j^T / sqrt(HS), P_ij = exp(S_ij - lse_i)
           MapMat<T> Pij(w.P.data(), nr, nc), dSij(w.dS.data(), nr, nc);
-          tile_product(Pij, Qi, Kj.transpose(), false);
-          Pij *= sc;
-          if (causal) mask_causal(Pij, i0, j0, nr, nc);
-          recompute_probs(Pij, lse_h + i0, nr, nc);
-          // Pd_ij = P_ij o M_ij / (1 - p), the same mask as the forward; dV_j += Pd_ij^T dO_i
-          dSij = Pij;
-          apply_dropout(dSij, key, hd, i0, j0, nr, nc, causal, (uint8_t*)nullptr);
-          tile_product(dVj.topRows(nc), dSij.transpose(), dOi, true);
-          // dPd_ij = dO_i V_j^T, dP_ij = dPd_ij o M_ij / (1 - p)
-          tile_product(dSij, dOi, Vj.transpose(), false);
-          apply_dropout(dSij, key, hd, i0, j0, nr, nc, causal, (uint8_t*)nullptr);
-          // dS_ij = P_ij o (dP_ij - D_i)
-          dSij = (Pij.array() * (dSij.array().colwise() - D.segment(i0, nr).array())).matrix();
-          // dQ_i += (dS_ij / sqrt(HS)) K_j (into dqkv), dK_j += (dS_ij / sqrt(HS))^T Q_i
-          dSij *= sc;
-          tile_product(tile(dQ, hd.ld, i0, nr, HS), dSij, Kj, true);
-          tile_product(dKj.topRows(nc), dSij.transpose(), Qi, true);
+          for_row_bands(i0, j0, nr, nc, causal, [&](int r0, int r1, int ke) {
+            tile_product(Pij.block(r0, 0, r1 - r0, ke), Qi.middleRows(r0, r1 - r0), Kj.topRows(ke).transpose(), false);
+          });
+          recompute_probs(Pij, sc, lse_h + i0, i0, j0, nr, nc, causal);
+          // Pd_ij = P_ij o M_ij / (1 - p), the same mask as the forward (P_ij itself when p = 0);
+          // dV_j += Pd_ij^T dO_i
+          if (key.threshold != 0) {
+            dSij = Pij;
+            apply_dropout(dSij, key, hd, i0, j0, nr, nc, causal, (uint8_t*)nullptr);
+          }
+          const MapMat<T>& Pd = key.threshold != 0 ? dSij : Pij;
+          for_key_bands(i0, j0, nr, nc, causal, [&](int c0, int c1, int rs) {
+            tile_product(dVj.middleRows(c0, c1 - c0), Pd.block(rs, c0, nr - rs, c1 - c0).transpose(),
+                         dOi.middleRows(rs, nr - rs), true);
+          });
+          for_row_bands(i0, j0, nr, nc, causal, [&](int r0, int r1, int ke) {
+            const int nb = r1 - r0;
+            auto dS = dSij.block(r0, 0, nb, ke);
+            // dPd_ij = dO_i V_j^T, dP_ij = dPd_ij o M_ij / (1 - p)
+            tile_product(dS, dOi.middleRows(r0, nb), Vj.topRows(ke).transpose(), false);
+            apply_dropout(dSij, key, hd, i0 + r0, j0, nb, ke, causal, (uint8_t*)nullptr, r0);
+            // dS_ij = P_ij o (dP_ij - D_i), then / sqrt(HS) for the two products below (one
+            // pass); 0 past the band's keys
+            dS = (Pij.block(r0, 0, nb, ke).array() * (dS.array().colwise() - D.segment(i0 + r0, nb).array()) * sc)
+                     .matrix();
+            dSij.block(r0, ke, nb, nc - ke).setZero();
+            // dQ_i += (dS_ij / sqrt(HS)) K_j (into dqkv)
+            tile_product(tile(dQ, hd.ld, i0 + r0, nb, HS), dS, Kj.topRows(ke), true);
+          });
+          // dK_j += (dS_ij / sqrt(HS))^T Q_i
+          for_key_bands(i0, j0, nr, nc, causal, [&](int c0, int c1, int rs) {
+            tile_product(dKj.middleRows(c0, c1 - c0), dSij.block(rs, c0, nr - rs, c1 - c0).transpose(),
+                         Qi.middleRows(rs, nr - rs), true);
+          });
         }
         // dK_j, dV_j into dqkv
         tile(dK, hd.ld, j0, nc, HS) += dKj.topRows(nc);
