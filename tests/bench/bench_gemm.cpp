@@ -3,7 +3,8 @@
 // C = 128, V = 65): Eigen's product (as kernels/cpu/matmul.cpp wrote it before
 // kernels/cpu/gemm.cpp) against gemm_f32. For each shape the minimum time over many
 // repetitions (robust on a shared machine), its GFLOP/s, and the largest difference between
-// the two results relative to the largest |element|.
+// the two results relative to the largest |element|. Last, the whole causal tiled attention of
+// a slice (kernels/cpu/attention_tiled.cpp), forward and backward.
 //   build/bench_gemm [--rows N] [--reps R]
 #include <algorithm>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../../kernels/cpu/attention_tiled.h"
 #include "../../kernels/cpu/eigen.h"
 #include "../../kernels/cpu/gemm.h"
 
@@ -173,6 +175,25 @@ int main(int argc, char** argv) {
     for (const Tile& t : tiles)
       std::printf("%-28s %23s %10.2f %10.2f %10.1f %10.1f %7.2fx\n", t.what, "", t.te * 1e6, t.tg * 1e6, t.f / t.te * 1e-9,
                   t.f / t.tg * 1e-9, t.te / t.tg);
+  }
+
+  // The whole causal tiled attention of one slice and layer, as the step calls it (the tile
+  // products above plus the softmax, its mask and the rest): rows / T sequences, 4 heads,
+  // Br = Bc = 64, p = 0.
+  {
+    const int Tt = 64, NH = 4, Bs = std::max(1, R / Tt);
+    auto qkv = random_floats((size_t)Bs * Tt * 3 * C, g), dout = random_floats((size_t)Bs * Tt * C, g);
+    std::vector<float> out((size_t)Bs * Tt * C), lse((size_t)Bs * NH * Tt), dqkv(qkv.size(), 0.f);
+    const philox::DropoutKey key = philox::make_dropout_key(1, 0, 0, philox::kSiteAttnProbs, 0.0);
+    const double tf = min_seconds([&] {
+      cpu::attention_tiled_forward(out.data(), lse.data(), qkv.data(), key, Bs, Tt, C, NH, true, 64, 64, nullptr);
+    }, reps);
+    const double tb = min_seconds([&] {
+      cpu::attention_tiled_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), key, Bs, Tt, C, NH,
+                                    true, 64, 64);
+    }, reps);
+    std::printf("\ncausal tiled attention of one slice (B = %d, T = %d, C = %d, NH = %d), one layer: forward %.1f us, "
+                "backward %.1f us\n", Bs, Tt, C, NH, tf * 1e6, tb * 1e6);
   }
   return 0;
 }
