@@ -175,6 +175,18 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) -MMD -MP -c $< -o $@
 
+# Host files with no loop that a training step, the data's start-up (sha256, the tokenizer, the
+# loader) or a checkpoint's bytes (CRC-32 in model/ckpt_io.cpp) run: flag parsing, JSON, the run
+# directory, plots, the checkpoint and safetensors bookkeeping, the one-shot --init-from and HF
+# export conversions, the MPI wrappers, main(). They compile at COLD_OPT in place of -O3, which
+# halves their compile time (-O2 saves almost nothing); every other host file (kernels/cpu/,
+# model/gpt*.cpp, backend_cpu.cpp, train.cpp's step and sampling loops, data/, ckpt_io.cpp)
+# keeps CXXFLAGS' -O3. COLD_OPT=-O3 compiles them all alike.
+COLD_OPT ?= -O1
+COLD_SRCS := model/config.cpp model/json_io.cpp model/run_dir.cpp model/plot.cpp model/checkpoint.cpp \
+             model/safetensors.cpp model/hf_export.cpp model/init_from.cpp model/dist.cpp
+$(COLD_SRCS:%.cpp=$(BUILD)/%.o) $(BUILD)/train_gpt.o: CXXFLAGS += $(COLD_OPT)
+
 # AdamW's loop vectorises only when std::sqrt need not set errno (its argument is never
 # negative there); the rest of the build keeps errno semantics (no vector libm calls)
 $(BUILD)/kernels/cpu/adamw.o: CXXFLAGS += -fno-math-errno
