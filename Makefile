@@ -9,7 +9,8 @@
 #   make bench              benchmarks (never part of make test); make bench-cpu-peer: against nanoGPT
 #   make clean
 # Overrides: EIGEN_INC=-I/path DOCTEST_INC=-I/path JSON_INC=-I/path ARCH="80 90" NVCC=/path/nvcc TINYSHAKESPEARE=/path
-#            UNITY=0 (compile the light CUDA files one by one, see CUDA_LIGHT)
+#            UNITY=0 (compile the light CUDA files and the host files one by one, see CUDA_LIGHT,
+#            COLD_UNITY_SRCS, LIGHT_UNITY_SRCS) COLD_OPT=-O3 (the cold host files, COLD_SRCS, at -O3 like the rest)
 #            FUZZ_CXX=clang++ FUZZ_SECONDS=5 (the libFuzzer run in make test)
 # (DOCTEST_INC is the folder that holds doctest/doctest.h, JSON_INC the one that holds
 # nlohmann/json.hpp.)
@@ -100,10 +101,41 @@ NVCC_LDLIBS := -lgomp -lpthread $(if $(MPI_OK),$(filter -L% -l%,$(MPI_LIBS)),)
 DIST_FLAGS := $(if $(MPI_OK),-DTG_HAVE_MPI $(MPI_CXXFLAGS),)
 
 # ---- sources -------------------------------------------------------------------------------
+# UNITY=1: the light CUDA files (CUDA_LIGHT), the cold host files (COLD_UNITY_SRCS) and the light
+# host files (LIGHT_UNITY_SRCS) compile as one translation unit each; UNITY=0 compiles every file
+# on its own
+UNITY ?= 1
 # the longest host compiles first (make -j starts prerequisites in the order listed)
 HOST_FIRST := kernels/cpu/attention_tiled.cpp model/json_io.cpp kernels/cpu/matmul.cpp
 HOST_SRCS := $(HOST_FIRST) $(filter-out $(HOST_FIRST),$(wildcard kernels/cpu/*.cpp) $(wildcard model/*.cpp) $(wildcard data/*.cpp))
-HOST_OBJS := $(HOST_SRCS:%.cpp=$(BUILD)/%.o)
+# Host files with no loop that a training step, the data's start-up (sha256, the tokenizer, the
+# loader) or a checkpoint's bytes (CRC-32 in model/ckpt_io.cpp) run: flag parsing, JSON, the run
+# directory, plots, the checkpoint and safetensors bookkeeping, the one-shot --init-from and HF
+# export conversions, the MPI wrappers, main(). They compile at COLD_OPT in place of -O3, which
+# halves their compile time (-O2 saves almost nothing); every other host file (kernels/cpu/,
+# model/gpt*.cpp, backend_cpu.cpp, train.cpp's step and sampling loops, data/, ckpt_io.cpp)
+# keeps CXXFLAGS' -O3. COLD_OPT=-O3 compiles them all alike.
+COLD_OPT ?= -O1
+COLD_SRCS := model/config.cpp model/json_io.cpp model/run_dir.cpp model/plot.cpp model/checkpoint.cpp \
+             model/safetensors.cpp model/hf_export.cpp model/init_from.cpp model/dist.cpp
+# Seven of them (not json_io.cpp, the one that parses nlohmann-json, nor dist.cpp, the one that
+# sees mpi.h) compile as one translation unit, $(BUILD)/host_cold.cpp, a generated list of
+# #includes like $(BUILD)/cuda_ops.cu: each parses the same standard and project headers (about
+# 1 s of CPU a file), 16.5 s one by one, 8.6 s together. Their file-local names must then differ
+# (an anonymous namespace is one per translation unit). UNITY=0 compiles them one by one.
+COLD_UNITY_SRCS := model/config.cpp model/run_dir.cpp model/plot.cpp model/checkpoint.cpp model/safetensors.cpp \
+                   model/hf_export.cpp model/init_from.cpp
+# Likewise the light host files at -O3 outside the CPU reference, as $(BUILD)/host_light.cpp:
+# 15.7 s one by one, 9.8 s together (the data loader, the tokenizer and sha256 as fast as before:
+# docs/BENCHMARKS.md, "Third round"). kernels/cpu/ stays apart (the double build compiles it again).
+LIGHT_UNITY_SRCS := model/train.cpp data/tokens.cpp model/backend_cpu.cpp data/dataset.cpp model/ckpt_io.cpp \
+                    model/gpt.cpp model/attention_check.cpp data/sha256.cpp
+ifeq ($(UNITY),0)
+  HOST_OBJS := $(HOST_SRCS:%.cpp=$(BUILD)/%.o)
+else
+  HOST_OBJS := $(BUILD)/host_cold.o $(BUILD)/host_light.o \
+    $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out $(COLD_UNITY_SRCS) $(LIGHT_UNITY_SRCS),$(HOST_SRCS)))
+endif
 CUDA_SRCS := $(wildcard kernels/*.cu) $(wildcard model/*.cu)
 # The small CUDA files compile as one translation unit, $(BUILD)/cuda_ops.cu, a generated list
 # of #includes: nvcc's fixed cost (cudafe, a device pass per architecture, the host compile of
@@ -111,7 +143,6 @@ CUDA_SRCS := $(wildcard kernels/*.cu) $(wildcard model/*.cu)
 # instead of 63 s. The two flash files, the heavy ones, stay separate so that make -j builds them
 # beside it, longest first: the flash backward, cuda_ops, the flash forward (make starts
 # prerequisites in the order listed). UNITY=0 compiles every file on its own.
-UNITY ?= 1
 CUDA_HEAVY := kernels/flash_attn_bwd.cu kernels/flash_attn_fwd.cu
 CUDA_LIGHT := $(filter-out $(CUDA_HEAVY),$(CUDA_SRCS))
 ifeq ($(UNITY),0)
@@ -175,6 +206,9 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) -MMD -MP -c $< -o $@
 
+# (COLD_OPT: see COLD_SRCS above)
+$(COLD_SRCS:%.cpp=$(BUILD)/%.o) $(BUILD)/host_cold.o $(BUILD)/train_gpt.o: CXXFLAGS += $(COLD_OPT)
+
 # AdamW's loop vectorises only when std::sqrt need not set errno (its argument is never
 # negative there); the rest of the build keeps errno semantics (no vector libm calls)
 $(BUILD)/kernels/cpu/adamw.o: CXXFLAGS += -fno-math-errno
@@ -189,6 +223,22 @@ $(BUILD)/cuda_ops.cu: FORCE
 
 $(BUILD)/cuda_ops.o: $(BUILD)/cuda_ops.cu
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+# the same for the host files that compile as one (COLD_UNITY_SRCS, LIGHT_UNITY_SRCS)
+$(BUILD)/host_cold.cpp: FORCE
+	@mkdir -p $(dir $@)
+	@printf '%s\n' '// generated by the Makefile: the cold host files as one translation unit' \
+	  $(foreach f,$(COLD_UNITY_SRCS),'$(HASH)include "$(f)"') > $@.tmp
+	@if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
+
+$(BUILD)/host_light.cpp: FORCE
+	@mkdir -p $(dir $@)
+	@printf '%s\n' '// generated by the Makefile: the light host files as one translation unit' \
+	  $(foreach f,$(LIGHT_UNITY_SRCS),'$(HASH)include "$(f)"') > $@.tmp
+	@if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
+
+$(BUILD)/host_cold.o $(BUILD)/host_light.o: $(BUILD)/%.o: $(BUILD)/%.cpp
+	$(CXX) $(CXXFLAGS) $(CURAND_FLAGS) -MMD -MP -c $< -o $@
 
 # train_gpt.cu holds no device code (it asks the runtime for the device count): g++ compiles it
 # in 3 s of CPU where nvcc took 9

@@ -222,7 +222,7 @@ void require(bool ok, const std::string& what, const std::string& expected, cons
   if (!ok) throw InputError(what + "; expected " + expected + "; " + fix);
 }
 
-std::string num(double x) {
+std::string num_text(double x) {
   std::ostringstream s;
   s.precision(12);  // integers up to 10^12 without an exponent, 0.1 as 0.1
   s << x;
@@ -287,7 +287,7 @@ ParsedArgs parse_args(int argc, const char* const* argv, const std::string& defa
 }
 
 void validate(const Config& c) {
-  auto flag_is = [](const char* flag, double v) { return std::string("--") + flag + " is " + num(v); };
+  auto flag_is = [](const char* flag, double v) { return std::string("--") + flag + " is " + num_text(v); };
   const std::string help = "see train_gpt --help";
   require(c.device == "auto" || c.device == "cpu" || c.device == "cuda", "--device is '" + c.device + "'",
           "auto, cpu or cuda", "pass one of them");
@@ -322,8 +322,8 @@ void validate(const Config& c) {
           "0 to " + std::to_string(philox::kMaxStep - 1), help);
   // the update runs in float: lr must stay a finite float above 0
   require(c.lr > 0 && is_normal_float(c.lr), flag_is("lr", c.lr),
-          "a learning rate > 0 that is a normal float (" + num(FLT_MIN) + " to " + num(FLT_MAX) + ")", help);
-  require(c.min_lr >= 0 && c.min_lr <= c.lr, "--min-lr " + num(c.min_lr) + " with --lr " + num(c.lr),
+          "a learning rate > 0 that is a normal float (" + num_text(FLT_MIN) + " to " + num_text(FLT_MAX) + ")", help);
+  require(c.min_lr >= 0 && c.min_lr <= c.lr, "--min-lr " + num_text(c.min_lr) + " with --lr " + num_text(c.lr),
           "0 <= min-lr <= lr", "lower --min-lr");
   require(c.warmup_iters >= 0, flag_is("warmup-iters", c.warmup_iters), "at least 0", help);
   require(c.lr_decay_iters > c.warmup_iters,

@@ -106,13 +106,13 @@ void decode(const char* at, uint64_t n, const std::string& dtype, float* out) {
   }
 }
 
-bool ends_with(const std::string& s, const std::string& tail) {
+bool has_suffix(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
 // "h.3.attn.bias" / "h.3.attn.masked_bias": the causal-mask buffers of older GPT-2 files.
 bool is_mask_buffer(const std::string& name) {
-  return name.compare(0, 2, "h.") == 0 && (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias"));
+  return name.compare(0, 2, "h.") == 0 && (has_suffix(name, ".attn.bias") || has_suffix(name, ".attn.masked_bias"));
 }
 
 // ---- Hugging Face GPT-2
