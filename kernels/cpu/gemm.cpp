@@ -8,22 +8,34 @@
 //     for each block of MC rows of A:         (A transposed: pack them into MR-row panels)
 //       for each NR-column panel of B, each MR-row panel of A:
 //         the micro-kernel: an MR x NR tile of C in registers, one rank-1 update per k
-// MR x NR = 6 x 16: 12 accumulators of 8 floats (two per row), per k two loads of B, six
-// broadcasts of A and 12 FMAs; 15 of the 16 ymm registers. A row-major A is read in place (6
-// rows, each contiguous in k); only B is always packed (a B panel, kc x 64 bytes, stays in L1
-// while the tiles below it stream A from L2). Partial tiles at the edges (M or N not a
-// multiple of the tile) are computed from zero-padded panels into a scratch tile and copied.
+// The tile is MR rows of NV vector registers (NR = NV x the register's floats); per k, NV loads
+// of B, MR broadcasts of A and MR x NV FMAs. Two tilings, chosen when compiling:
+//   AVX2 + FMA: 6 x 16 (12 ymm accumulators; 15 of the 16 registers), KC = 384: a B panel,
+//               kc x 64 bytes, at most 24 KB, stays in a 32 KB L1 while the tiles stream A;
+//   AVX-512F:   12 x 32 (24 zmm accumulators of the 32 registers), KC = 192: a B panel, kc x 128
+//               bytes, again at most 24 KB (half of the 48 KB L1 of the cores that have it).
+// A row-major A is read in place (MR rows, each contiguous in k); only B is always packed.
+// Partial tiles at the edges (M or N not a multiple of the tile) are computed from zero-padded
+// panels into a scratch tile and copied.
+//
+// Each tiling also compiles as portable C++ (Portable<W>: W floats, one std::fma per lane, so
+// the same roundings in the same order): the tests run the AVX-512 tiling on machines without
+// it, and check each native kernel against its portable twin bit for bit. A build without AVX2
+// runs the portable AVX2 tiling (matmul.cpp then keeps Eigen's product).
 //
 // Summation order: each C element is one chain of FMAs over k, in order, started from 0; the
 // chain's sum is then added to C (or written, for the first k block when not accumulating).
-// K <= KC (every shape of the baby preset) is one chain. Eigen's product sums in a different
-// order in places, so the two differ by rounding (bench_gemm prints the largest difference).
+// K <= KC is one chain. Eigen's product sums in a different order in places, so the two differ
+// by rounding (bench_gemm prints the largest difference).
 #include "gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
@@ -32,9 +44,6 @@
 namespace cpu {
 
 namespace {
-
-constexpr int MR = 6, NR = 16;
-constexpr int KC = 384, MC = 96;  // K is cut into ceil(K / KC) blocks of equal size
 
 // A per-thread buffer of floats, 64-byte aligned, grown on demand and kept.
 struct Scratch {
@@ -51,6 +60,80 @@ struct Scratch {
     return p;
   }
 };
+
+// The micro-kernel's vector: W floats and the operations the kernel uses. load reads a packed
+// B panel (aligned to the vector: panels start 64-byte aligned and are NR floats per k).
+template <int Wd>
+struct Portable {
+  static constexpr int W = Wd;
+  struct T {
+    float v[W];
+  };
+  static T zero() { return T{}; }
+  static T load(const float* p) { return loadu(p); }
+  static T loadu(const float* p) {
+    T r;
+    std::memcpy(r.v, p, sizeof r.v);
+    return r;
+  }
+  static T bcast(const float* p) {
+    T r;
+    std::fill(r.v, r.v + W, *p);
+    return r;
+  }
+  static T fma(const T& a, const T& b, const T& c) {
+    T r;
+    for (int i = 0; i < W; ++i) r.v[i] = std::fma(a.v[i], b.v[i], c.v[i]);
+    return r;
+  }
+  static T add(const T& a, const T& b) {
+    T r;
+    for (int i = 0; i < W; ++i) r.v[i] = a.v[i] + b.v[i];
+    return r;
+  }
+  static void storeu(float* p, const T& v) { std::memcpy(p, v.v, sizeof v.v); }
+};
+
+#if defined(__AVX2__) && defined(__FMA__)
+struct Avx2 {
+  static constexpr int W = 8;
+  using T = __m256;
+  static T zero() { return _mm256_setzero_ps(); }
+  static T load(const float* p) { return _mm256_load_ps(p); }
+  static T loadu(const float* p) { return _mm256_loadu_ps(p); }
+  static T bcast(const float* p) { return _mm256_broadcast_ss(p); }
+  static T fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+  static T add(T a, T b) { return _mm256_add_ps(a, b); }
+  static void storeu(float* p, T v) { _mm256_storeu_ps(p, v); }
+};
+#endif
+
+#if defined(__AVX512F__)
+struct Avx512 {
+  static constexpr int W = 16;
+  using T = __m512;
+  static T zero() { return _mm512_setzero_ps(); }
+  static T load(const float* p) { return _mm512_load_ps(p); }
+  static T loadu(const float* p) { return _mm512_loadu_ps(p); }
+  static T bcast(const float* p) { return _mm512_set1_ps(*p); }
+  static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
+  static T add(T a, T b) { return _mm512_add_ps(a, b); }
+  static void storeu(float* p, T v) { _mm512_storeu_ps(p, v); }
+};
+#endif
+
+// A tiling: MR x (NV vectors of V) tiles, k blocks of at most KC, MC rows of a transposed A
+// packed at a time (a multiple of MR).
+template <class Vec, int MR_, int NV_, int KC_, int MC_>
+struct Tiling {
+  using V = Vec;
+  static constexpr int MR = MR_, NV = NV_, NR = NV_ * Vec::W, KC = KC_, MC = MC_;
+  static_assert(MR % 3 == 0 && MC % MR == 0, "rows are addressed in groups of three; MC whole panels");
+};
+template <class V>
+using Tiling8 = Tiling<V, 6, 2, 384, 96>;  // the AVX2 kernel's
+template <class V>
+using Tiling16 = Tiling<V, 12, 2, 192, 96>;  // the AVX-512 kernel's
 
 #if defined(__AVX2__) && defined(__FMA__)
 // dst[t * ldd + r] = src[r * lds + t] for an 8 x 8 block: eight row loads, the usual
@@ -77,6 +160,7 @@ inline void transpose_8x8(const float* src, long lds, float* dst, long ldd) {
 
 // Packs B[k0 .. k0 + kc, j0 .. j0 + nc] into ceil(nc / NR) panels, each kc x NR (k-major);
 // columns past nc are zero.
+template <int NR>
 void pack_b(float* dst, const float* b, long rs, long cs, int k0, int kc, int j0, int nc) {
   for (int jp = 0; jp < nc; jp += NR, dst += (size_t)kc * NR) {
     const int n = std::min(NR, nc - jp);
@@ -100,66 +184,46 @@ void pack_b(float* dst, const float* b, long rs, long cs, int k0, int kc, int j0
   }
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
-
 // C tile (MR x NR, rows ldc apart) = or += A[0 .. MR, 0 .. kc] times one packed B panel. A is
 // read in place: row i at a + i * lda when ARow, else (A transposed) column k at a + k * lda.
-template <bool ARow>
-inline void kernel_6x16(int kc, const float* __restrict a, long lda, const float* __restrict b, float* c, long ldc,
-                        bool add) {
-  __m256 c00 = _mm256_setzero_ps(), c01 = _mm256_setzero_ps();
-  __m256 c10 = _mm256_setzero_ps(), c11 = _mm256_setzero_ps();
-  __m256 c20 = _mm256_setzero_ps(), c21 = _mm256_setzero_ps();
-  __m256 c30 = _mm256_setzero_ps(), c31 = _mm256_setzero_ps();
-  __m256 c40 = _mm256_setzero_ps(), c41 = _mm256_setzero_ps();
-  __m256 c50 = _mm256_setzero_ps(), c51 = _mm256_setzero_ps();
-  const long ri = ARow ? lda : 1, kstep = ARow ? 1 : lda;  // strides of A's rows and of k
-  const float *a0 = a, *a3 = a + 3 * ri;
-  for (int k = 0; k < kc; ++k, a0 += kstep, a3 += kstep, b += NR) {
-    const __m256 b0 = _mm256_load_ps(b), b1 = _mm256_load_ps(b + 8);
-    __m256 ai = _mm256_broadcast_ss(a0);
-    c00 = _mm256_fmadd_ps(ai, b0, c00); c01 = _mm256_fmadd_ps(ai, b1, c01);
-    ai = _mm256_broadcast_ss(a0 + ri);
-    c10 = _mm256_fmadd_ps(ai, b0, c10); c11 = _mm256_fmadd_ps(ai, b1, c11);
-    ai = _mm256_broadcast_ss(a0 + 2 * ri);
-    c20 = _mm256_fmadd_ps(ai, b0, c20); c21 = _mm256_fmadd_ps(ai, b1, c21);
-    ai = _mm256_broadcast_ss(a3);
-    c30 = _mm256_fmadd_ps(ai, b0, c30); c31 = _mm256_fmadd_ps(ai, b1, c31);
-    ai = _mm256_broadcast_ss(a3 + ri);
-    c40 = _mm256_fmadd_ps(ai, b0, c40); c41 = _mm256_fmadd_ps(ai, b1, c41);
-    ai = _mm256_broadcast_ss(a3 + 2 * ri);
-    c50 = _mm256_fmadd_ps(ai, b0, c50); c51 = _mm256_fmadd_ps(ai, b1, c51);
-  }
-  auto put = [add](float* p, __m256 lo, __m256 hi) {
-    if (add) {
-      lo = _mm256_add_ps(_mm256_loadu_ps(p), lo);
-      hi = _mm256_add_ps(_mm256_loadu_ps(p + 8), hi);
-    }
-    _mm256_storeu_ps(p, lo);
-    _mm256_storeu_ps(p + 8, hi);
-  };
-  put(c + 0 * ldc, c00, c01);
-  put(c + 1 * ldc, c10, c11);
-  put(c + 2 * ldc, c20, c21);
-  put(c + 3 * ldc, c30, c31);
-  put(c + 4 * ldc, c40, c41);
-  put(c + 5 * ldc, c50, c51);
-}
-
-#else
-
-// The same tile in plain loops (a build without AVX2 + FMA; matmul.cpp then uses Eigen).
-template <bool ARow>
-inline void kernel_6x16(int kc, const float* a, long lda, const float* b, float* c, long ldc, bool add) {
-  float acc[MR][NR] = {};
-  for (int k = 0; k < kc; ++k, b += NR)
-    for (int i = 0; i < MR; ++i)
-      for (int j = 0; j < NR; ++j) acc[i][j] += a[ARow ? i * lda + k : k * lda + i] * b[j];
+// Rows are addressed from one pointer per three (base, + ri, + 2 ri: x86 address scales), the
+// loops unrolled whole so that every accumulator lives in a register.
+template <class Tl, bool ARow>
+inline void kernel(int kc, const float* __restrict a, long lda, const float* __restrict b, float* c, long ldc,
+                   bool add) {
+  using V = typename Tl::V;
+  using T = typename V::T;
+  constexpr int MR = Tl::MR, NV = Tl::NV, W = V::W, G = MR / 3;
+  T acc[MR][NV];
+#pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) c[i * ldc + j] = add ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[i][j] = V::zero();
+  const long ri = ARow ? lda : 1, kstep = ARow ? 1 : lda;  // strides of A's rows and of k
+  const float* ag[G];
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) ag[g] = a + 3 * g * ri;
+  for (int k = 0; k < kc; ++k, b += Tl::NR) {
+    T bv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) bv[j] = V::load(b + j * W);
+#pragma GCC unroll 16
+    for (int i = 0; i < MR; ++i) {
+      const T ai = V::bcast(ag[i / 3] + (i % 3) * ri);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] = V::fma(ai, bv[j], acc[i][j]);
+    }
+#pragma GCC unroll 8
+    for (int g = 0; g < G; ++g) ag[g] += kstep;
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) {
+      float* p = c + i * ldc + j * W;
+      V::storeu(p, add ? V::add(V::loadu(p), acc[i][j]) : acc[i][j]);
+    }
 }
-
-#endif
 
 // One k block: C[0 .. M, 0 .. N] = or += A[0 .. M, k block] B[k block, 0 .. N], B packed in bp.
 // ARow: A's rows at a + i * lda, read in place; the last M % MR rows go through a zero-padded
@@ -167,9 +231,10 @@ inline void kernel_6x16(int kc, const float* a, long lda, const float* b, float*
 // rows is first packed into ap as MR-row panels, each kc x MR (k-major): read in place, a
 // panel's kc columns would lie lda apart, on a few L1 sets when lda is a multiple of 512
 // floats. Partial tiles go through a scratch tile.
-template <bool ARow>
+template <class Tl, bool ARow>
 void block(int M, int N, int kc, const float* a, long lda, const float* bp, float* ap, float* c, long ldc, bool add) {
-  alignas(32) float edge[MR * NR];
+  constexpr int MR = Tl::MR, NR = Tl::NR, MC = Tl::MC;
+  alignas(64) float edge[MR * NR];
   const int Mfull = M / MR * MR;
   if (ARow && Mfull < M) {
     for (int k = 0; k < kc; ++k)
@@ -198,9 +263,9 @@ void block(int M, int N, int kc, const float* a, long lda, const float* bp, floa
         float* dst = m == MR && n == NR ? ct : edge;
         const long ldd = dst == ct ? ldc : NR;
         const bool dadd = dst == ct && add;
-        if (!ARow) kernel_6x16<false>(kc, ap + (size_t)(ip - i0) * kc, MR, bpanel, dst, ldd, dadd);
-        else if (m == MR) kernel_6x16<true>(kc, a + (long)ip * lda, lda, bpanel, dst, ldd, dadd);
-        else kernel_6x16<false>(kc, ap, MR, bpanel, dst, ldd, dadd);
+        if (!ARow) kernel<Tl, false>(kc, ap + (size_t)(ip - i0) * kc, MR, bpanel, dst, ldd, dadd);
+        else if (m == MR) kernel<Tl, true>(kc, a + (long)ip * lda, lda, bpanel, dst, ldd, dadd);
+        else kernel<Tl, false>(kc, ap, MR, bpanel, dst, ldd, dadd);
         if (dst == edge)
           for (int i = 0; i < m; ++i)
             for (int j = 0; j < n; ++j)
@@ -210,10 +275,10 @@ void block(int M, int N, int kc, const float* a, long lda, const float* bp, floa
   }
 }
 
-}  // namespace
-
-void gemm_f32(int M, int N, int K, const float* a, long a_rs, long a_cs, const float* b, long b_rs, long b_cs,
-              float* c, long ldc, bool accumulate) {
+template <class Tl>
+void gemm(int M, int N, int K, const float* a, long a_rs, long a_cs, const float* b, long b_rs, long b_cs, float* c,
+          long ldc, bool accumulate) {
+  constexpr int MR = Tl::MR, NR = Tl::NR, KC = Tl::KC, MC = Tl::MC;
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     if (!accumulate)
@@ -227,19 +292,79 @@ void gemm_f32(int M, int N, int K, const float* a, long a_rs, long a_cs, const f
   for (int k0 = 0; k0 < K; k0 += kcmax) {
     const int kc = std::min(kcmax, K - k0);
     const bool add = accumulate || k0 > 0;
-    pack_b(bp, b, b_rs, b_cs, k0, kc, 0, N);
+    pack_b<NR>(bp, b, b_rs, b_cs, k0, kc, 0, N);
     if (a_cs == 1) {
-      block<true>(M, N, kc, a + k0, a_rs, bp, ap, c, ldc, add);
+      block<Tl, true>(M, N, kc, a + k0, a_rs, bp, ap, c, ldc, add);
     } else if (a_rs == 1) {
-      block<false>(M, N, kc, a + (long)k0 * a_cs, a_cs, bp, ap, c, ldc, add);
+      block<Tl, false>(M, N, kc, a + (long)k0 * a_cs, a_cs, bp, ap, c, ldc, add);
     } else {  // a general stride: A's k block copied into row-major form first
       float* ar = sa.get((size_t)kcmax * (MC + MR) + (size_t)M * kc) + (size_t)kcmax * (MC + MR);
       ap = sa.p;
       for (int i = 0; i < M; ++i)
         for (int k = 0; k < kc; ++k) ar[(size_t)i * kc + k] = a[(long)i * a_rs + (long)(k0 + k) * a_cs];
-      block<true>(M, N, kc, ar, kc, bp, ap, c, ldc, add);
+      block<Tl, true>(M, N, kc, ar, kc, bp, ap, c, ldc, add);
     }
   }
+}
+
+}  // namespace
+
+GemmKernel gemm_kernel_native() {
+#if defined(__AVX512F__)
+  return GemmKernel::Avx512;
+#elif defined(__AVX2__) && defined(__FMA__)
+  return GemmKernel::Avx2;
+#else
+  return GemmKernel::Portable8;
+#endif
+}
+
+bool gemm_kernel_built(GemmKernel k) {
+  switch (k) {
+    case GemmKernel::Avx2: return kGemmF32Fast;
+    case GemmKernel::Avx512: return gemm_kernel_native() == GemmKernel::Avx512;
+    case GemmKernel::Portable8:
+    case GemmKernel::Portable16: return true;
+  }
+  return false;
+}
+
+const char* gemm_kernel_name(GemmKernel k) {
+  switch (k) {
+    case GemmKernel::Avx2: return "AVX2 + FMA, 6 x 16";
+    case GemmKernel::Avx512: return "AVX-512F, 12 x 32";
+    case GemmKernel::Portable8: return "portable C++, the AVX2 tiling";
+    case GemmKernel::Portable16: return "portable C++, the AVX-512 tiling";
+  }
+  return "?";
+}
+
+void gemm_f32_using(GemmKernel k, int M, int N, int K, const float* a, long a_rs, long a_cs, const float* b,
+                    long b_rs, long b_cs, float* c, long ldc, bool accumulate) {
+  switch (k) {
+#if defined(__AVX2__) && defined(__FMA__)
+    case GemmKernel::Avx2: return gemm<Tiling8<Avx2>>(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
+#endif
+#if defined(__AVX512F__)
+    case GemmKernel::Avx512: return gemm<Tiling16<Avx512>>(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
+#endif
+    case GemmKernel::Portable8:
+      return gemm<Tiling8<Portable<8>>>(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
+    case GemmKernel::Portable16:
+      return gemm<Tiling16<Portable<16>>>(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
+    default: throw std::invalid_argument(std::string("gemm_f32_using: kernel not in this build: ") + gemm_kernel_name(k));
+  }
+}
+
+void gemm_f32(int M, int N, int K, const float* a, long a_rs, long a_cs, const float* b, long b_rs, long b_cs,
+              float* c, long ldc, bool accumulate) {
+#if defined(__AVX512F__)
+  gemm<Tiling16<Avx512>>(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
+#elif defined(__AVX2__) && defined(__FMA__)
+  gemm<Tiling8<Avx2>>(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
+#else
+  gemm<Tiling8<Portable<8>>>(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
+#endif
 }
 
 }  // namespace cpu

@@ -5,7 +5,10 @@
 // repetitions (robust on a shared machine), its GFLOP/s, and the largest difference between
 // the two results relative to the largest |element|. Last, the whole causal tiled attention of
 // a slice (kernels/cpu/attention_tiled.cpp), forward and backward.
-//   build/bench_gemm [--rows N] [--reps R]
+//   build/bench_gemm [--rows N] [--reps R] [--kernel native|avx2|avx512|portable8|portable16]
+// --kernel times another of the build's kernels in the products' column (kernels/cpu/gemm.h; an
+// AVX-512 build also has the AVX2 one, so one machine compares the two); the whole attention
+// at the end always runs gemm_f32's own.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -68,18 +71,39 @@ struct Shape {
 
 int main(int argc, char** argv) {
   int rows = 384, reps = 200;
+  cpu::GemmKernel kern = cpu::gemm_kernel_native();
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--rows")) rows = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--kernel")) {
+      const std::string k = argv[i + 1];
+      if (k == "avx2") kern = cpu::GemmKernel::Avx2;
+      else if (k == "avx512") kern = cpu::GemmKernel::Avx512;
+      else if (k == "portable8") kern = cpu::GemmKernel::Portable8;
+      else if (k == "portable16") kern = cpu::GemmKernel::Portable16;
+      else if (k != "native") {
+        std::fprintf(stderr, "bench_gemm: --kernel %s: expected native, avx2, avx512, portable8 or portable16\n", k.c_str());
+        return 2;
+      }
+      if (!cpu::gemm_kernel_built(kern)) {
+        std::fprintf(stderr, "bench_gemm: --kernel %s: this build has no such kernel (it was compiled for another "
+                     "instruction set: -march=native on a machine that has it)\n", k.c_str());
+        return 2;
+      }
+    }
   }
+  auto gemm = [kern](auto... args) { cpu::gemm_f32_using(kern, args...); };
   const int C = 128, V = 65, L = 4, R = rows;
   std::mt19937 g(1234);
   Eigen::setNbThreads(1);  // as inside the step's parallel region (else Eigen's product uses every OpenMP thread)
   const double ghz = clock_ghz();
-  std::printf("core clock about %.2f GHz (a chain of dependent adds): fp32 FMA peak of one core 32 flops/cycle = %.0f GFLOP/s\n",
-              ghz, 32 * ghz);
-  std::printf("float products of one slice (%d rows, C=%d, V=%d, %d layers), one thread, min of %d reps, AVX2 kernel: %s\n",
-              R, C, V, L, reps, cpu::kGemmF32Fast ? "yes" : "no");
+  // two FMA pipes of the kernel's vector width (a core that splits 512-bit operations in two,
+  // such as Zen 4, has half this peak with the AVX-512 kernel)
+  const int flops_cycle = kern == cpu::GemmKernel::Avx512 ? 64 : 32;
+  std::printf("core clock about %.2f GHz (a chain of dependent adds): fp32 FMA peak of one core %d flops/cycle = %.0f GFLOP/s\n",
+              ghz, flops_cycle, flops_cycle * ghz);
+  std::printf("float products of one slice (%d rows, C=%d, V=%d, %d layers), one thread, min of %d reps, gemm kernel: %s\n",
+              R, C, V, L, reps, cpu::gemm_kernel_name(kern));
   std::printf("%-28s %5s %5s %5s %3s %10s %10s %10s %10s %8s %9s\n", "product", "M", "N", "K", "x", "eigen us",
               "gemm us", "eigen GF/s", "gemm GF/s", "speedup", "max rdiff");
   // kind 0: forward Y = X W^T (X (M, K), W (N, K)); kind 1: dX += dY W (dY (M, K), W (K, N));
@@ -106,7 +130,7 @@ int main(int argc, char** argv) {
       cpu::MapConstMat<float> X(x.data(), M, K), W(w.data(), N, K);
       cpu::MapMat<float> Y(ce.data(), M, N);
       te = min_seconds([&] { Y.noalias() = X * W.transpose(); }, reps);
-      tg = min_seconds([&] { cpu::gemm_f32(M, N, K, x.data(), K, 1, w.data(), 1, K, cg.data(), N, false); }, reps);
+      tg = min_seconds([&] { gemm(M, N, K, x.data(), K, 1, w.data(), 1, K, cg.data(), N, false); }, reps);
     } else if (cs.kind == 1) {
       auto dy = random_floats((size_t)M * K, g), w = random_floats((size_t)K * N, g);
       cpu::MapConstMat<float> dY(dy.data(), M, K), W(w.data(), K, N);
@@ -114,21 +138,21 @@ int main(int argc, char** argv) {
       // accumulating: reset before each timed call would cost as much as a product; the sums
       // grow but stay finite over the repetitions, and the check below recomputes once
       te = min_seconds([&] { dX.noalias() += dY * W; }, reps);
-      tg = min_seconds([&] { cpu::gemm_f32(M, N, K, dy.data(), K, 1, w.data(), N, 1, cg.data(), N, true); }, reps);
+      tg = min_seconds([&] { gemm(M, N, K, dy.data(), K, 1, w.data(), N, 1, cg.data(), N, true); }, reps);
       std::fill(ce.begin(), ce.end(), 0.f);
       std::fill(cg.begin(), cg.end(), 0.f);
       dX.noalias() += dY * W;
-      cpu::gemm_f32(M, N, K, dy.data(), K, 1, w.data(), N, 1, cg.data(), N, true);
+      gemm(M, N, K, dy.data(), K, 1, w.data(), N, 1, cg.data(), N, true);
     } else {
       auto dy = random_floats((size_t)K * M, g), x = random_floats((size_t)K * N, g);
       cpu::MapConstMat<float> dY(dy.data(), K, M), X(x.data(), K, N);
       cpu::MapMat<float> dW(ce.data(), M, N);
       te = min_seconds([&] { dW.noalias() += dY.transpose() * X; }, reps);
-      tg = min_seconds([&] { cpu::gemm_f32(M, N, K, dy.data(), 1, M, x.data(), N, 1, cg.data(), N, true); }, reps);
+      tg = min_seconds([&] { gemm(M, N, K, dy.data(), 1, M, x.data(), N, 1, cg.data(), N, true); }, reps);
       std::fill(ce.begin(), ce.end(), 0.f);
       std::fill(cg.begin(), cg.end(), 0.f);
       dW.noalias() += dY.transpose() * X;
-      cpu::gemm_f32(M, N, K, dy.data(), 1, M, x.data(), N, 1, cg.data(), N, true);
+      gemm(M, N, K, dy.data(), 1, M, x.data(), N, 1, cg.data(), N, true);
     }
     double big = 0, diff = 0;
     for (size_t i = 0; i < ce.size(); ++i) {
@@ -164,13 +188,13 @@ int main(int argc, char** argv) {
     std::vector<Tile> tiles;
     const double fs = 2.0 * Tt * Tt * HS;
     tiles.push_back({"S = Q K^T      64x64x32", min_seconds([&] { Se.noalias() = Q * K.transpose(); }, reps),
-                     min_seconds([&] { cpu::gemm_f32(Tt, Tt, HS, qkv.data(), ld, 1, qkv.data() + C, 1, ld, sg.data(), Tt, false); }, reps), fs});
+                     min_seconds([&] { gemm(Tt, Tt, HS, qkv.data(), ld, 1, qkv.data() + C, 1, ld, sg.data(), Tt, false); }, reps), fs});
     tiles.push_back({"O += P V       64x32x64", min_seconds([&] { Oe.noalias() += P * V; }, reps),
-                     min_seconds([&] { cpu::gemm_f32(Tt, HS, Tt, p.data(), Tt, 1, qkv.data() + 2 * C, ld, 1, og.data(), HS, true); }, reps), fs});
+                     min_seconds([&] { gemm(Tt, HS, Tt, p.data(), Tt, 1, qkv.data() + 2 * C, ld, 1, og.data(), HS, true); }, reps), fs});
     tiles.push_back({"dP = dO V^T    64x64x32", min_seconds([&] { Se.noalias() = dO * V.transpose(); }, reps),
-                     min_seconds([&] { cpu::gemm_f32(Tt, Tt, HS, dout.data(), C, 1, qkv.data() + 2 * C, 1, ld, sg.data(), Tt, false); }, reps), fs});
+                     min_seconds([&] { gemm(Tt, Tt, HS, dout.data(), C, 1, qkv.data() + 2 * C, 1, ld, sg.data(), Tt, false); }, reps), fs});
     tiles.push_back({"dK += dS^T Q   64x32x64", min_seconds([&] { Oe.noalias() += P.transpose() * Q; }, reps),
-                     min_seconds([&] { cpu::gemm_f32(Tt, HS, Tt, p.data(), 1, Tt, qkv.data(), ld, 1, og.data(), HS, true); }, reps), fs});
+                     min_seconds([&] { gemm(Tt, HS, Tt, p.data(), 1, Tt, qkv.data(), ld, 1, og.data(), HS, true); }, reps), fs});
     std::printf("\nflash attention tile products (T = 64, HS = 32)\n");
     for (const Tile& t : tiles)
       std::printf("%-28s %23s %10.2f %10.2f %10.1f %10.1f %7.2fx\n", t.what, "", t.te * 1e6, t.tg * 1e6, t.f / t.te * 1e-9,

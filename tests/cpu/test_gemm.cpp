@@ -8,10 +8,17 @@
 //   |C - C_exact| <= (K + 2) u (S + c0)      (first order; the +2: the adds of blocks and C_old)
 // A wrong index, a dropped or doubled k, a skipped edge row or column, or a read of the old C
 // when overwriting gives an error of the order of S itself and fails. Inputs are fresh random
-// numbers each run, never zeros; sizes straddle the 6 x 16 tile and the k block.
+// numbers each run, never zeros; sizes straddle both tilings' tiles (6 x 16 and 12 x 32) and k
+// blocks (384 and 192). Every kernel this build has runs: the native one (AVX2 or AVX-512) and
+// the portable twins of both tilings, so the AVX-512 tiling's blocking and edges are checked on
+// a machine without AVX-512 too; the native kernel must equal its twin bit for bit.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 #include <limits>
 #include <thread>
 #include <vector>
@@ -48,9 +55,18 @@ Operand make_operand(int rows, int cols, bool trans, int pad) {
   return o;
 }
 
-// Runs gemm_f32 on (M, N, K) with the given layouts and checks every element against the
+// The kernels this build has (gemm_f32 itself is the native one).
+std::vector<cpu::GemmKernel> built_kernels() {
+  std::vector<cpu::GemmKernel> ks;
+  for (auto k : {cpu::GemmKernel::Avx2, cpu::GemmKernel::Avx512, cpu::GemmKernel::Portable8, cpu::GemmKernel::Portable16})
+    if (cpu::gemm_kernel_built(k)) ks.push_back(k);
+  return ks;
+}
+
+// Runs the kernel on (M, N, K) with the given layouts and checks every element against the
 // bound above; C has ldc = N + cpad, the padding must come back untouched.
-void check_gemm(int M, int N, int K, bool ta, bool tb, bool accumulate, int pad) {
+void check_gemm(cpu::GemmKernel kern, int M, int N, int K, bool ta, bool tb, bool accumulate, int pad) {
+  INFO("kernel " << std::string(cpu::gemm_kernel_name(kern)));
   CAPTURE(M); CAPTURE(N); CAPTURE(K); CAPTURE(ta); CAPTURE(tb); CAPTURE(accumulate); CAPTURE(pad);
   const Operand A = make_operand(M, K, ta, pad), B = make_operand(K, N, tb, pad);
   const long ldc = N + pad;
@@ -62,7 +78,7 @@ void check_gemm(int M, int N, int K, bool ta, bool tb, bool accumulate, int pad)
       // overwriting must not read the old C: NaN there would show in the result
       c[(size_t)i * ldc + j] = accumulate ? init[(size_t)i * N + j] : std::numeric_limits<float>::quiet_NaN();
   c_old = c;
-  cpu::gemm_f32(M, N, K, A.f.data(), A.rs, A.cs, B.f.data(), B.rs, B.cs, c.data(), ldc, accumulate);
+  cpu::gemm_f32_using(kern, M, N, K, A.f.data(), A.rs, A.cs, B.f.data(), B.rs, B.cs, c.data(), ldc, accumulate);
   double worst = 0;
   int wi = 0, wj = 0;
   bool ok = true, pad_ok = true;
@@ -88,19 +104,48 @@ void check_gemm(int M, int N, int K, bool ta, bool tb, bool accumulate, int pad)
 
 }  // namespace
 
-TEST_CASE("gemm: every layout, odd sizes, overwrite and accumulate against a double loop") {
-  // sizes below, at and past the 6 x 16 tile; K past the k block (384) and split unevenly
-  const int Ms[] = {1, 5, 6, 7, 13, 97, 102};
-  const int Ns[] = {1, 15, 16, 17, 65};
-  const int Ks[] = {1, 3, 64, 385, 777};
-  for (int M : Ms)
-    for (int N : Ns)
-      for (int K : Ks)
-        for (int layout = 0; layout < 4; ++layout)
-          check_gemm(M, N, K, layout & 1, layout & 2, (M + N + K + layout) % 2 == 0, (M + K) % 3);
+TEST_CASE("gemm: every kernel, every layout, odd sizes, overwrite and accumulate against a double loop") {
+  std::printf("[test_gemm] gemm_f32's kernel in this build: %s\n", cpu::gemm_kernel_name(cpu::gemm_kernel_native()));
+  // sizes below, at and past the 6 x 16 and 12 x 32 tiles (and the 96-row block of a
+  // transposed A); K past the k blocks (192, 384) and split unevenly
+  const int Ms[] = {1, 5, 6, 7, 11, 12, 13, 97, 102};
+  const int Ns[] = {1, 15, 16, 17, 33, 65};
+  const int Ks[] = {1, 3, 64, 193, 385, 777};
+  for (auto kern : built_kernels())
+    for (int M : Ms)
+      for (int N : Ns)
+        for (int K : Ks)
+          for (int layout = 0; layout < 4; ++layout)
+            check_gemm(kern, M, N, K, layout & 1, layout & 2, (M + N + K + layout) % 2 == 0, (M + K) % 3);
   // each (layout, accumulate) once more on a shape of the CPU step's kind
+  for (auto kern : built_kernels())
+    for (int layout = 0; layout < 4; ++layout)
+      for (bool acc : {false, true}) check_gemm(kern, 96, 129, 200, layout & 1, layout & 2, acc, 4);
+}
+
+TEST_CASE("gemm: the native kernel equals its portable twin bit for bit") {
+  // Avx2 computes what Portable8 computes and Avx512 what Portable16 computes, rounding for
+  // rounding (one FMA chain per element, the same blocks, the same adds): any difference is a
+  // kernel that reads or orders something else. Without a vector kernel gemm_f32 is Portable8.
+  const cpu::GemmKernel native = cpu::gemm_kernel_native();
+  const cpu::GemmKernel twin = native == cpu::GemmKernel::Avx512 ? cpu::GemmKernel::Portable16 : cpu::GemmKernel::Portable8;
+  INFO("native " << std::string(cpu::gemm_kernel_name(native)) << ", twin " << std::string(cpu::gemm_kernel_name(twin)));
   for (int layout = 0; layout < 4; ++layout)
-    for (bool acc : {false, true}) check_gemm(96, 129, 200, layout & 1, layout & 2, acc, 4);
+    for (auto [M, N, K] : {std::array<int, 3>{384, 384, 128}, {384, 65, 512}, {64, 64, 32}, {101, 47, 777}, {13, 33, 193}}) {
+      CAPTURE(layout); CAPTURE(M); CAPTURE(N); CAPTURE(K);
+      const bool ta = layout & 1, tb = layout & 2, acc = (M + layout) % 2 == 1;
+      const Operand A = make_operand(M, K, ta, 1), B = make_operand(K, N, tb, 2);
+      std::vector<float> c1 = random_vec<float>((size_t)M * N), c2 = c1;
+      cpu::gemm_f32(M, N, K, A.f.data(), A.rs, A.cs, B.f.data(), B.rs, B.cs, c1.data(), N, acc);
+      cpu::gemm_f32_using(twin, M, N, K, A.f.data(), A.rs, A.cs, B.f.data(), B.rs, B.cs, c2.data(), N, acc);
+      CHECK(std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)) == 0);
+    }
+  // a kernel this build lacks is refused, not run
+  if (!cpu::gemm_kernel_built(cpu::GemmKernel::Avx512)) {
+    float x = 1.f, y = 0.f;
+    CHECK_THROWS_AS(cpu::gemm_f32_using(cpu::GemmKernel::Avx512, 1, 1, 1, &x, 1, 1, &x, 1, 1, &y, 1, false),
+                    std::invalid_argument);
+  }
 }
 
 TEST_CASE("gemm: a general stride, K = 0, and the same result on every call and thread") {
@@ -144,10 +189,9 @@ TEST_CASE("gemm: a general stride, K = 0, and the same result on every call and 
 }
 
 TEST_CASE("gemm: the float linear layer (fast path) against the double one") {
-  // matmul.cpp sends float products with N >= 16 rows to gemm_f32 (with AVX2 + FMA); the
+  // matmul.cpp sends float products with N >= 16 rows to gemm_f32 (with a vector kernel); the
   // double instantiation is Eigen's product. Odd sizes, with and without bias and dinp.
   // Bound per element as above with K the summed dimension, in the float inputs' values.
-  std::printf("[test_gemm] AVX2 + FMA kernel in this build: %s\n", cpu::kGemmF32Fast ? "yes" : "no");
   for (int N : {16, 17, 100, 391})
     for (int C : {7, 128, 130})
       for (int OC : {5, 65, 96}) {
