@@ -128,7 +128,7 @@ template <class Vec, int MR_, int NV_, int KC_, int MC_>
 struct Tiling {
   using V = Vec;
   static constexpr int MR = MR_, NV = NV_, NR = NV_ * Vec::W, KC = KC_, MC = MC_;
-  static_assert(MR % 3 == 0 && MC % MR == 0, "rows are addressed in groups of three; MC whole panels");
+  static_assert(MR % 3 == 0 && MC % MR == 0 && KC % 8 == 0, "rows in groups of three; MC whole panels; KC whole transposes");
 };
 template <class V>
 using Tiling8 = Tiling<V, 6, 2, 384, 96>;  // the AVX2 kernel's
@@ -286,7 +286,9 @@ void gemm(int M, int N, int K, const float* a, long a_rs, long a_cs, const float
     return;
   }
   thread_local Scratch sa, sb;
-  const int nkb = (K + KC - 1) / KC, kcmax = (K + nkb - 1) / nkb;
+  // nkb blocks of kcmax (the last one shorter): the least count of blocks, their size rounded
+  // up to whole 8 x 8 transposes of pack_b (KC is a multiple of 8, so kcmax stays <= KC)
+  const int nkb = (K + KC - 1) / KC, kcmax = ((K + nkb - 1) / nkb + 7) / 8 * 8;
   float* bp = sb.get((size_t)kcmax * ((N + NR - 1) / NR * NR));
   float* ap = sa.get((size_t)kcmax * (MC + MR));
   for (int k0 = 0; k0 < K; k0 += kcmax) {
