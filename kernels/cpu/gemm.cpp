@@ -108,7 +108,7 @@ struct Avx2 {
 };
 #endif
 
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && defined(__FMA__)
 struct Avx512 {
   static constexpr int W = 16;
   using T = __m512;
@@ -312,7 +312,7 @@ void gemm(int M, int N, int K, const float* a, long a_rs, long a_cs, const float
 }  // namespace
 
 GemmKernel gemm_kernel_native() {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && defined(__FMA__)
   return GemmKernel::Avx512;
 #elif defined(__AVX2__) && defined(__FMA__)
   return GemmKernel::Avx2;
@@ -347,7 +347,7 @@ void gemm_f32_using(GemmKernel k, int M, int N, int K, const float* a, long a_rs
 #if defined(__AVX2__) && defined(__FMA__)
     case GemmKernel::Avx2: return gemm<Tiling8<Avx2>>(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
 #endif
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) && defined(__FMA__)
     case GemmKernel::Avx512: return gemm<Tiling16<Avx512>>(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
 #endif
     case GemmKernel::Portable8:
@@ -360,13 +360,7 @@ void gemm_f32_using(GemmKernel k, int M, int N, int K, const float* a, long a_rs
 
 void gemm_f32(int M, int N, int K, const float* a, long a_rs, long a_cs, const float* b, long b_rs, long b_cs,
               float* c, long ldc, bool accumulate) {
-#if defined(__AVX512F__)
-  gemm<Tiling16<Avx512>>(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
-#elif defined(__AVX2__) && defined(__FMA__)
-  gemm<Tiling8<Avx2>>(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
-#else
-  gemm<Tiling8<Portable<8>>>(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
-#endif
+  gemm_f32_using(gemm_kernel_native(), M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
 }
 
 }  // namespace cpu
