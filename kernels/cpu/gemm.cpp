@@ -242,16 +242,14 @@ void block(int M, int N, int kc, const float* a, long lda, const float* bp, floa
   }
   for (int i0 = 0; i0 < M; i0 += MC) {
     const int mc = std::min(MC, M - i0);
-    if (!ARow) {
-      for (int ip = 0; ip < mc; ip += MR) {
-        float* dst = ap + (size_t)ip * kc;
-        const int m = std::min(MR, mc - ip);
-        for (int k = 0; k < kc; ++k) {
-          const float* col = a + (long)k * lda + i0 + ip;
-          if (m == MR) std::memcpy(dst + k * MR, col, MR * sizeof(float));
-          else
-            for (int i = 0; i < MR; ++i) dst[k * MR + i] = i < m ? col[i] : 0.f;
-        }
+    if (!ARow) {  // k outer: each column's mc values read once, in order
+      const int mfull = mc / MR * MR;
+      for (int k = 0; k < kc; ++k) {
+        const float* col = a + (long)k * lda + i0;
+        float* dst = ap + (size_t)k * MR;
+        for (int ip = 0; ip < mfull; ip += MR) std::memcpy(dst + (size_t)ip * kc, col + ip, MR * sizeof(float));
+        if (mfull < mc)
+          for (int i = 0; i < MR; ++i) dst[(size_t)mfull * kc + i] = mfull + i < mc ? col[mfull + i] : 0.f;
       }
     }
     for (int jp = 0; jp < N; jp += NR) {
