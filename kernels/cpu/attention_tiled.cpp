@@ -78,8 +78,8 @@ StridedMat<T> tile(T* src, size_t ld, int r0, int n, int HS) {
 }
 
 // C = A B (add = false) or C += A B for tiles: Eigen's product, or in float (with a vector
-// kernel: AVX2 + FMA or AVX-512) gemm_f32 (kernels/cpu/gemm.h) on the tiles' own strides, about 1.5x Eigen's speed
-// at these sizes. A and B may be transposes of maps.
+// kernel: AVX2 + FMA or AVX-512) gemm_f32 (kernels/cpu/gemm.h) on the tiles' own strides,
+// about 1.5x Eigen's speed at these sizes (AVX2). A and B may be transposes of maps.
 template <typename X>
 long row_stride(const X& x) { return X::IsRowMajor ? (long)x.outerStride() : (long)x.innerStride(); }
 template <typename X>

@@ -1,6 +1,7 @@
 // kernels/cpu/gemm.h: a single-precision matrix product for the CPU fast path, packed and
-// register-blocked for AVX-512F or AVX2 + FMA, whichever the build targets (kernels/cpu/gemm.cpp). The float linear layer
-// (kernels/cpu/matmul.cpp) calls it; its spec is the plain sum
+// register-blocked for AVX-512F or AVX2 (with FMA), whichever the build targets
+// (kernels/cpu/gemm.cpp). The float linear layer (kernels/cpu/matmul.cpp) calls it; its spec
+// is the plain sum
 //   C[i, j] = (accumulate ? C[i, j] : 0) + sum_k A[i, k] B[k, j]
 // checked against a double loop in tests/cpu/test_gemm.cpp.
 //
@@ -32,8 +33,8 @@ void gemm_f32(int M, int N, int K,
 // The kernels behind gemm_f32, for the tests and build/bench_gemm. Portable8 and Portable16 are
 // the AVX2 and the AVX-512 kernels' tilings and summation orders in portable C++ (one std::fma
 // per lane): on any machine they compute, bit for bit, what Avx2 and Avx512 compute where they
-// run. gemm_f32 uses gemm_kernel_native(): Avx512 in a build for AVX-512F, else Avx2 in a
-// build for AVX2 + FMA, else Portable8.
+// run. gemm_f32 uses gemm_kernel_native(): Avx512 in a build for AVX-512F + FMA, else Avx2 in
+// a build for AVX2 + FMA, else Portable8.
 enum class GemmKernel { Avx2, Avx512, Portable8, Portable16 };
 GemmKernel gemm_kernel_native();
 bool gemm_kernel_built(GemmKernel k);

@@ -7,8 +7,8 @@
 // project is built with -fopenmp. .noalias() writes the product straight into the output.
 // The float path with N >= kGemmMinRows rows goes to gemm_f32 instead (kernels/cpu/gemm.h: a
 // packed AVX2 + FMA or AVX-512 product, about 1.4x Eigen's single-threaded speed on the CPU
-// step's shapes with AVX2, tests/bench/bench_gemm.cpp), when the build has one; fewer rows (the decoder's one
-// row) stay with Eigen's matrix-vector product. The forward then writes the bias first and
+// step's shapes with AVX2, tests/bench/bench_gemm.cpp), when the build has one; fewer rows
+// (the decoder's one row) stay with Eigen's matrix-vector product. The forward then writes the bias first and
 // adds the product to it: b + XW^T, the same sum as XW^T + b.
 #include "matmul.h"
 
