@@ -47,6 +47,9 @@ DOCTEST_OK := $(shell echo '$(HASH)include <doctest/doctest.h>' | $(CXX) $(DOCTE
 JSON_OK := $(shell echo '$(HASH)include <nlohmann/json.hpp>' | $(CXX) -std=c++17 $(JSON_INC) -x c++ -E - >/dev/null 2>&1 && echo yes)
 # the reference BLAS behind the emulator's cuBLAS (Debian's libblas-dev)
 BLAS_OK := $(shell echo 'extern "C" void sgemm_(); int main() { sgemm_(); }' | $(CXX) -x c++ - -lblas -o /dev/null 2>/dev/null && echo yes)
+# SIMDe (Debian's libsimde-dev, header-only): AVX-512's intrinsics computed with AVX2, so that the
+# float GEMM's AVX-512 kernel runs in a test on machines without AVX-512 (build/test_gemm_avx512)
+SIMDE_OK := $(shell echo '$(HASH)include <simde/x86/avx512.h>' | $(CXX) -x c++ -E - >/dev/null 2>&1 && echo yes)
 # libFuzzer comes with clang (Debian: apt-get install clang); without it the fuzz run is skipped
 FUZZ_CXX ?= clang++
 ifeq ($(origin FUZZ_OK),undefined)
@@ -76,6 +79,7 @@ $(info [make] JSON:    $(if $(JSON_OK),found nlohmann-json ($(or $(JSON_INC),sys
 $(info [make] BLAS:    $(if $(BLAS_OK),found (-lblas: the emulator's cuBLAS),NOT FOUND (apt-get install libblas-dev; needed by train_gpt_emu and the emulated tests)))
 $(info [make] MPI:     $(if $(MPI_OK),found (mpicxx: $(MPI_LIBS)$(if $(MPIRUN),; $(MPIRUN),; no mpirun)): mpirun -np N ./train_gpt trains data-parallel,not found: train_gpt runs one process (apt-get install libopenmpi-dev openmpi-bin for mpirun -np N)))
 $(info [make] NCCL:    $(if $(NCCL_OK),found ($(NCCL_INC)/nccl.h$(comma) $(NCCL_LIBDIR)/libnccl.so): the CUDA backend's data-parallel all-reduce,$(if $(NVCC),not found: data-parallel runs need --device cpu (NCCL's nccl.h and libnccl in the CUDA toolkit or /usr),no CUDA toolkit)))
+$(info [make] SIMDe:   $(if $(SIMDE_OK),found (build/test_gemm_avx512 runs the AVX-512 GEMM kernel over it),NOT FOUND (apt-get install libsimde-dev; the AVX-512 GEMM kernel's emulated test is not built)))
 $(info [make] fuzzer:  $(if $(FUZZ_OK),$(FUZZ_CXX) with libFuzzer (make test fuzzes the readers for $(FUZZ_SECONDS) s),no libFuzzer in $(FUZZ_CXX): the fuzz run of make test is skipped (apt-get install clang)))
 endif
 
@@ -181,7 +185,14 @@ EMU_LIBS := -fsanitize=address,undefined -lblas -ldl $(LDLIBS)
 TEST_EMU_SRCS := $(wildcard tests/emu/test_*.cpp)
 TEST_EMU_OBJS := $(TEST_EMU_SRCS:%.cpp=$(EMU_BUILD)/%.o) $(TEST_GPU_SRCS:%.cu=$(EMU_BUILD)/%.o)
 
-TEST_BINS := $(BUILD)/test_cpu $(if $(NVCC),$(BUILD)/test_gpu $(BUILD)/test_emu,)
+# build/test_gemm_avx512: the float GEMM's tests (tests/cpu/test_gemm.cpp) and the model's
+# (tests/cpu/test_model.cpp) with kernels/cpu/gemm.cpp compiled over SIMDe's AVX-512
+# (TG_GEMM_AVX512_SIMDE): gemm_f32 then runs the AVX-512 kernel's code, each 512-bit operation
+# done as two 256-bit ones. Built where SIMDe is found and the host build has AVX2 and FMA (a
+# native AVX-512 build runs the real kernel in build/test_cpu instead).
+HOST_AVX2_FMA := $(shell $(CXX) $(CXXFLAGS) -dM -E -x c++ /dev/null 2>/dev/null | grep -c -E 'define __(AVX2|FMA|AVX512F)__ ')
+GEMM_AVX512_EMU := $(if $(and $(SIMDE_OK),$(filter 2,$(HOST_AVX2_FMA))),$(BUILD)/test_gemm_avx512,)
+TEST_BINS := $(BUILD)/test_cpu $(GEMM_AVX512_EMU) $(if $(NVCC),$(BUILD)/test_gpu $(BUILD)/test_emu,)
 
 # tests/fuzz: a libFuzzer target over the readers of untrusted bytes (checkpoints, config text,
 # command line), built by clang++ with ASan and UBSan from the few sources it reads with
@@ -265,6 +276,14 @@ $(BUILD)/fuzz_readers: $(FUZZ_SRCS) $(wildcard model/*.h data/*.h tests/fuzz/*.h
 $(BUILD)/test_cpu: $(TEST_CPU_OBJS) $(HOST_OBJS) $(CPU_DOUBLE_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(if $(NVCC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcurand,) $(LDLIBS)
 
+$(BUILD)/simde/kernels/cpu/gemm.o: kernels/cpu/gemm.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -Wno-psabi -DTG_GEMM_AVX512_SIMDE -MMD -MP -c $< -o $@
+
+$(BUILD)/test_gemm_avx512: $(BUILD)/tests/cpu/main.o $(BUILD)/tests/cpu/test_gemm.o $(BUILD)/tests/cpu/test_model.o \
+    $(BUILD)/simde/kernels/cpu/gemm.o $(filter-out $(BUILD)/kernels/cpu/gemm.o,$(HOST_OBJS)) $(CPU_DOUBLE_OBJS)
+	$(CXX) $(CXXFLAGS) -o $@ $^ $(if $(NVCC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcurand,) $(LDLIBS)
+
 $(BUILD)/test_gpu: $(TEST_GPU_OBJS) $(CUDA_OBJS) $(HOST_OBJS) $(CPU_DOUBLE_OBJS)
 	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(NVCC_LDLIBS)
 
@@ -299,12 +318,12 @@ $(BUILD)/bench_step: $(BUILD)/tests/bench/bench_step.o $(CUDA_OBJS) $(HOST_OBJS)
 
 # ---- dependencies: install on Debian/Ubuntu as root, else say the exact command ---------
 deps:
-	@if [ -z "$(EIGEN_OK)" ] || [ -z "$(DOCTEST_OK)" ] || [ -z "$(BLAS_OK)" ] || [ -z "$(JSON_OK)" ] || [ -z "$(MPIRUN)" ]; then \
+	@if [ -z "$(EIGEN_OK)" ] || [ -z "$(DOCTEST_OK)" ] || [ -z "$(BLAS_OK)" ] || [ -z "$(JSON_OK)" ] || [ -z "$(MPIRUN)" ] || [ -z "$(SIMDE_OK)" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "[make] installing Eigen, doctest, nlohmann-json, the reference BLAS and OpenMPI with apt-get"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libeigen3-dev doctest-dev nlohmann-json3-dev libblas-dev libopenmpi-dev openmpi-bin) >/dev/null || exit 1; \
+	    echo "[make] installing Eigen, doctest, nlohmann-json, the reference BLAS, OpenMPI and SIMDe with apt-get"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libeigen3-dev doctest-dev nlohmann-json3-dev libblas-dev libopenmpi-dev openmpi-bin libsimde-dev) >/dev/null || exit 1; \
 	  else \
-	    echo "error: Eigen, doctest, nlohmann-json, the reference BLAS or OpenMPI is missing; install them with: sudo apt-get install -y libeigen3-dev doctest-dev nlohmann-json3-dev libblas-dev libopenmpi-dev openmpi-bin (or pass EIGEN_INC=-I/path DOCTEST_INC=-I/path JSON_INC=-I/path)" >&2; exit 1; \
+	    echo "error: Eigen, doctest, nlohmann-json, the reference BLAS, OpenMPI or SIMDe is missing; install them with: sudo apt-get install -y libeigen3-dev doctest-dev nlohmann-json3-dev libblas-dev libopenmpi-dev openmpi-bin libsimde-dev (or pass EIGEN_INC=-I/path DOCTEST_INC=-I/path JSON_INC=-I/path)" >&2; exit 1; \
 	  fi; \
 	fi
 
@@ -393,5 +412,6 @@ plot: train_gpt
 clean:
 	rm -rf $(BUILD) build-san train_gpt train_gpt_emu
 
--include $(HOST_OBJS:.o=.d) $(CPU_DOUBLE_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(TEST_CPU_OBJS:.o=.d) $(TEST_GPU_OBJS:.o=.d) $(TEST_EMU_OBJS:.o=.d) $(BENCH_GPU_OBJS:.o=.d) $(BUILD)/train_gpt.d
+-include $(HOST_OBJS:.o=.d) $(CPU_DOUBLE_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(TEST_CPU_OBJS:.o=.d) $(TEST_GPU_OBJS:.o=.d) $(TEST_EMU_OBJS:.o=.d) $(BENCH_GPU_OBJS:.o=.d) $(BUILD)/train_gpt.d \
+  $(BUILD)/simde/kernels/cpu/gemm.d
 -include $(EMU_CUDA_OBJS:.o=.d) $(EMU_LIB_OBJS:.o=.d) $(EMU_BUILD)/train_gpt.d

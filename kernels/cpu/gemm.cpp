@@ -20,7 +20,8 @@
 //
 // Each tiling also compiles as portable C++ (Portable<W>: W floats, one std::fma per lane, so
 // the same roundings in the same order): the tests run the AVX-512 tiling on machines without
-// it, and check each native kernel against its portable twin bit for bit. A build without AVX2
+// it, and check each native kernel against its portable twin bit for bit (the AVX-512 kernel
+// itself, on such machines, over SIMDe: see TG_GEMM_AVX512_SIMDE below). A build without AVX2
 // runs the portable AVX2 tiling (matmul.cpp then keeps Eigen's product).
 //
 // Summation order: each C element is one chain of FMAs over k, in order, started from 0; the
@@ -39,6 +40,36 @@
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
+#endif
+
+// The AVX-512 kernel is built for AVX-512F + FMA, or, in the test binary
+// build/test_gemm_avx512 only, over SIMDe's AVX-512 (libsimde-dev): the same intrinsics'
+// names, each computed with AVX2 instructions (a 512-bit FMA as two fused 256-bit ones, so
+// the same roundings), so that the kernel's own code runs and is checked on a machine without
+// AVX-512. SIMDe's aligned load does not fault on a misaligned address as the instruction
+// does, so that build checks the alignment itself.
+#if defined(TG_GEMM_AVX512_SIMDE)
+#if !defined(__AVX2__) || !defined(__FMA__)
+#error "TG_GEMM_AVX512_SIMDE needs an AVX2 + FMA build (a fused 512-bit FMA out of two 256-bit ones)"
+#endif
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#include <cstdint>
+#include <cstdio>
+#define TG_GEMM_AVX512 1
+#define TG_GEMM_CHECK_ALIGNED(p, bytes)                                                  \
+  do {                                                                                   \
+    if (reinterpret_cast<std::uintptr_t>(p) % (bytes)) {                                 \
+      std::fprintf(stderr, "gemm.cpp: aligned load from %p, not %d-byte aligned\n",      \
+                   static_cast<const void*>(p), (bytes));                                \
+      std::abort();                                                                      \
+    }                                                                                    \
+  } while (0)
+#elif defined(__AVX512F__) && defined(__FMA__)
+#define TG_GEMM_AVX512 1
+#endif
+#ifndef TG_GEMM_CHECK_ALIGNED
+#define TG_GEMM_CHECK_ALIGNED(p, bytes) ((void)0)
 #endif
 
 namespace cpu {
@@ -108,12 +139,15 @@ struct Avx2 {
 };
 #endif
 
-#if defined(__AVX512F__) && defined(__FMA__)
+#if defined(TG_GEMM_AVX512)
 struct Avx512 {
   static constexpr int W = 16;
   using T = __m512;
   static T zero() { return _mm512_setzero_ps(); }
-  static T load(const float* p) { return _mm512_load_ps(p); }
+  static T load(const float* p) {
+    TG_GEMM_CHECK_ALIGNED(p, 64);
+    return _mm512_load_ps(p);
+  }
   static T loadu(const float* p) { return _mm512_loadu_ps(p); }
   static T bcast(const float* p) { return _mm512_set1_ps(*p); }
   static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
@@ -310,7 +344,7 @@ void gemm(int M, int N, int K, const float* a, long a_rs, long a_cs, const float
 }  // namespace
 
 GemmKernel gemm_kernel_native() {
-#if defined(__AVX512F__) && defined(__FMA__)
+#if defined(TG_GEMM_AVX512)
   return GemmKernel::Avx512;
 #elif defined(__AVX2__) && defined(__FMA__)
   return GemmKernel::Avx2;
@@ -332,7 +366,11 @@ bool gemm_kernel_built(GemmKernel k) {
 const char* gemm_kernel_name(GemmKernel k) {
   switch (k) {
     case GemmKernel::Avx2: return "AVX2 + FMA, 6 x 16";
+#if defined(TG_GEMM_AVX512_SIMDE)
+    case GemmKernel::Avx512: return "AVX-512F, 12 x 32, over SIMDe (emulated in AVX2)";
+#else
     case GemmKernel::Avx512: return "AVX-512F, 12 x 32";
+#endif
     case GemmKernel::Portable8: return "portable C++, the AVX2 tiling";
     case GemmKernel::Portable16: return "portable C++, the AVX-512 tiling";
   }
@@ -345,7 +383,7 @@ void gemm_f32_using(GemmKernel k, int M, int N, int K, const float* a, long a_rs
 #if defined(__AVX2__) && defined(__FMA__)
     case GemmKernel::Avx2: return gemm<Tiling8<Avx2>>(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
 #endif
-#if defined(__AVX512F__) && defined(__FMA__)
+#if defined(TG_GEMM_AVX512)
     case GemmKernel::Avx512: return gemm<Tiling16<Avx512>>(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate);
 #endif
     case GemmKernel::Portable8:
