@@ -318,13 +318,16 @@ $(BUILD)/bench_step: $(BUILD)/tests/bench/bench_step.o $(CUDA_OBJS) $(HOST_OBJS)
 
 # ---- dependencies: install on Debian/Ubuntu as root, else say the exact command ---------
 deps:
-	@if [ -z "$(EIGEN_OK)" ] || [ -z "$(DOCTEST_OK)" ] || [ -z "$(BLAS_OK)" ] || [ -z "$(JSON_OK)" ] || [ -z "$(MPIRUN)" ] || [ -z "$(SIMDE_OK)" ]; then \
+	@if [ -z "$(EIGEN_OK)" ] || [ -z "$(DOCTEST_OK)" ] || [ -z "$(BLAS_OK)" ] || [ -z "$(JSON_OK)" ] || [ -z "$(MPIRUN)" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "[make] installing Eigen, doctest, nlohmann-json, the reference BLAS, OpenMPI and SIMDe with apt-get"; \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libeigen3-dev doctest-dev nlohmann-json3-dev libblas-dev libopenmpi-dev openmpi-bin libsimde-dev) >/dev/null || exit 1; \
 	  else \
-	    echo "error: Eigen, doctest, nlohmann-json, the reference BLAS, OpenMPI or SIMDe is missing; install them with: sudo apt-get install -y libeigen3-dev doctest-dev nlohmann-json3-dev libblas-dev libopenmpi-dev openmpi-bin libsimde-dev (or pass EIGEN_INC=-I/path DOCTEST_INC=-I/path JSON_INC=-I/path)" >&2; exit 1; \
+	    echo "error: Eigen, doctest, nlohmann-json, the reference BLAS or OpenMPI is missing; install them with: sudo apt-get install -y libeigen3-dev doctest-dev nlohmann-json3-dev libblas-dev libopenmpi-dev openmpi-bin libsimde-dev (or pass EIGEN_INC=-I/path DOCTEST_INC=-I/path JSON_INC=-I/path)" >&2; exit 1; \
 	  fi; \
+	elif [ -z "$(SIMDE_OK)" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "[make] installing SIMDe with apt-get (the AVX-512 GEMM kernel's test on this machine)"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libsimde-dev) >/dev/null || exit 1; \
 	fi
 
 # ---- what a bare GPU machine lacks: .deps/ (ignored), carried there with the checkout --------

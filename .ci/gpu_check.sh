@@ -17,6 +17,11 @@
 #   peer         nanoGPT's own train.py with config/train_shakespeare_char.py and torch.compile,
 #                the same 5000 iterations on the same GPU (from .deps/nanoGPT; never imported
 #                by our code)
+#   cpu          the CPU speed issue's figures on this machine's host processor, which may have
+#                AVX-512 (the machines we build on do not): the float GEMM's kernels, one thread
+#                (build/bench_gemm: the native kernel, and AVX2 beside it where the native one is
+#                AVX-512), then make bench-cpu-peer on two cores (taskset -c 0,1), quiet and with
+#                one of the two kept busy
 #   window1      build test sanitize bench (the first command of a window)
 #
 # Each stage writes $OUT/<stage>.log (and the runs' outputs under $OUT) and one summary line;
@@ -44,7 +49,7 @@ run() {
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   local last
-  last=$(grep -E 'passed,|test cases:|done:|best val|ERROR|error' "$OUT/$name.log" | tail -n1 | cut -c1-100)
+  last=$(grep -E "passed,|test cases:|done:|best val|ERROR|error|^one step's products" "$OUT/$name.log" | tail -n1 | cut -c1-100)
   summary+=("$(printf '%-16s rc=%-4s %5ss  %s' "$name" "$rc" "$((SECONDS - t0))" "${last:-$(tail -n1 "$OUT/$name.log" | cut -c1-100)}")")
   return $rc
 }
@@ -90,13 +95,26 @@ stage() {
       run peer 540 bash -c "cd '$ng' && python3 train.py config/train_shakespeare_char.py --compile=True \
         --out_dir='$PWD/$OUT/run_nanogpt' 2>&1 | tee '$PWD/$OUT/peer-train.log' | grep -E '^step|^iter .*0:'"
       ;;
+    cpu)
+      lscpu >"$OUT/lscpu.txt" 2>&1
+      run cpu-build 300 "${MK[@]}" train_gpt build/bench_gemm || return 1
+      # exits 1 when the kernel differs from its portable twin; AVX2 timed beside an AVX-512 native
+      run cpu-gemm 120 bash -c 'build/bench_gemm || exit 1
+        if build/bench_gemm --reps 1 --kernel avx512 >/dev/null 2>&1; then build/bench_gemm --kernel avx2; fi'
+      [ -d "$DEPS/nanoGPT" ] || { summary+=("cpu-peer         no $DEPS/nanoGPT: run make gpu-deps"); return 1; }
+      local b
+      for b in 0 1; do
+        run "cpu-peer-busy$b" 240 taskset -c 0,1 env OMP_NUM_THREADS=2 "${MK[@]}" bench-cpu-peer \
+          NANOGPT="$DEPS/nanoGPT" ROUNDS=3 BUSY=$b
+      done
+      ;;
     window1)
       stage build && stage test
       stage sanitize
       stage bench
       ;;
     *)
-      echo "unknown stage '$1'; expected emu, build, test, sanitize, bench, train-flash, train-naive, peer or window1" >&2
+      echo "unknown stage '$1'; expected emu, build, test, sanitize, bench, train-flash, train-naive, peer, cpu or window1" >&2
       return 2
       ;;
   esac

@@ -3,7 +3,8 @@
 // C = 128, V = 65): Eigen's product (as kernels/cpu/matmul.cpp wrote it before
 // kernels/cpu/gemm.cpp) against gemm_f32. For each shape the minimum time over many
 // repetitions (robust on a shared machine), its GFLOP/s, and the largest difference between
-// the two results relative to the largest |element|. Last, the whole causal tiled attention of
+// the two results relative to the largest |element|, and whether the kernel's result equals
+// its portable twin's bit for bit (kernels/cpu/gemm.h; exit status 1 if not). Last, the whole causal tiled attention of
 // a slice (kernels/cpu/attention_tiled.cpp), forward and backward.
 //   build/bench_gemm [--rows N] [--reps R] [--kernel native|avx2|avx512|portable8|portable16]
 // --kernel times another of the build's kernels in the products' column (kernels/cpu/gemm.h; an
@@ -93,6 +94,12 @@ int main(int argc, char** argv) {
     }
   }
   auto gemm = [kern](auto... args) { cpu::gemm_f32_using(kern, args...); };
+  // the kernel's portable twin (the same roundings in the same order): each product is computed
+  // once more with it and must come out bit for bit the same ("twin": same), else exit 1
+  const cpu::GemmKernel twin = kern == cpu::GemmKernel::Avx2     ? cpu::GemmKernel::Portable8
+                               : kern == cpu::GemmKernel::Avx512 ? cpu::GemmKernel::Portable16
+                                                                 : kern;
+  bool twins_differ = false;
   const int C = 128, V = 65, L = 4, R = rows;
   std::mt19937 g(1234);
   Eigen::setNbThreads(1);  // as inside the step's parallel region (else Eigen's product uses every OpenMP thread)
@@ -104,8 +111,8 @@ int main(int argc, char** argv) {
               ghz, flops_cycle, flops_cycle * ghz);
   std::printf("float products of one slice (%d rows, C=%d, V=%d, %d layers), one thread, min of %d reps, gemm kernel: %s\n",
               R, C, V, L, reps, cpu::gemm_kernel_name(kern));
-  std::printf("%-28s %5s %5s %5s %3s %10s %10s %10s %10s %8s %9s\n", "product", "M", "N", "K", "x", "eigen us",
-              "gemm us", "eigen GF/s", "gemm GF/s", "speedup", "max rdiff");
+  std::printf("%-28s %5s %5s %5s %3s %10s %10s %10s %10s %8s %9s %5s\n", "product", "M", "N", "K", "x", "eigen us",
+              "gemm us", "eigen GF/s", "gemm GF/s", "speedup", "max rdiff", "twin");
   // kind 0: forward Y = X W^T (X (M, K), W (N, K)); kind 1: dX += dY W (dY (M, K), W (K, N));
   // kind 2: dW += dY^T X (dY (K, M), X (K, N))
   struct Case { Shape s; int kind; };
@@ -123,7 +130,7 @@ int main(int argc, char** argv) {
   for (const Case& cs : cases) {
     const Shape& s = cs.s;
     const int M = s.M, N = s.N, K = s.K;
-    std::vector<float> ce((size_t)M * N, 0.f), cg((size_t)M * N, 0.f);
+    std::vector<float> ce((size_t)M * N, 0.f), cg((size_t)M * N, 0.f), ct((size_t)M * N, 0.f);
     double te = 0, tg = 0;
     if (cs.kind == 0) {
       auto x = random_floats((size_t)M * K, g), w = random_floats((size_t)N * K, g);
@@ -131,6 +138,7 @@ int main(int argc, char** argv) {
       cpu::MapMat<float> Y(ce.data(), M, N);
       te = min_seconds([&] { Y.noalias() = X * W.transpose(); }, reps);
       tg = min_seconds([&] { gemm(M, N, K, x.data(), K, 1, w.data(), 1, K, cg.data(), N, false); }, reps);
+      cpu::gemm_f32_using(twin, M, N, K, x.data(), K, 1, w.data(), 1, K, ct.data(), N, false);
     } else if (cs.kind == 1) {
       auto dy = random_floats((size_t)M * K, g), w = random_floats((size_t)K * N, g);
       cpu::MapConstMat<float> dY(dy.data(), M, K), W(w.data(), K, N);
@@ -143,6 +151,7 @@ int main(int argc, char** argv) {
       std::fill(cg.begin(), cg.end(), 0.f);
       dX.noalias() += dY * W;
       gemm(M, N, K, dy.data(), K, 1, w.data(), N, 1, cg.data(), N, true);
+      cpu::gemm_f32_using(twin, M, N, K, dy.data(), K, 1, w.data(), N, 1, ct.data(), N, true);
     } else {
       auto dy = random_floats((size_t)K * M, g), x = random_floats((size_t)K * N, g);
       cpu::MapConstMat<float> dY(dy.data(), K, M), X(x.data(), K, N);
@@ -153,15 +162,18 @@ int main(int argc, char** argv) {
       std::fill(cg.begin(), cg.end(), 0.f);
       dW.noalias() += dY.transpose() * X;
       gemm(M, N, K, dy.data(), 1, M, x.data(), N, 1, cg.data(), N, true);
+      cpu::gemm_f32_using(twin, M, N, K, dy.data(), 1, M, x.data(), N, 1, ct.data(), N, true);
     }
+    const bool same = std::memcmp(cg.data(), ct.data(), cg.size() * sizeof(float)) == 0;
+    twins_differ |= !same;
     double big = 0, diff = 0;
     for (size_t i = 0; i < ce.size(); ++i) {
       big = std::max(big, (double)std::fabs(ce[i]));
       diff = std::max(diff, (double)std::fabs(ce[i] - cg[i]));
     }
     const double f = 2.0 * M * N * K;
-    std::printf("%-28s %5d %5d %5d %3d %10.1f %10.1f %10.1f %10.1f %7.2fx %9.1e\n", s.what, M, N, K, s.count, te * 1e6,
-                tg * 1e6, f / te * 1e-9, f / tg * 1e-9, te / tg, diff / big);
+    std::printf("%-28s %5d %5d %5d %3d %10.1f %10.1f %10.1f %10.1f %7.2fx %9.1e %5s\n", s.what, M, N, K, s.count,
+                te * 1e6, tg * 1e6, f / te * 1e-9, f / tg * 1e-9, te / tg, diff / big, same ? "same" : "DIFF");
     total_e += te * s.count;
     total_g += tg * s.count;
     flops += f * s.count;
@@ -218,6 +230,11 @@ int main(int argc, char** argv) {
     }, reps);
     std::printf("\ncausal tiled attention of one slice (B = %d, T = %d, C = %d, NH = %d), one layer: forward %.1f us, "
                 "backward %.1f us\n", Bs, Tt, C, NH, tf * 1e6, tb * 1e6);
+  }
+  if (twins_differ) {
+    std::fprintf(stderr, "bench_gemm: the %s kernel's results differ from its portable twin's (\"twin: DIFF\" above): "
+                 "the kernel is wrong on this machine; run build/test_cpu -tc='gemm*'\n", cpu::gemm_kernel_name(kern));
+    return 1;
   }
   return 0;
 }
