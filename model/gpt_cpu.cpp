@@ -194,12 +194,14 @@ void GPTCpu<T>::backward(bool accumulate) {
   const int S = std::max(1, std::min(slices_, b_));
   if (S == 1) return;
   const long n = (long)grads.size();
-  T* g = grads.data();
+  T* __restrict g = grads.data();
+  // partial by partial, each pass over plain pointers (the compiler vectorises it; indexing
+  // gpart_ inside the loop reloaded each partial's data pointer per element): the same sum,
+  // in the same order, for each element
+  for (int s = 1; s < S; ++s) {
+    const T* __restrict part = gpart_[s - 1].data();
 #pragma omp parallel for schedule(static)
-  for (long i = 0; i < n; ++i) {
-    T sum = g[i];
-    for (int s = 1; s < S; ++s) sum += gpart_[s - 1][i];
-    g[i] = sum;
+    for (long i = 0; i < n; ++i) g[i] += part[i];
   }
 }
 
