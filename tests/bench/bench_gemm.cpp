@@ -4,8 +4,8 @@
 // kernels/cpu/gemm.cpp) against gemm_f32. For each shape the minimum time over many
 // repetitions (robust on a shared machine), its GFLOP/s, and the largest difference between
 // the two results relative to the largest |element|, and whether the kernel's result equals
-// its portable twin's bit for bit (kernels/cpu/gemm.h; exit status 1 if not). Last, the whole causal tiled attention of
-// a slice (kernels/cpu/attention_tiled.cpp), forward and backward.
+// its portable twin's bit for bit (kernels/cpu/gemm.h; exit status 1 if not). Last, the whole
+// causal tiled attention of a slice (kernels/cpu/attention_tiled.cpp), forward and backward.
 //   build/bench_gemm [--rows N] [--reps R] [--kernel native|avx2|avx512|portable8|portable16]
 // --kernel times another of the build's kernels in the products' column (kernels/cpu/gemm.h; an
 // AVX-512 build also has the AVX2 one, so one machine compares the two); the whole attention
