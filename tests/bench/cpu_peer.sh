@@ -3,8 +3,9 @@
 # PyTorch (eager, CPU), the peer a user would pick, on the baby configuration (4 layers, 4
 # heads, 128 wide, T = 64, B = 12, dropout 0), in one run: ROUNDS rounds, each running nanoGPT's
 # own train.py and then train_gpt for STEPS steps; per run the median ms per step over the steps
-# after the first WARM (nanoGPT's iteration 0 also evaluates), then the median of the runs and
-# the ratio. BUSY=1 keeps one core busy with a spinning process for the whole comparison.
+# after the first WARM (nanoGPT's iteration 0 also evaluates), then the median of the runs, the
+# ratio of the two medians and the median of the rounds' ratios. BUSY=1 keeps one core busy with
+# a spinning process for the whole comparison.
 #   NANOGPT=/path/to/nanoGPT   a checkout of karpathy/nanoGPT (never committed; required)
 #   PYTHON=python3             a Python with torch (from PyPI)
 #   STEPS=60 ROUNDS=3 WARM=5 BUSY=0 TG_DATA=data/tinyshakespeare/input.txt
@@ -61,15 +62,20 @@ if [ "$BUSY" = 1 ]; then
 fi
 cpu=$(lscpu | sed -nE 's/^Model name: *//p' | head -n1)
 echo "[bench-cpu-peer] $cpu, $(nproc) cores; torch $torch_version; $STEPS steps a run, median after $WARM; busy core: $BUSY"
-ng=() tg=()
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+ng=() tg=() rt=()
 for r in $(seq 1 "$ROUNDS"); do
   a=$(nanogpt_run)
   b=$(train_gpt_run)
   ng+=("$a")
   tg+=("$b")
-  echo "round $r: nanoGPT $a ms/step, train_gpt $b ms/step"
+  rt+=("$(ratio "$a" "$b")")
+  echo "round $r: nanoGPT $a ms/step, train_gpt $b ms/step, ratio ${rt[-1]}x"
 done
 WARM=0
 m_ng=$(printf '%s\n' "${ng[@]}" | median)
 m_tg=$(printf '%s\n' "${tg[@]}" | median)
-echo "median: nanoGPT (PyTorch $torch_version, eager) $m_ng ms/step, train_gpt $m_tg ms/step, ratio $(awk -v a="$m_ng" -v b="$m_tg" 'BEGIN {printf "%.2f", a / b}')x"
+# the ratio of the medians, and the median of the rounds' own ratios (a round's two runs are
+# seconds apart, so a change of the host's speed between rounds moves both sides of its ratio)
+m_rt=$(printf '%s\n' "${rt[@]}" | median)
+echo "median: nanoGPT (PyTorch $torch_version, eager) $m_ng ms/step, train_gpt $m_tg ms/step, ratio $(ratio "$m_ng" "$m_tg")x; median of the rounds' ratios ${m_rt}x"
