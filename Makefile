@@ -352,7 +352,7 @@ data:
 # ---- the README's commands build on every core ---------------------------------------------
 # make train, make test and make sanitize build with -j(the cores) unless make was given a -j
 # (then its own count); JOBS=N sets the count (JOBS=1: one compile at a time). Serial, a fresh
-# `make train` took 2 min 2 s on the 2-vCPU machine, 1 min 57 s of it compiling on one core.
+# `make train` took 2 min 2 s on the 2-vCPU machine, 1 min 58 s of user time: one core.
 JOBS ?=
 BUILD_J = $(if $(JOBS),-j$(JOBS),$$(echo " $$MAKEFLAGS " | grep -q -e ' -j' || echo "-j$$(nproc 2>/dev/null || echo 1)"))
 
