@@ -190,8 +190,9 @@ TEST_EMU_OBJS := $(TEST_EMU_SRCS:%.cpp=$(EMU_BUILD)/%.o) $(TEST_GPU_SRCS:%.cu=$(
 # (TG_GEMM_AVX512_SIMDE): gemm_f32 then runs the AVX-512 kernel's code, each 512-bit operation
 # done as two 256-bit ones. Built where SIMDe is found and the host build has AVX2 and FMA (a
 # native AVX-512 build runs the real kernel in build/test_cpu instead).
-HOST_AVX2_FMA := $(shell $(CXX) $(CXXFLAGS) -dM -E -x c++ /dev/null 2>/dev/null | grep -c -E 'define __(AVX2|FMA|AVX512F)__ ')
-GEMM_AVX512_EMU := $(if $(and $(SIMDE_OK),$(filter 2,$(HOST_AVX2_FMA))),$(BUILD)/test_gemm_avx512,)
+HOST_DEFS := $(shell $(CXX) $(CXXFLAGS) -dM -E -x c++ /dev/null 2>/dev/null)
+GEMM_AVX512_EMU := $(if $(and $(SIMDE_OK),$(findstring __AVX2__,$(HOST_DEFS)),$(findstring __FMA__,$(HOST_DEFS)),$(if \
+  $(findstring __AVX512F__,$(HOST_DEFS)),,yes)),$(BUILD)/test_gemm_avx512,)
 TEST_BINS := $(BUILD)/test_cpu $(GEMM_AVX512_EMU) $(if $(NVCC),$(BUILD)/test_gpu $(BUILD)/test_emu,)
 
 # tests/fuzz: a libFuzzer target over the readers of untrusted bytes (checkpoints, config text,
