@@ -178,8 +178,14 @@ EMU_FLAGS := -std=c++17 -O2 -g -fno-omit-frame-pointer -fopenmp -Wall -Wextra -W
   -DTG_SIMT_EMULATION -DTG_HAVE_NCCL -Itests/emu/include -I$(CUDA_HOME)/include \
   -fsanitize=address,undefined -fno-sanitize-recover=all
 EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp tests/emu/cuda_runtime_emu.cpp tests/emu/cublas_emu.cpp \
-  tests/emu/nccl_emu.cpp)
+  tests/emu/nccl_emu.cpp tests/emu/access_hook.cpp tests/emu/kernel_profiler.cpp)
 EMU_CUDA_OBJS := $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o)
+# The kernel files carry the memory hook (tests/emu/access_hook.h): GCC's ThreadSanitizer
+# instrumentation in place of AddressSanitizer's (the hook does AddressSanitizer's check), with
+# no runtime linked; vectorisation and store merging off, so every access keeps the width the
+# source gives it.
+EMU_HOOK_FLAGS := $(filter-out -fsanitize=address$(comma)undefined,$(EMU_FLAGS)) -fsanitize=thread,undefined \
+  --param tsan-instrument-func-entry-exit=0 -fno-tree-vectorize -fno-tree-slp-vectorize -fno-store-merging
 EMU_LIBS := -fsanitize=address,undefined -lblas -ldl $(LDLIBS)
 # the emulated test suite: the GPU suite (tests/gpu, with its main) and the emulator's own tests
 TEST_EMU_SRCS := $(wildcard tests/emu/test_*.cpp)
@@ -292,6 +298,15 @@ $(EMU_BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_FLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) -x c++ -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
 
+$(EMU_BUILD)/kernels/%.o: kernels/%.cu
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_HOOK_FLAGS) -x c++ -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
+
+# (the profiler's tests hold kernels of their own, hooked like the kernel files)
+$(EMU_BUILD)/tests/emu/test_kernel_profiler.o: tests/emu/test_kernel_profiler.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_HOOK_FLAGS) $(DOCTEST_INC) -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
+
 $(EMU_BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_FLAGS) $(EIGEN_INC) $(DOCTEST_INC) -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
@@ -301,6 +316,7 @@ train_gpt_emu: $(EMU_BUILD)/train_gpt.o $(EMU_CUDA_OBJS) $(EMU_LIB_OBJS) $(HOST_
 
 $(BUILD)/test_emu: $(TEST_EMU_OBJS) $(EMU_CUDA_OBJS) $(EMU_LIB_OBJS) $(HOST_OBJS) $(CPU_DOUBLE_OBJS)
 	$(CXX) -o $@ $^ $(EMU_LIBS)
+
 
 $(BUILD)/bench_cpu: tests/bench/bench_cpu.cpp $(HOST_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)

@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "access_hook.h"
 #include "emu_internal.h"
 
 extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
@@ -173,6 +174,8 @@ bool compute_supported(cublasComputeType_t ct, cudaDataType a, bool* tf32) {
 }
 
 // Queues g on the stream, after checking every operand.
+bool g_gemm_arithmetic = true;
+
 cublasStatus_t queue(const Gemm& g, cudaStream_t stream, const char* who) {
   bool ok = check_extent(g.A, who, "A") && check_extent(g.B, who, "B") && check_extent(g.D, who, "C/D");
   if (ok && g.beta != 0 && g.C.ptr != g.D.ptr) ok = check_extent(g.C, who, "C");
@@ -185,7 +188,17 @@ cublasStatus_t queue(const Gemm& g, cudaStream_t stream, const char* who) {
   }
   if (!ok) return CUBLAS_STATUS_EXECUTION_FAILED;
   auto work = std::make_shared<Gemm>(g);
-  if (!enqueue(stream, who, [work] { work->run(); })) return CUBLAS_STATUS_EXECUTION_FAILED;
+  auto run = [work, who] {
+    if (g_observed) {
+      const Gemm& w = *work;
+      auto bytes = [](const Mat& m) { return (size_t)m.extent() * type_size(m.type); };
+      notify_gemm(GemmEvent{who, w.m, w.n, w.k, w.D.batch, bytes(w.A), bytes(w.B),
+                            (w.beta != 0 ? bytes(w.C) : 0) + (w.bias ? (size_t)w.m * type_size(w.bias_type) : 0),
+                            bytes(w.D)});
+    }
+    if (g_gemm_arithmetic) work->run();
+  };
+  if (!enqueue(stream, who, run)) return CUBLAS_STATUS_EXECUTION_FAILED;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -305,6 +318,9 @@ cublasStatus_t lt_gemm(const LtMatmulDesc& d, const LtLayout& a, const LtLayout&
 }
 
 }  // namespace
+
+void set_gemm_arithmetic(bool on) { g_gemm_arithmetic = on; }
+
 }  // namespace emu
 
 using emu::Gemm;

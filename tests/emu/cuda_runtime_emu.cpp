@@ -140,6 +140,7 @@ struct Memory {
   std::map<uintptr_t, Allocation> by_base;
   size_t device_bytes = 0;
   int depth = 0;  // > 0 while queued device work runs: device memory accessible
+  uint64_t generation = 0;  // moves with every allocation and free
 };
 Memory& mem() {
   static Memory m;
@@ -396,6 +397,22 @@ cudaError_t synchronize(cudaStream_t s) {
   return sticky_error();
 }
 
+bool device_memory(uintptr_t a) {
+  // one allocation remembered: a kernel's accesses mostly stay in the buffer of its last one
+  static uintptr_t lo = 0, hi = 0;
+  static uint64_t seen = ~0ull;
+  if (seen != mem().generation) {
+    seen = mem().generation;
+    lo = hi = 0;
+  }
+  if (a - lo < hi - lo) return true;
+  const Allocation* al = find_allocation(reinterpret_cast<const void*>(a));
+  if (!al || a == reinterpret_cast<uintptr_t>(al->base) + al->size) return false;
+  lo = reinterpret_cast<uintptr_t>(al->base);
+  hi = lo + al->size;
+  return true;
+}
+
 bool device_range_ok(const void* p, size_t bytes, std::string* why) {
   const Allocation* a = find_allocation(p);
   const unsigned char* q = static_cast<const unsigned char*>(p);
@@ -548,6 +565,7 @@ static cudaError_t allocate(void** ptr, size_t size, bool pinned, const char* wh
   (void)who;
   *ptr = a.base;
   emu::mem().by_base[reinterpret_cast<uintptr_t>(a.base)] = std::move(a);
+  ++emu::mem().generation;
   return cudaSuccess;
 }
 
@@ -564,6 +582,7 @@ static cudaError_t release(void* ptr, bool pinned, const char* who) {
   TG_EMU_UNPOISON(a.raw, a.size + 2 * emu::kRedZone);
   std::free(a.raw);
   m.erase(it);
+  ++emu::mem().generation;
   return sticky_error();
 }
 

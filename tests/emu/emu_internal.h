@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -34,14 +35,25 @@ cudaError_t synchronize(cudaStream_t s);
 // (and outside the ranges marked with mark_no_access) or one cudaMallocHost allocation. When
 // not, *why (if not null) says where the range is.
 bool device_range_ok(const void* p, size_t bytes, std::string* why);
+// Whether address a lies inside a cudaMalloc or cudaMallocHost allocation (the kernels' global
+// memory), without the checks of device_range_ok: the memory hook's fast test.
+bool device_memory(uintptr_t a);
 // The description of the work the device is running (for reports): a kernel, a copy, a GEMM.
 extern const char* g_device_op;
+
+// ---- the cuBLAS / cuBLASLt stand-ins (tests/emu/cublas_emu.cpp) -----------------------------
+// false: GEMMs are checked, queued and reported to observers but leave their output as it was
+// (build/gpu_profile: counts need no arithmetic). true by default.
+void set_gemm_arithmetic(bool on);
 
 // ---- the engine (tests/emu/simt_emulator.cpp) -------------------------------------------------
 // Runs a whole grid now (called by the work a launch queued). A fault sets the sticky error.
 void run_grid(const void* kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body);
 // The kernel's name (demangled, from the executable's symbol table) or its address.
 std::string kernel_name(const void* kernel);
+// Whether address a lies in a function-local static object of the executable: in kernel code,
+// a static __shared__ array (the memory hook's test for static shared memory).
+bool static_shared(uintptr_t a);
 // Order of warps and lanes in a CTA: 0 = ascending in even CTAs, descending in odd ones; 1 = the
 // reverse. Launches and CTAs run so far.
 void set_schedule(int s);

@@ -49,8 +49,14 @@
 //     be 16-byte aligned, the destination inside dynamic shared memory, and the source (even
 //     when src-size is 0) inside device memory.
 //
+// What it counts: every load and store of the kernel files passes the memory hook
+// (tests/emu/access_hook.h) with its thread and source line; the kernel profiler
+// (tests/emu/kernel_profiler.h) turns them into sectors, coalescing, bank conflicts and tensor
+// work per launch, exactly. Registers, spills and occupancy come from the real nvcc build
+// (tests/emu/occupancy.h).
+//
 // What it cannot show:
-//   - timing and performance of any kind (occupancy, bank conflicts, coalescing, spills);
+//   - timing of any kind: no cycles, latencies, caches or overlap are modeled;
 //   - data races other than barrier misuse: fibers switch only at barriers and collectives,
 //     so two threads racing on shared or global memory between barriers are not detected
 //     (only the warp-major order, the order that flips from CTA to CTA and the cp.async
@@ -59,6 +65,7 @@
 //     the device expf / logf / exp2f (the host libm is used, within an ulp or two);
 //   - what the compiler does to the device code (register allocation, the SASS): the kernels'
 //     C++ control flow and index math is what runs.
+#include "access_hook.h"
 #include "emu_internal.h"
 #include "simt_emulator.h"
 
@@ -346,6 +353,7 @@ void run_cta(bool descending) {
     f.asan_fake = nullptr;
     context_init(f.ctx, f.stack, kFiberStack, fiber_main);
   }
+  if (g_observed) notify_cta_begin();
   for (;;) {
     bool alive = false, ran = false;
     for (int wi = 0; wi < nwarps; ++wi) {
@@ -365,7 +373,10 @@ void run_cta(bool descending) {
         }
       }
     }
-    if (!alive) return;
+    if (!alive) {
+      if (g_observed) notify_cta_end();
+      return;
+    }
     if (!ran) {  // every live thread waits on a barrier that can never complete
       int exited = 0;
       std::string ops;
@@ -406,6 +417,9 @@ bool smem_canary_intact(size_t used) {
 // ---- the executable's symbol table, for kernel names --------------------------------------------
 struct Symbols {
   std::map<uintptr_t, std::string> by_addr;  // run-time address -> mangled name
+  // [begin, end) of every function-local static object ("_ZZ..." names), ascending: in device
+  // code the only function-local statics are the __shared__ arrays
+  std::vector<std::pair<uintptr_t, uintptr_t>> local_statics;
   Symbols() {
     uintptr_t bias = 0;
     dl_iterate_phdr(
@@ -432,11 +446,20 @@ struct Symbols {
         for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k)
           if (ELF64_ST_TYPE(sym[k].st_info) == STT_FUNC && sym[k].st_value)
             by_addr.emplace(sym[k].st_value + bias, names + sym[k].st_name);
+          else if (ELF64_ST_TYPE(sym[k].st_info) == STT_OBJECT && sym[k].st_value && sym[k].st_size &&
+                   std::strncmp(names + sym[k].st_name, "_ZZ", 3) == 0)
+            local_statics.emplace_back(sym[k].st_value + bias, sym[k].st_value + bias + sym[k].st_size);
       }
     }
     munmap(m, (size_t)st.st_size);
+    std::sort(local_statics.begin(), local_statics.end());
   }
 };
+
+const Symbols& symbols() {
+  static const Symbols syms;
+  return syms;
+}
 
 // Says which emulated kernel (block, thread) or which device work a sanitizer report comes
 // from: `where` is "above" (AddressSanitizer's death callback, after its report) or "below"
@@ -470,7 +493,7 @@ struct InstallDeathCallback {
 // ---- public to the emulator -------------------------------------------------------------------
 
 std::string kernel_name(const void* kernel) {
-  static const Symbols syms;
+  const Symbols& syms = symbols();
   const auto it = syms.by_addr.find(reinterpret_cast<uintptr_t>(kernel));
   if (it == syms.by_addr.end()) {
     char buf[64];
@@ -482,6 +505,14 @@ std::string kernel_name(const void* kernel) {
   std::string name = status == 0 && d ? d : it->second;
   std::free(d);
   return name;
+}
+
+bool static_shared(uintptr_t a) {
+  static const auto& v = symbols().local_statics;
+  static const uintptr_t lo = v.empty() ? 0 : v.front().first, hi = v.empty() ? 0 : v.back().second;
+  if (a - lo >= hi - lo) return false;
+  auto it = std::upper_bound(v.begin(), v.end(), std::make_pair(a, UINTPTR_MAX));
+  return it != v.begin() && a < (--it)->second;
 }
 
 void set_schedule(int s) { eng().schedule = s & 1; }
@@ -507,6 +538,7 @@ void run_grid(const void* kernel, dim3 grid, dim3 block, size_t smem, const std:
   g_block_dim = block;
   g_smem_bytes = smem;
   smem_poison_tail(smem);
+  if (g_observed) notify_launch_begin(kernel, grid, block, smem);
   long long linear = 0;
   for (unsigned z = 0; z < grid.z && e.error.empty(); ++z)
     for (unsigned y = 0; y < grid.y && e.error.empty(); ++y)
@@ -522,6 +554,7 @@ void run_grid(const void* kernel, dim3 grid, dim3 block, size_t smem, const std:
         }
       }
   e.body = nullptr;
+  if (g_observed) notify_launch_end();
   if (!e.error.empty()) set_sticky_error(e.error_code, "kernel " + kernel_name(kernel) + ": " + e.error);
   e.kernel = nullptr;
 }
@@ -548,7 +581,9 @@ void syncthreads() {
     std::fprintf(stderr, "SIMT emulator: __syncthreads outside a kernel\n");
     std::abort();
   }
-  arrive(eng().cta_bar, "__syncthreads", [] {});
+  arrive(eng().cta_bar, "__syncthreads", [] {
+    if (g_observed) notify_barrier();
+  });
 }
 
 uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane, const char* op) {
@@ -560,8 +595,9 @@ uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane, const char* o
   w.in[lane][0] = bits;
   w.in[lane][1] = (uint64_t)(src_lane & 31);
   w.out[lane] = &r;
-  arrive(w.bar, op, [&w] {
+  arrive(w.bar, op, [&w, op] {
     for (int l = 0; l < 32; ++l) *static_cast<uint64_t*>(w.out[l]) = w.in[w.in[l][1]][0];
+    if (g_observed) notify_warp_collective(g_thread->warp, op);
   });
   return r;
 }
@@ -584,6 +620,11 @@ void cp_async_16(void* smem, const void* gmem, bool valid) {
   if (!device_range_ok(g, 16, &why)) device_fault(cudaErrorIllegalAddress, "cp.async source " + why);
   std::memset(d, kPoison, 16);  // in flight: undefined until the wait
   cur().open.push_back({d, g, valid});
+  if (g_observed) {
+    const void* pc = __builtin_return_address(0);
+    engine_access(pc, g, 16, false, AccessKind::CpAsync);
+    engine_access(pc, d, 16, true, AccessKind::CpAsync);
+  }
 }
 
 void cp_async_commit() {
@@ -631,7 +672,8 @@ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr, bool trans) {
   const int lane = g_thread->lane;
   w.in[lane][0] = addr;
   w.out[lane] = r;
-  arrive(w.bar, op, [&w, trans] {
+  if (g_observed) engine_access(__builtin_return_address(0), g_smem + addr, 16, false, AccessKind::LdMatrix);
+  arrive(w.bar, op, [&w, trans, op] {
     auto elem = [&w](int m, int row, int col) {  // element (row, col) of 8x8 matrix m
       uint16_t v;
       std::memcpy(&v, g_smem + w.in[8 * m + row][0] + 2 * col, 2);
@@ -643,6 +685,7 @@ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr, bool trans) {
       for (int m = 0; m < 4; ++m)
         out[m] = trans ? (elem(m, 2 * t, g) | elem(m, 2 * t + 1, g) << 16) : (elem(m, g, 2 * t) | elem(m, g, 2 * t + 1) << 16);
     }
+    if (g_observed) notify_warp_collective(g_thread->warp, op);
   });
 }
 
@@ -676,6 +719,10 @@ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
         for (int k = 0; k < 16; ++k) c = std::fmaf(A[row][k], B[k][col], c);
         acc[e] = c;
       }
+    }
+    if (g_observed) {
+      notify_mma(g_thread->warp, 2 * 16 * 8 * 16);
+      notify_warp_collective(g_thread->warp, "mma.m16n8k16");
     }
   });
 }

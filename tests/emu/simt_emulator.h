@@ -25,7 +25,8 @@
 #endif
 
 // A static __shared__ array is one object per kernel that all threads of a CTA share: a
-// function-local static. Defined before the CUDA headers, which then leave it alone.
+// function-local static (the memory hook, tests/emu/access_hook.h, knows them from the
+// executable's symbol table). Defined before the CUDA headers, which then leave it alone.
 #define __shared__ static
 
 #include <cublasLt.h>
@@ -155,14 +156,14 @@ inline T* dynamic_smem() {
 namespace flash {
 // The PTX wrappers of kernels/flash_attn_common.cuh (its hardware section is left out).
 inline uint32_t smem_u32(const void* p) { return emu::smem_offset(p, "smem_u32"); }
-inline void cp_async_16(void* smem, const void* gmem, bool valid) { emu::cp_async_16(smem, gmem, valid); }
+__attribute__((always_inline)) inline void cp_async_16(void* smem, const void* gmem, bool valid) { emu::cp_async_16(smem, gmem, valid); }
 inline void cp_async_commit() { emu::cp_async_commit(); }
 template <int N>
 inline void cp_async_wait() {
   emu::cp_async_wait(N);
 }
-inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) { emu::ldmatrix_x4(r, addr, false); }
-inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) { emu::ldmatrix_x4(r, addr, true); }
+__attribute__((always_inline)) inline void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) { emu::ldmatrix_x4(r, addr, false); }
+__attribute__((always_inline)) inline void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) { emu::ldmatrix_x4(r, addr, true); }
 inline void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   emu::mma_bf16_16816(d, a, b0, b1);
 }

@@ -1,0 +1,99 @@
+// tests/emu/access_hook.h: every memory access that emulated kernel code makes, and the events
+// that order them, delivered to observers (the kernel profiler of tests/emu/kernel_profiler.h;
+// any checker that needs each load and store with its thread and source line).
+//
+// How the accesses are seen. The emulator build compiles kernels/*.cu with GCC's
+// -fsanitize=thread instrumentation (the Makefile's EMU_HOOK_FLAGS) but links no ThreadSanitizer
+// runtime: the __tsan_read4(addr), __tsan_write16(addr), ... calls that GCC puts around every
+// load and store of those files land in tests/emu/access_hook.cpp. ThreadSanitizer's pass,
+// unlike AddressSanitizer's, instruments every access to a static variable (so the static
+// __shared__ arrays, function-local statics here, are seen even at a constant index) and it
+// sees the widths the compiler chose, so the kernel files are compiled with vectorisation and
+// store merging off (-fno-tree-vectorize -fno-tree-slp-vectorize -fno-store-merging): each
+// access has the width the source asks for. GCC refuses AddressSanitizer beside ThreadSanitizer
+// in one file, so the hook does AddressSanitizer's check itself (the shadow memory the rest of
+// the build maintains) before anything else: a kernel reading past its buffer is still
+// reported at once. What those files lose is AddressSanitizer's red zones around their own
+// statics and stack arrays; UndefinedBehaviorSanitizer's bounds check still covers every
+// indexed array of known size there (a __shared__ tile, a register array).
+//
+// The PTX wrappers the engine emulates (ldmatrix, cp.async, mma.sync) report their accesses
+// from the engine: an ldmatrix.x4 is one 16-byte shared read per lane (the row that lane
+// addresses), a cp.async.cg 16 is a 16-byte global read and a 16-byte shared write at issue.
+//
+// Only accesses made while a CUDA thread runs, to device memory (cudaMalloc, cudaMallocHost) or
+// shared memory (the launch's dynamic shared memory, the static __shared__ arrays), reach the
+// observers: the kernels' stack, the emulator's own structures and host code are left out.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace emu {
+
+struct Thread;
+
+enum class Space : uint8_t { Global, Shared };
+enum class AccessKind : uint8_t {
+  Plain,     // a load or store of C++ code
+  LdMatrix,  // one row (16 bytes) of ldmatrix.x4, read for the lane that gave its address
+  CpAsync,   // cp.async.cg 16: the global read, and the shared write, as issued
+};
+
+struct Access {
+  const void* pc;        // the instruction in the kernel code (source_line(pc) names it)
+  uintptr_t addr;
+  uint32_t size;         // bytes
+  bool write;
+  Space space;
+  AccessKind kind;
+  const Thread* thread;  // the CUDA thread (its linear index, warp and lane)
+};
+
+// A GEMM of the cuBLAS / cuBLASLt stand-ins, as it runs.
+struct GemmEvent {
+  const char* who;  // the entry point
+  int m, n, k, batch;
+  size_t a_bytes, b_bytes, c_read_bytes, d_bytes;  // operand extents in memory (C only when beta != 0)
+};
+
+// What an observer sees, in order. Launches and CTAs run one at a time; barrier() is a
+// __syncthreads that every thread of the CTA passed; warp_collective() one that all 32 lanes of a
+// warp completed (__shfl_sync, ldmatrix, mma.sync).
+class Observer {
+ public:
+  virtual ~Observer() = default;
+  virtual void launch_begin(const void* kernel, dim3 grid, dim3 block, size_t dynamic_smem) = 0;
+  virtual void cta_begin() {}
+  virtual void access(const Access& a) = 0;
+  virtual void barrier() {}
+  virtual void warp_collective(int warp, const char* op) { (void)warp, (void)op; }
+  virtual void mma(int warp, uint64_t flops) { (void)warp, (void)flops; }
+  virtual void cta_end() {}
+  virtual void launch_end() {}
+  virtual void gemm(const GemmEvent& g) { (void)g; }
+};
+
+// Observers are called in the order added. Not thread-safe: the emulator runs on one thread.
+void add_observer(Observer* o);
+void remove_observer(Observer* o);
+
+// "file:line" of an instruction address in the emulated code (for reports).
+std::string source_line(const void* pc);
+
+// ---- for the engine and the library stand-ins ------------------------------------------------
+extern bool g_observed;  // some observer is registered
+// A kernel access the engine performs for a PTX wrapper (pc: the wrapper's caller).
+void engine_access(const void* pc, const void* p, uint32_t size, bool write, AccessKind kind);
+void notify_launch_begin(const void* kernel, dim3 grid, dim3 block, size_t smem);
+void notify_cta_begin();
+void notify_barrier();
+void notify_warp_collective(int warp, const char* op);
+void notify_mma(int warp, uint64_t flops);
+void notify_cta_end();
+void notify_launch_end();
+void notify_gemm(const GemmEvent& g);
+
+}  // namespace emu

@@ -1,0 +1,303 @@
+// tests/emu/kernel_profiler.cpp: the counters of tests/emu/kernel_profiler.h.
+#include "kernel_profiler.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "emu_internal.h"
+#include "simt_emulator.h"
+
+namespace emu {
+
+void GlobalCounters::add(const GlobalCounters& o) {
+  requests += o.requests;
+  sectors += o.sectors;
+  ideal_sectors += o.ideal_sectors;
+  bytes += o.bytes;
+}
+
+void SharedCounters::add(const SharedCounters& o) {
+  requests += o.requests;
+  wavefronts += o.wavefronts;
+  ideal_wavefronts += o.ideal_wavefronts;
+  bytes += o.bytes;
+}
+
+void KernelCounters::add(const KernelCounters& o) {
+  launches += o.launches;
+  grid = o.grid, block = o.block, dynamic_smem = o.dynamic_smem;
+  load.add(o.load), store.add(o.store);
+  shared_load.add(o.shared_load), shared_store.add(o.shared_store);
+  unique_read_bytes += o.unique_read_bytes, unique_write_bytes += o.unique_write_bytes;
+  mma += o.mma, mma_flops += o.mma_flops, cp_async_bytes += o.cp_async_bytes;
+  for (const SiteCounters& s : o.sites) {
+    auto it = std::find_if(sites.begin(), sites.end(),
+                           [&s](const SiteCounters& t) { return t.pc == s.pc && t.write == s.write && t.space == s.space; });
+    if (it == sites.end()) {
+      sites.push_back(s);
+      continue;
+    }
+    it->width = std::max(it->width, s.width);
+    it->global.add(s.global);
+    it->shared.add(s.shared);
+  }
+}
+
+namespace {
+
+constexpr uint8_t kWrite = 1, kShared = 2;
+uint8_t flags_of(const Access& a) {
+  return (uint8_t)((a.write ? kWrite : 0) | (a.space == Space::Shared ? kShared : 0) | ((uint8_t)a.kind << 2));
+}
+
+// One warp-level instruction: the active lanes' addresses and sizes.
+struct Group {
+  const void* pc;
+  uint8_t flags;
+  int n = 0;
+  int lane[32];
+  uintptr_t addr[32];
+  uint32_t size[32];
+};
+
+// Distinct bytes of the lanes' ranges.
+uint64_t distinct_bytes(const Group& g) {
+  std::pair<uintptr_t, uintptr_t> r[32];
+  for (int i = 0; i < g.n; ++i) r[i] = {g.addr[i], g.addr[i] + g.size[i]};
+  std::sort(r, r + g.n);
+  uint64_t bytes = 0;
+  uintptr_t end = 0;
+  for (int i = 0; i < g.n; ++i) {
+    const uintptr_t b = std::max(r[i].first, end);
+    if (r[i].second > b) bytes += r[i].second - b;
+    end = std::max(end, r[i].second);
+  }
+  return bytes;
+}
+
+GlobalCounters count_global(const Group& g, uint32_t width) {
+  GlobalCounters c;
+  c.requests = 1;
+  std::vector<uintptr_t> sec;
+  sec.reserve(64);
+  for (int i = 0; i < g.n; ++i)
+    for (uintptr_t s = g.addr[i] >> 5; s <= (g.addr[i] + g.size[i] - 1) >> 5; ++s) sec.push_back(s);
+  std::sort(sec.begin(), sec.end());
+  c.sectors = (uint64_t)(std::unique(sec.begin(), sec.end()) - sec.begin());
+  c.ideal_sectors = ((uint64_t)g.n * width + 31) / 32;
+  c.bytes = distinct_bytes(g);
+  return c;
+}
+
+SharedCounters count_shared(const Group& g, uint32_t width) {
+  SharedCounters c;
+  c.requests = 1;
+  c.bytes = distinct_bytes(g);
+  const int phases = width <= 4 ? 1 : width <= 8 ? 2 : 4;
+  const int per_phase = 32 / phases;
+  std::vector<uintptr_t> words;
+  for (int p = 0; p < phases; ++p) {
+    words.clear();
+    for (int i = 0; i < g.n; ++i)
+      if (g.lane[i] / per_phase == p)
+        for (uintptr_t w = g.addr[i] >> 2; w <= (g.addr[i] + g.size[i] - 1) >> 2; ++w) words.push_back(w);
+    if (words.empty()) continue;
+    std::sort(words.begin(), words.end());
+    words.erase(std::unique(words.begin(), words.end()), words.end());
+    int per_bank[32] = {};
+    int most = 0;
+    for (uintptr_t w : words) most = std::max(most, ++per_bank[w % 32]);
+    c.wavefronts += (uint64_t)most;
+    c.ideal_wavefronts += 1;
+  }
+  return c;
+}
+
+std::string fmt(const char* f, double a) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, a);
+  return buf;
+}
+
+}  // namespace
+
+KernelProfiler::KernelProfiler() { add_observer(this); }
+KernelProfiler::~KernelProfiler() { remove_observer(this); }
+
+void KernelProfiler::clear() {
+  launches_.clear();
+  gemms_.clear();
+}
+
+void KernelProfiler::launch_begin(const void* kernel, dim3 grid, dim3 block, size_t dynamic_smem) {
+  kernel_ = kernel;
+  launches_.emplace_back();
+  KernelCounters& k = launches_.back();
+  k.kernel = kernel_name(kernel);
+  k.launches = 1;
+  k.grid = grid, k.block = block, k.dynamic_smem = dynamic_smem;
+  threads_ = (int)(block.x * block.y * block.z);
+  site_index_.clear();
+  read_sectors_.clear();
+  written_sectors_.clear();
+}
+
+void KernelProfiler::cta_begin() {
+  if ((int)log_.size() < threads_) log_.resize((size_t)threads_);
+  for (int t = 0; t < threads_; ++t) log_[(size_t)t].clear();
+}
+
+void KernelProfiler::access(const Access& a) {
+  if (!kernel_ || !a.thread) return;
+  log_[(size_t)a.thread->linear].push_back(Entry{a.pc, a.addr, a.size, flags_of(a)});
+  if (a.space == Space::Global) {
+    auto& set = a.write ? written_sectors_ : read_sectors_;
+    for (uintptr_t s = a.addr >> 5; s <= (a.addr + a.size - 1) >> 5; ++s) set.insert(s);
+    if (a.kind == AccessKind::CpAsync) launches_.back().cp_async_bytes += a.size;
+  }
+}
+
+void KernelProfiler::barrier() { flush(); }
+void KernelProfiler::cta_end() { flush(); }
+
+void KernelProfiler::mma(int, uint64_t flops) {
+  if (!kernel_) return;
+  launches_.back().mma += 1;
+  launches_.back().mma_flops += flops;
+}
+
+void KernelProfiler::launch_end() {
+  if (!kernel_) return;
+  KernelCounters& k = launches_.back();
+  k.unique_read_bytes = 32 * (uint64_t)read_sectors_.size();
+  k.unique_write_bytes = 32 * (uint64_t)written_sectors_.size();
+  kernel_ = nullptr;
+}
+
+void KernelProfiler::gemm(const GemmEvent& g) { gemms_.push_back(g); }
+
+void KernelProfiler::flush() {
+  if (!kernel_) return;
+  KernelCounters& k = launches_.back();
+  std::unordered_map<uint64_t, uint32_t> occurrence;  // per lane: (pc, flags) -> times seen
+  std::unordered_map<uint64_t, size_t> index;         // per warp: (pc, flags, occurrence) -> group
+  std::vector<Group> groups;
+  for (int w = 0; w * 32 < threads_; ++w) {
+    index.clear();
+    groups.clear();
+    for (int lane = 0; lane < 32 && 32 * w + lane < threads_; ++lane) {
+      occurrence.clear();
+      for (const Entry& e : log_[(size_t)(32 * w + lane)]) {
+        const uint64_t site = (uint64_t)(uintptr_t)e.pc << 4 | e.flags;
+        const uint32_t occ = occurrence[site]++;
+        const uint64_t key = site * 0x9E3779B97F4A7C15ull ^ occ;
+        auto [it, fresh] = index.try_emplace(key, groups.size());
+        if (fresh) {
+          groups.emplace_back();
+          groups.back().pc = e.pc;
+          groups.back().flags = e.flags;
+        }
+        Group& g = groups[it->second];
+        if (g.n == 32) continue;  // a hash collision of two instructions: counted as the first
+        g.lane[g.n] = lane, g.addr[g.n] = e.addr, g.size[g.n] = e.size;
+        ++g.n;
+      }
+      log_[(size_t)(32 * w + lane)].clear();
+    }
+    for (const Group& g : groups) {
+      uint32_t width = 0;
+      for (int i = 0; i < g.n; ++i) width = std::max(width, g.size[i]);
+      const uint64_t site = (uint64_t)(uintptr_t)g.pc << 4 | g.flags;
+      auto [it, fresh] = site_index_.try_emplace(site, k.sites.size());
+      if (fresh) {
+        k.sites.emplace_back();
+        SiteCounters& s = k.sites.back();
+        s.pc = g.pc;
+        s.write = g.flags & kWrite;
+        s.space = g.flags & kShared ? Space::Shared : Space::Global;
+        s.kind = (AccessKind)(g.flags >> 2);
+      }
+      SiteCounters& s = k.sites[it->second];
+      s.width = std::max(s.width, width);
+      if (s.space == Space::Global) {
+        const GlobalCounters c = count_global(g, width);
+        s.global.add(c);
+        (s.write ? k.store : k.load).add(c);
+      } else {
+        const SharedCounters c = count_shared(g, width);
+        s.shared.add(c);
+        (s.write ? k.shared_store : k.shared_load).add(c);
+      }
+    }
+  }
+}
+
+KernelCounters KernelProfiler::total(const std::string& part) const {
+  KernelCounters t;
+  for (const KernelCounters& k : launches_)
+    if (k.kernel.find(part) != std::string::npos) {
+      if (t.launches == 0) t.kernel = k.kernel;
+      t.add(k);
+    }
+  return t;
+}
+
+std::vector<KernelCounters> KernelProfiler::per_kernel() const {
+  std::vector<KernelCounters> out;
+  std::map<std::string, size_t> at;
+  for (const KernelCounters& k : launches_) {
+    auto [it, fresh] = at.try_emplace(k.kernel, out.size());
+    if (fresh) {
+      out.emplace_back();
+      out.back().kernel = k.kernel;
+    }
+    out[it->second].add(k);
+  }
+  return out;
+}
+
+std::string KernelProfiler::report(bool sites, double min_efficiency) const {
+  std::string r =
+      "kernel | launches | global ld req, sectors/req (ideal), efficiency | global st req, sectors/req (ideal), "
+      "efficiency | moved MB / compulsory MB | shared ld req, wavefronts, conflicts | shared st req, wavefronts, "
+      "conflicts | mma | cp.async MB\n";
+  for (const KernelCounters& k : per_kernel()) {
+    auto g = [](const GlobalCounters& c) {
+      return std::to_string(c.requests) + ", " + fmt("%.2f", c.sectors_per_request()) + " (" +
+             fmt("%.2f", c.requests ? (double)c.ideal_sectors / (double)c.requests : 0.0) + "), " +
+             fmt("%.1f%%", 100 * c.efficiency());
+    };
+    auto s = [](const SharedCounters& c) {
+      return std::to_string(c.requests) + ", " + std::to_string(c.wavefronts) + ", " + std::to_string(c.conflicts());
+    };
+    r += k.kernel + " | " + std::to_string(k.launches) + " | " + g(k.load) + " | " + g(k.store) + " | " +
+         fmt("%.3f", (double)k.moved_bytes() / 1e6) + " / " + fmt("%.3f", (double)k.compulsory_bytes() / 1e6) +
+         " | " + s(k.shared_load) + " | " + s(k.shared_store) + " | " + std::to_string(k.mma) + " | " +
+         fmt("%.3f", (double)k.cp_async_bytes / 1e6) + "\n";
+    if (!sites) continue;
+    for (const SiteCounters& site : k.sites) {
+      const char* what = site.kind == AccessKind::LdMatrix ? "ldmatrix" : site.kind == AccessKind::CpAsync ? "cp.async" : site.write ? "store" : "load";
+      if (site.space == Space::Shared && site.shared.conflicts() > 0)
+        r += "    shared " + std::string(what) + " " + std::to_string(site.width) + " B at " + source_line(site.pc) +
+             ": " + std::to_string(site.shared.requests) + " requests, " + std::to_string(site.shared.wavefronts) +
+             " wavefronts, " + std::to_string(site.shared.conflicts()) + " conflicts\n";
+      if (site.space == Space::Global && site.global.efficiency() < min_efficiency)
+        r += "    global " + std::string(what) + " " + std::to_string(site.width) + " B at " + source_line(site.pc) +
+             ": " + std::to_string(site.global.requests) + " requests, " +
+             fmt("%.2f", site.global.sectors_per_request()) + " sectors/request, " +
+             fmt("%.1f%%", 100 * site.global.efficiency()) + " efficiency\n";
+    }
+  }
+  if (!gemms_.empty()) {
+    double flops = 0, bytes = 0;
+    for (const GemmEvent& gm : gemms_) {
+      flops += 2.0 * gm.m * gm.n * gm.k * gm.batch;
+      bytes += (double)(gm.a_bytes + gm.b_bytes + gm.c_read_bytes + gm.d_bytes);
+    }
+    r += "library GEMMs | " + std::to_string(gemms_.size()) + " | " + fmt("%.3f", flops / 1e9) + " GFLOP, " +
+         fmt("%.3f", bytes / 1e6) + " MB of A, B, C, D\n";
+  }
+  return r;
+}
+
+}  // namespace emu
