@@ -7,6 +7,8 @@
 #   make sanitize           the CPU suite built with AddressSanitizer + UBSan (in build-san/), run
 #   make data               put tiny Shakespeare at data/tinyshakespeare/input.txt
 #   make bench              benchmarks (never part of make test); make bench-cpu-peer: against nanoGPT
+#   make gpu-profile        a training step's kernels counted under the emulator, against an H100 and an
+#                           A100 roofline (modeled: no GPU needed)
 #   make clean
 # Overrides: EIGEN_INC=-I/path DOCTEST_INC=-I/path JSON_INC=-I/path ARCH="80 90" NVCC=/path/nvcc TINYSHAKESPEARE=/path
 #            UNITY=0 (compile the light CUDA files and the host files one by one, see CUDA_LIGHT,
@@ -208,9 +210,9 @@ FUZZ_SRCS := tests/fuzz/fuzz_readers.cpp model/config.cpp model/checkpoint.cpp m
              data/dataset.cpp data/tokens.cpp data/sha256.cpp
 FUZZ_BIN := $(if $(FUZZ_OK),$(BUILD)/fuzz_readers,)
 
-.PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop plot clean deps gpu-deps
+.PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop plot clean deps gpu-deps gpu-profile
 BENCH_GPU_BINS := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_step,)
-all: train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS) $(FUZZ_BIN) $(BUILD)/bench_cpu $(BUILD)/bench_gemm $(BENCH_GPU_BINS)
+all: train_gpt $(if $(NVCC),train_gpt_emu $(BUILD)/gpu_profile $(BUILD)/kernel_occupancy,) $(TEST_BINS) $(FUZZ_BIN) $(BUILD)/bench_cpu $(BUILD)/bench_gemm $(BENCH_GPU_BINS)
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -317,6 +319,47 @@ train_gpt_emu: $(EMU_BUILD)/train_gpt.o $(EMU_CUDA_OBJS) $(EMU_LIB_OBJS) $(HOST_
 $(BUILD)/test_emu: $(TEST_EMU_OBJS) $(EMU_CUDA_OBJS) $(EMU_LIB_OBJS) $(HOST_OBJS) $(CPU_DOUBLE_OBJS)
 	$(CXX) -o $@ $^ $(EMU_LIBS)
 
+# ---- kernel resources: the registers, spill stores and loads, stack frame, static shared and
+# local memory of every CUDA kernel, per architecture, from the real nvcc build, and their
+# theoretical occupancy on an A100 and an H100, without a GPU. The objects of CUDA_OBJS compile
+# with nvcc --resource-usage through tests/emu/kernel_resources.sh, which keeps ptxas's report
+# beside each (build/kernels/flash_attn_fwd.ptxas, ...; why ptxas and not cuobjdump: that
+# script's header). $(BUILD)/kernel_resources.txt is those reports as one table, read by
+# tests/emu/occupancy.h: in build/test_emu (make test passes it as TG_KERNEL_RESOURCES) and by
+# $(BUILD)/kernel_occupancy, which prints it with each flash kernel's occupancy.
+ifneq ($(NVCC),)
+# (override: NVCC=/path/nvcc on the command line still goes through the script)
+$(CUDA_OBJS): override NVCC := bash tests/emu/kernel_resources.sh nvcc $(NVCC)
+# an object built without its report (before this rule existed, or the report deleted) is built again
+$(filter-out $(patsubst %.ptxas,%.o,$(wildcard $(CUDA_OBJS:.o=.ptxas))),$(CUDA_OBJS)): FORCE
+
+$(BUILD)/kernel_resources.txt: $(CUDA_OBJS) tests/emu/kernel_resources.sh
+	bash tests/emu/kernel_resources.sh table "$(ARCH)" $(CUDA_OBJS) > $@.tmp || { rm -f $@.tmp; exit 1; }
+	mv $@.tmp $@
+	@echo "[make] $@: $$(grep -vc '^#' $@) kernels x architectures ($(foreach a,$(ARCH),sm_$(a))), $$(grep -v '^#' $@ | grep -vc 'spill_stores=0 spill_loads=0') with spills"
+
+# the emulated suite reads the table (tests/emu/test_occupancy.cpp) and links the calculator
+$(BUILD)/test_emu: $(EMU_BUILD)/tests/emu/occupancy.o | $(BUILD)/kernel_resources.txt
+
+# build/gpu_profile (make gpu-profile): a training step's kernels, counted by the emulator's
+# profiler, against a roofline (tests/emu/gpu_profile.cpp)
+$(BUILD)/gpu_profile: $(EMU_BUILD)/tests/emu/gpu_profile.o $(EMU_BUILD)/tests/emu/occupancy.o $(EMU_CUDA_OBJS) \
+    $(EMU_LIB_OBJS) $(HOST_OBJS) | $(BUILD)/kernel_resources.txt
+	$(CXX) -o $@ $^ $(EMU_LIBS)
+
+# make gpu-profile: that table for shakespeare-char (flash, with the scaling's check, and naive) and
+# gpt2-124m (flash), each on an H100 SXM and an A100 SXM (modeled times: docs/BENCHMARKS.md)
+gpu-profile: $(BUILD)/gpu_profile $(BUILD)/kernel_resources.txt
+	$(BUILD)/gpu_profile --preset shakespeare-char --attention flash --check
+	$(BUILD)/gpu_profile --preset shakespeare-char --attention naive
+	$(BUILD)/gpu_profile --preset gpt2-124m --attention flash
+
+# build/kernel_occupancy [FILE]: plain g++, no emulator, no sanitizers
+$(BUILD)/tests/emu/occupancy.o: CXXFLAGS += -I$(CUDA_HOME)/include
+$(BUILD)/kernel_occupancy: $(BUILD)/tests/emu/kernel_occupancy_main.o $(BUILD)/tests/emu/occupancy.o
+	$(CXX) $(CXXFLAGS) -o $@ $^
+-include $(BUILD)/tests/emu/occupancy.d $(BUILD)/tests/emu/kernel_occupancy_main.d $(EMU_BUILD)/tests/emu/occupancy.d
+endif
 
 $(BUILD)/bench_cpu: tests/bench/bench_cpu.cpp $(HOST_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
@@ -392,7 +435,7 @@ test:
 
 test-run:
 	@TG_DATA=$(DATA_FILE) TG_TRAIN_GPT=./train_gpt TG_TRAIN_GPT_EMU=./train_gpt_emu TG_FUZZ=$(FUZZ_BIN) TG_FUZZ_SECONDS=$(FUZZ_SECONDS) \
-	  bash tests/run_all.sh $(TEST_BINS)
+	  TG_KERNEL_RESOURCES=$(BUILD)/kernel_resources.txt TG_KERNEL_ARCHS="$(ARCH)" bash tests/run_all.sh $(TEST_BINS)
 
 # The CPU suite and a CPU-only train_gpt built by the host compiler with AddressSanitizer and
 # UBSan (any report ends the process, so it fails its test), in build-san/, then run.
