@@ -113,6 +113,20 @@ SharedCounters count_shared(const Group& g, uint32_t width) {
   return c;
 }
 
+// Whether pc lies in the CUDA headers' two-element vector types (cuda_bf16.hpp, cuda_fp16.hpp):
+// compiled for the host, as here, a __nv_bfloat162 or __half2 is copied member by member (x,
+// then y: two 2-byte accesses), where the device branch of the same header copies it as one
+// 32-bit word. The profiler counts such a pair as the device's one access.
+bool vector_type_pc(const void* pc) {
+  static std::unordered_map<const void*, bool> known;
+  auto [it, fresh] = known.try_emplace(pc, false);
+  if (fresh) {
+    const std::string where = source_line(pc);
+    it->second = where.find("cuda_bf16.hpp") != std::string::npos || where.find("cuda_fp16.hpp") != std::string::npos;
+  }
+  return it->second;
+}
+
 std::string fmt(const char* f, double a) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, a);
@@ -176,6 +190,29 @@ void KernelProfiler::launch_end() {
 
 void KernelProfiler::gemm(const GemmEvent& g) { gemms_.push_back(g); }
 
+// x then y of one two-element vector (vector_type_pc), 4-byte aligned: one 4-byte access. A
+// copy from one vector to another interleaves them (load x, store x, load y, store y), so y is
+// looked for among the next three accesses.
+void KernelProfiler::merge_vector_halves(std::vector<Entry>& entries) {
+  constexpr uint8_t kTaken = 0x80;  // a y half merged into its x
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Entry& a = entries[i];
+    if (a.size != 2 || a.addr % 4 != 0 || (a.flags & kTaken) || !vector_type_pc(a.pc)) continue;
+    for (size_t j = i + 1; j < entries.size() && j <= i + 3; ++j) {
+      Entry& b = entries[j];
+      if (b.size == 2 && b.flags == a.flags && b.addr == a.addr + 2 && vector_type_pc(b.pc)) {
+        a.size = 4;
+        b.flags |= kTaken;
+        break;
+      }
+    }
+  }
+  size_t out = 0;
+  for (const Entry& e : entries)
+    if (!(e.flags & kTaken)) entries[out++] = e;
+  entries.resize(out);
+}
+
 void KernelProfiler::flush() {
   if (!kernel_) return;
   KernelCounters& k = launches_.back();
@@ -187,7 +224,9 @@ void KernelProfiler::flush() {
     groups.clear();
     for (int lane = 0; lane < 32 && 32 * w + lane < threads_; ++lane) {
       occurrence.clear();
-      for (const Entry& e : log_[(size_t)(32 * w + lane)]) {
+      std::vector<Entry>& entries = log_[(size_t)(32 * w + lane)];
+      merge_vector_halves(entries);
+      for (const Entry& e : entries) {
         const uint64_t site = (uint64_t)(uintptr_t)e.pc << 4 | e.flags;
         const uint32_t occ = occurrence[site]++;
         const uint64_t key = site * 0x9E3779B97F4A7C15ull ^ occ;

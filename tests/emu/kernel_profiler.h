@@ -20,7 +20,10 @@
 // Accesses keep the widths of the source (the kernel files are compiled without
 // vectorisation); the hardware's compiler may merge neighbouring accesses that g++ keeps apart,
 // or keep in registers a value that g++ loads twice: the counts are those of the source's
-// accesses, as a kernel written with explicit vector types would get on the GPU.
+// accesses, as a kernel written with explicit vector types would get on the GPU. One exception
+// is made, for what the CUDA headers themselves compile differently on the host: a
+// __nv_bfloat162 (or __half2) copied member by member on the host, one 32-bit word on the device
+// (cuda_bf16.hpp's NV_IS_DEVICE branch), counts as the device's one 4-byte access.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -116,6 +119,7 @@ class KernelProfiler : public Observer {
     uint8_t flags;  // bit 0: write, bit 1: shared, bits 2..3: kind
   };
   void flush();  // groups the logged accesses into warp-level instructions and counts them
+  static void merge_vector_halves(std::vector<Entry>& entries);
 
   std::vector<KernelCounters> launches_;
   std::vector<GemmEvent> gemms_;

@@ -105,6 +105,11 @@ __global__ void cp_async_kernel(float* out, const float* in) {
   out[l] = reinterpret_cast<const float*>(s)[4 * l];
 }
 
+// a bf16 pair copied whole: on the device one 32-bit access each way
+__global__ void bf16x2_copy_kernel(__nv_bfloat162* out, const __nv_bfloat162* in) {
+  out[threadIdx.x] = in[threadIdx.x];
+}
+
 // reads in[n] (one past the end) in the last thread
 __global__ void overrun_kernel(float* out, const float* in, int n) {
   const int i = threadIdx.x;
@@ -268,6 +273,23 @@ TEST_CASE("kernel profiler: cp.async is a 16-byte global read and shared write p
   CHECK(c.shared_store.requests == 1);
   CHECK(c.shared_store.wavefronts == 4);
   CHECK(c.shared_load.conflicts() == 3);  // lanes 16 bytes apart reading 4 bytes: banks 0, 4, .. 28 hold 4 words each
+  cudaFree(in);
+  cudaFree(out);
+}
+
+TEST_CASE("kernel profiler: a __nv_bfloat162 copied member by member on the host counts as the device's one 4-byte access") {
+  __nv_bfloat162* in = device_alloc<__nv_bfloat162>(32);
+  __nv_bfloat162* out = device_alloc<__nv_bfloat162>(32);
+  emu::KernelProfiler prof;
+  gpu::launch(bf16x2_copy_kernel, 1, 32, 0, nullptr, out, in);
+  run();
+  const emu::KernelCounters& c = prof.launches().at(0);
+  CHECK(c.load.requests == 1);
+  CHECK(c.load.sectors == 4);
+  CHECK(c.load.efficiency() == doctest::Approx(1.0));
+  CHECK(c.store.requests == 1);
+  CHECK(c.store.sectors == 4);
+  for (const emu::SiteCounters& s : c.sites) CHECK(s.width == 4);
   cudaFree(in);
   cudaFree(out);
 }
