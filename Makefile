@@ -336,7 +336,7 @@ $(filter-out $(patsubst %.ptxas,%.o,$(wildcard $(CUDA_OBJS:.o=.ptxas))),$(CUDA_O
 $(BUILD)/kernel_resources.txt: $(CUDA_OBJS) tests/emu/kernel_resources.sh
 	bash tests/emu/kernel_resources.sh table "$(ARCH)" $(CUDA_OBJS) > $@.tmp || { rm -f $@.tmp; exit 1; }
 	mv $@.tmp $@
-	@echo "[make] $@: $$(grep -vc '^#' $@) kernels x architectures ($(foreach a,$(ARCH),sm_$(a))), $$(grep -v '^#' $@ | grep -vc 'spill_stores=0 spill_loads=0') with spills"
+	@echo "[make] $@: $$(grep -vc '^#' $@) kernels x architectures ($(foreach a,$(ARCH),sm_$(a))), $$(grep -v '^#' $@ | grep -Evc 'spill_stores=0 spill_loads=0 stack=0 smem=[0-9]+ lmem=0') with spills or local memory"
 
 # the emulated suite reads the table (tests/emu/test_occupancy.cpp) and links the calculator
 $(BUILD)/test_emu: $(EMU_BUILD)/tests/emu/occupancy.o | $(BUILD)/kernel_resources.txt
