@@ -22,6 +22,8 @@
 #                (build/bench_gemm: the native kernel, and AVX2 beside it where the native one is
 #                AVX-512), then make bench-cpu-peer on two cores (taskset -c 0,1), quiet and with
 #                one of the two kept busy
+#   counters     the kernel profiler's counts of one step (build/test_emu, emulated) beside Nsight
+#                Compute's of the same step on this GPU (build/test_gpu under ncu): $OUT/counters_*
 #   window1      build test sanitize bench (the first command of a window)
 #
 # Each stage writes $OUT/<stage>.log (and the runs' outputs under $OUT) and one summary line;
@@ -108,13 +110,29 @@ stage() {
           NANOGPT="$DEPS/nanoGPT" ROUNDS=3 BUSY=$b
       done
       ;;
+    counters)
+      # the emulator's kernel counters (tests/emu/kernel_profiler.h) beside Nsight Compute's on the
+      # same step (tests/gpu/counters_step.cuh): per kernel, global load / store requests and
+      # sectors, shared wavefronts and bank conflicts, registers and theoretical occupancy. Equal
+      # counts per kernel are what the profiler claims; a difference names a kernel to look at.
+      run counters-build 600 "${MK[@]}" build/test_emu build/test_gpu || return 1
+      run counters-emu 300 env TG_PRINT_COUNTERS=1 build/test_emu -tc="kernel counters*"
+      local m=l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
+      m+=,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum
+      m+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
+      m+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
+      m+=,smsp__inst_executed_pipe_tensor_op_hmma.sum,launch__registers_per_thread,sm__maximum_warps_per_active_cycle_pct
+      run counters-ncu 480 ncu --metrics "$m" --csv --log-file "$OUT/counters_ncu.csv" build/test_gpu \
+        -tc="gpu model: one step at the kernel counters' shape*"
+      grep '^emulated' "$OUT/counters-emu.log" >"$OUT/counters_emulated.txt"
+      ;;
     window1)
       stage build && stage test
       stage sanitize
       stage bench
       ;;
     *)
-      echo "unknown stage '$1'; expected emu, build, test, sanitize, bench, train-flash, train-naive, peer, cpu or window1" >&2
+      echo "unknown stage '$1'; expected emu, build, test, sanitize, bench, counters, train-flash, train-naive, peer, cpu or window1" >&2
       return 2
       ;;
   esac

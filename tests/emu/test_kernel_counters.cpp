@@ -12,12 +12,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "../../model/gpt.h"
-#include "../../model/gpt_cuda.cuh"
+#include "../gpu/counters_step.cuh"
 #include "emu_internal.h"
 #include "kernel_profiler.h"
 
@@ -33,30 +31,11 @@ struct Target {
   double conflicts;
 };
 
-// One step's kernels, profiled; the GEMMs do their arithmetic (the values stay finite).
+// One step's kernels (tests/gpu/counters_step.cuh), profiled; the GEMMs do their arithmetic.
 std::vector<emu::KernelCounters> profile_step(gpu::AttentionPath path, std::string* report) {
-  const tg::ModelConfig m{65, 128, 1, 6, 384, false, 65};
-  tg::CudaRunShape rs;
-  rs.B = 1;
-  rs.T = 128;
-  rs.dropout = 0.2;
-  rs.path = path;
-  tg::GPTCuda<gpu::bf16> gpt(m, rs);
-  const std::vector<tg::ParamSpec> table = tg::param_table(m);
-  std::vector<float> w(table.back().offset + table.back().numel);
-  tg::init_params(w.data(), table, 3);
-  gpt.upload_state(w.data(), nullptr, nullptr);
-  std::vector<int32_t> x(128), y(128);
-  std::mt19937 g(5);
-  for (int i = 0; i < 128; ++i) x[i] = (int32_t)(g() % 65), y[i] = (int32_t)(g() % 65);
-  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  tg_test::CountersStep step(path);
   emu::KernelProfiler prof;
-  gpt.forward(x.data(), y.data(), 1, 128, true, 1);
-  gpt.backward();
-  gpt.update(1e-3f, 1);
-  const tg::StepStats st = gpt.read_stats();
-  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  CHECK(std::isfinite(st.loss));
+  CHECK(std::isfinite(step.run()));
   *report = prof.report();
   return prof.per_kernel();
 }
@@ -72,11 +51,19 @@ void check_targets(const std::vector<emu::KernelCounters>& kernels, const std::s
       CAPTURE(k.kernel);
       emu::GlobalCounters all = k.load;
       all.add(k.store);
+      // the counts Nsight Compute names l1tex__t_requests / _sectors_pipe_lsu_mem_global_op_ld|st and
+      // l1tex__data_pipe_lsu_wavefronts / _bank_conflicts_pipe_lsu_mem_shared_op_ld|st (.ci/gpu_check.sh
+      // counters prints them beside its measurement of the same step on a GPU)
       if (std::getenv("TG_PRINT_COUNTERS"))
-        std::printf("%-40.40s eff %.4f ratio %.4f conflicts/req %.4f\n", t.kernel, all.efficiency(),
-                    (double)k.moved_bytes() / (double)k.compulsory_bytes(),
-                    (double)(k.shared_load.conflicts() + k.shared_store.conflicts()) /
-                        std::max<double>(1.0, (double)(k.shared_load.requests + k.shared_store.requests)));
+        std::printf("emulated %s | launches %llu | global ld %llu req %llu sectors | global st %llu req %llu sectors | "
+                    "shared ld %llu wavefronts %llu conflicts | shared st %llu wavefronts %llu conflicts | "
+                    "efficiency %.4f | moved/compulsory %.4f\n",
+                    t.kernel, (unsigned long long)k.launches, (unsigned long long)k.load.requests,
+                    (unsigned long long)k.load.sectors, (unsigned long long)k.store.requests,
+                    (unsigned long long)k.store.sectors, (unsigned long long)k.shared_load.wavefronts,
+                    (unsigned long long)k.shared_load.conflicts(), (unsigned long long)k.shared_store.wavefronts,
+                    (unsigned long long)k.shared_store.conflicts(), all.efficiency(),
+                    (double)k.moved_bytes() / (double)k.compulsory_bytes());
       CHECK(all.efficiency() >= t.efficiency);
       CHECK((double)k.moved_bytes() <= t.moved_over_compulsory * (double)k.compulsory_bytes());
       const uint64_t shared = k.shared_load.requests + k.shared_store.requests;

@@ -17,6 +17,7 @@
 #include "../../model/config.h"
 #include "../../model/gpt_cpu.h"
 #include "../../model/gpt_cuda.cuh"
+#include "counters_step.cuh"
 #include "gpu_util.cuh"
 
 namespace {
@@ -470,3 +471,14 @@ TG_GPU_TEST("gpu model: the flash path saves less than naive, and the size table
   tg::GPTCuda<gpu::bf16> g(m, r);
   CHECK(g.memory_bytes() == naive);
 }
+
+#ifndef TG_SIMT_EMULATION
+// The step whose kernels tests/emu/test_kernel_counters.cpp holds to their counters under the
+// emulator, on the GPU: .ci/gpu_check.sh counters runs this case under Nsight Compute.
+TG_GPU_TEST("gpu model: one step at the kernel counters' shape, both attention paths, finite loss") {
+  for (gpu::AttentionPath path : {gpu::AttentionPath::Flash, gpu::AttentionPath::Naive}) {
+    tg_test::CountersStep step(path);
+    CHECK(std::isfinite(step.run()));
+  }
+}
+#endif
