@@ -180,7 +180,7 @@ EMU_FLAGS := -std=c++17 -O2 -g -fno-omit-frame-pointer -fopenmp -Wall -Wextra -W
   -DTG_SIMT_EMULATION -DTG_HAVE_NCCL -Itests/emu/include -I$(CUDA_HOME)/include \
   -fsanitize=address,undefined -fno-sanitize-recover=all
 EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp tests/emu/cuda_runtime_emu.cpp tests/emu/cublas_emu.cpp \
-  tests/emu/nccl_emu.cpp tests/emu/access_hook.cpp tests/emu/kernel_profiler.cpp)
+  tests/emu/nccl_emu.cpp tests/emu/access_hook.cpp tests/emu/kernel_profiler.cpp tests/emu/race_checker.cpp)
 EMU_CUDA_OBJS := $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o)
 # The kernel files carry the memory hook (tests/emu/access_hook.h): GCC's ThreadSanitizer
 # instrumentation in place of AddressSanitizer's (the hook does AddressSanitizer's check), with
@@ -304,8 +304,8 @@ $(EMU_BUILD)/kernels/%.o: kernels/%.cu
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_HOOK_FLAGS) -x c++ -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
 
-# (the profiler's tests hold kernels of their own, hooked like the kernel files)
-$(EMU_BUILD)/tests/emu/test_kernel_profiler.o: tests/emu/test_kernel_profiler.cpp
+# (the profiler's and the race checker's tests hold kernels of their own, hooked like the kernel files)
+$(EMU_BUILD)/tests/emu/test_kernel_profiler.o $(EMU_BUILD)/tests/emu/test_race_checker.o: $(EMU_BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_HOOK_FLAGS) $(DOCTEST_INC) -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "emu_internal.h"
@@ -112,14 +113,33 @@ void remove_observer(Observer* o) {
   g_observed = !v.empty();
 }
 
-std::string source_line(const void* pc) {
-  char buf[512];
+std::vector<std::string> source_frames(const void* pc) {
+  char buf[2048] = {};
   // the call's return address is one past the access's instruction: step back into it
   __sanitizer_symbolize_pc(const_cast<void*>(static_cast<const void*>(static_cast<const char*>(pc) - 1)), "%s:%l",
-                           buf, sizeof buf);
-  std::string s = buf;
-  const size_t cut = s.rfind("kernels/");
-  return cut == std::string::npos ? s : s.substr(cut);
+                           buf, sizeof buf - 1);
+  std::vector<std::string> frames;
+  for (const char* f = buf; *f && f < buf + sizeof buf; f += std::strlen(f) + 1) {
+    std::string s = f;
+    for (const char* root : {"kernels/", "tests/", "model/"}) {
+      const size_t cut = s.rfind(root);
+      if (cut != std::string::npos) {
+        s = s.substr(cut);
+        break;
+      }
+    }
+    frames.push_back(s);
+  }
+  return frames;
+}
+
+std::string source_line(const void* pc) {
+  const std::vector<std::string> frames = source_frames(pc);
+  if (frames.empty()) return "?";
+  for (const std::string& f : frames)
+    if (f.rfind("kernels/", 0) == 0 || (f.rfind("tests/", 0) == 0 && f.rfind("tests/emu/simt_emulator.h", 0) != 0))
+      return f == frames.front() ? f : f + " (" + frames.front().substr(frames.front().rfind('/') + 1) + ")";
+  return frames.front();
 }
 
 void engine_access(const void* pc, const void* p, uint32_t size, bool write, AccessKind kind) {

@@ -19,7 +19,8 @@
 //
 // The PTX wrappers the engine emulates (ldmatrix, cp.async, mma.sync) report their accesses
 // from the engine: an ldmatrix.x4 is one 16-byte shared read per lane (the row that lane
-// addresses), a cp.async.cg 16 is a 16-byte global read and a 16-byte shared write at issue.
+// addresses), a cp.async.cg 16 is a 16-byte global read and a 16-byte shared write at issue,
+// and the shared write again (CpAsyncLand) when the issuing thread's wait_group lands it.
 //
 // Only accesses made while a CUDA thread runs, to device memory (cudaMalloc, cudaMallocHost) or
 // shared memory (the launch's dynamic shared memory, the static __shared__ arrays), reach the
@@ -30,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace emu {
 
@@ -40,6 +42,7 @@ enum class AccessKind : uint8_t {
   Plain,     // a load or store of C++ code
   LdMatrix,  // one row (16 bytes) of ldmatrix.x4, read for the lane that gave its address
   CpAsync,   // cp.async.cg 16: the global read, and the shared write, as issued
+  CpAsyncLand,  // the same shared write as it lands (cp.async.wait_group retires its group)
 };
 
 struct Access {
@@ -80,8 +83,12 @@ class Observer {
 void add_observer(Observer* o);
 void remove_observer(Observer* o);
 
-// "file:line" of an instruction address in the emulated code (for reports).
+// "file:line" of an instruction address in the emulated code, for reports: the kernel's own line
+// (kernels/... or a test's), with the header line inlined there in parentheses, e.g.
+// "kernels/flash_attn_fwd.cu:126 (cuda_bf16.hpp:254)". source_frames: every inlined frame,
+// innermost first.
 std::string source_line(const void* pc);
+std::vector<std::string> source_frames(const void* pc);
 
 // ---- for the engine and the library stand-ins ------------------------------------------------
 extern bool g_observed;  // some observer is registered

@@ -121,7 +121,8 @@ bool vector_type_pc(const void* pc) {
   static std::unordered_map<const void*, bool> known;
   auto [it, fresh] = known.try_emplace(pc, false);
   if (fresh) {
-    const std::string where = source_line(pc);
+    const std::vector<std::string> frames = source_frames(pc);
+    const std::string where = frames.empty() ? "" : frames.front();
     it->second = where.find("cuda_bf16.hpp") != std::string::npos || where.find("cuda_fp16.hpp") != std::string::npos;
   }
   return it->second;
@@ -162,7 +163,7 @@ void KernelProfiler::cta_begin() {
 }
 
 void KernelProfiler::access(const Access& a) {
-  if (!kernel_ || !a.thread) return;
+  if (!kernel_ || !a.thread || a.kind == AccessKind::CpAsyncLand) return;  // counted at issue
   log_[(size_t)a.thread->linear].push_back(Entry{a.pc, a.addr, a.size, flags_of(a)});
   if (a.space == Space::Global) {
     auto& set = a.write ? written_sectors_ : read_sectors_;

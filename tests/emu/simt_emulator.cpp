@@ -67,6 +67,7 @@
 //     C++ control flow and index math is what runs.
 #include "access_hook.h"
 #include "emu_internal.h"
+#include "race_checker.h"
 #include "simt_emulator.h"
 
 #include <cxxabi.h>
@@ -182,6 +183,7 @@ struct Copy {
   unsigned char* dst;
   const unsigned char* src;
   bool valid;
+  const void* pc;  // the issuing instruction (for observers)
 };
 
 struct Fiber : Thread {
@@ -519,6 +521,8 @@ void set_schedule(int s) { eng().schedule = s & 1; }
 long long launch_count() { return eng().launches; }
 
 void run_grid(const void* kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body) {
+  static const bool racecheck = (racecheck_from_env(), true);
+  (void)racecheck;
   Engine& e = eng();
   if (!e.smem_raw) {
     e.smem_max = kLargestSmemOptin;
@@ -619,9 +623,9 @@ void cp_async_16(void* smem, const void* gmem, bool valid) {
   std::string why;
   if (!device_range_ok(g, 16, &why)) device_fault(cudaErrorIllegalAddress, "cp.async source " + why);
   std::memset(d, kPoison, 16);  // in flight: undefined until the wait
-  cur().open.push_back({d, g, valid});
+  const void* pc = __builtin_return_address(0);
+  cur().open.push_back({d, g, valid, pc});
   if (g_observed) {
-    const void* pc = __builtin_return_address(0);
     engine_access(pc, g, 16, false, AccessKind::CpAsync);
     engine_access(pc, d, 16, true, AccessKind::CpAsync);
   }
@@ -640,6 +644,7 @@ void cp_async_wait(int n) {
     for (const Copy& c : groups.front()) {
       if (c.valid) std::memcpy(c.dst, c.src, 16);
       else std::memset(c.dst, 0, 16);
+      if (g_observed) engine_access(c.pc, c.dst, 16, true, AccessKind::CpAsyncLand);
     }
     groups.pop_front();
   }

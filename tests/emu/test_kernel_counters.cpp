@@ -33,7 +33,7 @@ struct Target {
 
 // One step's kernels (tests/gpu/counters_step.cuh), profiled; the GEMMs do their arithmetic.
 std::vector<emu::KernelCounters> profile_step(gpu::AttentionPath path, std::string* report) {
-  tg_test::CountersStep step(path);
+  tg_test::CountersStep<> step(path);
   emu::KernelProfiler prof;
   CHECK(std::isfinite(step.run()));
   *report = prof.report();

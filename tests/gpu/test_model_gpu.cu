@@ -477,7 +477,7 @@ TG_GPU_TEST("gpu model: the flash path saves less than naive, and the size table
 // emulator, on the GPU: .ci/gpu_check.sh counters runs this case under Nsight Compute.
 TG_GPU_TEST("gpu model: one step at the kernel counters' shape, both attention paths, finite loss") {
   for (gpu::AttentionPath path : {gpu::AttentionPath::Flash, gpu::AttentionPath::Naive}) {
-    tg_test::CountersStep step(path);
+    tg_test::CountersStep<> step(path);
     CHECK(std::isfinite(step.run()));
   }
 }

@@ -1,0 +1,102 @@
+// tests/emu/race_checker.cpp: the racecheck and initcheck of tests/emu/race_checker.h.
+#include "race_checker.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "emu_internal.h"
+#include "simt_emulator.h"
+
+namespace emu {
+
+RaceChecker::RaceChecker() { add_observer(this); }
+RaceChecker::~RaceChecker() { remove_observer(this); }
+
+void RaceChecker::launch_begin(const void*, dim3, dim3 block, size_t dynamic_smem) {
+  if (dynamic_.size() < dynamic_smem) dynamic_.resize(dynamic_smem);
+  collective_.assign((block.x * block.y * block.z + 31) / 32, 0);
+  bx_ = (int)block.x, by_ = (int)block.y;
+}
+
+void RaceChecker::cta_begin() {
+  ++cta_;  // every cell of an earlier CTA reads as empty
+  barrier_ = 0;
+  std::fill(collective_.begin(), collective_.end(), 0u);
+}
+
+void RaceChecker::barrier() { ++barrier_; }
+void RaceChecker::warp_collective(int warp, const char*) { ++collective_[(size_t)warp]; }
+
+RaceChecker::Cell& RaceChecker::cell(uintptr_t a) {
+  const uintptr_t off = a - reinterpret_cast<uintptr_t>(g_smem);
+  Cell& c = off < g_smem_bytes ? dynamic_[off] : static_[a];
+  if (c.cta != cta_) c = Cell{cta_};
+  return c;
+}
+
+bool RaceChecker::ordered(const Stamp& e, int thread) const {
+  if (e.thread < 0 || e.thread == thread || e.barrier != barrier_) return true;
+  return e.thread / 32 == thread / 32 && e.collective != collective_[(size_t)(thread / 32)];
+}
+
+void RaceChecker::hazard(const char* what, uintptr_t a, const Stamp& e, const Access& now) {
+  auto tid = [this](int t) {
+    return "(" + std::to_string(t % bx_) + "," + std::to_string(t / bx_ % by_) + "," + std::to_string(t / (bx_ * by_)) +
+           ") [warp " + std::to_string(t / 32) + " lane " + std::to_string(t % 32) + "]";
+  };
+  const uintptr_t off = a - reinterpret_cast<uintptr_t>(g_smem);
+  const std::string where = off < g_smem_bytes ? "byte " + std::to_string(off) + " of the dynamic shared memory"
+                                               : "a static __shared__ array";
+  std::string msg = std::string("racecheck: ") + what + " on " + where + ": thread " + tid(now.thread->linear) + " at " +
+                    source_line(now.pc);
+  if (e.thread >= 0)
+    msg += (e.thread == now.thread->linear ? std::string(", after its own ") : ", after thread " + tid(e.thread) + " at ") +
+           source_line(e.pc) + (e.barrier == barrier_ ? " with no __syncthreads between" : "");
+  std::fprintf(stderr, "SIMT emulator: %s\n", msg.c_str());
+  device_fault(cudaErrorLaunchFailure, msg);
+}
+
+void RaceChecker::access(const Access& a) {
+  if (a.space != Space::Shared || !a.thread) return;
+  const int t = a.thread->linear;
+  const Stamp now{t, barrier_, collective_[(size_t)(t / 32)], a.pc};
+  for (uint32_t i = 0; i < a.size; ++i) {
+    const uintptr_t b = a.addr + i;
+    Cell& c = cell(b);
+    if (a.kind == AccessKind::CpAsyncLand) {  // the copy's bytes arrive: a write now, by the issuer
+      c.in_flight = Stamp{};
+      c.write = now;
+      c.read1 = c.read2 = Stamp{};
+      c.written = true;
+      continue;
+    }
+    if (c.in_flight.thread >= 0) hazard("access to a cp.async destination before its wait_group", b, c.in_flight, a);
+    if (a.write) {
+      if (!ordered(c.write, t)) hazard("write-after-write hazard", b, c.write, a);
+      if (!ordered(c.read1, t)) hazard("write-after-read hazard", b, c.read1, a);
+      if (!ordered(c.read2, t)) hazard("write-after-read hazard", b, c.read2, a);
+      if (a.kind == AccessKind::CpAsync) {
+        c.in_flight = now;
+      } else {
+        c.write = now;
+        c.written = true;
+      }
+      c.read1 = c.read2 = Stamp{};
+    } else {
+      if (!c.written) hazard("initcheck: read of shared memory nothing wrote since the block began", b, Stamp{}, a);
+      if (!ordered(c.write, t)) hazard("read-after-write hazard", b, c.write, a);
+      if (c.read1.thread < 0 || c.read1.thread == t) c.read1 = now;
+      else c.read2 = now;
+    }
+  }
+}
+
+void racecheck_from_env() {
+  // never destroyed: observers may still be called while static objects are torn down
+  static RaceChecker* checker = nullptr;
+  const char* v = std::getenv("TG_EMU_RACECHECK");
+  if (!checker && v && *v && std::strcmp(v, "0") != 0) checker = new RaceChecker();
+}
+
+}  // namespace emu

@@ -1,0 +1,78 @@
+// tests/emu/race_checker.h: racecheck and initcheck of shared memory, on the memory hook
+// (tests/emu/access_hook.h), as compute-sanitizer's racecheck and initcheck define them.
+//
+// Order. Within a CTA, two accesses are ordered when they are the same thread's (program order),
+// when a __syncthreads lies between them, or when both threads are lanes of one warp and a warp
+// collective (__shfl_sync, ldmatrix, mma.sync) completed between them. Lanes of a warp are not
+// ordered by being in one warp: since Volta each thread has its own program counter.
+//
+// Hazards, each a device fault at once (the kernel, block, both threads and both source lines):
+//   - read-after-write, write-after-read, write-after-write: two unordered accesses to one byte of
+//     shared memory (dynamic, or a static __shared__ array) by different threads, one a write;
+//   - a cp.async destination touched in flight: the 16 bytes a cp.async.cg writes land when the
+//     issuing thread's cp.async.wait_group retires its group; any access to them before that,
+//     by any thread (the issuer included), reads or overwrites what the copy will change;
+//   - initcheck: a read of a shared byte that nothing wrote since the CTA began (shared memory
+//     has no initial value; the emulator fills it with 0xFF, NaN in fp32 and bf16).
+// Global memory is not checked here: a launch's CTAs run one after another, and the kernels'
+// global writes are their outputs (each element by one thread).
+//
+// make test runs every kernel of a training step under it, both attention paths, bf16 and fp32,
+// the flash kernels through several key tiles (tests/emu/test_race_checker.cpp).
+// TG_EMU_RACECHECK=1 turns it on for a whole process (build/test_emu, train_gpt_emu): the
+// emulated suite passes so, in about 3x its time.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "access_hook.h"
+
+namespace emu {
+
+class RaceChecker : public Observer {
+ public:
+  RaceChecker();
+  ~RaceChecker() override;
+  RaceChecker(const RaceChecker&) = delete;
+  RaceChecker& operator=(const RaceChecker&) = delete;
+
+  void launch_begin(const void* kernel, dim3 grid, dim3 block, size_t dynamic_smem) override;
+  void cta_begin() override;
+  void access(const Access& a) override;
+  void barrier() override;
+  void warp_collective(int warp, const char* op) override;
+
+  // One access as the checker keeps it.
+  struct Stamp {
+    int32_t thread = -1;  // linear index in the CTA; -1: none
+    uint32_t barrier = 0;  // barrier epoch of the CTA when it happened
+    uint32_t collective = 0;  // the warp's collective epoch then
+    const void* pc = nullptr;
+  };
+  struct Cell {  // one byte of shared memory
+    uint64_t cta = 0;  // the CTA the rest belongs to (older: as if empty)
+    Stamp write, read1, read2;  // the last write; two reads since it, by different threads
+    Stamp in_flight;            // a cp.async issued to this byte and not landed
+    bool written = false;       // written since the CTA began
+  };
+
+ private:
+  Cell& cell(uintptr_t a);
+  bool ordered(const Stamp& earlier, int thread) const;
+  [[noreturn]] void hazard(const char* what, uintptr_t a, const Stamp& earlier, const Access& now);
+
+  std::vector<Cell> dynamic_;                  // one per byte of the largest dynamic shared memory
+  std::unordered_map<uintptr_t, Cell> static_;  // the static __shared__ bytes touched
+  std::vector<uint32_t> collective_;           // per warp of the CTA
+  uint64_t cta_ = 0;
+  uint32_t barrier_ = 0;
+  int bx_ = 1, by_ = 1;
+};
+
+// Registers one RaceChecker for the rest of the process when the environment sets
+// TG_EMU_RACECHECK (to anything but 0); the runtime calls it before the first launch.
+void racecheck_from_env();
+
+}  // namespace emu

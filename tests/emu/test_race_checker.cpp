@@ -1,0 +1,170 @@
+// tests/emu/test_race_checker.cpp: the racecheck and initcheck of tests/emu/race_checker.h fire on
+// kernels that race on purpose (read-after-write and write-after-read between warps, lanes of one
+// warp with no collective between them, a cp.async destination read in flight, a read of shared
+// memory nothing wrote) and stay quiet on the orders the hardware promises (a __syncthreads, a
+// warp collective, neighbouring bytes of different threads); then every kernel of a training step
+// (both attention paths, bf16 and fp32) runs clean under it.
+//
+// This file is compiled like kernels/*.cu (the Makefile's EMU_HOOK_FLAGS), so that its kernels
+// carry the memory hook. A hazard is a device fault that stays sticky: those run in a child.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "../../kernels/cuda_common.cuh"
+#include "../../kernels/flash_attn_common.cuh"
+#include "../gpu/counters_step.cuh"
+#include "child_process.h"
+#include "emu_internal.h"
+#include "race_checker.h"
+
+namespace {
+
+bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+// MODE 0: thread 0 writes s[0], thread 40 reads it (another warp), no barrier: read after write.
+// MODE 1: thread 5 reads s[1], thread 40 writes it (warp 0 runs first): write after read.
+// MODE 2: lane 0 writes s[2], lane 1 reads it, no collective between: read after write.
+// MODE 3: as 2 with a __shfl_sync between: ordered. MODE 4: as 0 with a __syncthreads: ordered.
+// MODE 5: every thread writes its own byte of one word, then reads it back: no conflict.
+template <int MODE>
+__global__ void race_kernel(float* out) {
+  __shared__ float s[4];
+  __shared__ unsigned char bytes[64];
+  const int t = threadIdx.x;
+  float v = 0.f;
+  if (t < 4) s[t] = 1.f;
+  __syncthreads();
+  if (MODE == 0 || MODE == 4) {
+    if (t == 0) s[0] = 2.f;
+    if (MODE == 4) __syncthreads();
+    if (t == 40) v = s[0];
+  } else if (MODE == 1) {
+    if (t == 5) v = s[1];
+    if (t == 40) s[1] = 3.f;
+  } else if (MODE == 2 || MODE == 3) {
+    if (t == 0) s[2] = 4.f;
+    if (MODE == 3) v += __shfl_sync(0xffffffffu, 1.f, 0);
+    if (t == 1) v += s[2];
+  } else {
+    bytes[t] = (unsigned char)t;
+    v = bytes[t];
+  }
+  out[t] = v;
+}
+
+// reads its own cp.async destination before the wait that lands it
+__global__ void cp_async_early_kernel(float* out, const float* in) {
+  unsigned char* s = gpu::dynamic_smem<unsigned char>();
+  const int l = threadIdx.x;
+  gpu::flash::cp_async_16(s + 16 * l, in + 4 * l, true);
+  gpu::flash::cp_async_commit();
+  const float early = reinterpret_cast<const float*>(s)[4 * l];
+  gpu::flash::cp_async_wait<0>();
+  out[l] = early;
+}
+
+// reads a shared word that no thread wrote in this block
+__global__ void uninitialised_kernel(float* out) {
+  __shared__ float s[32];
+  if (threadIdx.x < 16) s[threadIdx.x] = 1.f;
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x];  // threads 16..31 read what nothing wrote
+}
+
+// schedule: the emulator's order of warps and lanes (emu::set_schedule): a hazard is found in
+// both, whichever of its two accesses runs first
+template <typename K>
+tg_test::ChildResult run_in_child(K kernel, int threads, size_t smem, int schedule = 0) {
+  return tg_test::in_child([kernel, threads, smem, schedule] {
+    emu::set_schedule(schedule);
+    emu::RaceChecker checker;
+    float* out = nullptr;
+    float* in = nullptr;
+    cudaMalloc(&out, 64 * sizeof(float));
+    cudaMalloc(&in, 128 * sizeof(float));
+    cudaMemset(in, 0, 128 * sizeof(float));
+    if constexpr (std::is_invocable_v<K, float*>) gpu::launch(kernel, 1, threads, smem, nullptr, out);
+    else gpu::launch(kernel, 1, threads, smem, nullptr, out, (const float*)in);
+    return cudaDeviceSynchronize() == cudaSuccess ? 0 : 3;
+  });
+}
+
+}  // namespace
+
+TEST_CASE("racecheck: unordered shared accesses of two warps are hazards in either order, named with both threads") {
+  std::string kinds;
+  for (int schedule : {0, 1}) {
+    CAPTURE(schedule);
+    const tg_test::ChildResult w = run_in_child(race_kernel<0>, 64, 0, schedule);
+    INFO("child stderr: " << w.err);
+    CHECK(w.exit_code == 3);
+    CHECK(has(w.err, "race_kernel<0>"));
+    CHECK(has(w.err, "(40,0,0) [warp 1 lane 8]"));
+    CHECK(has(w.err, "(0,0,0) [warp 0 lane 0]"));
+    CHECK(has(w.err, "test_race_checker.cpp:"));
+    kinds += w.err;
+    const tg_test::ChildResult r = run_in_child(race_kernel<1>, 64, 0, schedule);
+    INFO("child stderr: " << r.err);
+    CHECK(r.exit_code == 3);
+    CHECK(has(r.err, "(5,0,0) [warp 0 lane 5]"));
+    CHECK(has(r.err, "(40,0,0) [warp 1 lane 8]"));
+    kinds += r.err;
+  }
+  // one order of each pair is a read after the write, the other a write after the read
+  CHECK(has(kinds, "racecheck: read-after-write hazard"));
+  CHECK(has(kinds, "racecheck: write-after-read hazard"));
+}
+
+TEST_CASE("racecheck: lanes of one warp are ordered by a collective only; a barrier orders warps") {
+  for (int schedule : {0, 1}) {
+    const tg_test::ChildResult lanes = run_in_child(race_kernel<2>, 64, 0, schedule);
+    INFO("child stderr: " << lanes.err);
+    CHECK(lanes.exit_code == 3);
+    CHECK(has(lanes.err, "hazard"));
+    CHECK(has(lanes.err, "(1,0,0) [warp 0 lane 1]"));
+    CHECK(has(lanes.err, "(0,0,0) [warp 0 lane 0]"));
+  }
+  for (const tg_test::ChildResult& ok :
+       {run_in_child(race_kernel<3>, 64, 0), run_in_child(race_kernel<4>, 64, 0), run_in_child(race_kernel<5>, 64, 0)}) {
+    INFO("child stderr: " << ok.err);
+    CHECK(ok.exit_code == 0);
+  }
+}
+
+TEST_CASE("racecheck: a cp.async destination read before its wait_group is a hazard") {
+  const tg_test::ChildResult r = run_in_child(cp_async_early_kernel, 32, 512);
+  INFO("child stderr: " << r.err);
+  CHECK(r.exit_code == 3);
+  CHECK(has(r.err, "access to a cp.async destination before its wait_group"));
+}
+
+TEST_CASE("initcheck: a read of shared memory nothing wrote is reported") {
+  const tg_test::ChildResult r = run_in_child(uninitialised_kernel, 32, 0);
+  INFO("child stderr: " << r.err);
+  CHECK(r.exit_code == 3);
+  CHECK(has(r.err, "initcheck: read of shared memory nothing wrote"));
+  CHECK(has(r.err, "uninitialised_kernel"));
+  CHECK(has(r.err, "test_race_checker.cpp:"));
+}
+
+TEST_CASE("racecheck: every kernel of a training step runs clean (flash and naive, bf16 and fp32)") {
+  emu::RaceChecker checker;
+  for (gpu::AttentionPath path : {gpu::AttentionPath::Flash, gpu::AttentionPath::Naive}) {
+    CAPTURE(path == gpu::AttentionPath::Flash);
+    tg_test::CountersStep<gpu::bf16> bf16_step(path);
+    CHECK(std::isfinite(bf16_step.run()));
+    tg_test::CountersStep<float> fp32_step(path);
+    CHECK(std::isfinite(fp32_step.run()));
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+  }
+  // T = 200: the flash kernels go through 4 (bf16) and 7 (fp32) key tiles, so they refill a
+  // stage that other warps read the tile before
+  tg_test::CountersStep<gpu::bf16> bf16_long(gpu::AttentionPath::Flash, 200);
+  CHECK(std::isfinite(bf16_long.run()));
+  tg_test::CountersStep<float> fp32_long(gpu::AttentionPath::Flash, 200);
+  CHECK(std::isfinite(fp32_long.run()));
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+}
