@@ -11,6 +11,11 @@
 // (which syncs), and in pass 2 each thread overwrites only the columns it alone reads.
 // Block size: one warp when V <= 1024 (char-level vocabularies), else 512 threads. Reading the
 // logits twice in all (once for the loss alone). loss_mean: one block, double accumulation.
+// Traffic (emulated counts, docs/BENCHMARKS.md): at V = 50304 (gpt2-124m) 99.6% sector
+// efficiency but 1.5x the compulsory bytes moved, the row read twice; reading it once would
+// keep the row on chip, 100 KB of shared memory per block in bf16 and 201 KB in fp32 (more than
+// an A100's 163 KB a block). At V = 65 a row starts mid-sector: 53% efficiency, a kernel of
+// far below 1% of the step's bytes.
 #include "cross_entropy.cuh"
 
 #include <cmath>
