@@ -79,7 +79,7 @@ void check_targets(const std::vector<emu::KernelCounters>& kernels, const std::s
 TEST_CASE("kernel counters: a flash step's kernels coalesce and keep their shared tiles free of conflicts") {
   std::string report;
   const std::vector<emu::KernelCounters> k = profile_step(gpu::AttentionPath::Flash, &report);
-  // the bar for a kernel with a real share of the step's bytes: 90% sector efficiency,
+  // the bar for a kernel with a real share of the step's bytes: 90% sector efficiency,
   // moved <= 1.2x compulsory; the flash kernels are held to no bank conflicts (their global
   // traffic: the mma fragments' row pieces, kernels/flash_attn_fwd.cu's header) and to what they
   // reach; the small kernels below 1% of the step's bytes to what they reach (comments)
