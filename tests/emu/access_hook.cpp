@@ -170,6 +170,12 @@ void notify_launch_end() {
 void notify_gemm(const GemmEvent& g) {
   for (Observer* o : observers()) o->gemm(g);
 }
+void notify_device_written(const void* p, size_t n) {
+  for (Observer* o : observers()) o->device_written(p, n);
+}
+void notify_device_freed(const void* p, size_t n) {
+  for (Observer* o : observers()) o->device_freed(p, n);
+}
 
 }  // namespace emu
 

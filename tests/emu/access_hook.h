@@ -77,6 +77,10 @@ class Observer {
   virtual void cta_end() {}
   virtual void launch_end() {}
   virtual void gemm(const GemmEvent& g) { (void)g; }
+  // Device memory written outside kernels as it happens (a copy, a memset, a library GEMM's
+  // output, NCCL's results through copies), and an allocation about to be freed.
+  virtual void device_written(const void* p, size_t n) { (void)p, (void)n; }
+  virtual void device_freed(const void* p, size_t n) { (void)p, (void)n; }
 };
 
 // Observers are called in the order added. Not thread-safe: the emulator runs on one thread.
@@ -102,5 +106,7 @@ void notify_mma(int warp, uint64_t flops);
 void notify_cta_end();
 void notify_launch_end();
 void notify_gemm(const GemmEvent& g);
+void notify_device_written(const void* p, size_t n);
+void notify_device_freed(const void* p, size_t n);
 
 }  // namespace emu

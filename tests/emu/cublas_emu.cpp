@@ -151,6 +151,13 @@ struct Gemm {
           if (gelu) v = 0.5f * v * (1.f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
           store(const_cast<void*>(D.ptr), D.type, D.index(b, i, j), v);
         }
+      if (g_observed) {  // D's elements, a contiguous run per column (per row when row-major)
+        const int64_t runs = D.row_major ? m : n, len = D.row_major ? n : m;
+        for (int64_t r = 0; r < runs; ++r)
+          notify_device_written(static_cast<const unsigned char*>(D.ptr) +
+                                    D.index(b, D.row_major ? r : 0, D.row_major ? 0 : r) * type_size(D.type),
+                                (size_t)len * type_size(D.type));
+      }
     }
   }
 };

@@ -53,7 +53,9 @@
 #include <string>
 #include <vector>
 
+#include "access_hook.h"
 #include "emu_internal.h"
+#include "race_checker.h"
 #include "simt_emulator.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -311,6 +313,7 @@ cudaError_t queue_copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind
   enqueue(reinterpret_cast<cudaStream_t>(s->legacy ? nullptr : s), who, [dst, from, n, copy] {
     for_accessible(dst, n, [&](size_t off, size_t len) {
       std::memcpy(static_cast<unsigned char*>(dst) + off, from + off, len);
+      if (g_observed && is_device(dst)) notify_device_written(static_cast<unsigned char*>(dst) + off, len);
     });
   });
   return cudaSuccess;
@@ -330,7 +333,10 @@ cudaError_t check_memset(void* p, size_t n, const char* who) {
 
 cudaError_t queue_memset(void* p, int value, size_t n, cudaStream_t s, const char* who) {
   enqueue(s, who, [p, value, n] {
-    for_accessible(p, n, [&](size_t off, size_t len) { std::memset(static_cast<unsigned char*>(p) + off, value, len); });
+    for_accessible(p, n, [&](size_t off, size_t len) {
+      std::memset(static_cast<unsigned char*>(p) + off, value, len);
+      if (g_observed) notify_device_written(static_cast<unsigned char*>(p) + off, len);
+    });
   });
   return cudaSuccess;
 }
@@ -411,6 +417,15 @@ bool device_memory(uintptr_t a) {
   lo = reinterpret_cast<uintptr_t>(al->base);
   hi = lo + al->size;
   return true;
+}
+
+std::string describe_device_address(const void* p) {
+  const Allocation* a = find_allocation(p);
+  if (!a) return range_str(p, 0) + " (not in a device allocation)";
+  char at[32];
+  std::snprintf(at, sizeof at, "%p", static_cast<const void*>(a->base));
+  return "byte " + std::to_string((size_t)(static_cast<const unsigned char*>(p) - a->base)) + " of the " +
+         std::to_string(a->size) + "-byte allocation at " + at;
 }
 
 bool device_range_ok(const void* p, size_t bytes, std::string* why) {
@@ -540,6 +555,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
 }
 
 static cudaError_t allocate(void** ptr, size_t size, bool pinned, const char* who) {
+  emu::racecheck_from_env();  // before the first allocation: the checker sees every write
   if (sticky_error()) return fail(sticky_error());
   if (!ptr) return fail(cudaErrorInvalidValue);
   *ptr = nullptr;
@@ -578,6 +594,7 @@ static cudaError_t release(void* ptr, bool pinned, const char* who) {
     return fail(cudaErrorInvalidValue, std::string(who) + "(" + emu::range_str(ptr, 0) + "): not a pointer from " +
                                            (pinned ? "cudaMallocHost" : "cudaMalloc"));
   emu::Allocation& a = it->second;
+  if (emu::g_observed) emu::notify_device_freed(a.base, a.size);
   if (!pinned) emu::mem().device_bytes -= a.size;
   TG_EMU_UNPOISON(a.raw, a.size + 2 * emu::kRedZone);
   std::free(a.raw);

@@ -38,6 +38,8 @@ bool device_range_ok(const void* p, size_t bytes, std::string* why);
 // Whether address a lies inside a cudaMalloc or cudaMallocHost allocation (the kernels' global
 // memory), without the checks of device_range_ok: the memory hook's fast test.
 bool device_memory(uintptr_t a);
+// "byte 40 of the 4096-byte allocation at 0x...": where a device address lies, for reports.
+std::string describe_device_address(const void* p);
 // The description of the work the device is running (for reports): a kernel, a copy, a GEMM.
 extern const char* g_device_op;
 

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 
 #include "emu_internal.h"
@@ -57,8 +58,47 @@ void RaceChecker::hazard(const char* what, uintptr_t a, const Stamp& e, const Ac
   device_fault(cudaErrorLaunchFailure, msg);
 }
 
+void RaceChecker::mark_written(uintptr_t a, size_t n, bool on) {
+  for (uintptr_t b = a; b < a + n;) {
+    std::vector<uint64_t>& page = written_[b >> 12];
+    if (page.empty()) page.assign(64, 0);
+    const uintptr_t end = std::min<uintptr_t>(a + n, ((b >> 12) + 1) << 12);
+    for (; b < end; ++b) {
+      const uint64_t bit = 1ull << (b & 63);
+      uint64_t& w = page[(b >> 6) & 63];
+      w = on ? (w | bit) : (w & ~bit);
+    }
+  }
+}
+
+bool RaceChecker::all_written(uintptr_t a, uint32_t n) const {
+  for (uintptr_t b = a; b < a + n; ++b) {
+    const auto it = written_.find(b >> 12);
+    if (it == written_.end() || !((it->second[(b >> 6) & 63] >> (b & 63)) & 1)) return false;
+  }
+  return true;
+}
+
+void RaceChecker::device_written(const void* p, size_t n) { mark_written(reinterpret_cast<uintptr_t>(p), n, true); }
+void RaceChecker::device_freed(const void* p, size_t n) { mark_written(reinterpret_cast<uintptr_t>(p), n, false); }
+
 void RaceChecker::access(const Access& a) {
-  if (a.space != Space::Shared || !a.thread) return;
+  if (!a.thread) return;
+  if (a.space == Space::Global) {
+    if (a.write) mark_written(a.addr, a.size, true);
+    else if (!all_written(a.addr, a.size)) {
+      uintptr_t b = a.addr;
+      while (all_written(b, 1)) ++b;
+      const int t = a.thread->linear;
+      const std::string msg = "initcheck: read of device memory nothing wrote (" +
+                              describe_device_address(reinterpret_cast<const void*>(b)) + "): thread (" +
+                              std::to_string(t % bx_) + "," + std::to_string(t / bx_ % by_) + "," +
+                              std::to_string(t / (bx_ * by_)) + ") at " + source_line(a.pc);
+      std::fprintf(stderr, "SIMT emulator: %s\n", msg.c_str());
+      device_fault(cudaErrorLaunchFailure, msg);
+    }
+    return;
+  }
   const int t = a.thread->linear;
   const Stamp now{t, barrier_, collective_[(size_t)(t / 32)], a.pc};
   for (uint32_t i = 0; i < a.size; ++i) {

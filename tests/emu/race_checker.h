@@ -13,9 +13,13 @@
 //     issuing thread's cp.async.wait_group retires its group; any access to them before that,
 //     by any thread (the issuer included), reads or overwrites what the copy will change;
 //   - initcheck: a read of a shared byte that nothing wrote since the CTA began (shared memory
-//     has no initial value; the emulator fills it with 0xFF, NaN in fp32 and bf16).
-// Global memory is not checked here: a launch's CTAs run one after another, and the kernels'
-// global writes are their outputs (each element by one thread).
+//     has no initial value; the emulator fills it with 0xFF, NaN in fp32 and bf16), and a
+//     kernel's read of device memory that nothing wrote since the checker began (a kernel, a
+//     copy, a memset, a library GEMM's output): the checker starts before the first allocation
+//     when the environment asks for it, and a test creates it before its buffers.
+// Races in global memory (two CTAs of a launch on one byte) are not checked: a launch's CTAs run
+// one after another, and the kernels' global writes are their outputs (each element by one
+// thread).
 //
 // make test runs every kernel of a training step under it, both attention paths, bf16 and fp32,
 // the flash kernels through several key tiles (tests/emu/test_race_checker.cpp).
@@ -43,6 +47,8 @@ class RaceChecker : public Observer {
   void access(const Access& a) override;
   void barrier() override;
   void warp_collective(int warp, const char* op) override;
+  void device_written(const void* p, size_t n) override;
+  void device_freed(const void* p, size_t n) override;
 
   // One access as the checker keeps it.
   struct Stamp {
@@ -66,6 +72,10 @@ class RaceChecker : public Observer {
   std::vector<Cell> dynamic_;                  // one per byte of the largest dynamic shared memory
   std::unordered_map<uintptr_t, Cell> static_;  // the static __shared__ bytes touched
   std::vector<uint32_t> collective_;           // per warp of the CTA
+  // device memory written since the checker began: a bit a byte, per 4 KB page
+  std::unordered_map<uintptr_t, std::vector<uint64_t>> written_;
+  void mark_written(uintptr_t a, size_t n, bool on);
+  bool all_written(uintptr_t a, uint32_t n) const;
   uint64_t cta_ = 0;
   uint32_t barrier_ = 0;
   int bx_ = 1, by_ = 1;

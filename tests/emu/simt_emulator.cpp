@@ -626,7 +626,7 @@ void cp_async_16(void* smem, const void* gmem, bool valid) {
   const void* pc = __builtin_return_address(0);
   cur().open.push_back({d, g, valid, pc});
   if (g_observed) {
-    engine_access(pc, g, 16, false, AccessKind::CpAsync);
+    if (valid) engine_access(pc, g, 16, false, AccessKind::CpAsync);  // src-size 0 reads nothing
     engine_access(pc, d, 16, true, AccessKind::CpAsync);
   }
 }

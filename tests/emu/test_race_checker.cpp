@@ -1,9 +1,10 @@
 // tests/emu/test_race_checker.cpp: the racecheck and initcheck of tests/emu/race_checker.h fire on
 // kernels that race on purpose (read-after-write and write-after-read between warps, lanes of one
 // warp with no collective between them, a cp.async destination read in flight, a read of shared
-// memory nothing wrote) and stay quiet on the orders the hardware promises (a __syncthreads, a
-// warp collective, neighbouring bytes of different threads); then every kernel of a training step
-// (both attention paths, bf16 and fp32) runs clean under it.
+// memory nothing wrote, a kernel reading device memory the previous kernel did not fill) and stay
+// quiet on the orders the hardware promises (a __syncthreads, a warp collective, neighbouring
+// bytes of different threads); then every kernel of a training step (both attention paths, bf16
+// and fp32) runs clean under it, device memory included.
 //
 // This file is compiled like kernels/*.cu (the Makefile's EMU_HOOK_FLAGS), so that its kernels
 // carry the memory hook. A hazard is a device fault that stays sticky: those run in a child.
@@ -73,6 +74,13 @@ __global__ void uninitialised_kernel(float* out) {
   __syncthreads();
   out[threadIdx.x] = s[threadIdx.x];  // threads 16..31 read what nothing wrote
 }
+
+// fills out[0 .. n) (n < the buffer)
+__global__ void fill_kernel(float* out, int n) {
+  if ((int)threadIdx.x < n) out[threadIdx.x] = 1.f;
+}
+// out[i] = 2 in[i] over the whole block
+__global__ void double_kernel(float* out, const float* in) { out[threadIdx.x] = 2.f * in[threadIdx.x]; }
 
 // schedule: the emulator's order of warps and lanes (emu::set_schedule): a hazard is found in
 // both, whichever of its two accesses runs first
@@ -148,6 +156,29 @@ TEST_CASE("initcheck: a read of shared memory nothing wrote is reported") {
   CHECK(has(r.err, "initcheck: read of shared memory nothing wrote"));
   CHECK(has(r.err, "uninitialised_kernel"));
   CHECK(has(r.err, "test_race_checker.cpp:"));
+}
+
+TEST_CASE("initcheck: a kernel reading device memory that nothing wrote is reported, naming the allocation") {
+  auto run = [](int filled) {
+    return tg_test::in_child([filled] {
+      emu::RaceChecker checker;
+      float* a = nullptr;
+      float* b = nullptr;
+      cudaMalloc(&a, 64 * sizeof(float));
+      cudaMalloc(&b, 64 * sizeof(float));
+      gpu::launch(fill_kernel, 1, 64, 0, nullptr, a, filled);  // the previous kernel fills `filled` of 64
+      gpu::launch(double_kernel, 1, 64, 0, nullptr, b, (const float*)a);
+      return cudaDeviceSynchronize() == cudaSuccess ? 0 : 3;
+    });
+  };
+  const tg_test::ChildResult r = run(48);
+  INFO("child stderr: " << r.err);
+  CHECK(r.exit_code == 3);
+  CHECK(has(r.err, "initcheck: read of device memory nothing wrote (byte 192 of the 256-byte allocation"));
+  CHECK(has(r.err, "double_kernel"));
+  const tg_test::ChildResult ok = run(64);
+  INFO("child stderr: " << ok.err);
+  CHECK(ok.exit_code == 0);
 }
 
 TEST_CASE("racecheck: every kernel of a training step runs clean (flash and naive, bf16 and fp32)") {
