@@ -49,18 +49,18 @@
 //     be 16-byte aligned, the destination inside dynamic shared memory, and the source (even
 //     when src-size is 0) inside device memory.
 //
-// What it counts: every load and store of the kernel files passes the memory hook
+// What it counts and checks: every load and store of the kernel files passes the memory hook
 // (tests/emu/access_hook.h) with its thread and source line; the kernel profiler
 // (tests/emu/kernel_profiler.h) turns them into sectors, coalescing, bank conflicts and tensor
-// work per launch, exactly. Registers, spills and occupancy come from the real nvcc build
-// (tests/emu/occupancy.h).
+// work per launch, exactly, and the race checker (tests/emu/race_checker.h) finds shared-memory
+// hazards that no barrier or warp collective orders, cp.async destinations touched in flight
+// and reads of memory nothing wrote, whatever order the fibers happened to run in. Registers,
+// spills and occupancy come from the real nvcc build (tests/emu/occupancy.h).
 //
 // What it cannot show:
 //   - timing of any kind: no cycles, latencies, caches or overlap are modeled;
-//   - data races other than barrier misuse: fibers switch only at barriers and collectives,
-//     so two threads racing on shared or global memory between barriers are not detected
-//     (only the warp-major order, the order that flips from CTA to CTA and the cp.async
-//     landing schedule are adversarial); CTAs never run concurrently;
+//   - races in global memory between the CTAs of a launch: CTAs never run concurrently, and
+//     the race checker looks at shared memory;
 //   - exact hardware rounding: the tensor-core accumulation order and internal precision, and
 //     the device expf / logf / exp2f (the host libm is used, within an ulp or two);
 //   - what the compiler does to the device code (register allocation, the SASS): the kernels'
