@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "emu_internal.h"
 #include "simt_emulator.h"
@@ -218,7 +219,10 @@ void KernelProfiler::flush() {
   if (!kernel_) return;
   KernelCounters& k = launches_.back();
   std::unordered_map<uint64_t, uint32_t> occurrence;  // per lane: (pc, flags) -> times seen
-  std::unordered_map<uint64_t, size_t> index;         // per warp: (pc, flags, occurrence) -> group
+  struct KeyHash {
+    size_t operator()(const std::pair<uint64_t, uint32_t>& k) const { return k.first * 0x9E3779B97F4A7C15ull ^ k.second; }
+  };
+  std::unordered_map<std::pair<uint64_t, uint32_t>, size_t, KeyHash> index;  // per warp: (site, occurrence) -> group
   std::vector<Group> groups;
   for (int w = 0; w * 32 < threads_; ++w) {
     index.clear();
@@ -230,15 +234,13 @@ void KernelProfiler::flush() {
       for (const Entry& e : entries) {
         const uint64_t site = (uint64_t)(uintptr_t)e.pc << 4 | e.flags;
         const uint32_t occ = occurrence[site]++;
-        const uint64_t key = site * 0x9E3779B97F4A7C15ull ^ occ;
-        auto [it, fresh] = index.try_emplace(key, groups.size());
+        auto [it, fresh] = index.try_emplace(std::make_pair(site, occ), groups.size());
         if (fresh) {
           groups.emplace_back();
           groups.back().pc = e.pc;
           groups.back().flags = e.flags;
         }
         Group& g = groups[it->second];
-        if (g.n == 32) continue;  // a hash collision of two instructions: counted as the first
         g.lane[g.n] = lane, g.addr[g.n] = e.addr, g.size[g.n] = e.size;
         ++g.n;
       }
