@@ -1,6 +1,7 @@
 // tests/emu/access_hook.h: every memory access that emulated kernel code makes, and the events
-// that order them, delivered to observers (the kernel profiler of tests/emu/kernel_profiler.h;
-// any checker that needs each load and store with its thread and source line).
+// that order them, delivered to observers (the kernel profiler of tests/emu/kernel_profiler.h,
+// the race checker of tests/emu/race_checker.h: anything that needs each load and store with
+// its thread and source line).
 //
 // How the accesses are seen. The emulator build compiles kernels/*.cu with GCC's
 // -fsanitize=thread instrumentation (the Makefile's EMU_HOOK_FLAGS) but links no ThreadSanitizer
@@ -15,7 +16,12 @@
 // the build maintains) before anything else: a kernel reading past its buffer is still
 // reported at once. What those files lose is AddressSanitizer's red zones around their own
 // statics and stack arrays; UndefinedBehaviorSanitizer's bounds check still covers every
-// indexed array of known size there (a __shared__ tile, a register array).
+// indexed array of known size there (a __shared__ tile, a register array). Why this way: the
+// emulator stays one g++ build with AddressSanitizer on everything else (Clang's load / store
+// tracing beside its AddressSanitizer would need the whole emulator build in clang and its
+// runtime; a second g++ build with ThreadSanitizer alone would double the emulated build and
+// suite), and AddressSanitizer's own out-of-line checks skip what they can prove in bounds,
+// a constant index into a static array among them.
 //
 // The PTX wrappers the engine emulates (ldmatrix, cp.async, mma.sync) report their accesses
 // from the engine: an ldmatrix.x4 is one 16-byte shared read per lane (the row that lane
