@@ -132,27 +132,7 @@ void profile_step(const tg::Config& c, int V, int Vp, const Shape& s, gpu::Atten
   }
 }
 
-// c(L, B) from the four corner tables, as a weighted sum of them.
-Table bilinear(const Table* t[4], double L, double B) {
-  // corners (1,1), (2,1), (1,2), (2,2): weights of the bilinear interpolation extended outside
-  const double wl = L - 1, wb = B - 1;
-  const double w[4] = {(1 - wl) * (1 - wb), wl * (1 - wb), (1 - wl) * wb, wl * wb};
-  Table out;
-  for (int i = 0; i < 4; ++i)
-    for (const auto& [key, r] : *t[i]) {
-      Row& o = out[key];
-      o.name = r.name, o.full = r.full, o.block = r.block, o.dynamic_smem = r.dynamic_smem;
-      o.launches += w[i] * r.launches;
-      o.compulsory += w[i] * r.compulsory;
-      o.moved += w[i] * r.moved;
-      o.requested += w[i] * r.requested;
-      o.tensor_flops += w[i] * r.tensor_flops;
-      o.shared_requests += w[i] * r.shared_requests;
-      o.conflicts += w[i] * r.conflicts;
-    }
-  return out;
-}
-
+// into += times x t, row by row.
 void add_scaled(Table& into, const Table& t, double times) {
   for (const auto& [key, r] : t) {
     Row& o = into[key];
@@ -165,6 +145,16 @@ void add_scaled(Table& into, const Table& t, double times) {
     o.shared_requests += times * r.shared_requests;
     o.conflicts += times * r.conflicts;
   }
+}
+
+// c(L, B) from the four corner tables (1,1), (2,1), (1,2), (2,2): the bilinear interpolation's
+// weights, extended outside the square.
+Table bilinear(const Table* t[4], double L, double B) {
+  const double wl = L - 1, wb = B - 1;
+  const double w[4] = {(1 - wl) * (1 - wb), wl * (1 - wb), (1 - wl) * wb, wl * wb};
+  Table out;
+  for (int i = 0; i < 4; ++i) add_scaled(out, *t[i], w[i]);
+  return out;
 }
 
 double rel(double a, double b) { return a == b ? 0 : std::fabs(a - b) / std::max(std::fabs(a), std::fabs(b)); }
