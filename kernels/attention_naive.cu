@@ -147,12 +147,23 @@ __global__ void scatter_add_heads_kernel(T* __restrict__ dqkv,          // (B, T
 }
 
 // ---- the fused softmax + dropout kernels ---------------------------------------------------
-// One warp per row (bh, i) of the (T, T) matrix of a head; rows = B*NH*T. Every lane walks its
-// own columns in a fixed order and the warp combines them with the fixed butterfly of
-// warp_sum / warp_max, so the bits do not change from run to run. In the writing passes lane
-// `lane` owns the groups of 4 columns j0 = 4*lane + 128*k, so that one Philox call
-// (philox::dropout_words) gives the keep decisions of its 4 columns (word c for column j0 + c,
-// which is what philox::dropout_keep picks).
+// One warp per row (bh, i) of the (T, T) matrix of a head; rows = B*NH*T. In pass k lane `lane`
+// owns column j = 32 k + lane, so each load and store of a pass covers 32 consecutive elements
+// (coalesced: 100% sector efficiency at every width). Every lane walks its columns in a fixed
+// order and the warp combines them with the fixed butterfly of warp_sum / warp_max, so the bits do
+// not change from run to run. With Cached (T <= 32 kCachedCols = 1024, every preset) a lane keeps
+// its columns of the row in registers, so each buffer is read once and written once: the bytes
+// moved are the compulsory bytes (emulated counts, tests/emu/test_kernel_counters.cpp). Longer
+// rows are read again in each pass.
+//
+// The keep decisions: one Philox call (philox::dropout_words) gives the words of columns j0 ..
+// j0 + 3 (j0 a multiple of 4; word c for column j0 + c, which is what philox::dropout_keep picks).
+// For each 1024 columns from c0 (once for a cached row), lane L makes the calls of columns
+// c0 + 128 g + 4 L .. + 3 for g < 8 and packs the decisions into the 8 nibbles of one word; in
+// pass k lane L reads the word of lane 8 (k mod 4) + L / 4 with one shuffle and takes bit
+// L mod 4 of nibble (k / 4) mod 8. One call per 4 columns, as in the CPU twin.
+
+constexpr int kCachedCols = 32;  // columns of a row a lane keeps in registers (rows of T <= 1024)
 
 struct RowIndex {
   uint32_t bh;  // b*NH + h
@@ -171,25 +182,38 @@ __device__ __forceinline__ RowIndex row_index(long long row, int Tn) {
   return r;
 }
 
-// The 4 raw Philox words of columns j0 .. j0+3 (j0 a multiple of 4); unused without dropout.
+// The keep decisions of the lane's columns c0 + 128 g + 4 lane + c (g < 8, c < 4) as bit 4 g + c;
+// 0 from the end of the columns in play on (no Philox call there), all kept without dropout.
 template <bool IsDropout>
-__device__ __forceinline__ philox::U32x4 keep_words(const philox::DropoutKey& key, const RowIndex& r, int j0) {
-  if (IsDropout) return philox::dropout_words(key, r.bh, (uint32_t)r.i, (uint32_t)j0);
-  return philox::U32x4{{0u, 0u, 0u, 0u}};
+__device__ __forceinline__ uint32_t keep_nibbles(const philox::DropoutKey& key, const RowIndex& r, int c0, int lane) {
+  if (!IsDropout) return 0xffffffffu;
+  uint32_t bits = 0;
+#pragma unroll 1
+  for (int g = 0; g < 8; ++g) {
+    const int j0 = c0 + 128 * g + 4 * lane;
+    if (j0 >= r.jn) break;
+    const philox::U32x4 w = philox::dropout_words(key, r.bh, (uint32_t)r.i, (uint32_t)j0);
+    const uint32_t t = key.threshold;
+    const uint32_t nibble = (uint32_t)(w.v[0] >= t) | (uint32_t)(w.v[1] >= t) << 1 | (uint32_t)(w.v[2] >= t) << 2 |
+                            (uint32_t)(w.v[3] >= t) << 3;
+    bits |= nibble << (4 * g);
+  }
+  return bits;
 }
 
-// Memory traffic of the two softmax kernels: where they write P, Pd and the mask (and the
-// backward reads them), a lane takes 4 consecutive columns, the 4 keys of one Philox call, so a
-// warp's access of one element a lane spans 128 columns: 22-34% sector efficiency, 4.9x (forward)
-// and 5.6x (backward) the compulsory bytes moved at the shakespeare-char width (emulated counts,
-// tests/emu/test_kernel_counters.cpp; docs/BENCHMARKS.md). The naive path is the reference the
-// flash kernels are checked against and its (B, NH, T, T) buffers dominate its traffic either
-// way; it is left in this simple form.
-//
+// Whether column 32 k + lane is kept, from each lane's keep_nibbles of the 1024 columns that hold
+// pass k. The whole warp calls it (a shuffle).
+template <bool IsDropout>
+__device__ __forceinline__ bool pass_keep(uint32_t nibbles, int k, int lane) {
+  if (!IsDropout) return true;
+  const uint32_t bits = __shfl_sync(0xffffffffu, nibbles, 8 * (k & 3) + (lane >> 2));
+  return (bits >> (4 * ((k >> 2) & 7) + (lane & 3))) & 1u;
+}
+
 // Forward, row (bh, i):  m = max_j S_ij,  l = sum_j exp(S_ij - m),  P_ij = exp(S_ij - m) / l,
 // att_ij = T(P_ij) (0 for j >= jn), Pd_ij = T(float(att_ij) * s) if kept else 0,
 // mask_ij = kept (j < jn only).
-template <typename T, bool IsCausal, bool IsDropout>
+template <typename T, bool IsCausal, bool IsDropout, bool Cached>
 __global__ void __launch_bounds__(kRowThreads)
     softmax_dropout_forward_kernel(T* __restrict__ att,            // (B, NH, T, T)
                                    T* __restrict__ pd,             // (B, NH, T, T), written with dropout
@@ -201,13 +225,34 @@ __global__ void __launch_bounds__(kRowThreads)
   const int lane = threadIdx.x & 31;
   const RowIndex r = row_index<IsCausal>(row, Tn);
   const float* s_i = s + r.off;
+  const int kn = (r.jn + 31) / 32, kt = (Tn + 31) / 32;  // passes over the columns in play, over the row
+  float e[Cached ? kCachedCols : 1];                      // Cached: S_ij, then exp(S_ij - m)
 
   // m_i = max_j S_ij, l_i = sum_j exp(S_ij - m_i) over j < jn (jn >= 1: both finite, l >= 1)
   float m = -INFINITY;
-  for (int j = lane; j < r.jn; j += 32) m = fmaxf(m, s_i[j]);
+#pragma unroll
+  for (int k = 0; k < (Cached ? kCachedCols : kn); ++k) {
+    if (Cached && k >= kn) break;
+    const int j = 32 * k + lane;
+    if (j < r.jn) {
+      const float x = s_i[j];
+      if constexpr (Cached) e[k] = x;
+      m = fmaxf(m, x);
+    }
+  }
   m = warp_max(m);
   float l = 0.f;
-  for (int j = lane; j < r.jn; j += 32) l += expf(s_i[j] - m);
+#pragma unroll
+  for (int k = 0; k < (Cached ? kCachedCols : kn); ++k) {
+    if (Cached && k >= kn) break;
+    const int j = 32 * k + lane;
+    if (j < r.jn) {
+      float x;
+      if constexpr (Cached) x = e[k] = expf(e[k] - m);
+      else x = expf(s_i[j] - m);
+      l += x;
+    }
+  }
   l = warp_sum(l);
   const float inv_l = 1.f / l;
 
@@ -216,31 +261,36 @@ __global__ void __launch_bounds__(kRowThreads)
   T* pd_i = IsDropout ? pd + r.off : nullptr;
   uint8_t* mask_i = mask ? mask + r.off : nullptr;
   const float scale = key.scale;
-  for (int j0 = 4 * lane; j0 < Tn; j0 += 128) {
-    const philox::U32x4 w = j0 < r.jn ? keep_words<IsDropout>(key, r, j0) : philox::U32x4{{0u, 0u, 0u, 0u}};
+  uint32_t nibbles = 0;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int j = j0 + c;
-      if (j >= Tn) break;
-      if (j < r.jn) {
-        const T p = from_float<T>(expf(s_i[j] - m) * inv_l);
-        const bool keep = !IsDropout || w.v[c] >= key.threshold;
-        att_i[j] = p;
-        if (IsDropout) pd_i[j] = from_float<T>(keep ? to_float(p) * scale : 0.f);
-        if (mask_i) mask_i[j] = keep ? 1 : 0;
-      } else {
-        att_i[j] = from_float<T>(0.f);
-        if (IsDropout) pd_i[j] = from_float<T>(0.f);
-      }
+  for (int k = 0; k < (Cached ? kCachedCols : kt); ++k) {
+    if (Cached && k >= kt) break;
+    if (IsDropout && (k & 31) == 0) nibbles = keep_nibbles<IsDropout>(key, r, 32 * k, lane);
+    const bool keep = pass_keep<IsDropout>(nibbles, k, lane);
+    const int j = 32 * k + lane;
+    if (j >= Tn) continue;
+    // one store a pass for each buffer, its columns in play and the zeros beyond them together
+    const bool in_play = j < r.jn;
+    float x = 0.f;
+    if (in_play) {
+      if constexpr (Cached) x = e[k];
+      else x = expf(s_i[j] - m);
     }
+    const T p = from_float<T>(in_play ? x * inv_l : 0.f);
+    att_i[j] = p;
+    if (IsDropout) pd_i[j] = from_float<T>(in_play && keep ? to_float(p) * scale : 0.f);
+    if (mask_i && in_play) mask_i[j] = keep ? 1 : 0;
   }
 }
 
 // Backward, row (bh, i), with P = att:  dP_ij = dPd_ij M_ij s,  D_i = sum_j P_ij dP_ij,
 // dS_ij = T(P_ij (dP_ij - D_i)) (0 for j >= jn),  Pd_ij = T(P_ij s) if kept else 0 (written
 // when WritePd: with dropout or causal; otherwise the caller reads Pd = att).
-template <typename T, bool IsCausal, bool IsDropout>
-__global__ void __launch_bounds__(kRowThreads)
+// The second argument of __launch_bounds__ (2 CTAs an SM, up to 128 registers) lets ptxas keep a
+// cached row's 2 x 32 floats in registers: with the maximum block size alone it stopped at 80
+// registers and spilled (sm_80 and sm_90).
+template <typename T, bool IsCausal, bool IsDropout, bool Cached>
+__global__ void __launch_bounds__(kRowThreads, 2)
     softmax_dropout_backward_kernel(T* __restrict__ ds,             // (B, NH, T, T)
                                     T* __restrict__ pd,             // (B, NH, T, T) or unused
                                     const float* __restrict__ dpd,  // (B, NH, T, T)
@@ -254,17 +304,27 @@ __global__ void __launch_bounds__(kRowThreads)
   const float* dpd_i = dpd + r.off;
   const T* att_i = att + r.off;
   const float scale = IsDropout ? key.scale : 1.f;
+  const int kn = (r.jn + 31) / 32, kt = (Tn + 31) / 32;  // passes over the columns in play, over the row
+  float pc[Cached ? kCachedCols : 1], dpc[Cached ? kCachedCols : 1];  // Cached: P_ij, dP_ij
 
   // D_i = sum_j P_ij dP_ij over the kept j < jn
   float D = 0.f;
-  for (int j0 = 4 * lane; j0 < r.jn; j0 += 128) {
-    const philox::U32x4 w = keep_words<IsDropout>(key, r, j0);
+  uint32_t nibbles = 0;
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int j = j0 + c;
-      if (j >= r.jn) break;
-      const bool keep = !IsDropout || w.v[c] >= key.threshold;
-      if (keep) D += to_float(att_i[j]) * (dpd_i[j] * scale);
+  for (int k = 0; k < (Cached ? kCachedCols : kn); ++k) {
+    if (Cached && k >= kn) break;
+    if (IsDropout && (k & 31) == 0) nibbles = keep_nibbles<IsDropout>(key, r, 32 * k, lane);
+    const bool keep = pass_keep<IsDropout>(nibbles, k, lane);
+    const int j = 32 * k + lane;
+    if (j < r.jn) {
+      const float p = to_float(att_i[j]);
+      const float g = dpd_i[j];  // read if dropped too: the warp's load then covers whole sectors
+      const float dp = keep ? g * scale : 0.f;
+      if constexpr (Cached) {
+        pc[k] = p;
+        dpc[k] = dp;
+      }
+      if (keep) D += p * dp;
     }
   }
   D = warp_sum(D);
@@ -272,23 +332,27 @@ __global__ void __launch_bounds__(kRowThreads)
   // dS_i, Pd_i
   T* ds_i = ds + r.off;
   T* pd_i = WritePd ? pd + r.off : nullptr;
-  for (int j0 = 4 * lane; j0 < Tn; j0 += 128) {
-    const philox::U32x4 w = j0 < r.jn ? keep_words<IsDropout>(key, r, j0) : philox::U32x4{{0u, 0u, 0u, 0u}};
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int j = j0 + c;
-      if (j >= Tn) break;
-      if (j < r.jn) {
-        const bool keep = !IsDropout || w.v[c] >= key.threshold;
-        const float p = to_float(att_i[j]);
-        const float dp = keep ? dpd_i[j] * scale : 0.f;
-        ds_i[j] = from_float<T>(p * (dp - D));
-        if (WritePd) pd_i[j] = from_float<T>(keep ? p * scale : 0.f);
+  for (int k = 0; k < (Cached ? kCachedCols : kt); ++k) {
+    if (Cached && k >= kt) break;
+    if (!Cached && IsDropout && (k & 31) == 0) nibbles = keep_nibbles<IsDropout>(key, r, 32 * k, lane);
+    const bool keep = pass_keep<IsDropout>(nibbles, k, lane);
+    const int j = 32 * k + lane;
+    if (j >= Tn) continue;
+    // one store a pass for each buffer, its columns in play and the zeros beyond them together
+    const bool in_play = j < r.jn;
+    float p = 0.f, dp = 0.f;
+    if (in_play) {
+      if constexpr (Cached) {
+        p = pc[k];
+        dp = dpc[k];
       } else {
-        ds_i[j] = from_float<T>(0.f);
-        if (WritePd) pd_i[j] = from_float<T>(0.f);
+        p = to_float(att_i[j]);
+        dp = keep ? dpd_i[j] * scale : 0.f;
       }
     }
+    ds_i[j] = from_float<T>(in_play ? p * (dp - D) : 0.f);
+    if (WritePd) pd_i[j] = from_float<T>(in_play && keep ? p * scale : 0.f);
   }
 }
 
@@ -347,8 +411,11 @@ void attention_naive_forward(const Context& ctx, T* out, T* att, const T* qkv, c
   const unsigned row_blocks = (unsigned)ceil_div(rows, kWarpsPerBlock);
   bool_switch(causal, [&](auto causal_c) {
     bool_switch(dropout, [&](auto dropout_c) {
-      launch(softmax_dropout_forward_kernel<T, decltype(causal_c)::value, decltype(dropout_c)::value>, row_blocks,
-             kRowThreads, 0, ctx.stream, att, pd, mask, s, key, Tn, rows);
+      bool_switch(Tn <= 32 * kCachedCols, [&](auto cached_c) {
+        launch(softmax_dropout_forward_kernel<T, decltype(causal_c)::value, decltype(dropout_c)::value,
+                                              decltype(cached_c)::value>,
+               row_blocks, kRowThreads, 0, ctx.stream, att, pd, mask, s, key, Tn, rows);
+      });
     });
   });
   // O^T = V^T Pd^T
@@ -390,8 +457,11 @@ void attention_naive_backward(const Context& ctx, T* dqkv, const T* dout, const 
   const unsigned row_blocks = (unsigned)ceil_div(rows, kWarpsPerBlock);
   bool_switch(causal, [&](auto causal_c) {
     bool_switch(dropout, [&](auto dropout_c) {
-      launch(softmax_dropout_backward_kernel<T, decltype(causal_c)::value, decltype(dropout_c)::value>, row_blocks,
-             kRowThreads, 0, ctx.stream, ds, static_cast<T*>(sp.pd()), dpd, att, key, Tn, rows);
+      bool_switch(Tn <= 32 * kCachedCols, [&](auto cached_c) {
+        launch(softmax_dropout_backward_kernel<T, decltype(causal_c)::value, decltype(dropout_c)::value,
+                                               decltype(cached_c)::value>,
+               row_blocks, kRowThreads, 0, ctx.stream, ds, static_cast<T*>(sp.pd()), dpd, att, key, Tn, rows);
+      });
     });
   });
   // dV^T = dO^T Pd

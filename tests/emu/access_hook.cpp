@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unordered_map>
 #include <vector>
 
 #include "emu_internal.h"
@@ -113,11 +114,37 @@ void remove_observer(Observer* o) {
   g_observed = !v.empty();
 }
 
-std::vector<std::string> source_frames(const void* pc) {
-  char buf[2048] = {};
+namespace {
+
+// The symbolizer's answer for pc in format `f` (sanitizer_common's %s file, %l line, %c column):
+// one NUL-terminated string a frame, innermost first, an empty one after the last.
+void symbolize(const void* pc, const char* f, char (&buf)[2048]) {
+  std::memset(buf, 0, sizeof buf);
   // the call's return address is one past the access's instruction: step back into it
-  __sanitizer_symbolize_pc(const_cast<void*>(static_cast<const void*>(static_cast<const char*>(pc) - 1)), "%s:%l",
-                           buf, sizeof buf - 1);
+  __sanitizer_symbolize_pc(const_cast<void*>(static_cast<const void*>(static_cast<const char*>(pc) - 1)), f, buf,
+                           sizeof buf - 1);
+}
+
+}  // namespace
+
+const void* source_site(const void* pc) {
+  static std::unordered_map<const void*, const void*> site_of;      // pc -> the site's first pc
+  static std::unordered_map<std::string, const void*> first_pc_of;  // file:line chain -> pc
+  auto [it, fresh] = site_of.try_emplace(pc, pc);
+  if (fresh) {
+    char buf[2048];
+    symbolize(pc, "%s:%l", buf);
+    std::string chain;
+    for (const char* f = buf; *f && f < buf + sizeof buf; f += std::strlen(f) + 1) chain += std::string(f) + '|';
+    const bool located = !chain.empty() && chain.find(":0|") == std::string::npos;
+    if (located) it->second = first_pc_of.try_emplace(chain, pc).first->second;
+  }
+  return it->second;
+}
+
+std::vector<std::string> source_frames(const void* pc) {
+  char buf[2048];
+  symbolize(pc, "%s:%l", buf);
   std::vector<std::string> frames;
   for (const char* f = buf; *f && f < buf + sizeof buf; f += std::strlen(f) + 1) {
     std::string s = f;

@@ -99,6 +99,13 @@ void remove_observer(Observer* o);
 // innermost first.
 std::string source_line(const void* pc);
 std::vector<std::string> source_frames(const void* pc);
+// The first instruction address seen with pc's source location (file and line of every inlined
+// frame): g++ may copy one access of the source into several branches (a store after an if /
+// else, tail-duplicated), where nvcc issues one predicated instruction; the profiler counts such
+// copies as the one warp-level instruction they are in the source. Two accesses of one kind on
+// one line fall into one site too; while the lanes of a warp run the same path their occurrences
+// still pair up one by one, so the counts do not change. pc itself when the line is unknown.
+const void* source_site(const void* pc);
 
 // ---- for the engine and the library stand-ins ------------------------------------------------
 extern bool g_observed;  // some observer is registered

@@ -231,7 +231,8 @@ void KernelProfiler::flush() {
       occurrence.clear();
       std::vector<Entry>& entries = log_[(size_t)(32 * w + lane)];
       merge_vector_halves(entries);
-      for (const Entry& e : entries) {
+      for (Entry e : entries) {
+        e.pc = source_site(e.pc);
         const uint64_t site = (uint64_t)(uintptr_t)e.pc << 4 | e.flags;
         const uint32_t occ = occurrence[site]++;
         auto [it, fresh] = index.try_emplace(std::make_pair(site, occ), groups.size());
