@@ -18,9 +18,14 @@ void RaceChecker::launch_begin(const void*, dim3, dim3 block, size_t dynamic_sme
   if (dynamic_.size() < dynamic_smem) dynamic_.resize(dynamic_smem);
   collective_.assign((block.x * block.y * block.z + 31) / 32, 0);
   bx_ = (int)block.x, by_ = (int)block.y;
+  global_.clear();
+  global_page_ = ~uintptr_t(0);
+  global_cells_ = nullptr;
+  ctas_.clear();
 }
 
 void RaceChecker::cta_begin() {
+  ctas_.push_back(g_block_idx);
   ++cta_;  // every cell of an earlier CTA reads as empty
   barrier_ = 0;
   std::fill(collective_.begin(), collective_.end(), 0u);
@@ -32,7 +37,10 @@ void RaceChecker::warp_collective(int warp, const char*) { ++collective_[(size_t
 RaceChecker::Cell& RaceChecker::cell(uintptr_t a) {
   const uintptr_t off = a - reinterpret_cast<uintptr_t>(g_smem);
   Cell& c = off < g_smem_bytes ? dynamic_[off] : static_[a];
-  if (c.cta != cta_) c = Cell{cta_};
+  if (c.cta != cta_) {
+    c = Cell{};
+    c.cta = cta_;
+  }
   return c;
 }
 
@@ -82,9 +90,50 @@ bool RaceChecker::all_written(uintptr_t a, uint32_t n) const {
 void RaceChecker::device_written(const void* p, size_t n) { mark_written(reinterpret_cast<uintptr_t>(p), n, true); }
 void RaceChecker::device_freed(const void* p, size_t n) { mark_written(reinterpret_cast<uintptr_t>(p), n, false); }
 
+void RaceChecker::global_hazard(const char* what, uintptr_t a, uint32_t other, const Access& now) {
+  auto block = [](uint3 b) {
+    return "(" + std::to_string(b.x) + "," + std::to_string(b.y) + "," + std::to_string(b.z) + ")";
+  };
+  const int t = now.thread->linear;
+  const std::string msg = std::string("racecheck: ") + what + " in global memory (" +
+                          describe_device_address(reinterpret_cast<const void*>(a)) + "): block " + block(g_block_idx) +
+                          " thread (" + std::to_string(t % bx_) + "," + std::to_string(t / bx_ % by_) + "," +
+                          std::to_string(t / (bx_ * by_)) + ") at " + source_line(now.pc) + ", after " +
+                          (other ? "block " + block(ctas_[other - 1]) : std::string("other blocks")) +
+                          " of the same launch (nothing orders the blocks of a launch)";
+  std::fprintf(stderr, "SIMT emulator: %s\n", msg.c_str());
+  device_fault(cudaErrorLaunchFailure, msg);
+}
+
+void RaceChecker::global_access(const Access& a) {
+  const uint32_t me = (uint32_t)ctas_.size();
+  for (uintptr_t b = a.addr; b < a.addr + a.size; ++b) {
+    if (b >> 12 != global_page_) {
+      std::vector<GlobalCell>& page = global_[b >> 12];
+      if (page.empty()) page.resize(4096);
+      global_page_ = b >> 12;
+      global_cells_ = page.data();
+    }
+    GlobalCell& c = global_cells_[b & 4095];
+    if (c.writer && c.writer != me)
+      global_hazard(a.write ? "write-after-write hazard" : "read-after-write hazard", b, c.writer, a);
+    const uint32_t first_reader = c.reader & ~kSeveral;
+    if (a.write) {
+      if (first_reader && first_reader != me) global_hazard("write-after-read hazard", b, first_reader, a);
+      if (c.reader & kSeveral) global_hazard("write-after-read hazard", b, 0, a);
+      c.writer = me;
+    } else if (!first_reader) {
+      c.reader = me;
+    } else if (first_reader != me) {
+      c.reader |= kSeveral;
+    }
+  }
+}
+
 void RaceChecker::access(const Access& a) {
   if (!a.thread) return;
   if (a.space == Space::Global) {
+    global_access(a);
     if (a.write) mark_written(a.addr, a.size, true);
     else if (!all_written(a.addr, a.size)) {
       uintptr_t b = a.addr;

@@ -17,9 +17,12 @@
 //     kernel's read of device memory that nothing wrote since the checker began (a kernel, a
 //     copy, a memset, a library GEMM's output): the checker starts before the first allocation
 //     when the environment asks for it, and a test creates it before its buffers.
-// Races in global memory (two CTAs of a launch on one byte) are not checked: a launch's CTAs run
-// one after another, and the kernels' global writes are their outputs (each element by one
-// thread).
+//   - global memory: two CTAs of one launch on one byte of device memory, one of them writing
+//     (read-after-write, write-after-read, write-after-write): nothing orders the CTAs of a launch
+//     (the emulator runs them one after another, so such a race would look correct here). The
+//     kernels have no atomics; a byte a CTA both reads and writes is the CTA's own business (its
+//     threads are ordered by the shared-memory rules above only where they share memory; the
+//     kernels' global writes are their outputs, each element by one thread).
 //
 // make test runs every kernel of a training step under it, both attention paths, bf16 and fp32,
 // the flash kernels through several key tiles (tests/emu/test_race_checker.cpp).
@@ -68,6 +71,19 @@ class RaceChecker : public Observer {
   Cell& cell(uintptr_t a);
   bool ordered(const Stamp& earlier, int thread) const;
   [[noreturn]] void hazard(const char* what, uintptr_t a, const Stamp& earlier, const Access& now);
+
+  // Global memory within one launch: per byte, the CTA (its ordinal in the launch, from 1) that
+  // last wrote it and the one that first read it, kSeveral set when other CTAs read it too.
+  struct GlobalCell {
+    uint32_t writer = 0, reader = 0;
+  };
+  static constexpr uint32_t kSeveral = 1u << 31;
+  void global_access(const Access& a);
+  [[noreturn]] void global_hazard(const char* what, uintptr_t a, uint32_t other, const Access& now);
+  std::unordered_map<uintptr_t, std::vector<GlobalCell>> global_;  // per 4 KB page; cleared a launch
+  uintptr_t global_page_ = ~uintptr_t(0);                          // the page last looked up
+  GlobalCell* global_cells_ = nullptr;
+  std::vector<uint3> ctas_;  // the block index of each CTA of the launch, by ordinal - 1
 
   std::vector<Cell> dynamic_;                  // one per byte of the largest dynamic shared memory
   std::unordered_map<uintptr_t, Cell> static_;  // the static __shared__ bytes touched

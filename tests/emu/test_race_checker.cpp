@@ -1,7 +1,8 @@
 // tests/emu/test_race_checker.cpp: the racecheck and initcheck of tests/emu/race_checker.h fire on
 // kernels that race on purpose (read-after-write and write-after-read between warps, lanes of one
 // warp with no collective between them, a cp.async destination read in flight, a read of shared
-// memory nothing wrote, a kernel reading device memory the previous kernel did not fill) and stay
+// memory nothing wrote, a kernel reading device memory the previous kernel did not fill, two blocks
+// of a launch on one word of global memory) and stay
 // quiet on the orders the hardware promises (a __syncthreads, a warp collective, neighbouring
 // bytes of different threads); then every kernel of a training step (both attention paths, bf16
 // and fp32) runs clean under it, device memory included.
@@ -82,6 +83,27 @@ __global__ void fill_kernel(float* out, int n) {
 // out[i] = 2 in[i] over the whole block
 __global__ void double_kernel(float* out, const float* in) { out[threadIdx.x] = 2.f * in[threadIdx.x]; }
 
+// Two blocks of 32 threads on out[0 .. 64). MODE 0: both write out[0] (write after write).
+// MODE 1: block 0 writes out[1], block 1 reads it (read after write). MODE 2: block 0 reads out[2],
+// block 1 writes it (write after read). MODE 3: each block reads and writes its own half, in place.
+template <int MODE>
+__global__ void global_race_kernel(float* out) {
+  const int b = blockIdx.x, t = threadIdx.x;
+  if (MODE == 3) {
+    out[32 * b + t] = 2.f * out[32 * b + t] + 1.f;
+  } else if (t == 0) {
+    if (MODE == 0) out[0] = (float)b;
+    if (MODE == 1) {
+      if (b == 0) out[1] = 1.f;
+      else out[40] = out[1];
+    }
+    if (MODE == 2) {
+      if (b == 0) out[41] = out[2];
+      else out[2] = 2.f;
+    }
+  }
+}
+
 // schedule: the emulator's order of warps and lanes (emu::set_schedule): a hazard is found in
 // both, whichever of its two accesses runs first
 template <typename K>
@@ -140,6 +162,36 @@ TEST_CASE("racecheck: lanes of one warp are ordered by a collective only; a barr
     INFO("child stderr: " << ok.err);
     CHECK(ok.exit_code == 0);
   }
+}
+
+TEST_CASE("racecheck: two blocks of a launch on one byte of global memory, one writing, are a hazard") {
+  auto run = [](auto kernel) {
+    return tg_test::in_child([kernel] {
+      emu::RaceChecker checker;
+      float* out = nullptr;
+      cudaMalloc(&out, 64 * sizeof(float));
+      cudaMemset(out, 0, 64 * sizeof(float));
+      gpu::launch(kernel, 2, 32, 0, nullptr, out);
+      return cudaDeviceSynchronize() == cudaSuccess ? 0 : 3;
+    });
+  };
+  const struct {
+    tg_test::ChildResult r;
+    const char* what;
+    const char* where;
+  } cases[] = {{run(global_race_kernel<0>), "write-after-write hazard", "byte 0 of the 256-byte allocation"},
+               {run(global_race_kernel<1>), "read-after-write hazard", "byte 4 of the 256-byte allocation"},
+               {run(global_race_kernel<2>), "write-after-read hazard", "byte 8 of the 256-byte allocation"}};
+  for (const auto& c : cases) {
+    INFO("child stderr: " << c.r.err);
+    CHECK(c.r.exit_code == 3);
+    CHECK(has(c.r.err, std::string("racecheck: ") + c.what + " in global memory (" + c.where));
+    CHECK(has(c.r.err, "block (1,0,0) thread (0,0,0) at tests/emu/test_race_checker.cpp:"));
+    CHECK(has(c.r.err, "after block (0,0,0) of the same launch"));
+  }
+  const tg_test::ChildResult ok = run(global_race_kernel<3>);
+  INFO("child stderr: " << ok.err);
+  CHECK(ok.exit_code == 0);
 }
 
 TEST_CASE("racecheck: a cp.async destination read before its wait_group is a hazard") {
