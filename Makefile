@@ -179,7 +179,7 @@ EMU_BUILD := $(BUILD)/emu
 EMU_FLAGS := -std=c++17 -O2 -g -fno-omit-frame-pointer -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I. $(JSON_INC) \
   -DTG_SIMT_EMULATION -DTG_HAVE_NCCL -Itests/emu/include -I$(CUDA_HOME)/include \
   -fsanitize=address,undefined -fno-sanitize-recover=all
-EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp tests/emu/cuda_runtime_emu.cpp tests/emu/cublas_emu.cpp \
+EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp tests/emu/hw_rounding.cpp tests/emu/cuda_runtime_emu.cpp tests/emu/cublas_emu.cpp \
   tests/emu/nccl_emu.cpp tests/emu/access_hook.cpp tests/emu/kernel_profiler.cpp tests/emu/race_checker.cpp)
 EMU_CUDA_OBJS := $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o)
 # The kernel files carry the memory hook (tests/emu/access_hook.h): GCC's ThreadSanitizer
@@ -433,9 +433,15 @@ test:
 	@$(MAKE) $(BUILD_J) train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS) $(FUZZ_BIN)
 	@$(MAKE) test-run
 
+# The runs of make test: every test binary, and the emulated kernel and model tests again in the
+# emulator's hardware-rounding mode (tests/emu/hw_rounding.h: tensor cores truncating in blocks of
+# 4 products, the device math functions moved by their documented ulps), side by side.
+TEST_RUNS := $(TEST_BINS) $(if $(NVCC),"TG_EMU_HW_ROUNDING=4 $(BUILD)/test_emu --no-skipped-summary --test-case=gpu*$(comma)*--attention?check*",)
+comma := ,
+
 test-run:
 	@TG_DATA=$(DATA_FILE) TG_TRAIN_GPT=./train_gpt TG_TRAIN_GPT_EMU=./train_gpt_emu TG_FUZZ=$(FUZZ_BIN) TG_FUZZ_SECONDS=$(FUZZ_SECONDS) \
-	  TG_KERNEL_RESOURCES=$(BUILD)/kernel_resources.txt TG_KERNEL_ARCHS="$(ARCH)" bash tests/run_all.sh $(TEST_BINS)
+	  TG_KERNEL_RESOURCES=$(BUILD)/kernel_resources.txt TG_KERNEL_ARCHS="$(ARCH)" bash tests/run_all.sh $(TEST_RUNS)
 
 # The CPU suite and a CPU-only train_gpt built by the host compiler with AddressSanitizer and
 # UBSan (any report ends the process, so it fails its test), in build-san/, then run.

@@ -1,19 +1,36 @@
 #!/usr/bin/env bash
-# tests/run_all.sh BIN...: run each doctest binary, then print one closing line
+# tests/run_all.sh RUN...: run each doctest run, then print one closing line
 #   N passed, M failed, K skipped
-# summed over the test cases of every binary. Exits non-zero when anything failed, or when a
-# binary crashed or printed no doctest summary (that counts as one failure).
+# summed over the test cases of every run. A run is a binary, or "VAR=value ... binary args"
+# in one word (split at spaces; no shell quoting). Runs go side by side, TG_TEST_JOBS at a time
+# (default: the number of cores); each one's output is printed whole when it ends. Exits non-zero
+# when anything failed, or when a run crashed or printed no doctest summary (that counts as one
+# failure).
 set -u
+jobs=${TG_TEST_JOBS:-$(nproc)}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+n=0
+for run in "$@"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  read -ra cmd <<<"$run"
+  ( start=$SECONDS
+    env "${cmd[@]}" >"$dir/$n.log" 2>&1
+    echo "$?" >"$dir/$n.rc"
+    echo "$((SECONDS - start))" >"$dir/$n.s" ) &
+  n=$((n + 1))
+done
+wait
 passed=0; failed=0; skipped=0
-for bin in "$@"; do
-  echo "== $bin"
-  log=$(mktemp)
-  "$bin" 2>&1 | tee "$log"
-  rc=${PIPESTATUS[0]}
-  line=$(grep -E '^\[doctest\] test cases:' "$log" | tail -n1)
-  rm -f "$log"
+i=0
+for run in "$@"; do
+  echo "== $run ($(cat "$dir/$i.s") s)"
+  cat "$dir/$i.log"
+  rc=$(cat "$dir/$i.rc")
+  line=$(grep -E '^\[doctest\] test cases:' "$dir/$i.log" | tail -n1)
+  i=$((i + 1))
   if [ -z "$line" ]; then
-    echo "!! $bin exited with $rc and printed no doctest summary: counted as 1 failure"
+    echo "!! $run exited with $rc and printed no doctest summary: counted as 1 failure"
     failed=$((failed + 1)); continue
   fi
   p=$(sed -E 's/.*\| *([0-9]+) passed.*/\1/' <<<"$line")
@@ -21,7 +38,7 @@ for bin in "$@"; do
   s=$(sed -nE 's/.*\| *([0-9]+) skipped.*/\1/p' <<<"$line")
   passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + ${s:-0}))
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-    echo "!! $bin exited with $rc although no test case failed: counted as 1 failure"
+    echo "!! $run exited with $rc although no test case failed: counted as 1 failure"
     failed=$((failed + 1))
   fi
 done

@@ -43,6 +43,7 @@
 
 #include "access_hook.h"
 #include "emu_internal.h"
+#include "hw_rounding.h"
 
 extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k,
                        const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
@@ -143,7 +144,22 @@ struct Gemm {
       const char opa = ta ? 'T' : 'N', opb = tb ? 'T' : 'N';
       const int lda = (int)std::max<int64_t>(1, A.rows), ldb = (int)std::max<int64_t>(1, B.rows),
                 ldc = std::max(1, m);
-      if (m > 0 && n > 0) sgemm_(&opa, &opb, &m, &n, &k, &alpha, a.data(), &lda, bm.data(), &ldb, &beta, c.data(), &ldc, 1, 1);
+      const int block = A.type == CUDA_R_16BF ? hw_rounding_block() : 0;
+      if (block) {  // bf16 on the tensor cores, as they round (tests/emu/hw_rounding.h): k in order
+        std::vector<float> row((size_t)k), col((size_t)k);
+        for (int j = 0; j < n; ++j)
+          for (int i = 0; i < m; ++i) {
+            for (int kk = 0; kk < k; ++kk) {
+              row[(size_t)kk] = ta ? a[(size_t)i * lda + kk] : a[(size_t)kk * lda + i];
+              col[(size_t)kk] = tb ? bm[(size_t)kk * ldb + j] : bm[(size_t)j * ldb + kk];
+            }
+            float& cij = c[(size_t)j * m + i];
+            const float dot = tensor_core_dot(0.f, row.data(), 1, col.data(), 1, k, block);
+            cij = alpha * dot + (beta != 0 ? beta * cij : 0.f);
+          }
+      } else if (m > 0 && n > 0) {
+        sgemm_(&opa, &opb, &m, &n, &k, &alpha, a.data(), &lda, bm.data(), &ldb, &beta, c.data(), &ldc, 1, 1);
+      }
       for (int j = 0; j < n; ++j)
         for (int i = 0; i < m; ++i) {
           float v = c[(size_t)j * m + i];

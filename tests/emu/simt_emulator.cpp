@@ -53,20 +53,24 @@
 // (tests/emu/access_hook.h) with its thread and source line; the kernel profiler
 // (tests/emu/kernel_profiler.h) turns them into sectors, coalescing, bank conflicts and tensor
 // work per launch, exactly, and the race checker (tests/emu/race_checker.h) finds shared-memory
-// hazards that no barrier or warp collective orders, cp.async destinations touched in flight
-// and reads of memory nothing wrote, whatever order the fibers happened to run in. Registers,
-// spills and occupancy come from the real nvcc build (tests/emu/occupancy.h).
+// hazards that no barrier or warp collective orders, cp.async destinations touched in flight,
+// two CTAs of a launch on one byte of global memory, and reads of memory nothing wrote, whatever
+// order the fibers happened to run in. Registers, spills and occupancy come from the real nvcc
+// build (tests/emu/occupancy.h). The hardware-rounding mode (tests/emu/hw_rounding.h) rounds the
+// tensor-core products and the device math functions as far as the published measurements and
+// the documented ulp bounds allow, so that the tests' bounds are checked against them.
 //
 // What it cannot show:
 //   - timing of any kind: no cycles, latencies, caches or overlap are modeled;
-//   - races in global memory between the CTAs of a launch: CTAs never run concurrently, and
-//     the race checker looks at shared memory;
-//   - exact hardware rounding: the tensor-core accumulation order and internal precision, and
-//     the device expf / logf / exp2f (the host libm is used, within an ulp or two);
+//   - races between launches on different streams, and between the threads of one CTA in
+//     global memory (the race checker's global check is between CTAs);
+//   - the hardware's exact rounding bit for bit: the mode bounds it (the block of products a
+//     tensor core fuses is a parameter; the device functions move by their maximum error);
 //   - what the compiler does to the device code (register allocation, the SASS): the kernels'
 //     C++ control flow and index math is what runs.
 #include "access_hook.h"
 #include "emu_internal.h"
+#include "hw_rounding.h"
 #include "race_checker.h"
 #include "simt_emulator.h"
 
@@ -721,7 +725,11 @@ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
       for (int e = 0; e < 4; ++e) {
         const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
         float c = acc[e];
-        for (int k = 0; k < 16; ++k) c = std::fmaf(A[row][k], B[k][col], c);
+        if (const int block = hw_rounding_block()) {  // as the tensor cores round (tests/emu/hw_rounding.h)
+          c = tensor_core_dot(c, &A[row][0], 1, &B[0][col], 8, 16, block);
+        } else {
+          for (int k = 0; k < 16; ++k) c = std::fmaf(A[row][k], B[k][col], c);
+        }
         acc[e] = c;
       }
     }

@@ -46,6 +46,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "hw_rounding.h"
+
 #undef __launch_bounds__
 #define __launch_bounds__(...)
 
@@ -146,6 +148,14 @@ using std::max;  // the device code's global min / max
 using std::min;
 
 namespace gpu {
+
+// The device math functions the kernels call (found before ::expf and the others by unqualified
+// lookup from namespace gpu): the host's libm, moved by up to the CUDA C++ Programming Guide's
+// maximum ulp error in the hardware-rounding mode (tests/emu/hw_rounding.h).
+inline float expf(float x) { return emu::hw_rounding_block() ? emu::device_math(::expf(x), x, 2, 1) : ::expf(x); }
+inline float exp2f(float x) { return emu::hw_rounding_block() ? emu::device_math(::exp2f(x), x, 2, 2) : ::exp2f(x); }
+inline float logf(float x) { return emu::hw_rounding_block() ? emu::device_math(::logf(x), x, 1, 3) : ::logf(x); }
+inline float erfcf(float x) { return emu::hw_rounding_block() ? emu::device_math(::erfcf(x), x, 4, 4) : ::erfcf(x); }
 
 // The launch's dynamic shared memory (kernels/cuda_common.cuh declares it under nvcc).
 template <typename T>
