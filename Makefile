@@ -132,8 +132,8 @@ COLD_SRCS := model/config.cpp model/json_io.cpp model/run_dir.cpp model/plot.cpp
 COLD_UNITY_SRCS := model/config.cpp model/run_dir.cpp model/plot.cpp model/checkpoint.cpp model/safetensors.cpp \
                    model/hf_export.cpp model/init_from.cpp
 # Likewise the light host files at -O3 outside the CPU reference, as $(BUILD)/host_light.cpp:
-# 15.7 s one by one, 9.8 s together (the data loader, the tokenizer and sha256 as fast as before:
-# docs/BENCHMARKS.md, "Third round"). kernels/cpu/ stays apart (the double build compiles it again).
+# 15.7 s one by one, 9.8 s together (the data loader, the tokenizer and sha256 as fast as before).
+# kernels/cpu/ stays apart (the double build compiles it again).
 LIGHT_UNITY_SRCS := model/train.cpp data/tokens.cpp model/backend_cpu.cpp data/dataset.cpp model/ckpt_io.cpp \
                     model/gpt.cpp model/attention_check.cpp data/sha256.cpp
 ifeq ($(UNITY),0)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # .ci/gpu_check.sh STAGE...: the GPU bring-up in stages, each well inside one 10-minute command
 # on one H100 with 16 cores (the plan of a 30-minute window, with the minutes each stage is
-# expected to take: docs/BENCHMARKS.md, "The GPU window"). Nothing here downloads anything:
+# expected to take: docs/BENCHMARKS.md, "GPU checks not yet run"). Nothing here downloads anything:
 # what a bare machine lacks (Eigen, doctest, tiny Shakespeare, a copy of nanoGPT) travels in
 # .deps/, made by `make gpu-deps` on a machine with network.
 #
