@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <sstream>
@@ -449,29 +450,39 @@ void each_field(C& c, F&& f) {
   f("init_from", c.init_from); f("logits", c.logits);
 }
 
+// A field's value as config_to_text writes it. Strings: bytes outside printable ASCII, and
+// '%', as %XX (one pass, no formatting call a byte: values can be long).
+std::string value_text(const std::string& v) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string e;
+  e.reserve(v.size());
+  for (unsigned char ch : v) {
+    if (ch < 0x20 || ch >= 0x7f || ch == '%') {
+      const char esc[3] = {'%', kHex[ch >> 4], kHex[ch & 15]};
+      e.append(esc, 3);
+    } else {
+      e += (char)ch;
+    }
+  }
+  return e;
+}
+std::string value_text(int v) { return std::to_string(v); }
+std::string value_text(bool v) { return v ? "true" : "false"; }
+std::string value_text(uint64_t v) { return std::to_string(v); }
+std::string value_text(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+
 struct FieldWriter {
   std::string& out;
-  void line(const char* name, const std::string& value) { out += std::string(name) + "=" + value + "\n"; }
-  void operator()(const char* name, const std::string& v) {
-    std::string e;
-    for (unsigned char ch : v) {
-      if (ch < 0x20 || ch >= 0x7f || ch == '%') {
-        char b[4];
-        std::snprintf(b, sizeof b, "%%%02X", ch);
-        e += b;
-      } else {
-        e += (char)ch;
-      }
-    }
-    line(name, e);
-  }
-  void operator()(const char* name, const int& v) { line(name, std::to_string(v)); }
-  void operator()(const char* name, const bool& v) { line(name, v ? "true" : "false"); }
-  void operator()(const char* name, const uint64_t& v) { line(name, std::to_string(v)); }
-  void operator()(const char* name, const double& v) {
-    char b[64];
-    std::snprintf(b, sizeof b, "%.17g", v);
-    line(name, b);
+  template <typename T>
+  void operator()(const char* name, const T& v) {
+    out += name;
+    out += '=';
+    out += value_text(v);
+    out += '\n';
   }
 };
 
@@ -497,6 +508,7 @@ struct FieldReader {
   void operator()(const char* name, std::string& out) {
     const std::string& v = take(name);
     std::string s;
+    s.reserve(v.size());
     for (size_t i = 0; i < v.size(); ++i) {
       if (v[i] != '%') { s += v[i]; continue; }
       auto hex = [&](char h) -> int {
@@ -593,11 +605,12 @@ std::string flag_value(const Config& c, const std::string& flag) {
   std::string field = flag;
   for (char& ch : field)
     if (ch == '-') ch = '_';
-  const std::string text = "\n" + config_to_text(c), key = "\n" + field + "=";
-  const size_t at = text.find(key);
-  if (at == std::string::npos) return "";
-  const size_t from = at + key.size();
-  return text.substr(from, text.find('\n', from) - from);
+  // that field alone: writing the whole config for each flag asked about costs its size each time
+  std::string value;
+  each_field(c, [&](const char* name, const auto& v) {
+    if (field == name) value = value_text(v);
+  });
+  return value;
 }
 
 void copy_flag(Config& to, const Config& from, const std::string& flag) {
