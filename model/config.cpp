@@ -10,7 +10,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "../kernels/philox.h"
@@ -223,6 +225,9 @@ void require(bool ok, const std::string& what, const std::string& expected, cons
   if (!ok) throw InputError(what + "; expected " + expected + "; " + fix);
 }
 
+// Refuses a string field longer than kMaxConfigString (defined below each_field).
+void check_string_sizes(const Config& c);
+
 std::string num_text(double x) {
   std::ostringstream s;
   s.precision(12);  // integers up to 10^12 without an exponent, 0.1 as 0.1
@@ -288,6 +293,7 @@ ParsedArgs parse_args(int argc, const char* const* argv, const std::string& defa
 }
 
 void validate(const Config& c) {
+  check_string_sizes(c);
   auto flag_is = [](const char* flag, double v) { return std::string("--") + flag + " is " + num_text(v); };
   const std::string help = "see train_gpt --help";
   require(c.device == "auto" || c.device == "cpu" || c.device == "cuda", "--device is '" + c.device + "'",
@@ -450,6 +456,18 @@ void each_field(C& c, F&& f) {
   f("init_from", c.init_from); f("logits", c.logits);
 }
 
+void check_string_sizes(const Config& c) {
+  each_field(c, [](const char* name, const auto& v) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::string>) {
+      std::string flag = name;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      require(v.size() <= kMaxConfigString,
+              "--" + flag + " is " + std::to_string(v.size()) + " bytes long (\"" + printable(v, 20) + "\")",
+              "at most " + std::to_string(kMaxConfigString) + " bytes", "pass a shorter one");
+    }
+  });
+}
+
 // A field's value as config_to_text writes it. Strings: bytes outside printable ASCII, and
 // '%', as %XX (one pass, no formatting call a byte: values can be long).
 std::string value_text(const std::string& v) {
@@ -572,20 +590,34 @@ std::string config_to_text(const Config& c) {
 }
 
 Config config_from_text(const std::string& text) {
+  static const std::set<std::string> known = [] {
+    std::set<std::string> names;
+    const Config any;
+    each_field(any, [&](const char* name, const auto&) { names.insert(name); });
+    return names;
+  }();
   std::map<std::string, std::string> values;
   size_t pos = 0;
   int line_no = 0;
   while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-    pos = nl == std::string::npos ? text.size() : nl + 1;
+    const size_t nl = std::min(text.find('\n', pos), text.size());
     ++line_no;
-    size_t eq = line.find('=');
-    if (eq == std::string::npos)
-      bad_config("line " + std::to_string(line_no) + " '" + printable(line) + "' has no '='", "name=value lines");
-    std::string name = line.substr(0, eq);
-    if (!values.emplace(name, line.substr(eq + 1)).second)
+    const size_t eq = text.find('=', pos);
+    if (eq >= nl)
+      bad_config("line " + std::to_string(line_no) + " '" + printable(text.substr(pos, std::min<size_t>(nl - pos, 64))) +
+                     "' has no '='",
+                 "name=value lines");
+    std::string name = text.substr(pos, eq - pos);
+    // each line checked as it is read: at most one line a field, each of a bounded size
+    if (!known.count(name))
+      bad_config("has an unknown field " + printable(name),
+                 "only the fields of this train_gpt's config (a newer train_gpt wrote it?)");
+    if (nl - eq - 1 > kMaxConfigValue)
+      bad_config("has " + name + "= of " + std::to_string(nl - eq - 1) + " bytes",
+                 "a value of at most " + std::to_string(kMaxConfigValue) + " bytes");
+    if (!values.emplace(name, text.substr(eq + 1, nl - eq - 1)).second)
       bad_config("names " + printable(name) + " twice", "each field once");
+    pos = nl + 1;
   }
   // fields added after checkpoints were first written: an older config has no line for them
   // and reads as the run it was (GELU: the tanh form, the only one then; no accumulation; one rank;

@@ -3,6 +3,7 @@
 // validation every config passes (from flags, a preset, a checkpoint or a run file), and the
 // config as text (what checkpoints store).
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -91,13 +92,21 @@ std::string usage();
 // The config as printed at the start of a run (one "name = value" line per field).
 std::string describe(const Config& c);
 
+// Bounds on a config's strings, so that a saved config reads back in time linear in its size
+// and every message about one stays short: validate() refuses a string field (a flag's value)
+// of more than kMaxConfigString bytes (Linux passes at most 128 KiB an argument);
+// config_from_text refuses a value of more than kMaxConfigValue bytes as written (each byte
+// at most 3: %XX), so every config that validates reads back.
+constexpr size_t kMaxConfigString = 256 << 10;
+constexpr size_t kMaxConfigValue = 3 * kMaxConfigString;
+
 // Every field of c as "name=value\n" lines, in Config's declaration order (names as in
 // Config: n_layer, prompt, ...). Ints and the seed in decimal, bools true/false, doubles
 // with %.17g (round-trip exact); string bytes outside printable ASCII, and '%', as %XX.
 // A field added to Config must be added to each_field (model/config.cpp).
 std::string config_to_text(const Config& c);
-// The inverse. Throws InputError for a malformed line or value, an unknown, repeated or
-// missing field. It does not validate().
+// The inverse. Throws InputError for a malformed line or value, a value longer than
+// kMaxConfigValue, an unknown, repeated or missing field. It does not validate().
 Config config_from_text(const std::string& text);
 
 }  // namespace tg

@@ -284,6 +284,75 @@ TEST_CASE("checkpoint: config_to_text / config_from_text round trip every field 
   }
 }
 
+TEST_CASE("checkpoint: a saved config's values are bounded, refused as their line is read; flag_value is config_to_text's") {
+  // validate() takes strings of up to kMaxConfigString bytes, and each such config reads back:
+  // written, a byte is at most 3 (%XX), so a value is at most kMaxConfigValue
+  Config c = small_config();
+  c.prompt = std::string(kMaxConfigString, '\x80');
+  CHECK_NOTHROW(validate(c));
+  const std::string text = config_to_text(c);
+  std::string escaped;
+  for (size_t i = 0; i < kMaxConfigString; ++i) escaped += "%80";
+  CHECK(escaped.size() == kMaxConfigValue);
+  CHECK(text.find("\nprompt=" + escaped + "\n") != std::string::npos);
+  CHECK(config_from_text(text).prompt == c.prompt);
+  // each flag's value as the text holds it
+  for (const std::string& flag : flag_names()) {
+    CAPTURE(flag);
+    std::string field = flag;
+    std::replace(field.begin(), field.end(), '-', '_');
+    const size_t at = ("\n" + text).find("\n" + field + "=");
+    REQUIRE(at != std::string::npos);
+    const size_t from = at + field.size() + 1;
+    CHECK(flag_value(c, flag) == text.substr(from, text.find('\n', from) - from));
+  }
+  CHECK(flag_value(c, "no-such-flag").empty());
+  // one byte more: refused by validate(), naming the flag, whichever string it is
+  c.prompt += 'x';
+  std::string msg = input_error([&] { validate(c); });
+  check_one_line_expected(msg);
+  CHECK(msg.find("--prompt is 262145 bytes long") != std::string::npos);
+  CHECK(msg.find("expected at most 262144 bytes") != std::string::npos);
+  CHECK(msg.size() < 300);
+  c.prompt = "\n";
+  c.out_dir = std::string(kMaxConfigString + 1, 'o');
+  msg = input_error([&] { validate(c); });
+  check_one_line_expected(msg);
+  CHECK(msg.find("--out-dir is 262145 bytes long") != std::string::npos);
+  c.out_dir = "out/test";
+
+  // config_from_text: a value of kMaxConfigValue bytes is read, one more is refused naming
+  // the field, before anything else of the text is decoded
+  const std::string plain = config_to_text(c);
+  auto with_prompt = [&](const std::string& value) {
+    std::string t = plain;
+    const size_t at = t.find("\nprompt=") + 8;
+    return t.replace(at, t.find('\n', at) - at, value);
+  };
+  CHECK(config_from_text(with_prompt(std::string(kMaxConfigValue, 'A'))).prompt.size() == kMaxConfigValue);
+  msg = input_error([&] { config_from_text(with_prompt(std::string(kMaxConfigValue + 1, 'A'))); });
+  check_one_line_expected(msg);
+  CHECK(msg.find("the saved config has prompt= of 786433 bytes; expected a value of at most 786432 bytes") !=
+        std::string::npos);
+  // an unknown field is refused at its line, so a text of many short lines costs no more
+  msg = input_error([&] { config_from_text("n_layer=1\nzz=1\n" + std::string(1 << 20, '\n')); });
+  check_one_line_expected(msg);
+  CHECK(msg.find("has an unknown field zz") != std::string::npos);
+
+  // a state.bin holding a 60 MB value, its CRCs computed by the writer: refused naming the file
+  ckpt::CheckpointInfo info;
+  info.config = c;
+  info.config.prompt = std::string(60000000, 'A');
+  info.data_sha256 = std::string(64, 'a');
+  info.data_path = "/data/input.txt";
+  const float m = 0, v = 0;
+  msg = input_error([&] { ckpt::parse_state_bytes(ckpt::state_bytes(info, &m, &v, 1, 0), "run/ckpt-00000002/state.bin"); });
+  check_one_line_expected(msg);
+  CHECK(msg.find("checkpoint file run/ckpt-00000002/state.bin: the saved config has prompt= of 60000000 bytes; "
+                 "expected a value of at most 786432 bytes") != std::string::npos);
+  CHECK(msg.size() < 400);
+}
+
 TEST_CASE("checkpoint: the safetensors header is JSON in the safetensors format; lm_head.weight equals wte") {
   TempDir tmp;
   Config c = small_config();

@@ -10,7 +10,9 @@
 //   7. a run killed before its first checkpoint starts again or resumes from step 0;
 //   8. --resume applies the flags that can change and refuses the others; the data is found
 //      by its recorded absolute path and checked by its sha256;
-//  10. a damaged newest checkpoint that is skipped is named.
+//  10. a damaged newest checkpoint that is skipped is named;
+//  11. a crafted checkpoint or run file (checksums right, contents the format forbids) is
+//      refused at load with one line naming the file and the field, the run left as it was.
 // (5 and 9, values that degenerate in float and crafted checkpoint configs, are rows of the
 // bad-input tables of test_cli.cpp; the training loop's part of 1 and 6 is in test_train.cpp.)
 #include <doctest/doctest.h>
@@ -23,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -489,5 +492,79 @@ TEST_CASE("run dir: a damaged newest checkpoint is skipped by name; with only da
   CHECK(resume.code == 0);
   CHECK(resume.err.find(skipped) != std::string::npos);
   CHECK(resume.out.find("resuming from " + (run / "ckpt-00000003").string()) != std::string::npos);
+  fs::remove_all(base);
+}
+
+namespace {
+
+// Every file under dir but the lock (no part of a run), by path, with its bytes.
+std::map<std::string, std::string> files_of(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file() && e.path().filename() != "train_gpt.lock") out[e.path().string()] = slurp(e.path().string());
+  return out;
+}
+
+// The state.bin of a checkpoint written again as train_gpt writes it (its CRCs and WSUM
+// computed by the writer) after change.
+void rewrite_state(const fs::path& dir, const std::function<void(ckpt::Checkpoint&)>& change) {
+  const std::string path = (dir / "state.bin").string(), weights = slurp((dir / "model.safetensors").string());
+  ckpt::Checkpoint c = ckpt::parse_state_bytes(slurp(path), path);
+  change(c);
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      << ckpt::state_bytes(c, c.m.data(), c.v.data(), c.m.size(), ckpt::crc32(weights.data(), weights.size()));
+}
+
+// A file with the value of its line "key=..." replaced.
+void rewrite_line(const fs::path& file, const std::string& key, const std::string& value) {
+  std::string text = slurp(file.string());
+  const size_t at = text.find("\n" + key + "=") + key.size() + 2;
+  REQUIRE(at > key.size() + 1);
+  text.replace(at, text.find('\n', at) - at, value);
+  std::ofstream(file.string(), std::ios::binary | std::ios::trunc) << text;
+}
+
+struct Crafted {
+  const char* what;
+  std::function<void(const fs::path& run)> harm;  // applied to a copy of a run with ckpt-00000002
+  std::string says;                               // in the one line on stderr
+};
+
+}  // namespace
+
+TEST_CASE("run dir: crafted checkpoints and run files are refused at load, naming the file and the field; the run is left as it was") {
+  const fs::path base = fresh_dir("tg_rd_crafted"), good = base / "good", run = base / "run";
+  REQUIRE(run_train_gpt(tiny(2) + " --out-dir " + good.string()).code == 0);
+  const fs::path state = run / "ckpt-00000002" / "state.bin";
+  const std::vector<Crafted> cases = {
+      {"a 60 MB prompt in state.bin",
+       [](const fs::path& r) { rewrite_state(r / "ckpt-00000002", [](ckpt::Checkpoint& c) { c.config.prompt = std::string(60000000, 'A'); }); },
+       state.string() + ": the saved config has prompt= of 60000000 bytes; expected a value of at most 786432 bytes"},
+      {"a 60 MB prompt in the run.cfg of a run without a checkpoint",
+       [](const fs::path& r) {
+         fs::remove_all(r / "ckpt-00000002");
+         rewrite_line(r / "run.cfg", "prompt", std::string(60000000, 'A'));
+       },
+       "run file " + (run / "run.cfg").string() + ": the saved config has prompt= of 60000000 bytes; expected a value of at most 786432 bytes"},
+  };
+  for (const Crafted& k : cases) {
+    CAPTURE(std::string(k.what));
+    fs::remove_all(run);
+    fs::copy(good, run, fs::copy_options::recursive);
+    k.harm(run);
+    const std::map<std::string, std::string> before = files_of(run);
+    const auto t0 = std::chrono::steady_clock::now();
+    // flags that differ from the run's: each one compared with the saved config's value
+    const Run r = run_train_gpt("--resume --out-dir " + run.string() + " --max-iters 4 --lr 0.002 --eval-iters 2");
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CAPTURE(r.err.substr(0, 1000));
+    CHECK(r.code == 2);
+    CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.find(k.says) != std::string::npos);
+    CHECK(r.err.size() < 1000);
+    CHECK(files_of(run) == before);
+    // refused as its line is read: no value is carried through the comparison of the flags
+    CHECK(seconds < 10);
+  }
   fs::remove_all(base);
 }

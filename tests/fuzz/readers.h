@@ -1,6 +1,6 @@
 // tests/fuzz/readers.h: one input through every reader of untrusted bytes: state.bin, the
-// safetensors header and its tensors, the config text (then validate(), and a round trip),
-// the command line, a text's UTF-8 (the character vocabulary, then an encode / decode round
+// safetensors header and its tensors, the config text (then validate(), and a round trip; and
+// with its first value stretched past kMaxConfigValue, which must be refused), the command line, a text's UTF-8 (the character vocabulary, then an encode / decode round
 // trip), an llm.c token shard (written to a file beside a valid validation shard, loaded and
 // batched), llm.c's tokenizer file (loaded, then decoding), and --init-from's readers of llm.c's
 // model file and of a Hugging Face model.safetensors (beside a fixed config.json). The first
@@ -26,6 +26,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -86,6 +87,21 @@ inline void read_one(const uint8_t* data, size_t size) {
         break;
       }
       case kConfigText: {
+        // first, the text with its first line's value repeated past kMaxConfigValue: never read
+        const size_t eq = in.find('='), end = std::min(in.find('\n'), in.size());
+        if (eq < end && eq + 1 < end) {
+          const std::string value = in.substr(eq + 1, end - eq - 1);
+          std::string stretched;
+          stretched.reserve(tg::kMaxConfigValue + 2 * value.size());
+          while (stretched.size() <= tg::kMaxConfigValue) stretched += value;
+          bool refused = false;
+          try {
+            tg::config_from_text(in.substr(0, eq + 1) + stretched + in.substr(end));
+          } catch (const tg::InputError&) {
+            refused = true;
+          }
+          if (!refused) throw std::logic_error("a config value longer than kMaxConfigValue was read");
+        }
         const tg::Config c = tg::config_from_text(in);
         const std::string text = tg::config_to_text(c);
         if (tg::config_to_text(tg::config_from_text(text)) != text)
