@@ -26,6 +26,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int32_t kLlmcMagic = 20240326;
+// GPT-2's config.json is under a kilobyte: one above this is not one
+constexpr uint64_t kMaxConfigJson = 1 << 20;
 const char* const kKinds =
     "pass a Hugging Face GPT-2 model.safetensors (with its config.json), llm.c's gpt2_124M.bin or a train_gpt "
     "checkpoint";
@@ -164,7 +166,12 @@ InitSource read_hf(const std::string& st_path, const std::string& config_path, i
   m.bias = true;  // GPT-2 has every bias
   std::error_code ec;
   if (fs::exists(config_path, ec)) {
-    const jsonio::Value j = jsonio::parse(ckpt::read_file(config_path));
+    uint64_t size = 0;
+    const std::string text = ckpt::read_file(config_path, kMaxConfigJson + 1, &size);
+    if (size > kMaxConfigJson)
+      bad_file(config_path, "is " + std::to_string(size) + " bytes", "Hugging Face's GPT-2 config.json, at most " +
+                                                                        std::to_string(kMaxConfigJson) + " bytes");
+    const jsonio::Value j = jsonio::parse(text);
     if (j.is_discarded() || !j.is_object()) bad_file(config_path, "is not a JSON object", "Hugging Face's GPT-2 config.json");
     if (j.contains("model_type") && !(j["model_type"].is_string() && j["model_type"].get_string() == "gpt2"))
       bad_file(config_path, "has model_type " + printable(j["model_type"].dump()), "model_type \"gpt2\"");

@@ -10,6 +10,7 @@
 //                        stored (in, out), train_gpt's Linear (out, in) transposed. The
 //                        attn.bias / attn.masked_bias buffers of older files are ignored;
 //                        lm_head.weight is absent or equal to wte (tied). F32, BF16 or F16.
+//                        config.json is at most 1 MiB (GPT-2's is under a kilobyte).
 //                        Without config.json the shape comes from the tensors and n_head from
 //                        --n-head, the GELU from --gelu. A train_gpt_vocab.json beside it (what
 //                        --export-hf writes for a character vocabulary) names the characters.

@@ -236,6 +236,14 @@ TEST_CASE("init-from: a Hugging Face GPT-2 safetensors, Conv1D transposed, prefi
   }
   std::ofstream(base / "0" / "config.json") << "{\"n_layer\": 2,";
   CHECK_THROWS_WITH_AS(read_init_source((base / "0").string()), doctest::Contains("not a JSON object"), InputError);
+  // a config.json past 1 MiB (a long string in it): refused by its size, naming the file
+  nlohmann::json padded = good;
+  padded["name_or_path"] = std::string(1 << 20, 'x');
+  std::ofstream(base / "0" / "config.json") << padded.dump();
+  const std::string too_big = (base / "0" / "config.json").string() + " is " +
+                              std::to_string(fs::file_size(base / "0" / "config.json")) +
+                              " bytes; expected Hugging Face's GPT-2 config.json, at most 1048576 bytes";
+  CHECK_THROWS_WITH_AS(read_init_source((base / "0").string()), doctest::Contains(too_big.c_str()), InputError);
   fs::remove_all(base);
 }
 
