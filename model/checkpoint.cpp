@@ -111,6 +111,32 @@ struct State {
   uint32_t weights_crc = 0;
 };
 
+// A float of a message: "nan", "-inf", "-1", "3.5e+38".
+std::string float_text(float x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", x);
+  return b;
+}
+
+// The AdamW moments at p (m then v, n floats each) as AdamW keeps them: m finite (a running
+// mean of gradients), v finite and >= 0 (a running mean of their squares). Anything else makes
+// the first update NaN; the training stops there without naming the file.
+void check_moments(const std::string& path, const char* p, size_t n) {
+  for (size_t i = 0; i < 2 * n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, p + 4 * i, 4);
+    const bool is_v = i >= n, finite = (bits & 0x7f800000u) != 0x7f800000u;
+    const bool negative = (bits >> 31) && (bits & 0x7fffffffu);  // -0 is 0
+    if (finite && !(is_v && negative)) continue;
+    float x;
+    std::memcpy(&x, &bits, 4);
+    damaged(path,
+            std::string("holds AdamW ") + (is_v ? "second moment v[" + std::to_string(i - n) : "first moment m[" + std::to_string(i)) +
+                "] = " + float_text(x) + " in its 'ADAM' section",
+            "finite moments and v >= 0, as AdamW keeps them (m a running mean of gradients, v of their squares)");
+  }
+}
+
 bool is_hex64(const std::string& s) {
   return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char ch) { return (ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'); });
 }
@@ -186,6 +212,7 @@ State parse_state(const std::string& b, const std::string& path) {
   size_is("ADAM", adam % 8 == 0, "two float arrays of equal length (m, v)");
   s.adam_offset = sec["ADAM"].first;
   s.adam_floats = adam / 8;
+  check_moments(path, b.data() + s.adam_offset, s.adam_floats);
   size_is("WSUM", sec["WSUM"].second == 4, "4 bytes (a CRC-32)");
   s.weights_crc = get_u32(payload("WSUM"));
   size_is("RNG ", sec["RNG "].second == 8, "8 bytes (the seed)");
@@ -272,6 +299,7 @@ Files read_files(const std::string& dir) {
   f.state = parse_state(read_file(state_path), state_path);
   f.weights = read_file(weights_path);
   f.header = parse_safetensors(f.weights, weights_path);
+  check_finite(f.header, f.weights, weights_path);
   const uint32_t crc = crc32(f.weights.data(), f.weights.size());
   if (crc != f.state.weights_crc) not_paired(dir, crc, f.state.weights_crc);
   return f;

@@ -30,8 +30,9 @@
 //
 // Every problem with a file read back (missing, truncated at any length, bad magic, newer
 // format, CRC mismatch, missing section, bad JSON, a config validate() refuses, another
-// model's tensors, weights not the ones the state was written with) throws InputError with
-// one line saying what, expected and how to fix. Failing to write throws RuntimeError.
+// model's tensors, weights not the ones the state was written with, weights or AdamW moments
+// that are not finite, a negative second moment v) throws InputError with one line saying
+// what, expected and how to fix. Failing to write throws RuntimeError.
 #pragma once
 #include <cstddef>
 #include <cstdint>

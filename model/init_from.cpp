@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -106,6 +107,18 @@ void decode(const char* at, uint64_t n, const std::string& dtype, float* out) {
     std::memcpy(&h, at + 2 * i, 2);
     out[i] = dtype == "BF16" ? bf16_to_float(h) : f16_to_float(h);
   }
+}
+
+// The n weights at out, read from the file at path as tensor name: each must be finite (a NaN
+// or an infinity would show only later, as logits that are not finite).
+void check_finite(const std::string& path, const std::string& name, const float* out, uint64_t n) {
+  for (uint64_t i = 0; i < n; ++i)
+    if (!std::isfinite(out[i])) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%g", out[i]);
+      bad_file(path, "holds a weight that is not finite: " + name + "[" + std::to_string(i) + "] = " + b,
+               "finite weights");
+    }
 }
 
 bool has_suffix(const std::string& s, const std::string& tail) {
@@ -247,10 +260,12 @@ InitSource read_hf(const std::string& st_path, const std::string& config_path, i
     const char* at = bytes.data() + f.data_start + t->begin;
     if (!conv) {
       decode(at, p.numel, t->dtype, out);
+      check_finite(st_path, t->name, out, p.numel);
       continue;
     }
     tmp.resize(p.numel);
     decode(at, p.numel, t->dtype, tmp.data());
+    check_finite(st_path, t->name, tmp.data(), p.numel);  // its elements in the file's order
     const int rows = p.shape[0], cols = p.shape[1];  // Linear (out, in) from Conv1D (in, out)
     for (int r = 0; r < rows; ++r)
       for (int c = 0; c < cols; ++c) out[(size_t)r * cols + c] = tmp[(size_t)c * rows + r];
@@ -356,6 +371,7 @@ InitSource read_llmc(const std::string& path) {
   }
   put(k, at[14]);
   put(k + 1, at[15]);
+  for (const ParamSpec& p : table) check_finite(path, p.name, s.params.data() + p.offset, p.numel);
   return s;
 }
 

@@ -29,7 +29,8 @@
 // A padded vocabulary (token data: Vp 50304) starts with zero padding rows whatever the file
 // holds there (model/gpt.h: they never train). Every problem (missing, truncated or crafted
 // file, a tensor of another shape, a model-shape flag or a vocabulary that contradicts the file)
-// throws InputError with one line; a tensor mismatch names the tensor and both shapes.
+// throws InputError with one line; a tensor mismatch names the tensor and both shapes, a weight
+// that is not finite (NaN, infinity) the tensor and the element.
 #pragma once
 #include <iostream>
 #include <string>

@@ -179,6 +179,24 @@ std::vector<float> safetensors_tensors(const StFile& f, const std::string& bytes
   return out;
 }
 
+void check_finite(const StFile& f, const std::string& bytes, const std::string& path) {
+  for (const StTensor& t : f.tensors) {
+    if (t.dtype != "F32") continue;
+    const char* at = bytes.data() + f.data_start + t.begin;
+    for (uint64_t i = 0; i < t.numel; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, at + 4 * i, 4);
+      if ((bits & 0x7f800000u) != 0x7f800000u) continue;
+      float x;
+      std::memcpy(&x, &bits, 4);
+      char b[32];
+      std::snprintf(b, sizeof b, "%g", x);
+      damaged(path, "holds a weight that is not finite: " + printable(t.name) + "[" + std::to_string(i) + "] = " + b,
+              "finite weights, as train_gpt writes them");
+    }
+  }
+}
+
 // Elements of the model's tensors in a parsed file (lm_head.weight, a copy, not counted).
 uint64_t model_numel(const StFile& f) {
   uint64_t n = 0;
@@ -228,7 +246,9 @@ std::string safetensors_bytes(const std::vector<ParamSpec>& table, const float* 
 
 std::vector<float> read_safetensors(const std::string& path, const std::vector<ParamSpec>& expected) {
   std::string bytes = read_file(path);
-  return safetensors_tensors(parse_safetensors(bytes, path), bytes, path, expected);
+  const StFile f = parse_safetensors(bytes, path);
+  check_finite(f, bytes, path);
+  return safetensors_tensors(f, bytes, path, expected);
 }
 
 }  // namespace ckpt

@@ -94,10 +94,15 @@ StFile read_safetensors_header(const std::string& path);
 std::vector<float> safetensors_tensors(const StFile& f, const std::string& bytes, const std::string& path,
                                        const std::vector<ParamSpec>& expected);
 
+// Every element of every F32 tensor of a parsed file (bytes: all of it) is finite, else
+// InputError naming the tensor and the element (train_gpt never writes NaN or infinity: it
+// skips the steps that would make them).
+void check_finite(const StFile& f, const std::string& bytes, const std::string& path);
+
 // Elements of the model's tensors in a parsed file (lm_head.weight, a copy, not counted).
 uint64_t model_numel(const StFile& f);
 
-// Reads a safetensors file: parse_safetensors, then safetensors_tensors.
+// Reads a safetensors file: parse_safetensors, check_finite, then safetensors_tensors.
 std::vector<float> read_safetensors(const std::string& path, const std::vector<ParamSpec>& expected);
 
 }  // namespace ckpt

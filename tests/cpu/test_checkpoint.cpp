@@ -6,6 +6,8 @@
 //     and a hand-written header in another JSON style read too;
 //   - save -> load -> save gives byte-identical files;
 //   - a table of damaged checkpoints, each an InputError of one line saying what it expected;
+//     AdamW moments or weights that are not finite, or a negative v, written with checksums
+//     right: refused naming the file and the element, and skipped by latest_checkpoint;
 //   - latest_checkpoint (newest complete, .tmp ignored, falls back past a damaged one), keep,
 //     re-saving a step;
 //   - write_file_atomic failures leave the old file and no temp file (root-proof cases).
@@ -693,6 +695,78 @@ TEST_CASE("checkpoint: damaged checkpoints throw a one-line InputError saying wh
   msg = input_error([&] { ckpt::read_safetensors(tmp / "f16.safetensors", table); });
   check_one_line_expected(msg);
   CHECK(msg.find("transformer.wte.weight has dtype F16, expected F32") != std::string::npos);
+}
+
+TEST_CASE("checkpoint: AdamW moments or weights that are not finite, and a negative v, are refused naming the file and the element") {
+  TempDir tmp;
+  const Config c = small_config();
+  const std::vector<ParamSpec> table = param_table(model_of(c));
+  const ckpt::Checkpoint good = random_checkpoint(c, table, 6);
+  const size_t n = good.m.size();
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    std::string what;
+    std::function<void(ckpt::Checkpoint&)> harm;
+    std::string file, says;  // the file named, and what the message says of it
+  };
+  const size_t wpe = table[1].offset;
+  REQUIRE(table[1].name == "transformer.wpe.weight");
+  const std::vector<Case> cases = {
+      {"m NaN", [](ckpt::Checkpoint& k) { k.m[3] = std::numeric_limits<float>::quiet_NaN(); }, "state.bin",
+       "holds AdamW first moment m[3] = nan in its 'ADAM' section"},
+      {"m -inf, the last element", [&](ckpt::Checkpoint& k) { k.m[n - 1] = -inf; }, "state.bin",
+       "holds AdamW first moment m[" + std::to_string(n - 1) + "] = -inf"},
+      {"v negative", [](ckpt::Checkpoint& k) { k.v[0] = -1; }, "state.bin", "holds AdamW second moment v[0] = -1 in its 'ADAM' section"},
+      {"v the smallest negative float", [](ckpt::Checkpoint& k) { k.v[9] = -std::numeric_limits<float>::denorm_min(); },
+       "state.bin", "holds AdamW second moment v[9] = -1.4013e-45"},
+      {"v inf", [&](ckpt::Checkpoint& k) { k.v[7] = inf; }, "state.bin", "holds AdamW second moment v[7] = inf"},
+      {"v NaN", [&](ckpt::Checkpoint& k) { k.v[n - 1] = nan; }, "state.bin", "holds AdamW second moment v[" + std::to_string(n - 1) + "] = nan"},
+      {"a weight NaN", [&](ckpt::Checkpoint& k) { k.params[wpe + 2] = nan; }, "model.safetensors",
+       "holds a weight that is not finite: transformer.wpe.weight[2] = nan"},
+      {"a weight -inf", [&](ckpt::Checkpoint& k) { k.params.back() = -inf; }, "model.safetensors",
+       "holds a weight that is not finite: " + table.back().name + "[" + std::to_string(table.back().numel - 1) + "] = -inf"},
+  };
+  const std::string expected_moments = "expected finite moments and v >= 0, as AdamW keeps them";
+  for (const Case& k : cases) {
+    CAPTURE(k.what);
+    ckpt::Checkpoint bad = good;
+    k.harm(bad);
+    // written by save_checkpoint (CRCs and WSUM right) beside an intact older checkpoint
+    const std::string out = tmp / ("run_" + std::to_string(&k - cases.data()));
+    ckpt::save_checkpoint(out, random_checkpoint(c, table, 3), table, 0);
+    ckpt::save_checkpoint(out, bad, table, 0);
+    const std::string dir = step_dir(out, 6), path = dir + "/" + k.file;
+    const std::string msg = input_error([&] { ckpt::load_checkpoint(dir, table); });
+    INFO(msg);
+    check_one_line_expected(msg);
+    CHECK(msg.find("checkpoint file " + path + " " + k.says) != std::string::npos);
+    CHECK(msg.find(k.file == "state.bin" ? expected_moments : "expected finite weights, as train_gpt writes them") !=
+          std::string::npos);
+    CHECK(msg.find("delete its checkpoint directory to resume from an older one") != std::string::npos);
+    CHECK(ckpt::checkpoint_damage(dir) == msg);
+    std::vector<std::string> skipped;
+    CHECK(ckpt::latest_checkpoint(out, &skipped) == step_dir(out, 3));
+    CHECK(skipped == std::vector<std::string>{msg});
+    if (k.file == "state.bin") {
+      CHECK(input_error([&] { ckpt::checkpoint_info(dir); }) == msg);
+      CHECK(input_error([&] { ckpt::parse_state_bytes(read_bytes(path), path); }) == msg);
+    } else {
+      CHECK(input_error([&] { ckpt::read_safetensors(path, table); }) == msg);
+    }
+  }
+  // the edges AdamW keeps: v 0 and -0, the largest finite m, the smallest v
+  ckpt::Checkpoint edge = good;
+  edge.v[0] = 0.0f;
+  edge.v[1] = -0.0f;
+  edge.v[2] = std::numeric_limits<float>::denorm_min();
+  edge.m[0] = -std::numeric_limits<float>::max();
+  edge.m[1] = std::numeric_limits<float>::max();
+  edge.params[wpe] = std::numeric_limits<float>::max();
+  ckpt::save_checkpoint(tmp / "edge", edge, table, 0);
+  const ckpt::Checkpoint back = ckpt::load_checkpoint(step_dir(tmp / "edge", 6), table);
+  CHECK(same_bits(back.v, edge.v));
+  CHECK(same_bits(back.m, edge.m));
+  CHECK(same_bits(back.params, edge.params));
 }
 
 TEST_CASE("checkpoint: latest_checkpoint picks the newest complete one, ignores .tmp and falls back past damage") {

@@ -1,6 +1,7 @@
 // tests/cpu/test_fuzz.cpp: the readers of untrusted bytes under fuzzing (tests/fuzz/readers.h).
 //   - the seeds, damaged variants of them and every input kept in tests/fuzz/regressions/ go
-//     through the readers here, in every build (the sanitizer build included);
+//     through the readers here, in every build (the sanitizer build included); the seeds made
+//     to be refused by one check each are refused with its message;
 //   - the libFuzzer target (path in TG_FUZZ, built by make when clang++ has libFuzzer) runs
 //     from the seeds for TG_FUZZ_SECONDS (default 5) and must find nothing; skipped, and
 //     counted as skipped, without it.
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "../fuzz/readers.h"
 
@@ -31,12 +33,21 @@ std::string bytes_of(const fs::path& p) {
   return s.str();
 }
 
-void read(const std::string& input) { fuzz::read_one(reinterpret_cast<const uint8_t*>(input.data()), input.size()); }
+void read(const std::string& input, bool refusals = false) {
+  fuzz::read_one(reinterpret_cast<const uint8_t*>(input.data()), input.size(), refusals);
+}
+
+// Every seed: those read back, then those refused by one check each.
+std::vector<std::string> all_seeds() {
+  std::vector<std::string> all = fuzz::seeds();
+  for (const fuzz::Refused& r : fuzz::refused_seeds()) all.push_back(r.input);
+  return all;
+}
 
 }  // namespace
 
 TEST_CASE("fuzz: the seeds read back; their damaged variants and the inputs kept as regressions are refused cleanly") {
-  for (const std::string& seed : fuzz::seeds()) {
+  for (const std::string& seed : all_seeds()) {
     CAPTURE(seed.size());
     CHECK_NOTHROW(read(seed));
     // every prefix, and each byte flipped in turn: InputError or a clean read, nothing else
@@ -66,12 +77,19 @@ TEST_CASE("fuzz: the seeds read back; their damaged variants and the inputs kept
   }
 }
 
+TEST_CASE("fuzz: each refused seed reaches its check: an InputError saying what it found") {
+  for (const fuzz::Refused& r : fuzz::refused_seeds()) {
+    CAPTURE(r.says);
+    CHECK_THROWS_WITH_AS(read(r.input, true), doctest::Contains(r.says.c_str()), tg::InputError);
+  }
+}
+
 TEST_CASE("fuzz: libFuzzer over the readers finds nothing in a bounded run" * doctest::skip(fuzzer() == nullptr)) {
   const fs::path corpus = fs::temp_directory_path() / ("tg_fuzz_corpus_" + std::to_string(getpid()));
   fs::remove_all(corpus);
   fs::create_directories(corpus);
   int k = 0;
-  for (const std::string& seed : fuzz::seeds())
+  for (const std::string& seed : all_seeds())
     std::ofstream((corpus / ("seed" + std::to_string(k++))).string(), std::ios::binary) << seed;
   const char* secs = std::getenv("TG_FUZZ_SECONDS");
   const fs::path artifacts = corpus / "crash-";

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -314,6 +315,54 @@ TEST_CASE("init-from: llm.c's model file, version 3 (fp32) and 5 (bf16), padded 
     std::memcpy(&b[4 * field], &value, 4);
     refuses(b, says);
   }
+  fs::remove_all(base);
+}
+
+TEST_CASE("init-from: a weight that is not finite is refused naming the tensor and the element (F32, BF16, llm.c)") {
+  const ModelConfig m{7, 5, 1, 2, 4, true};
+  const std::vector<ParamSpec> t = param_table(m);
+  std::vector<float> src = random_vec<float>(param_count(t));
+  for (float& x : src) x = std::round(x * 100) / 64;  // exact in bf16
+  const fs::path base = fresh_dir("tg_init_finite");
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  REQUIRE(t[1].name == "transformer.wpe.weight");
+  REQUIRE(t[2].name == "transformer.h.0.ln_1.weight");
+  int k = 0;
+  for (const auto& [dtype, at, value, says] : std::vector<std::tuple<std::string, size_t, float, std::string>>{
+           {"F32", t[1].offset + 3, nan, "holds a weight that is not finite: transformer.wpe.weight[3] = nan"},
+           {"BF16", t[2].offset, inf, "holds a weight that is not finite: transformer.h.0.ln_1.weight[0] = inf"},
+           {"BF16", t.back().offset + 1, -inf, "holds a weight that is not finite: " + t.back().name + "[1] = -inf"}}) {
+    CAPTURE(dtype);
+    std::vector<float> v = src;
+    v[at] = value;
+    const fs::path dir = base / std::to_string(k++);
+    write_hf(dir, m, v, true, false, "tied", "gelu_new", dtype);
+    CHECK_THROWS_WITH_AS(read_init_source(dir.string()),
+                         doctest::Contains(((dir / "model.safetensors").string() + " " + says + "; expected finite weights").c_str()),
+                         InputError);
+  }
+  // a Conv1D weight: the element as the file lays it out, (in, out)
+  std::vector<float> v = src;
+  const ParamSpec& qkv = t[4];
+  REQUIRE(qkv.name == "transformer.h.0.attn.c_attn.weight");
+  v[qkv.offset + 1 * qkv.shape[1] + 2] = nan;  // Linear (out 1, in 2): the file's (in 2, out 1)
+  write_hf(base / "conv", m, v, false, false, "none");
+  CHECK_THROWS_WITH_AS(read_init_source((base / "conv").string()),
+                       doctest::Contains(("h.0.attn.c_attn.weight[" + std::to_string(2 * qkv.shape[0] + 1) + "] = nan").c_str()),
+                       InputError);
+  // llm.c's file (fp32): train_gpt's names, each layer's slice; the padding rows are never read
+  const std::string good = llmc_bytes(m, 16, src, 3);
+  write_bytes(base / "good.bin", good);
+  CHECK_NOTHROW(read_init_source((base / "good.bin").string()));
+  v = src;
+  v[t[2].offset + 2] = nan;
+  write_bytes(base / "nan.bin", llmc_bytes(m, 16, v, 3));
+  CHECK_THROWS_WITH_AS(read_init_source((base / "nan.bin").string()),
+                       doctest::Contains("holds a weight that is not finite: transformer.h.0.ln_1.weight[2] = nan"), InputError);
+  std::string padded_nan = good;
+  std::memcpy(&padded_nan[1024 + 4 * (7 * 4 + 1)], &nan, 4);  // wte's row 7 of the 16: padding
+  write_bytes(base / "padnan.bin", padded_nan);
+  CHECK_NOTHROW(read_init_source((base / "padnan.bin").string()));
   fs::remove_all(base);
 }
 

@@ -21,7 +21,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -35,6 +37,7 @@
 #include "../../model/backend.h"
 #include "../../model/checkpoint.h"
 #include "../../model/run_dir.h"
+#include "../../model/safetensors.h"
 #include "../common/cli_util.h"
 
 using namespace tg;
@@ -524,6 +527,20 @@ void rewrite_line(const fs::path& file, const std::string& key, const std::strin
   std::ofstream(file.string(), std::ios::binary | std::ios::trunc) << text;
 }
 
+// The model.safetensors of a checkpoint with element i of tensor name set to x, its state.bin's
+// WSUM paired with it again.
+void rewrite_weight(const fs::path& dir, const std::string& name, size_t i, float x) {
+  const std::string path = (dir / "model.safetensors").string();
+  std::string w = slurp(path);
+  const ckpt::StFile f = ckpt::parse_safetensors(w, path);
+  const auto t = std::find_if(f.tensors.begin(), f.tensors.end(), [&](const ckpt::StTensor& s) { return s.name == name; });
+  REQUIRE(t != f.tensors.end());
+  REQUIRE(i < t->numel);
+  std::memcpy(&w[f.data_start + t->begin + 4 * i], &x, 4);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << w;
+  rewrite_state(dir, [](ckpt::Checkpoint&) {});
+}
+
 struct Crafted {
   const char* what;
   std::function<void(const fs::path& run)> harm;  // applied to a copy of a run with ckpt-00000002
@@ -546,6 +563,18 @@ TEST_CASE("run dir: crafted checkpoints and run files are refused at load, namin
          rewrite_line(r / "run.cfg", "prompt", std::string(60000000, 'A'));
        },
        "run file " + (run / "run.cfg").string() + ": the saved config has prompt= of 60000000 bytes; expected a value of at most 786432 bytes"},
+      {"a NaN first moment",
+       [](const fs::path& r) { rewrite_state(r / "ckpt-00000002", [](ckpt::Checkpoint& c) { c.m[10] = std::nanf(""); }); },
+       state.string() + " holds AdamW first moment m[10] = nan in its 'ADAM' section; expected finite moments and v >= 0"},
+      {"a negative second moment",
+       [](const fs::path& r) { rewrite_state(r / "ckpt-00000002", [](ckpt::Checkpoint& c) { c.v[0] = -1; }); },
+       state.string() + " holds AdamW second moment v[0] = -1 in its 'ADAM' section; expected finite moments and v >= 0"},
+      {"an infinite second moment",
+       [](const fs::path& r) { rewrite_state(r / "ckpt-00000002", [](ckpt::Checkpoint& c) { c.v[1] = HUGE_VALF; }); },
+       state.string() + " holds AdamW second moment v[1] = inf"},
+      {"a NaN weight", [](const fs::path& r) { rewrite_weight(r / "ckpt-00000002", "transformer.wpe.weight", 5, std::nanf("")); },
+       (run / "ckpt-00000002" / "model.safetensors").string() +
+           " holds a weight that is not finite: transformer.wpe.weight[5] = nan; expected finite weights"},
   };
   for (const Crafted& k : cases) {
     CAPTURE(std::string(k.what));

@@ -30,6 +30,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 namespace fuzz {
 
@@ -72,7 +73,9 @@ inline const std::vector<tg::ParamSpec>& table() {
   return t;
 }
 
-inline void read_one(const uint8_t* data, size_t size) {
+// The reader the first byte picks, on the rest. InputError, the answer to bad bytes, ends the
+// read (and is thrown on when refusals is set).
+inline void read_one(const uint8_t* data, size_t size, bool refusals = false) {
   if (size == 0) return;
   const std::string in(reinterpret_cast<const char*>(data) + 1, size - 1);
   try {
@@ -82,6 +85,7 @@ inline void read_one(const uint8_t* data, size_t size) {
         break;
       case kSafetensors: {
         const tg::ckpt::StFile f = tg::ckpt::parse_safetensors(in, "fuzz/model.safetensors");
+        tg::ckpt::check_finite(f, in, "fuzz/model.safetensors");
         tg::ckpt::model_numel(f);
         tg::ckpt::safetensors_tensors(f, in, "fuzz/model.safetensors", table());
         break;
@@ -164,6 +168,7 @@ inline void read_one(const uint8_t* data, size_t size) {
       }
     }
   } catch (const tg::InputError&) {
+    if (refusals) throw;
   }
 }
 
@@ -213,6 +218,46 @@ inline std::vector<std::string> seeds() {
           std::string(1, (char)kShard) + shard_bytes({50256, 15496, 11, 995, 0, 50256, 1, 2}),
           std::string(1, (char)kTokenizer) + tokenizer, std::string(1, (char)kLlmcModel) + llmc,
           std::string(1, (char)kHfModel) + hf};
+}
+
+// An input refused by one check of the readers, and what its message says: seeds that start
+// the fuzzer next to those checks (AdamW moments and weights that are not finite, a negative
+// second moment, ...), replayed by the CPU suite, which checks that each is refused so.
+struct Refused {
+  std::string input, says;
+};
+
+inline std::vector<Refused> refused_seeds() {
+  const std::vector<std::string> s = seeds();
+  const std::string state = s[kState].substr(1), weights = s[kSafetensors].substr(1), hf = s[kHfModel].substr(1);
+  const uint32_t weights_crc = tg::ckpt::crc32(weights.data(), weights.size());
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  // state.bin with its moments changed, written (CRCs and all) as train_gpt writes it
+  auto state_with = [&](size_t i, bool v, float x) {
+    tg::ckpt::Checkpoint k = tg::ckpt::parse_state_bytes(state, "seed");
+    (v ? k.v : k.m)[i] = x;
+    return std::string(1, (char)kState) + tg::ckpt::state_bytes(k, k.m.data(), k.v.data(), k.m.size(), weights_crc);
+  };
+  // a safetensors file with element i of tensor name set to x
+  auto weight_at = [](Reader r, std::string bytes, const std::string& name, size_t i, float x) {
+    const tg::ckpt::StFile f = tg::ckpt::parse_safetensors(bytes, "seed");
+    for (const tg::ckpt::StTensor& t : f.tensors)
+      if (t.name == name) std::memcpy(&bytes[f.data_start + t.begin + 4 * i], &x, 4);
+    return std::string(1, (char)r) + bytes;
+  };
+  std::string llmc = s[kLlmcModel];
+  llmc[1 + 1024 + 2] = '\xc0';  // wte's element 1, a bf16 NaN (0x7fc0)
+  llmc[1 + 1024 + 3] = '\x7f';
+  return {
+      {state_with(1, false, nan), "holds AdamW first moment m[1] = nan"},
+      {state_with(0, true, -1.0f), "holds AdamW second moment v[0] = -1"},
+      {state_with(2, true, inf), "holds AdamW second moment v[2] = inf"},
+      {weight_at(kSafetensors, weights, "transformer.wpe.weight", 1, nan),
+       "holds a weight that is not finite: transformer.wpe.weight[1] = nan"},
+      {weight_at(kHfModel, hf, "transformer.wpe.weight", 3, -inf),
+       "holds a weight that is not finite: transformer.wpe.weight[3] = -inf"},
+      {llmc, "holds a weight that is not finite: transformer.wte.weight[1] = nan"},
+  };
 }
 
 }  // namespace fuzz
