@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <set>
 #include <utility>
@@ -36,6 +37,21 @@ std::vector<uint64_t> to_u64(const std::vector<int>& shape) {
 constexpr uint64_t kMaxHeaderBytes = 100u << 20;
 constexpr int kMaxDepth = 16;
 constexpr size_t kMaxEntries = 1u << 16;
+
+// The dtypes of the safetensors format (its Dtype enum): a tensor of any other, or none, is
+// refused even where the reader skips the tensor (lm_head.weight, GPT-2's mask buffers).
+const char* const kDtypes[] = {"BOOL", "F4",  "F6_E2M3", "F6_E3M2", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "F8_E8M0", "I16",
+                               "U16",  "F16", "BF16",    "I32",     "U32", "F32", "C64",     "F64",     "I64",     "U64"};
+
+bool known_dtype(const std::string& d) {
+  return std::any_of(std::begin(kDtypes), std::end(kDtypes), [&](const char* k) { return d == k; });
+}
+
+std::string dtype_list() {
+  std::string s;
+  for (const char* k : kDtypes) s += (s.empty() ? "" : ", ") + std::string(k);
+  return s;
+}
 
 const std::string kBadHeader = "a safetensors header as train_gpt writes it ({\"name\": {\"dtype\", \"shape\", \"data_offsets\"}, ...})";
 
@@ -120,6 +136,7 @@ StFile parse_header(const std::string& bytes, uint64_t file_size, const std::str
       }
     }
     if (!has_dtype || !has_shape || !has_offsets) bad("dtype, shape or data_offsets missing");
+    if (!known_dtype(t.dtype)) bad("dtype \"" + printable(t.dtype) + "\" is none of the format's (" + dtype_list() + ")");
     if (t.begin > t.end) bad("data_offsets end before they begin");
     if (t.dtype == "F32" && (t.numel > UINT64_MAX / 4 || t.end - t.begin != t.numel * 4))
       bad("data_offsets [" + std::to_string(t.begin) + "," + std::to_string(t.end) + "] do not hold shape " +

@@ -23,7 +23,8 @@
 //
 // The reader takes any JSON style (spacing, key order, escapes) and any tensor order, and
 // throws InputError, one line saying what and what was expected, for a truncated file, bad
-// header JSON, data outside the file, or another model's tensors. Untrusted headers are
+// header JSON, a dtype that is none of the format's (even on a tensor it skips), data outside
+// the file, or another model's tensors. Untrusted headers are
 // bounded: at most 100 MB, nesting at most 16 levels deep, at most 65,536 entries, no key
 // twice in an object.
 #pragma once

@@ -769,6 +769,60 @@ TEST_CASE("checkpoint: AdamW moments or weights that are not finite, and a negat
   CHECK(same_bits(back.params, edge.params));
 }
 
+namespace {
+
+// Safetensors bytes as train_gpt writes them with the dtype of tensor name replaced: the header
+// padded again to a multiple of 8 and its length rewritten.
+std::string with_dtype(const std::string& bytes, const std::string& name, const std::string& dtype) {
+  uint64_t n;
+  std::memcpy(&n, bytes.data(), 8);
+  std::string header = bytes.substr(8, n);
+  const std::string key = "\"" + name + "\":{\"dtype\":\"F32\"";
+  const size_t at = header.find(key);
+  REQUIRE(at != std::string::npos);
+  header.replace(at, key.size(), "\"" + name + "\":{\"dtype\":\"" + dtype + "\"");
+  while (!header.empty() && header.back() == ' ') header.pop_back();
+  while (header.size() % 8) header += ' ';
+  const uint64_t n2 = header.size();
+  return std::string(reinterpret_cast<const char*>(&n2), 8) + header + bytes.substr(8 + n);
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: a dtype that is empty or none of the safetensors format's is refused, on lm_head.weight too (never read)") {
+  TempDir tmp;
+  const Config c = small_config();
+  const std::vector<ParamSpec> table = param_table(model_of(c));
+  const ckpt::Checkpoint good = random_checkpoint(c, table, 4);
+  const std::string weights = ckpt::safetensors_bytes(table, good.params.data(), "n_layer=2", good.vocab);
+  const std::string list = "BOOL, F4, F6_E2M3, F6_E3M2, U8, I8, F8_E5M2, F8_E4M3, F8_E8M0, I16, U16, F16, BF16, I32, U32, F32, "
+                           "C64, F64, I64, U64";
+  for (const auto& [name, dtype] : std::vector<std::pair<std::string, std::string>>{
+           {"lm_head.weight", ""}, {"lm_head.weight", "F33"}, {"lm_head.weight", "f32"}, {"lm_head.weight", "Q4_0"},
+           {"lm_head.weight", "F32 "}, {"transformer.wpe.weight", ""}}) {
+    CAPTURE(name);
+    CAPTURE(dtype);
+    const std::string bad = with_dtype(weights, name, dtype);
+    const std::string msg = input_error([&] { ckpt::parse_safetensors(bad, "ck/model.safetensors"); });
+    check_one_line_expected(msg);
+    CHECK(msg.find("checkpoint file ck/model.safetensors has a bad header entry \"" + name + "\": dtype \"" + dtype +
+                   "\" is none of the format's (" + list + ")") != std::string::npos);
+    // in a checkpoint, its state.bin's WSUM paired with it as the writer pairs them
+    const std::string out = tmp / ("run_" + dtype + "_" + name), dir = step_dir(out, 4);
+    ckpt::save_checkpoint(out, good, table);
+    write_bytes(dir + "/model.safetensors", bad);
+    const ckpt::Checkpoint s = ckpt::parse_state_bytes(read_bytes(dir + "/state.bin"), "s");
+    write_bytes(dir + "/state.bin", ckpt::state_bytes(s, s.m.data(), s.v.data(), s.m.size(), ckpt::crc32(bad.data(), bad.size())));
+    const std::string load = input_error([&] { ckpt::load_checkpoint(dir, table); });
+    CHECK(load.find("checkpoint file " + dir + "/model.safetensors has a bad header entry \"" + name + "\": dtype") !=
+          std::string::npos);
+    CHECK(ckpt::checkpoint_damage(dir) == load);
+    CHECK(ckpt::latest_checkpoint(out) == "");
+  }
+  // another dtype of the format on the tensor the reader skips: the header reads
+  CHECK(ckpt::parse_safetensors(with_dtype(weights, "lm_head.weight", "BF16"), "m").tensors.size() == table.size() + 1);
+}
+
 TEST_CASE("checkpoint: latest_checkpoint picks the newest complete one, ignores .tmp and falls back past damage") {
   TempDir tmp;
   const std::string out = tmp / "out";

@@ -248,6 +248,30 @@ TEST_CASE("init-from: a Hugging Face GPT-2 safetensors, Conv1D transposed, prefi
   fs::remove_all(base);
 }
 
+TEST_CASE("init-from: a mask buffer (never read) whose dtype is empty or none of the safetensors format's is refused") {
+  const ModelConfig m{7, 5, 1, 2, 4, true};
+  const fs::path base = fresh_dir("tg_init_dtype");
+  write_hf(base, m, random_vec<float>(param_count(param_table(m))), false, true, "none");
+  const std::string path = (base / "model.safetensors").string(), good = slurp(path);
+  CHECK_NOTHROW(read_init_source(base.string()));
+  for (const std::string& dtype : {"", "F33", "Q4"}) {
+    CAPTURE(dtype);
+    std::string b = good;
+    const std::string key = "\"h.0.attn.bias\":{\"dtype\":\"F32\"";
+    const size_t at = b.find(key);
+    REQUIRE(at != std::string::npos);
+    const std::string to = "\"h.0.attn.bias\":{\"dtype\":\"" + dtype + "\"";
+    b.replace(at, key.size(), to + std::string(key.size() - std::min(key.size(), to.size()), ' '));  // the header keeps its length
+    REQUIRE(b.size() == good.size());
+    write_bytes(path, b);
+    CHECK_THROWS_WITH_AS(read_init_source(base.string()),
+                         doctest::Contains(("has a bad header entry \"h.0.attn.bias\": dtype \"" + dtype +
+                                            "\" is none of the format's (BOOL, F4,").c_str()),
+                         InputError);
+  }
+  fs::remove_all(base);
+}
+
 TEST_CASE("init-from: a Hugging Face file in BF16 or F16 reads as its floats (subnormal halves, -0, 65504)") {
   const ModelConfig m{7, 5, 1, 2, 4, true};
   std::vector<float> src = random_vec<float>(param_count(param_table(m)));

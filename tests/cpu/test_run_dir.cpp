@@ -572,6 +572,19 @@ TEST_CASE("run dir: crafted checkpoints and run files are refused at load, namin
       {"an infinite second moment",
        [](const fs::path& r) { rewrite_state(r / "ckpt-00000002", [](ckpt::Checkpoint& c) { c.v[1] = HUGE_VALF; }); },
        state.string() + " holds AdamW second moment v[1] = inf"},
+      {"an empty dtype on lm_head.weight (a copy of wte the reader skips)",
+       [](const fs::path& r) {
+         const fs::path w = r / "ckpt-00000002" / "model.safetensors";
+         std::string b = slurp(w.string());
+         const std::string key = "\"lm_head.weight\":{\"dtype\":\"F32\"";
+         const size_t at = b.find(key);
+         REQUIRE(at != std::string::npos);
+         b.replace(at, key.size(), "\"lm_head.weight\":{\"dtype\":\"\"   ");  // as long: JSON spaces
+         std::ofstream(w.string(), std::ios::binary | std::ios::trunc) << b;
+         rewrite_state(r / "ckpt-00000002", [](ckpt::Checkpoint&) {});
+       },
+       (run / "ckpt-00000002" / "model.safetensors").string() +
+           " has a bad header entry \"lm_head.weight\": dtype \"\" is none of the format's (BOOL, F4,"},
       {"a NaN weight", [](const fs::path& r) { rewrite_weight(r / "ckpt-00000002", "transformer.wpe.weight", 5, std::nanf("")); },
        (run / "ckpt-00000002" / "model.safetensors").string() +
            " holds a weight that is not finite: transformer.wpe.weight[5] = nan; expected finite weights"},

@@ -222,7 +222,8 @@ inline std::vector<std::string> seeds() {
 
 // An input refused by one check of the readers, and what its message says: seeds that start
 // the fuzzer next to those checks (AdamW moments and weights that are not finite, a negative
-// second moment, ...), replayed by the CPU suite, which checks that each is refused so.
+// second moment, a dtype none of safetensors'), replayed by the CPU suite, which checks that
+// each is refused so.
 struct Refused {
   std::string input, says;
 };
@@ -245,6 +246,15 @@ inline std::vector<Refused> refused_seeds() {
       if (t.name == name) std::memcpy(&bytes[f.data_start + t.begin + 4 * i], &x, 4);
     return std::string(1, (char)r) + bytes;
   };
+  // a safetensors file with the dtype of lm_head.weight (which the readers skip or only compare)
+  // replaced, the header as long (JSON spaces)
+  auto dtype_of = [](Reader r, std::string bytes, const std::string& dtype) {
+    const std::string key = "\"lm_head.weight\":{\"dtype\":\"F32\"";
+    const size_t at = bytes.find(key);
+    if (at != std::string::npos)
+      bytes.replace(at, key.size(), "\"lm_head.weight\":{\"dtype\":\"" + dtype + "\"" + std::string(3 - dtype.size(), ' '));
+    return std::string(1, (char)r) + bytes;
+  };
   std::string llmc = s[kLlmcModel];
   llmc[1 + 1024 + 2] = '\xc0';  // wte's element 1, a bf16 NaN (0x7fc0)
   llmc[1 + 1024 + 3] = '\x7f';
@@ -257,6 +267,8 @@ inline std::vector<Refused> refused_seeds() {
       {weight_at(kHfModel, hf, "transformer.wpe.weight", 3, -inf),
        "holds a weight that is not finite: transformer.wpe.weight[3] = -inf"},
       {llmc, "holds a weight that is not finite: transformer.wte.weight[1] = nan"},
+      {dtype_of(kSafetensors, weights, ""), "has a bad header entry \"lm_head.weight\": dtype \"\" is none of the format's"},
+      {dtype_of(kHfModel, hf, "F33"), "has a bad header entry \"lm_head.weight\": dtype \"F33\" is none of the format's"},
   };
 }
 
