@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cinttypes>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -222,6 +223,10 @@ State parse_state(const std::string& b, const std::string& path) {
           "a u32 count and that many doubles");
   c.losses = get_array<double>(payload("LOSS") + 4, (loss - 4) / 8);
   if (version == 1) return s;
+  // the path is one the OS can open: at most PATH_MAX bytes (so is every message naming it)
+  size_is("DATA", sec["DATA"].second <= 65 + PATH_MAX,
+          "the data file's sha256 (64 hex digits), a newline and its absolute path of at most " +
+              std::to_string(PATH_MAX) + " bytes");
   const std::string data = text("DATA");
   const size_t nl = data.find('\n');
   c.data_sha256 = data.substr(0, nl);

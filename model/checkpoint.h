@@ -18,12 +18,13 @@
 //   "CONF"  config_to_text(config)
 //   "STEP"  u32 next step to run, u32 optimizer steps done, u32 non-finite steps in a row
 //           before the next step (format 1: the first two only)
-//   "ADAM"  m then v: param_count floats each
+//   "ADAM"  m then v: param_count floats each (finite; v >= 0)
 //   "WSUM"  u32 CRC-32 of the whole model.safetensors beside it (pairs the two files)
 //   "RNG "  u64 seed: the data loader and dropout are pure functions of (seed, step), so this
 //           and STEP are the whole RNG and loader state
 //   "LOSS"  u32 count, then count doubles: losses logged so far
-//   "DATA"  the sha256 of the data file (64 hex digits), '\n', its absolute path
+//   "DATA"  the sha256 of the data file (64 hex digits), '\n', its absolute path (at most
+//           PATH_MAX bytes)
 //   "MTRC"  metrics.jsonl lines the run could not write, '\n' after each (written on resume)
 // Readers skip sections with unknown tags (their CRC still checked); all eight above are
 // required (format 1: the first six).

@@ -353,6 +353,16 @@ TEST_CASE("checkpoint: a saved config's values are bounded, refused as their lin
   CHECK(msg.find("checkpoint file run/ckpt-00000002/state.bin: the saved config has prompt= of 60000000 bytes; "
                  "expected a value of at most 786432 bytes") != std::string::npos);
   CHECK(msg.size() < 400);
+  // and its data path: one the OS can open (PATH_MAX bytes), not 60 MB echoed in a message
+  info.config.prompt = "\n";
+  info.data_path = "/" + std::string(60000000, 'd');
+  msg = input_error([&] { ckpt::parse_state_bytes(ckpt::state_bytes(info, &m, &v, 1, 0), "run/ckpt-00000002/state.bin"); });
+  check_one_line_expected(msg);
+  CHECK(msg.find("has a 'DATA' section of 60000066 bytes; expected the data file's sha256 (64 hex digits), a newline "
+                 "and its absolute path of at most 4096 bytes") != std::string::npos);
+  CHECK(msg.size() < 400);
+  info.data_path = "/" + std::string(4095, 'd');  // PATH_MAX bytes with the '/'
+  CHECK(ckpt::parse_state_bytes(ckpt::state_bytes(info, &m, &v, 1, 0), "s").data_path.size() == 4096);
 }
 
 TEST_CASE("checkpoint: the safetensors header is JSON in the safetensors format; lm_head.weight equals wte") {
