@@ -59,7 +59,7 @@ ifeq ($(origin FUZZ_OK),undefined)
 endif
 FUZZ_SECONDS ?= 5
 # MPI (OpenMPI's mpicxx: Debian's libopenmpi-dev openmpi-bin): mpirun -np N ./train_gpt, data-parallel
-# ranks (model/dist.cpp, the one file that includes mpi.h); without it train_gpt is one process
+# ranks (model/run/dist.cpp, the one file that includes mpi.h); without it train_gpt is one process
 ifeq ($(origin MPI_CXXFLAGS),undefined)
   MPI_CXXFLAGS := $(shell mpicxx --showme:compile 2>/dev/null)
   MPI_LIBS := $(shell mpicxx --showme:link 2>/dev/null)
@@ -103,7 +103,7 @@ ifneq ($(NVCC),)
 endif
 # what nvcc links with (it takes -L and -l, not the host compiler's other flags)
 NVCC_LDLIBS := -lgomp -lpthread $(if $(MPI_OK),$(filter -L% -l%,$(MPI_LIBS)),)
-# model/dist.cpp alone sees mpi.h
+# model/run/dist.cpp alone sees mpi.h
 DIST_FLAGS := $(if $(MPI_OK),-DTG_HAVE_MPI $(MPI_CXXFLAGS),)
 
 # ---- sources -------------------------------------------------------------------------------
@@ -112,37 +112,39 @@ DIST_FLAGS := $(if $(MPI_OK),-DTG_HAVE_MPI $(MPI_CXXFLAGS),)
 # on its own
 UNITY ?= 1
 # the longest host compiles first (make -j starts prerequisites in the order listed)
-HOST_FIRST := kernels/cpu/attention_tiled.cpp model/json_io.cpp kernels/cpu/matmul.cpp
-HOST_SRCS := $(HOST_FIRST) $(filter-out $(HOST_FIRST),$(wildcard kernels/cpu/*.cpp) $(wildcard model/*.cpp) $(wildcard data/*.cpp))
+HOST_FIRST := kernels/cpu/attention_tiled.cpp model/formats/json_io.cpp kernels/cpu/matmul.cpp
+HOST_SRCS := $(HOST_FIRST) $(filter-out $(HOST_FIRST),$(wildcard kernels/cpu/*.cpp) $(wildcard model/*/*.cpp) $(wildcard data/*.cpp))
 # Host files with no loop that a training step, the data's start-up (sha256, the tokenizer, the
-# loader) or a checkpoint's bytes (CRC-32 in model/ckpt_io.cpp) run: flag parsing, JSON, the run
-# directory, plots, the checkpoint and safetensors bookkeeping, the one-shot --init-from and HF
+# loader) or a checkpoint's bytes (CRC-32 in model/formats/ckpt_io.cpp) run: flag parsing, JSON, the run
+# directory, plots, the checkpoint and safetensors bookkeeping and look-ups, the one-shot --init-from and HF
 # export conversions, the MPI wrappers, main(). They compile at COLD_OPT in place of -O3, which
 # halves their compile time (-O2 saves almost nothing); every other host file (kernels/cpu/,
-# model/gpt*.cpp, backend_cpu.cpp, train.cpp's step and sampling loops, data/, ckpt_io.cpp)
+# model/net/gpt*.cpp, backend_cpu.cpp, train.cpp's step and sampling loops, data/, ckpt_io.cpp)
 # keeps CXXFLAGS' -O3. COLD_OPT=-O3 compiles them all alike.
 COLD_OPT ?= -O1
-COLD_SRCS := model/config.cpp model/json_io.cpp model/run_dir.cpp model/plot.cpp model/checkpoint.cpp \
-             model/safetensors.cpp model/hf_export.cpp model/init_from.cpp model/dist.cpp
-# Seven of them (not json_io.cpp, the one that parses nlohmann-json, nor dist.cpp, the one that
+COLD_SRCS := model/run/config.cpp model/formats/json_io.cpp model/run/run_dir.cpp model/formats/plot.cpp \
+             model/formats/checkpoint.cpp model/formats/ckpt_lookup.cpp model/formats/safetensors.cpp \
+             model/formats/hf_export.cpp model/formats/init_from.cpp model/run/dist.cpp
+# Eight of them (not json_io.cpp, the one that parses nlohmann-json, nor dist.cpp, the one that
 # sees mpi.h) compile as one translation unit, $(BUILD)/host_cold.cpp, a generated list of
 # #includes like $(BUILD)/cuda_ops.cu: each parses the same standard and project headers (about
 # 1 s of CPU a file), 16.5 s one by one, 8.6 s together. Their file-local names must then differ
 # (an anonymous namespace is one per translation unit). UNITY=0 compiles them one by one.
-COLD_UNITY_SRCS := model/config.cpp model/run_dir.cpp model/plot.cpp model/checkpoint.cpp model/safetensors.cpp \
-                   model/hf_export.cpp model/init_from.cpp
+COLD_UNITY_SRCS := model/run/config.cpp model/run/run_dir.cpp model/formats/plot.cpp model/formats/checkpoint.cpp \
+                   model/formats/ckpt_lookup.cpp model/formats/safetensors.cpp model/formats/hf_export.cpp \
+                   model/formats/init_from.cpp
 # Likewise the light host files at -O3 outside the CPU reference, as $(BUILD)/host_light.cpp:
 # 15.7 s one by one, 9.8 s together (the data loader, the tokenizer and sha256 as fast as before).
 # kernels/cpu/ stays apart (the double build compiles it again).
-LIGHT_UNITY_SRCS := model/train.cpp data/tokens.cpp model/backend_cpu.cpp data/dataset.cpp model/ckpt_io.cpp \
-                    model/gpt.cpp model/attention_check.cpp data/sha256.cpp
+LIGHT_UNITY_SRCS := model/run/train.cpp data/tokens.cpp model/net/backend_cpu.cpp data/dataset.cpp \
+                    model/formats/ckpt_io.cpp model/net/gpt.cpp model/net/attention_check.cpp data/sha256.cpp
 ifeq ($(UNITY),0)
   HOST_OBJS := $(HOST_SRCS:%.cpp=$(BUILD)/%.o)
 else
   HOST_OBJS := $(BUILD)/host_cold.o $(BUILD)/host_light.o \
     $(patsubst %.cpp,$(BUILD)/%.o,$(filter-out $(COLD_UNITY_SRCS) $(LIGHT_UNITY_SRCS),$(HOST_SRCS)))
 endif
-CUDA_SRCS := $(wildcard kernels/*.cu) $(wildcard model/*.cu)
+CUDA_SRCS := $(wildcard kernels/*.cu) $(wildcard model/*/*.cu)
 # The small CUDA files compile as one translation unit, $(BUILD)/cuda_ops.cu, a generated list
 # of #includes: nvcc's fixed cost (cudafe, a device pass per architecture, the host compile of
 # the CUDA headers: about 3 s of CPU a file on 2 cores) is paid once instead of 13 times, 21 s
@@ -161,7 +163,7 @@ endif
 # into $(BUILD)/double/, and linked into the test binaries only; train_gpt compiles float alone.
 # (A file listed here must keep everything but its double instantiations out of that build.)
 # (kernels/cpu/gemm.cpp is float alone: nothing in it to instantiate in double.)
-CPU_DOUBLE_SRCS := $(filter-out kernels/cpu/gemm.cpp,$(wildcard kernels/cpu/*.cpp)) model/gpt_cpu.cpp
+CPU_DOUBLE_SRCS := $(filter-out kernels/cpu/gemm.cpp,$(wildcard kernels/cpu/*.cpp)) model/net/gpt_cpu.cpp
 CPU_DOUBLE_OBJS := $(CPU_DOUBLE_SRCS:%.cpp=$(BUILD)/double/%.o)
 TEST_CPU_SRCS := $(wildcard tests/cpu/*.cpp)
 TEST_CPU_OBJS := $(TEST_CPU_SRCS:%.cpp=$(BUILD)/%.o)
@@ -205,9 +207,9 @@ TEST_BINS := $(BUILD)/test_cpu $(GEMM_AVX512_EMU) $(if $(NVCC),$(BUILD)/test_gpu
 
 # tests/fuzz: a libFuzzer target over the readers of untrusted bytes (checkpoints, config text,
 # command line), built by clang++ with ASan and UBSan from the few sources it reads with
-FUZZ_SRCS := tests/fuzz/fuzz_readers.cpp model/config.cpp model/checkpoint.cpp model/safetensors.cpp \
-             model/json_io.cpp model/ckpt_io.cpp model/gpt.cpp model/init_from.cpp model/hf_export.cpp model/run_dir.cpp \
-             data/dataset.cpp data/tokens.cpp data/sha256.cpp
+FUZZ_SRCS := tests/fuzz/fuzz_readers.cpp model/run/config.cpp model/formats/checkpoint.cpp model/formats/safetensors.cpp \
+             model/formats/json_io.cpp model/formats/ckpt_io.cpp model/formats/ckpt_lookup.cpp model/net/gpt.cpp \
+             model/formats/init_from.cpp model/formats/hf_export.cpp data/dataset.cpp data/tokens.cpp data/sha256.cpp
 FUZZ_BIN := $(if $(FUZZ_OK),$(BUILD)/fuzz_readers,)
 
 .PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop plot clean deps gpu-deps gpu-profile
@@ -216,7 +218,7 @@ all: train_gpt $(if $(NVCC),train_gpt_emu $(BUILD)/gpu_profile $(BUILD)/kernel_o
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS) $(CURAND_FLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) $(if $(filter model/dist.cpp,$<),$(DIST_FLAGS),) -MMD -MP -c $< -o $@
+	$(CXX) $(CXXFLAGS) $(CURAND_FLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) $(if $(filter model/run/dist.cpp,$<),$(DIST_FLAGS),) -MMD -MP -c $< -o $@
 
 $(BUILD)/double/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -278,7 +280,7 @@ endif
 $(BUILD)/train_gpt_host: train_gpt.cu $(HOST_OBJS)
 	$(CXX) $(CXXFLAGS) -DTG_NO_CUDA -x c++ train_gpt.cu -x none $(HOST_OBJS) -o $@ $(LDLIBS)
 
-$(BUILD)/fuzz_readers: $(FUZZ_SRCS) $(wildcard model/*.h data/*.h tests/fuzz/*.h) kernels/philox.h
+$(BUILD)/fuzz_readers: $(FUZZ_SRCS) $(wildcard model/*/*.h data/*.h tests/fuzz/*.h) kernels/philox.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CXX) -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. $(JSON_INC) $(FUZZ_SRCS) -o $@
 
@@ -417,8 +419,8 @@ JOBS ?=
 BUILD_J = $(if $(JOBS),-j$(JOBS),$$(echo " $$MAKEFLAGS " | grep -q -e ' -j' || echo "-j$$(nproc 2>/dev/null || echo 1)"))
 
 # ---- the main job --------------------------------------------------------------------------
-# shakespeare-char when a GPU is visible and the CUDA backend (model/gpt_cuda.cu) is built
-PRESET ?= $(if $(and $(GPU_CC),$(NVCC),$(wildcard model/gpt_cuda.cu)),shakespeare-char,baby)
+# shakespeare-char when a GPU is visible and the CUDA backend (model/net/gpt_cuda.cu) is built
+PRESET ?= $(if $(and $(GPU_CC),$(NVCC),$(wildcard model/net/gpt_cuda.cu)),shakespeare-char,baby)
 OUT_DIR ?= out/$(PRESET)-$(shell date +%Y%m%d-%H%M%S)
 train:
 	@$(MAKE) deps

@@ -1,6 +1,11 @@
-// train_gpt.cu: main(). Reads the flags, lets the run directory (model/run_dir.h) decide how
+// train_gpt.cu: main(). Reads the flags, lets the run directory (model/run/run_dir.h) decide how
 // the run begins, builds the model on a backend, trains, evaluates, and prints a sample. No
 // kernels live here.
+// model/ is three parts, each including only from those below it: net/ (the network and its
+// CPU and CUDA backends), formats/ (the files: checkpoints, safetensors, JSON, the Hugging Face
+// export, --init-from's readers, plots), run/ (the config, the training loop, the run
+// directory, the ranks, stopping). The one exception is the contract headers of run/
+// (config.h, dist.h, stop.h), which the parts below include; data/ and kernels/ are below all.
 // Exit status: 0 success, 2 bad usage or input (nothing written), 1 runtime failure, 130 stopped
 // by SIGINT / SIGTERM (after writing a checkpoint once a step has run).
 #include <unistd.h>
@@ -14,18 +19,19 @@
 #include <sstream>
 
 #include "data/dataset.h"
+#include "data/errors.h"
 #include "data/tokens.h"
-#include "model/backend.h"
-#include "model/checkpoint.h"
-#include "model/config.h"
-#include "model/dist.h"
-#include "model/errors.h"
-#include "model/hf_export.h"
-#include "model/init_from.h"
-#include "model/plot.h"
-#include "model/run_dir.h"
-#include "model/shards.h"
-#include "model/train.h"
+#include "model/formats/checkpoint.h"
+#include "model/formats/ckpt_lookup.h"
+#include "model/formats/hf_export.h"
+#include "model/formats/init_from.h"
+#include "model/formats/plot.h"
+#include "model/net/backend.h"
+#include "model/net/shards.h"
+#include "model/run/config.h"
+#include "model/run/dist.h"
+#include "model/run/run_dir.h"
+#include "model/run/train.h"
 
 #ifndef TG_NO_CUDA
 #include <cuda_runtime.h>
@@ -234,7 +240,7 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
 }
 
 // train_gpt --export-hf DIR --ckpt RUN_OR_CKPT: the checkpoint's weights as Hugging Face's
-// GPT-2 (model/hf_export.h). Reads only: no lock.
+// GPT-2 (model/formats/hf_export.h). Reads only: no lock.
 int export_checkpoint(const tg::ParsedArgs& args) {
   const tg::Config& flags = args.config;
   const std::string dir = tg::pick_checkpoint(flags.ckpt, std::cerr);
@@ -433,7 +439,7 @@ int main(int argc, char** argv) {
   try {
     tg::dist::init(&argc, &argv);  // mpirun -np N: this process is one of N ranks
     if (tg::dist::active()) {
-      tg::defer_stop_requests();  // the ranks agree on a stop (model/train.cpp)
+      tg::defer_stop_requests();  // the ranks agree on a stop (model/run/train.cpp)
       if (tg::dist::rank() != 0 && !std::freopen("/dev/null", "w", stdout))  // rank 0 speaks for all
         throw tg::RuntimeError("cannot silence rank " + std::to_string(tg::dist::rank()) + "'s output");
     }

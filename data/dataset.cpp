@@ -12,7 +12,7 @@
 #include "data/sha256.h"
 #include "data/tokens.h"
 #include "kernels/philox.h"
-#include "model/errors.h"
+#include "data/errors.h"
 
 namespace data {
 

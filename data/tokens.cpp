@@ -15,7 +15,7 @@
 
 #include "data/sha256.h"
 #include "kernels/philox.h"
-#include "model/errors.h"
+#include "data/errors.h"
 
 namespace data {
 

@@ -16,7 +16,7 @@
 // run across the boundary of two shards (shards end and begin at document boundaries, like the
 // end-of-text token within a shard). Files are memory-mapped, never read whole.
 //
-// Vocabulary: GPT-2's 50257 ids; the model pads it to 50304 (model/gpt.h padded_vocab_for).
+// Vocabulary: GPT-2's 50257 ids; the model pads it to 50304 (model/net/gpt.h padded_vocab_for).
 // Every token is checked as a batch reads it: an id >= 50257 is refused (InputError) naming the
 // file and the token's position, never read past.
 //

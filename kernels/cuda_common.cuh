@@ -12,7 +12,7 @@
 //     over in the emulator build), and dynamic_smem<T>(), a kernel's dynamic shared memory;
 //   - small launch helpers (ceil_div, grid sizes) and the warp / block reductions in a fixed
 //     order (so that a reduction is bitwise the same on every run: no float atomics anywhere);
-//   - the spacing of the regions carved out of one allocation (model/gpt_cuda.cu), which the
+//   - the spacing of the regions carved out of one allocation (model/net/gpt_cuda.cu), which the
 //     emulator build widens into poisoned gaps.
 #pragma once
 #include <cuda_bf16.h>
@@ -167,7 +167,7 @@ __device__ __forceinline__ T* dynamic_smem() {
 }
 #endif
 
-// Regions carved out of one device allocation (model/gpt_cuda.cu) are kRegionGapBytes apart,
+// Regions carved out of one device allocation (model/net/gpt_cuda.cu) are kRegionGapBytes apart,
 // and mark_no_access(gap) makes each gap untouchable. On a GPU the gap is 0 and the call does
 // nothing; in the emulator build every gap (and the alignment padding) is poisoned, so a buffer
 // that overruns its region is reported at its first byte past the end instead of silently

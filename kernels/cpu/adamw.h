@@ -23,7 +23,7 @@ double global_norm(const T* grads, size_t N);
 
 // The partial sums of global_norm: part[k] = sum of g_i^2 over chunk k, elements
 // [k kNormChunk, min(N, (k + 1) kNormChunk)), ceil(N / kNormChunk) of them (overwritten). A
-// vector cut at multiples of kNormChunk (ZeRO-1's shards, model/shards.h) has the same chunks.
+// vector cut at multiples of kNormChunk (ZeRO-1's shards, model/net/shards.h) has the same chunks.
 constexpr size_t kNormChunk = 1 << 13;
 template <typename T>
 void norm_partials(const T* grads, size_t N, double* part);

@@ -8,7 +8,7 @@
 // Operands are strided views of row-major buffers: element (i, k) of A at a[i * a_rs + k * a_cs],
 // element (k, j) of B at b[k * b_rs + j * b_cs], so a transpose is a swap of the two strides.
 // C is row-major with rows ldc apart and must not overlap A or B. Single-threaded: the CPU
-// step runs one call sequence per thread on its slice of the batch (model/gpt_cpu.h). The
+// step runs one call sequence per thread on its slice of the batch (model/net/gpt_cpu.h). The
 // packing buffers are per thread and kept between calls (no allocation once they have grown
 // to the largest shape).
 #pragma once

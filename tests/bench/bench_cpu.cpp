@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "../../data/dataset.h"
-#include "../../model/backend.h"
-#include "../../model/config.h"
+#include "../../model/net/backend.h"
+#include "../../model/run/config.h"
 
 int main(int argc, char** argv) {
   std::string path = "data/tinyshakespeare/input.txt", preset = "baby", which = "both";

@@ -1,6 +1,6 @@
 // tests/bench/bench_step.cu: a whole training step (forward, backward, AdamW) of the CUDA
 // backend against the sequence length T, for both attention paths: device memory the step
-// needs (the size table of model/gpt_cuda.cuh, and what the device lost when the backend was
+// needs (the size table of model/net/gpt_cuda.cuh, and what the device lost when the backend was
 // made), median ms per step, tokens/s. The model is the shakespeare-char preset's width and
 // depth (6 layers, 6 heads, 384 wide, head size 64), in two series: B*T = 16384 tokens per
 // step (the time per token against T), and B = 8 sequences per step, where the naive path's
@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "../../model/backend.h"
-#include "../../model/config.h"
-#include "../../model/gpt_cuda.cuh"
+#include "../../model/net/backend.h"
+#include "../../model/run/config.h"
+#include "../../model/net/gpt_cuda.cuh"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <string>
 
-#include "../../model/dist.h"
+#include "../../model/run/dist.h"
 
 namespace cli {
 
@@ -108,7 +108,7 @@ struct Background {
 
 // The launch of `ranks` MPI ranks of one OpenMP thread each ("env OMP_NUM_THREADS=1 mpirun
 // -np N ... "; the single-process runs compared with them take one thread too), or "" when
-// they cannot run here: this build has no MPI (model/dist.h) or mpirun is not on PATH.
+// they cannot run here: this build has no MPI (model/run/dist.h) or mpirun is not on PATH.
 inline std::string mpirun(int ranks) {
   if (!tg::dist::built_with_mpi() || std::system("command -v mpirun >/dev/null 2>&1") != 0) return "";
   return "env OMP_NUM_THREADS=1 mpirun -np " + std::to_string(ranks) + " --oversubscribe" +

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "../../data/dataset.h"
-#include "../../model/backend.h"
-#include "../../model/config.h"
-#include "../../model/errors.h"
+#include "../../model/net/backend.h"
+#include "../../model/run/config.h"
+#include "../../data/errors.h"
 #include "test_util.h"
 
 using namespace tg;
@@ -149,7 +149,7 @@ TEST_CASE("preset gpt2-124m is llm.c's GPT-2 small recipe; --grad-accum is check
   REQUIRE(at != std::string::npos);
   text.erase(at, std::string("grad_accum=1\n").size());
   CHECK(config_from_text(text).grad_accum == 1);
-  // nor the number of ranks (model/dist.h): one
+  // nor the number of ranks (model/run/dist.h): one
   const size_t w = text.find("world=1\n");
   REQUIRE(w != std::string::npos);
   text.erase(w, std::string("world=1\n").size());
@@ -201,7 +201,7 @@ TEST_CASE("cli: --grad-accum 2 x B trains as --batch-size 2B (to rounding), is s
   fs::remove_all(base);
 }
 
-#include "../../model/gpt.h"
+#include "../../model/net/gpt.h"
 
 TEST_CASE("padded vocabulary: the model of V tokens padded to Vp trains as the unpadded one; padded rows stay 0") {
   CHECK(padded_vocab_for(50257) == 50304);

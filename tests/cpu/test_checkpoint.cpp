@@ -1,4 +1,4 @@
-// tests/cpu/test_checkpoint.cpp: checkpoints (model/checkpoint.h).
+// tests/cpu/test_checkpoint.cpp: checkpoints (model/formats/checkpoint.h).
 //   - CRC-32 against the IEEE check value;
 //   - config_to_text / config_from_text round trip every field bit for bit (odd strings,
 //     seed 2^64-1, denormals, -0.0), and reject malformed text;
@@ -28,10 +28,10 @@
 #include <string>
 #include <vector>
 
-#include "../../model/checkpoint.h"
-#include "../../model/config.h"
-#include "../../model/errors.h"
-#include "../../model/gpt.h"
+#include "../../model/formats/checkpoint.h"
+#include "../../model/run/config.h"
+#include "../../data/errors.h"
+#include "../../model/net/gpt.h"
 #include "test_util.h"
 
 using namespace tg;

@@ -21,10 +21,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../../model/checkpoint.h"
-#include "../../model/config.h"
-#include "../../model/gpt.h"
-#include "../../model/errors.h"
+#include "../../model/formats/checkpoint.h"
+#include "../../model/run/config.h"
+#include "../../model/net/gpt.h"
+#include "../../data/errors.h"
 #include "../common/cli_util.h"
 
 using namespace tg;

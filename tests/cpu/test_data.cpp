@@ -20,7 +20,7 @@
 #include "data/dataset.h"
 #include "data/sha256.h"
 #include "kernels/philox.h"
-#include "model/errors.h"
+#include "data/errors.h"
 
 namespace {
 

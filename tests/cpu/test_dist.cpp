@@ -1,4 +1,4 @@
-// tests/cpu/test_dist.cpp: data-parallel training (mpirun -np 2 ./train_gpt, model/dist.h)
+// tests/cpu/test_dist.cpp: data-parallel training (mpirun -np 2 ./train_gpt, model/run/dist.h)
 // through the binary, two CPU ranks of one thread each:
 //   1. two ranks with micro-batch B train as one process with --grad-accum 2 (losses, the
 //      final checkpoint's weights), print their ranks, and write one run directory;
@@ -8,7 +8,7 @@
 //      SIGTERM to one rank stops every rank before the same step, with a checkpoint;
 //   4. a rank that throws (bad input on every rank; a failure on rank 1 alone, TG_INJECT_FAIL)
 //      ends the job with a line naming the rank, and the last checkpoint resumes;
-//   5. ZeRO-1 (--zero 1, model/shards.h): two sharded ranks train bit for bit as two unsharded
+//   5. ZeRO-1 (--zero 1, model/net/shards.h): two sharded ranks train bit for bit as two unsharded
 //      ones, with an odd parameter count and a shard boundary inside a decayed tensor; the
 //      evaluations spread over the ranks give one process's bits; sharded and unsharded
 //      checkpoints resume either way and on another number of ranks; bad --zero values.
@@ -25,9 +25,9 @@
 #include <nlohmann/json.hpp>
 
 #include "../../data/dataset.h"
-#include "../../model/checkpoint.h"
-#include "../../model/gpt.h"
-#include "../../model/shards.h"
+#include "../../model/formats/checkpoint.h"
+#include "../../model/net/gpt.h"
+#include "../../model/net/shards.h"
 #include "../common/cli_util.h"
 
 using namespace cli;

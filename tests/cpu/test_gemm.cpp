@@ -231,7 +231,7 @@ TEST_CASE("gemm: the float linear layer (fast path) against the double one") {
 }
 
 TEST_CASE("gemm: the _overwrite backwards equal zeroing and accumulating (matmul, gelu)") {
-  // the CPU step writes its one-contribution activation gradients with these (model/gpt_cpu.cpp);
+  // the CPU step writes its one-contribution activation gradients with these (model/net/gpt_cpu.cpp);
   // dinp starts as NaN, so a read of it would show
   const float nanf = std::numeric_limits<float>::quiet_NaN();
   for (int N : {5, 16, 100})  // below and above the gemm threshold of matmul.cpp

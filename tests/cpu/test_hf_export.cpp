@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "../../model/errors.h"
-#include "../../model/gpt.h"
-#include "../../model/hf_export.h"
-#include "../../model/safetensors.h"
+#include "../../data/errors.h"
+#include "../../model/net/gpt.h"
+#include "../../model/formats/hf_export.h"
+#include "../../model/formats/safetensors.h"
 #include "../common/cli_util.h"
 
 using namespace tg;

@@ -1,4 +1,4 @@
-// tests/cpu/test_init_from.cpp: --init-from (model/init_from.h) on files the tests write: a
+// tests/cpu/test_init_from.cpp: --init-from (model/formats/init_from.h) on files the tests write: a
 // Hugging Face GPT-2 model.safetensors (Conv1D weights transposed, with and without the
 // "transformer." prefix, old attn.bias / attn.masked_bias buffers, a tied lm_head), llm.c's
 // model .bin in version 3 (fp32) and 5 (bf16) with padding rows, a train_gpt checkpoint. The
@@ -19,12 +19,12 @@
 #include <tuple>
 #include <vector>
 
-#include "../../model/checkpoint.h"
-#include "../../model/errors.h"
-#include "../../model/gpt.h"
-#include "../../model/hf_export.h"
-#include "../../model/init_from.h"
-#include "../../model/safetensors.h"
+#include "../../model/formats/checkpoint.h"
+#include "../../data/errors.h"
+#include "../../model/net/gpt.h"
+#include "../../model/formats/hf_export.h"
+#include "../../model/formats/init_from.h"
+#include "../../model/formats/safetensors.h"
 #include "../common/cli_util.h"
 #include "test_util.h"
 

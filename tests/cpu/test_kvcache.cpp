@@ -22,11 +22,11 @@
 
 #include "../../data/dataset.h"
 #include "../../kernels/philox.h"
-#include "../../model/backend.h"
-#include "../../model/config.h"
-#include "../../model/gpt.h"
-#include "../../model/gpt_cpu.h"
-#include "../../model/train.h"
+#include "../../model/net/backend.h"
+#include "../../model/run/config.h"
+#include "../../model/net/gpt.h"
+#include "../../model/net/gpt_cpu.h"
+#include "../../model/run/train.h"
 #include "test_util.h"
 
 using namespace tg;

@@ -6,10 +6,10 @@
 #include <cmath>
 #include <numeric>
 
-#include "../../model/backend.h"
-#include "../../model/gpt.h"
-#include "../../model/gpt_cpu.h"
-#include "../../model/schedule.h"
+#include "../../model/net/backend.h"
+#include "../../model/net/gpt.h"
+#include "../../model/net/gpt_cpu.h"
+#include "../../model/run/schedule.h"
 #include "test_util.h"
 
 using namespace tg;
@@ -123,7 +123,7 @@ TEST_CASE("model: whole-model gradient check in double, dropout on") {
       }
 }
 
-// The batch cut into slices run in parallel (GPTCpu, model/gpt_cpu.h) against the plain call
+// The batch cut into slices run in parallel (GPTCpu, model/net/gpt_cpu.h) against the plain call
 // sequence (one slice), in float, both measured against the plain sequence in double. Slicing
 // only regroups sums: the weight gradients become the sum of S partial row sums (each a
 // float sum of fewer rows) and Eigen may block a product of fewer rows differently. Any

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "../../model/errors.h"
-#include "../../model/plot.h"
+#include "../../data/errors.h"
+#include "../../model/formats/plot.h"
 
 using namespace tg;
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-// tests/cpu/test_run_dir.cpp: the run directory (model/run_dir.h), mostly through the train_gpt
+// tests/cpu/test_run_dir.cpp: the run directory (model/run/run_dir.h), mostly through the train_gpt
 // binary: every case of the second round of trust, each of which lost data, crashed or went
 // silently wrong before:
 //   1. a metrics write that fails (a file size limit; a full tmpfs) stops the run, exit 1,
@@ -34,10 +34,10 @@
 #include <vector>
 
 #include "../../data/dataset.h"
-#include "../../model/backend.h"
-#include "../../model/checkpoint.h"
-#include "../../model/run_dir.h"
-#include "../../model/safetensors.h"
+#include "../../model/formats/checkpoint.h"
+#include "../../model/formats/safetensors.h"
+#include "../../model/net/backend.h"
+#include "../../model/run/run_dir.h"
 #include "../common/cli_util.h"
 
 using namespace tg;

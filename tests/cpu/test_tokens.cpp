@@ -14,7 +14,7 @@
 
 #include "../../data/dataset.h"
 #include "../../data/tokens.h"
-#include "../../model/errors.h"
+#include "../../data/errors.h"
 #include "../common/cli_util.h"
 
 namespace fs = std::filesystem;

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "../../data/dataset.h"
-#include "../../model/backend.h"
-#include "../../model/errors.h"
-#include "../../model/train.h"
+#include "../../model/net/backend.h"
+#include "../../data/errors.h"
+#include "../../model/run/train.h"
 
 using namespace tg;
 

@@ -29,9 +29,9 @@
 #include <tuple>
 #include <vector>
 
-#include "../../model/config.h"
-#include "../../model/gpt.h"
-#include "../../model/gpt_cuda.cuh"
+#include "../../model/run/config.h"
+#include "../../model/net/gpt.h"
+#include "../../model/net/gpt_cuda.cuh"
 #include "emu_internal.h"
 #include "kernel_profiler.h"
 #include "occupancy.h"

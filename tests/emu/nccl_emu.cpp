@@ -2,7 +2,7 @@
 // emulator build, so that mpirun -np N ./train_gpt_emu --device cuda runs the CUDA backend's
 // data-parallel path (each rank a process with its own emulated device), ZeRO-1's included.
 // Each collective waits for the stream, copies the device buffer to the host, runs the MPI
-// collective of model/dist.h there and copies the result back: NCCL's semantics (in place
+// collective of model/run/dist.h there and copies the result back: NCCL's semantics (in place
 // allowed, ordered on the stream, equal counts per rank), not its speed.
 #include <nccl.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "../../model/dist.h"
+#include "../../model/run/dist.h"
 
 struct ncclComm {
   int nranks, rank;
@@ -19,7 +19,7 @@ struct ncclComm {
 
 namespace {
 // What ncclGetUniqueId writes: a communicator made from an id without it was never given rank
-// 0's (the broadcast of model/backend_cuda.cu did not arrive).
+// 0's (the broadcast of model/net/backend_cuda.cu did not arrive).
 const char kIdMark[] = "train_gpt emulated NCCL id";
 }  // namespace
 

@@ -101,7 +101,7 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   launch((const void*)kernel, grid, block, smem, stream, [kernel, packed] { std::apply(kernel, *packed); });
 }
 
-// Marks [p, p + bytes) of a device allocation as never to be accessed (model/gpt_cuda.cu's gaps
+// Marks [p, p + bytes) of a device allocation as never to be accessed (model/net/gpt_cuda.cu's gaps
 // between the regions it carves out of one allocation): a kernel touching it is reported.
 void mark_no_access(const void* p, size_t bytes);
 

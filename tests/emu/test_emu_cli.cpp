@@ -21,8 +21,8 @@
 #include <nlohmann/json.hpp>
 
 #include "../../data/dataset.h"
-#include "../../model/checkpoint.h"
-#include "../../model/gpt.h"
+#include "../../model/formats/checkpoint.h"
+#include "../../model/net/gpt.h"
 #include "../common/cli_util.h"
 
 namespace fs = std::filesystem;
@@ -257,7 +257,7 @@ TEST_CASE("train_gpt_emu: mpirun -np 2 runs the CUDA backend's data-parallel pat
 
 TEST_CASE("train_gpt_emu: mpirun -np 2 --zero 1 trains the emulated CUDA ranks as unsharded, to float rounding" *
           doctest::skip(cli::mpirun(2).empty())) {
-  // 104832 parameters: two shards of 57344 and 47488 (model/shards.h), the boundary inside
+  // 104832 parameters: two shards of 57344 and 47488 (model/net/shards.h), the boundary inside
   // layer 1's weights. Step 0's loss is the same bits; the squared gradient norm is the sum of
   // the two shards' (each rounded to float, then added) where the unsharded run rounds the
   // whole once: a relative 2^-23 or so apart. The norm is above the clip (about 2): the clip

@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "../../model/checkpoint.h"
-#include "../../model/config.h"
-#include "../../model/errors.h"
-#include "../../model/gpt.h"
-#include "../../model/init_from.h"
-#include "../../model/safetensors.h"
+#include "../../model/formats/checkpoint.h"
+#include "../../model/run/config.h"
+#include "../../data/errors.h"
+#include "../../model/net/gpt.h"
+#include "../../model/formats/init_from.h"
+#include "../../model/formats/safetensors.h"
 #include "../../data/dataset.h"
 #include "../../data/tokens.h"
 

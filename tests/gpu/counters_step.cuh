@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "../../model/gpt.h"
-#include "../../model/gpt_cuda.cuh"
+#include "../../model/net/gpt.h"
+#include "../../model/net/gpt_cuda.cuh"
 
 namespace tg_test {
 

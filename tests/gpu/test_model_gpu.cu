@@ -1,6 +1,6 @@
 // tests/gpu/test_model_gpu.cu: the whole CUDA backend against the CPU reference: step-0
-// logits, loss and every parameter gradient of a tiny model (model/gpt_cuda.cuh vs
-// model/gpt_cpu.h in double), twenty training steps with dropout against the CPU backend
+// logits, loss and every parameter gradient of a tiny model (model/net/gpt_cuda.cuh vs
+// model/net/gpt_cpu.h in double), twenty training steps with dropout against the CPU backend
 // within derived bounds (both attention paths, fp32 and bf16), the dropout masks of every site
 // byte for byte, bitwise-repeatable runs, identical initial weights, and --attention check.
 // On a GPU and, in make test, under the SIMT emulator (tests/emu).
@@ -13,10 +13,10 @@
 #include "../../kernels/cpu/attention_naive.h"
 #include "../../kernels/cpu/dropout.h"
 #include "../../kernels/flash_attn.cuh"
-#include "../../model/backend.h"
-#include "../../model/config.h"
-#include "../../model/gpt_cpu.h"
-#include "../../model/gpt_cuda.cuh"
+#include "../../model/net/backend.h"
+#include "../../model/run/config.h"
+#include "../../model/net/gpt_cpu.h"
+#include "../../model/net/gpt_cuda.cuh"
 #include "counters_step.cuh"
 #include "gpu_util.cuh"
 

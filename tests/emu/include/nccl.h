@@ -1,4 +1,4 @@
-// tests/emu/include/nccl.h: the NCCL declarations train_gpt uses (model/backend_cuda.cu),
+// tests/emu/include/nccl.h: the NCCL declarations train_gpt uses (model/net/backend_cuda.cu),
 // for the emulator build, where they stand in for NVIDIA's library (tests/emu/nccl_emu.cpp).
 // Types and values as nccl.h defines them.
 #pragma once

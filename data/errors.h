@@ -1,0 +1,38 @@
+// data/errors.h: the two kinds of failure train_gpt reports. main() catches them, prints
+// "error: <message>" as one line on stderr and exits 2 (InputError: bad usage or input,
+// found before anything is written) or 1 (RuntimeError: a failure while running).
+// Messages say what was wrong, what was expected and how to fix it.
+// It lives in data/, the lowest part that throws them: data/ and every part of model/ include it.
+#pragma once
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+
+namespace tg {
+
+struct InputError : std::runtime_error {
+  explicit InputError(const std::string& m) : std::runtime_error(m) {}
+};
+
+struct RuntimeError : std::runtime_error {
+  explicit RuntimeError(const std::string& m) : std::runtime_error(m) {}
+};
+
+// Bytes read from a file or the command line, made safe for a one-line message: at most max
+// characters, backslashes and bytes outside printable ASCII as \xNN.
+inline std::string printable(const std::string& s, size_t max = 60) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (out.size() >= max) { out += "..."; break; }
+    if (ch >= 0x20 && ch < 0x7f && ch != '\\') {
+      out += (char)ch;
+    } else {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", ch);
+      out += b;
+    }
+  }
+  return out;
+}
+
+}  // namespace tg

@@ -1,0 +1,289 @@
+// model/net/backend_cuda.cu: the CUDA backend: GPTCuda<float> or GPTCuda<bf16> (model/net/gpt_cuda.cuh)
+// behind the Backend interface. The weights start from the same host init as the CPU backend
+// (init_params, copied to the device), so both backends begin from identical weights.
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "../../data/errors.h"
+#include "../../kernels/attention.cuh"
+#include "../run/dist.h"
+#include "attention_check.h"
+#include "backend.h"
+#include "gpt_cuda.cuh"
+#include "shards.h"
+
+#ifdef TG_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+namespace tg {
+
+namespace {
+
+// Dense bf16 tensor-core peak by device name (0 = unknown or emulated, no MFU printed): H100 SXM and H200
+// 989 TFLOP/s, A100 312 TFLOP/s. Other parts (an H100 PCIe or NVL, consumer cards) print none
+// rather than a wrong one.
+double dense_bf16_peak(const std::string& name) {
+  if (name.find("EMULATED") != std::string::npos) return 0;  // train_gpt_emu: no MFU of a CPU
+  if (name.find("H200") != std::string::npos) return 989e12;
+  if (name.find("H100") != std::string::npos &&
+      (name.find("SXM") != std::string::npos || name.find("HBM3") != std::string::npos))
+    return 989e12;
+  if (name.find("A100") != std::string::npos) return 312e12;
+  return 0;
+}
+
+#ifdef TG_HAVE_NCCL
+#define ncclCheck(call)                                                                                 \
+  do {                                                                                                  \
+    ncclResult_t r_ = (call);                                                                           \
+    if (r_ != ncclSuccess) ::gpu::throw_cuda_error(ncclGetErrorString(r_), #call, __FILE__, __LINE__); \
+  } while (0)
+
+// The NCCL communicator of the ranks (one GPU each): rank 0's unique id, broadcast over MPI
+// (model/run/dist.h), then ncclCommInitRank on every rank. None (null) in a single process.
+class Nccl {
+ public:
+  Nccl() {
+    if (!dist::active()) return;
+    ncclUniqueId id{};
+    if (dist::rank() == 0) ncclCheck(ncclGetUniqueId(&id));
+    dist::broadcast(&id, sizeof id, 0);
+    ncclComm_t c = nullptr;
+    ncclCheck(ncclCommInitRank(&c, dist::world(), id, dist::rank()));
+    comm_ = c;
+  }
+  ~Nccl() {
+    if (comm_) ncclCommDestroy(comm_);
+  }
+  Nccl(const Nccl&) = delete;
+  Nccl& operator=(const Nccl&) = delete;
+  ncclComm_t get() const { return comm_; }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+};
+#endif
+
+template <typename T>
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const Config& c, const ModelConfig& m, const CudaRunShape& run) : c_(c), gpt_(m, run) {
+    if (run.padded) {
+      shards_ = Shards(gpt_.n_params, dist::world());
+      for (int r = 0; r < dist::world(); ++r) counts_.push_back(shards_.count(r));
+    }
+    cudaDeviceProp prop{};
+    cudaCheck(cudaGetDeviceProperties(&prop, gpt_.ctx().device));
+    name_ = prop.name;
+    std::vector<float> p(gpt_.n_params);
+    init_params(p.data(), gpt_.table, c.seed);
+    gpt_.upload_state(p.data(), nullptr, nullptr);
+  }
+  std::string device_name() const override {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "%s (compute capability %d.%d, %d SMs)", name_.c_str(), gpt_.ctx().cc_major,
+                  gpt_.ctx().cc_minor, gpt_.ctx().sm_count);
+    return buf;
+  }
+  size_t memory_bytes() const override { return gpt_.memory_bytes(); }
+  std::string precision() const override { return std::is_same<T, float>::value ? "fp32" : "bf16"; }
+  double peak_flops() const override { return dense_bf16_peak(name_); }
+
+  float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1,
+                         int first_micro = 0) override {
+    gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, true, step, micro, accum);
+    gpt_.backward(micro > first_micro);
+    const StepStats s = gpt_.read_stats();  // the one synchronisation of the step
+    norm_ = std::sqrt((double)s.norm_squared);
+    return s.loss;
+  }
+  // Data parallelism: one ncclAllReduce (sum) of the fp32 gradient buffer on the step's stream,
+  // then their norm again, of the sum: every rank then clips and updates alike.
+  // ZeRO-1: one ncclReduceScatter instead (in place: rank r's shard of the padded buffer gets
+  // its sum), the squared norm of each shard summed over the ranks by a one-float
+  // ncclAllReduce: the same norm on every rank, to float rounding of the unsharded one (the
+  // shards' sums are added as floats, the unsharded norm adds its blocks' partials in double).
+  void reduce_grads() override {
+    if (!dist::active()) return;
+#ifdef TG_HAVE_NCCL
+    const cudaStream_t stream = gpt_.ctx().stream;
+    float* g = gpt_.device_grads();
+    if (sharded()) {
+      ncclCheck(ncclReduceScatter(g, g + (size_t)dist::rank() * shards_.size, shards_.size, ncclFloat, ncclSum,
+                                  comm_.get(), stream));
+      float* n2 = gpt_.shard_norm_squared();
+      ncclCheck(ncclAllReduce(n2, n2, 1, ncclFloat, ncclSum, comm_.get(), stream));
+    } else {
+      ncclCheck(ncclAllReduce(g, g, gpt_.n_params, ncclFloat, ncclSum, comm_.get(), stream));
+      gpt_.grads_changed();
+    }
+    norm_ = std::sqrt((double)gpt_.read_stats().norm_squared);
+#endif
+  }
+  double grad_norm() override { return norm_; }
+  // Clips by the norm on the device and applies AdamW; ZeRO-1: to this rank's shard, then one
+  // ncclAllGather (in place) of the weights and their T copy refreshed.
+  void update(float lr, int t, double) override {
+    gpt_.update(lr, t);
+    if (!sharded()) return;
+#ifdef TG_HAVE_NCCL
+    float* p = gpt_.device_params();
+    ncclCheck(ncclAllGather(p + (size_t)dist::rank() * shards_.size, p, shards_.size, ncclFloat, comm_.get(),
+                            gpt_.ctx().stream));
+    gpt_.params_changed();
+#endif
+    gathered_.drop();
+  }
+  bool sharded() const override { return shards_.n != 0; }
+  // ZeRO-1: each rank's shard of m and v to the host, gathered on rank 0 by MPI (model/run/dist.h).
+  void gather_state() override {
+    if (!sharded()) return;
+    std::vector<float> m, v;
+    gpt_.download_adam(m, v);
+    gathered_.gather(m.data(), v.data(), shards_, counts_);
+  }
+  float eval_loss(const int32_t* x, const int32_t* y) override {
+    gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, false, 0);
+    return gpt_.read_stats().loss;
+  }
+  // Generation with the KV cache of GPTCuda::decode_step (cropping past block_size as nanoGPT).
+  void generate_reset() override { gpt_.decode_reset(); }
+  void generate_step(int32_t token, float* out) override {
+    gpt_.decode_step(token);
+    gpt_.download_decode_logits(out);
+  }
+  std::vector<float> params() const override { return gpt_.download_params(); }
+  std::vector<float> grads() const override { return gpt_.download_grads(); }
+  void adam_state(std::vector<float>& m, std::vector<float>& v) const override {
+    if (!sharded()) return gpt_.download_adam(m, v);
+    gathered_.copy_to(m, v);
+  }
+  void set_state(const float* params, const float* m, const float* v) override { gpt_.upload_state(params, m, v); }
+
+  std::vector<AttentionDiff> attention_check(const int32_t* x, const int32_t* y, uint32_t step) override {
+    const CudaRunShape& r = gpt_.run();
+    const ModelConfig& m = gpt_.model();
+    const gpu::Context& ctx = gpt_.ctx();
+    const int B = r.B, Tn = r.T, C = m.n_embd, NH = m.n_head;
+    const size_t BTC = (size_t)B * Tn * C;
+    gpt_.forward(x, y, B, Tn, true, step);
+    // dO in T on the device; the outputs go to the step's own spare buffers
+    std::vector<float> dout_f = attention_check_dout(BTC, c_.seed);
+    std::vector<T> dout_t(BTC);
+    for (size_t i = 0; i < BTC; ++i) dout_t[i] = gpu::from_float<T>(dout_f[i]);
+    T* dout = gpt_.spare_btc();
+    T* dqkv = gpt_.spare_btc3();
+    cudaCheck(cudaMemcpyAsync(dout, dout_t.data(), BTC * sizeof(T), cudaMemcpyHostToDevice, ctx.stream));
+    std::vector<T> out_buf(BTC), dqkv_buf(3 * BTC);
+    auto fetch = [&](const T* d, std::vector<T>& h) {
+      cudaCheck(cudaMemcpyAsync(h.data(), d, h.size() * sizeof(T), cudaMemcpyDeviceToHost, ctx.stream));
+      cudaCheck(cudaStreamSynchronize(ctx.stream));
+      std::vector<float> f(h.size());
+      for (size_t i = 0; i < h.size(); ++i) f[i] = gpu::to_float(h[i]);
+      return f;
+    };
+    std::vector<AttentionDiff> diffs;
+    for (int li = 0; li < m.n_layer; ++li) {
+      const auto L = gpt_.layer(li);
+      const philox::DropoutKey key = philox::make_dropout_key(r.seed, step, li, philox::kSiteAttnProbs, r.dropout);
+      std::vector<float> out[2], dq[2];
+      int k = 0;
+      for (gpu::AttentionPath path : {gpu::AttentionPath::Naive, gpu::AttentionPath::Flash}) {
+        // the layer's own output buffer is rewritten: the check ends the run
+        gpu::attention_forward(ctx, path, L.atty, L.saved, L.qkv, key, B, Tn, C, NH, true);
+        cudaCheck(cudaMemsetAsync(dqkv, 0, 3 * BTC * sizeof(T), ctx.stream));
+        gpu::attention_backward(ctx, path, dqkv, dout, L.qkv, L.atty, L.saved, key, B, Tn, C, NH, true);
+        out[k] = fetch(L.atty, out_buf);
+        dq[k] = fetch(dqkv, dqkv_buf);
+        ++k;
+      }
+      diffs.push_back(attention_diff(out[0], out[1], dq[0], dq[1], C));
+    }
+    return diffs;
+  }
+
+ private:
+  Config c_;
+  GPTCuda<T> gpt_;
+  std::string name_;
+  double norm_ = 0;
+  // ZeRO-1 (shards_.n == 0 without it): every rank's count, m and v gathered on rank 0
+  Shards shards_;
+  std::vector<size_t> counts_;
+  GatheredAdam gathered_;
+#ifdef TG_HAVE_NCCL
+  Nccl comm_;
+#endif
+};
+
+template <typename T>
+std::unique_ptr<Backend> make(const Config& c, const ModelConfig& m, const CudaRunShape& run) {
+  // refuse, before allocating, a model that cannot fit in the device's free memory
+  size_t free_b = 0, total_b = 0;
+  cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+  const size_t need = GPTCuda<T>::bytes_needed(m, run);
+  if (need > free_b) {
+    char msg[768];
+    std::snprintf(msg, sizeof msg,
+                  "the model needs %.2f GiB of GPU memory (micro-batch B=%d, T=%d, x%d accumulated = %lld tokens per step, "
+                  "%d layers, %d wide, %s attention, %s) but the GPU has %.2f GiB free of %.2f GiB; expected it to fit; "
+                  "reduce --batch-size (raising --grad-accum keeps the tokens per step) or --block-size%s",
+                  need / 1073741824.0, c.batch_size, c.block_size, c.grad_accum,
+                  (long long)c.batch_size * c.block_size * c.grad_accum, c.n_layer, c.n_embd, c.attention.c_str(),
+                  std::is_same<T, float>::value ? "fp32" : "bf16", free_b / 1073741824.0, total_b / 1073741824.0,
+                  run.path == gpu::AttentionPath::Naive ? ", or use --attention flash (no T x T probabilities)"
+                                                        : ", or use --precision bf16");
+    throw InputError(msg);
+  }
+  return std::make_unique<CudaBackend<T>>(c, m, run);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const Config& c, const ModelConfig& m) {
+#ifndef TG_HAVE_NCCL
+  if (dist::active())
+    throw InputError("--device cuda with " + std::to_string(dist::world()) + " ranks: this train_gpt was built without "
+                     "NCCL, which the GPUs' all-reduce needs; expected nccl.h and libnccl in the CUDA toolkit or /usr; "
+                     "install NCCL and rebuild, or pass --device cpu");
+#endif
+  int dev = 0;
+  cudaDeviceProp prop{};
+  cudaCheck(cudaGetDevice(&dev));
+  cudaCheck(cudaGetDeviceProperties(&prop, dev));
+  CudaRunShape run;
+  run.B = c.batch_size;
+  run.T = c.block_size;
+  run.dropout = c.dropout;
+  run.path = c.attention == "naive" ? gpu::AttentionPath::Naive : gpu::AttentionPath::Flash;
+  run.both_paths = c.attention == "check";
+  run.seed = c.seed;
+  run.gelu = gelu_form(c);
+  run.grad_clip = (float)c.grad_clip;
+  run.beta1 = (float)c.beta1;
+  run.beta2 = (float)c.beta2;
+  run.weight_decay = (float)c.weight_decay;
+  if (c.zero == 1 && dist::world() > 1) {  // ZeRO-1: this rank's shard; params and grads padded
+    const Shards sh(param_count(param_table(m)), dist::world());
+    run.shard_begin = (size_t)dist::rank() * sh.size;
+    run.shard_size = sh.size;
+    run.padded = sh.padded();
+  }
+  const int HS = c.n_embd / c.n_head;
+  std::string why;
+  if (run.path == gpu::AttentionPath::Flash && !gpu::attention_supported(run.path, HS, &why))
+    throw InputError("--attention " + c.attention + " with head size " + std::to_string(HS) + " (n-embd " +
+                     std::to_string(c.n_embd) + " / n-head " + std::to_string(c.n_head) + "): " + why +
+                     "; change --n-embd or --n-head, or pass --attention naive");
+  const bool bf16_ok = prop.major >= 8;
+  if (c.precision == "bf16" && !bf16_ok)
+    throw InputError(std::string("--precision bf16 on ") + prop.name + " (compute capability " +
+                     std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+                     "); expected compute capability 8.0 or newer; pass --precision fp32");
+  const bool bf16 = c.precision == "bf16" || (c.precision == "auto" && bf16_ok);
+  return bf16 ? make<gpu::bf16>(c, m, run) : make<float>(c, m, run);
+}
+
+}  // namespace tg

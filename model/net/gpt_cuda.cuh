@@ -1,0 +1,208 @@
+// model/net/gpt_cuda.cuh: the GPT forward / backward / AdamW call sequence on the GPU (kernels/*.cu),
+// the twin of model/net/gpt_cpu.h: same order, same names, same dropout keys. Templated on the
+// storage type T of activations: float (--precision fp32: every op in fp32, TF32 off) or bf16
+// (--precision bf16: activations and the weights the forward reads in bf16, matmuls on tensor
+// cores with fp32 accumulation; master weights, gradients of parameters, AdamW moments,
+// layernorm statistics, softmax and the loss in fp32).
+//
+// Memory: everything the step touches is carved from ONE device allocation made by the
+// constructor, from the size table carve() (which bytes_needed() runs without allocating, so
+// the two cannot disagree), plus the op scratch and the cuBLAS workspace of the gpu::Context.
+// Nothing is allocated after the constructor. One stream (ctx.stream); the step enqueues work
+// and synchronises only in read_stats(), where the loss and the gradient norm are read (the
+// tokens are staged in pinned host memory, so their copies do not wait for the stream either).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "../../kernels/adamw.cuh"
+#include "../../kernels/attention.cuh"
+#include "../../kernels/cuda_common.cuh"
+#include "../../kernels/gelu_form.h"
+#include "../../kernels/philox.h"
+#include "gpt.h"
+
+namespace tg {
+
+// What a GPU run fixes besides the architecture.
+struct CudaRunShape {
+  int B = 1, T = 1;                                   // batch size, sequence length (<= block_size)
+  double dropout = 0.0;                               // p at every site while training
+  gpu::AttentionPath path = gpu::AttentionPath::Flash;
+  bool both_paths = false;                            // save buffers of both paths (--attention check)
+  uint64_t seed = 1337;                               // dropout seed
+  float grad_clip = 1.0f;                             // max global gradient norm (0 = off)
+  float beta1 = 0.9f, beta2 = 0.99f, weight_decay = 0.1f;
+  GeluForm gelu = GeluForm::Tanh;                     // the MLP's activation (kernels/gelu_form.h)
+  // ZeRO-1 (model/net/shards.h, --zero 1): this rank's shard [shard_begin, shard_begin + shard_size)
+  // of the flat parameter vector (cut at n_params: the last shards are shorter or empty) holds
+  // the AdamW moments and is what update() updates; params and grads are padded to `padded`
+  // elements (world x shard_size: NCCL's reduce-scatter and all-gather take equal counts).
+  // Unsharded (padded 0): one shard of all the parameters.
+  size_t shard_begin = 0, shard_size = SIZE_MAX, padded = 0;
+};
+
+// The loss and gradient norm of a step, as read back by read_stats().
+struct StepStats {
+  float loss = 0;        // mean loss of the last forward with targets
+  float norm_squared = 0;  // sum of squared gradients of the last backward
+};
+
+template <typename T>
+class GPTCuda {
+ public:
+  // Makes the gpu::Context and the one allocation. Throws gpu::CudaError.
+  GPTCuda(const ModelConfig& m, const CudaRunShape& run);
+  ~GPTCuda();
+  GPTCuda(const GPTCuda&) = delete;
+  GPTCuda& operator=(const GPTCuda&) = delete;
+
+  const ModelConfig& model() const { return m_; }
+  const CudaRunShape& run() const { return run_; }
+  const gpu::Context& ctx() const { return ctx_; }
+  std::vector<ParamSpec> table;
+  size_t n_params = 0;
+
+  // Device bytes of the size table (one allocation), plus op scratch and cuBLAS workspace.
+  static size_t bytes_needed(const ModelConfig& m, const CudaRunShape& run);
+  size_t memory_bytes() const { return arena_bytes_ + ctx_.scratch_bytes + ctx_.cublas_workspace_bytes; }
+
+  // Forward over x (b, t) (host tokens, copied to the device), b <= B, t <= T. With targets
+  // (host), the losses, their mean (read_stats().loss) and, when train, dlogits. Dropout only
+  // when train and p > 0, keyed by (seed, step, layer, site) as the CPU backend.
+  // micro, accum: micro-batch `micro` of a step of --grad-accum accum, as GPTCpu::forward (loss
+  // gradient scaled by 1 / (b t accum), dropout masks of rows micro*B .. of a batch of accum*B).
+  void forward(const int32_t* x, const int32_t* targets, int b, int t, bool train, uint32_t step, int micro = 0,
+               int accum = 1);
+  // Gradients of the mean loss of the last forward(train = true) into grads (overwritten, or
+  // added to them when accumulate), and their squared global norm (read_stats().norm_squared).
+  void backward(bool accumulate = false);
+  // Clips (by the norm of the last backward, when grad_clip > 0) and applies AdamW with lr as
+  // update number t (1-based); refreshes the T copy of the weights.
+  void update(float lr, int t);
+  // Waits for the stream and reads the loss and the squared gradient norm.
+  StepStats read_stats();
+  // The fp32 gradients on the device (n_params floats, table order), for the data-parallel
+  // all-reduce (model/net/backend_cuda.cu), enqueued on ctx().stream; after it, grads_changed()
+  // recomputes the squared norm that update() clips by and read_stats() reads.
+  float* device_grads() { return buf_.grads; }
+  void grads_changed();
+  // ZeRO-1: the device's master weights (padded, table order), the squared norm of this rank's
+  // shard of the gradients written where read_stats() reads the norm (returned: the device
+  // float, for the ranks' sum), and the T copy of the weights refreshed after they were gathered.
+  float* device_params() { return buf_.params; }
+  float* shard_norm_squared();
+  void params_changed();
+  size_t shard_count() const { return shard_count_; }
+
+  // Host copies (synchronising): float master weights, parameter gradients, AdamW moments,
+  // and the logits (b, t, Vp) of the last forward (ModelConfig::vp(): the first V of a row are the vocabulary).
+  std::vector<float> download_params() const;
+  std::vector<float> download_grads() const;
+  void download_adam(std::vector<float>& m, std::vector<float>& v) const;
+  std::vector<float> download_logits() const;
+  // Logits of position `row` of sequence 0 of the last forward, (V) floats into out.
+  void download_logits_row(int row, float* out) const;
+
+  // Generation with a KV cache (no dropout), as GPTCpu::decode_reset / decode_step (model/net/gpt_cpu.h
+  // says how the window is cropped past block_size): decode_step appends token to the window
+  // and runs the network for that one position against every layer's cached keys and values
+  // (kernels/attention_decode.cuh); download_decode_logits gives its (V) logits. When the window
+  // is full it slides by one and is re-primed by one forward over it (when the run shape holds
+  // it, B >= 1 and T >= block_size, as the backend's does; otherwise replayed row by row).
+  void decode_reset();
+  void decode_step(int32_t token);
+  void download_decode_logits(float* out) const;
+  // Sets the master weights and AdamW moments (host, n_params each; m, v may be null = zero;
+  // ZeRO-1 keeps this rank's shard of them) and the T copy of the weights. download_adam gives
+  // the moments held: this rank's shard (shard_count() elements; all of them unsharded).
+  void upload_state(const float* params, const float* m, const float* v);
+
+  // The saved attention buffers of layer li (for --attention check and the tests).
+  struct LayerView {
+    T* qkv;        // (B, T, 3C)
+    T* atty;       // (B, T, C)
+    gpu::AttentionSaved<T> saved;
+    T* attproj;  // (B, T, C) after its dropout
+    T* fcproj;   // (B, T, C) after its dropout
+  };
+  LayerView layer(int li) const;
+  // The embedding after its dropout, (B, T, C).
+  const T* encoded() const { return acts_.encoded; }
+  // Device scratch of (B, T, 3C) and (B, T, C) elements that the step does not use between
+  // calls, for --attention check.
+  T* spare_btc3() const { return d_.dqkv; }
+  T* spare_btc() const { return d_.datty; }
+
+ private:
+  struct Layer {
+    T *ln1, *qkv, *atty, *attproj, *res2, *ln2, *fch, *fch_gelu, *fcproj, *res3;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    gpu::AttentionSaved<T> saved;
+  };
+  struct Acts {
+    int32_t *inp, *targets;  // (B, T)
+    uint32_t *order_keys, *order_vals;  // (B*T) gpu::encoder_backward_order of inp (a training forward's)
+    T* encoded;              // (B, T, C) after the embedding dropout
+    std::vector<Layer> h;
+    T *lnf, *logits, *dlogits;
+    float *lnf_mean, *lnf_rstd, *losses;
+    float* stats;  // [0] mean loss, [1] squared gradient norm, [2] clip factor
+  };
+  struct Scratch {  // gradients of activations, reused by every layer
+    T *dres, *dln, *dbtc, *datty, *dqkv, *dfch, *dfch_gelu;
+  };
+  struct Decode {  // the KV cache and the one-row activations of decode_step
+    T *k, *v;      // (L, NH, block_size, HS) each
+    T *x, *ln, *qkv, *atty, *proj, *fch, *fch_gelu, *logits;
+    float *mean, *rstd;
+    int32_t* token;
+  };
+  // Every device pointer of the step: the size table carve() fills them.
+  struct Buffers {
+    float *params, *grads, *m, *v;  // fp32 master weights, gradients (n_params, ZeRO-1: padded), AdamW moments (the shard)
+    T* params_t;                    // the weights the forward reads: params itself when T is float
+    gpu::AdamWTensor* tensors;      // (at most table.size()) the tensors' parts in the shard, with their weight decay
+    Acts acts;
+    Scratch d;
+    Decode dec;
+  };
+  class Carver;
+  // The size table: points every buffer into one allocation (or, with a counting Carver,
+  // only sums the bytes).
+  static void carve(Buffers& b, Carver& a, const ModelConfig& m, const CudaRunShape& run, size_t n_params,
+                    size_t n_tensors);
+  philox::DropoutKey key(uint32_t layer, uint32_t site) const;
+  // Copies n tokens (and n targets, when not null) through the pinned staging buffer to the
+  // device, ordered on the stream; with order, also the encoder backward's order of x
+  // (acts_.order_keys, acts_.order_vals).
+  void upload_tokens(const int32_t* x, const int32_t* targets, int n, int32_t* dx, int32_t* dtargets, bool order);
+  void decode_row(int32_t token);  // one position: window_.size() - 1
+  void decode_prime();             // the caches and logits for all of window_
+
+  ModelConfig m_;
+  CudaRunShape run_;
+  gpu::Context ctx_;
+  char* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
+  size_t shard_count_ = 0;  // elements of the shard this rank updates (n_params unsharded)
+  int n_tensors_ = 0;       // tensors (parts of tensors) in the shard: buf_.tensors
+  int32_t* host_tokens_ = nullptr;  // pinned (4, B, T): inputs, targets, the encoder order's keys and vals
+  std::vector<uint32_t> order_counts_;  // (V + 1) work space of gpu::encoder_backward_order
+  cudaEvent_t tokens_copied_ = nullptr;  // recorded after the copies out of host_tokens_
+  Buffers buf_{};
+  GPTParams<T> P;      // views of params_t_
+  GPTParams<float> G;  // views of grads_
+  Acts& acts_ = buf_.acts;
+  Scratch& d_ = buf_.d;
+  int b_ = 0, t_ = 0;
+  bool train_ = false;
+  uint32_t step_ = 0;
+  int micro_ = 0;
+  std::vector<int32_t> window_;  // the tokens whose keys and values are cached, position order
+};
+
+// Bytes of the largest op scratch the run needs (every op's <op>_scratch_bytes).
+size_t gpt_cuda_scratch_bytes(const ModelConfig& m, const CudaRunShape& run, size_t elem_size, size_t n_params);
+
+}  // namespace tg

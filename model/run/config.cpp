@@ -1,0 +1,662 @@
+// model/run/config.cpp: presets and the command line (see model/run/config.h).
+#include "config.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cfloat>
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <set>
+#include <sstream>
+#include <type_traits>
+#include <vector>
+
+#include "../../data/errors.h"
+#include "../../kernels/philox.h"
+
+namespace tg {
+
+void apply_preset(Config& c, const std::string& name) {
+  if (name == "shakespeare-char") {
+    // nanoGPT config/train_shakespeare_char.py
+    c.n_layer = 6; c.n_head = 6; c.n_embd = 384; c.block_size = 256; c.batch_size = 64; c.grad_accum = 1;
+    c.dropout = 0.2; c.bias = false;
+    c.lr = 1e-3; c.min_lr = 1e-4; c.max_iters = 5000; c.lr_decay_iters = 5000;
+    c.warmup_iters = 100; c.beta1 = 0.9; c.beta2 = 0.99; c.weight_decay = 0.1; c.grad_clip = 1.0;
+    c.eval_interval = 250; c.eval_iters = 200; c.log_interval = 10;
+  } else if (name == "baby") {
+    // the same config with nanoGPT's CPU overrides: --block_size=64 --batch_size=12
+    // --n_layer=4 --n_head=4 --n_embd=128 --max_iters=2000 --lr_decay_iters=2000
+    // --dropout=0.0 --eval_iters=20 --log_interval=1
+    apply_preset(c, "shakespeare-char");
+    c.n_layer = 4; c.n_head = 4; c.n_embd = 128; c.block_size = 64; c.batch_size = 12;
+    c.dropout = 0.0; c.max_iters = 2000; c.lr_decay_iters = 2000;
+    c.eval_iters = 20; c.log_interval = 1;
+  } else if (name == "gpt2-124m") {
+    // llm.c's GPT-2 (124M) reproduction on one GPU (its README: -e d12 -b 64 -t 1024
+    // -d 524288 -c 0.1 -l 0.0006 -q 0.0 -u 700 -v 250, 10B FineWeb tokens = 18865 steps):
+    // 524288 tokens per step = B 64 x T 1024 x 8 micro-batches; AdamW betas (0.9, 0.95),
+    // clip 1.0, no dropout, biases; cosine from 6e-4 to 0 over the whole run.
+    c.n_layer = 12; c.n_head = 12; c.n_embd = 768; c.block_size = 1024; c.batch_size = 64; c.grad_accum = 8;
+    c.dropout = 0.0; c.bias = true;
+    c.lr = 6e-4; c.min_lr = 0.0; c.max_iters = 18865; c.lr_decay_iters = 18865;
+    c.warmup_iters = 700; c.beta1 = 0.9; c.beta2 = 0.95; c.weight_decay = 0.1; c.grad_clip = 1.0;
+    c.eval_interval = 250; c.eval_iters = 20; c.log_interval = 10; c.ckpt_interval = 5000;
+  } else {
+    throw InputError("unknown preset '" + name +
+                     "'; expected shakespeare-char, baby or gpt2-124m; pass --preset shakespeare-char, --preset baby or --preset gpt2-124m");
+  }
+  c.preset = name;
+}
+
+namespace {
+
+enum class Kind { Int, Real, Str, Bool, Seed };
+
+struct Flag {
+  const char* name;
+  Kind kind;
+  size_t offset;  // of the field inside Config
+  const char* help;
+  bool fixed;     // cannot change on --resume (the model or the data)
+};
+constexpr bool kFixed = true, kFree = false;
+
+#define TG_FIELD(f) offsetof(Config, f)
+const std::vector<Flag>& flags() {
+  static const std::vector<Flag> table = {
+      {"data", Kind::Str, TG_FIELD(data), "text file, or token data: llm.c .bin shards (a directory or a glob) or nanoGPT's directory of train.bin / val.bin (default data/tinyshakespeare/input.txt)", kFixed},
+      {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby | gpt2-124m (default: shakespeare-char when training on a GPU, else baby)", kFixed},
+      {"device", Kind::Str, TG_FIELD(device), "auto | cpu | cuda (default auto)", kFree},
+      {"attention", Kind::Str, TG_FIELD(attention), "flash | naive | check (default flash; check compares both on one batch and exits)", kFree},
+      {"precision", Kind::Str, TG_FIELD(precision), "auto | bf16 | fp32 on a GPU (default auto: bf16 on compute capability 8.0+); the CPU runs fp32", kFree},
+      {"n-layer", Kind::Int, TG_FIELD(n_layer), "transformer blocks", kFixed},
+      {"n-head", Kind::Int, TG_FIELD(n_head), "attention heads", kFixed},
+      {"n-embd", Kind::Int, TG_FIELD(n_embd), "embedding width C (divisible by n-head)", kFixed},
+      {"block-size", Kind::Int, TG_FIELD(block_size), "context length T", kFixed},
+      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per micro-batch B (of each rank under mpirun -np N)", kFixed},
+      {"grad-accum", Kind::Int, TG_FIELD(grad_accum), "micro-batches accumulated per optimizer step (tokens per step = B x T x this x ranks; default 1)", kFixed},
+      {"zero", Kind::Int, TG_FIELD(zero), "0 | 1: under mpirun, 1 shards the AdamW state over the ranks (ZeRO-1: each rank keeps 1/N of m and v; the same results); a no-op on one rank (default 0)", kFree},
+      {"dropout", Kind::Real, TG_FIELD(dropout), "dropout probability in [0, 1)", kFree},
+      {"bias", Kind::Bool, TG_FIELD(bias), "biases in linear and layernorm layers (--bias, --bias=false)", kFixed},
+      {"gelu", Kind::Str, TG_FIELD(gelu), "tanh | erf: the MLP's GELU, tanh approximation (GPT-2, llm.c; default) or exact (nanoGPT)", kFixed},
+      {"max-iters", Kind::Int, TG_FIELD(max_iters), "optimizer steps", kFree},
+      {"lr", Kind::Real, TG_FIELD(lr), "peak learning rate", kFree},
+      {"min-lr", Kind::Real, TG_FIELD(min_lr), "learning rate at the end of the cosine decay", kFree},
+      {"warmup-iters", Kind::Int, TG_FIELD(warmup_iters), "linear warmup steps", kFree},
+      {"lr-decay-iters", Kind::Int, TG_FIELD(lr_decay_iters), "step where the cosine decay reaches min-lr", kFree},
+      {"weight-decay", Kind::Real, TG_FIELD(weight_decay), "AdamW decoupled weight decay (2-D weights only)", kFree},
+      {"beta1", Kind::Real, TG_FIELD(beta1), "AdamW beta1", kFree},
+      {"beta2", Kind::Real, TG_FIELD(beta2), "AdamW beta2", kFree},
+      {"grad-clip", Kind::Real, TG_FIELD(grad_clip), "clip the global gradient norm to this (0 = off)", kFree},
+      {"eval-interval", Kind::Int, TG_FIELD(eval_interval), "evaluate every this many steps (0 = only at the end)", kFree},
+      {"eval-iters", Kind::Int, TG_FIELD(eval_iters), "batches per evaluation", kFree},
+      {"log-interval", Kind::Int, TG_FIELD(log_interval), "log every this many steps", kFree},
+      {"ckpt-interval", Kind::Int, TG_FIELD(ckpt_interval), "checkpoint every this many steps (0 = only at the end)", kFree},
+      {"resume", Kind::Bool, TG_FIELD(resume), "continue the run in --out-dir from its newest complete checkpoint", kFree},
+      {"seed", Kind::Seed, TG_FIELD(seed), "seed of init, batches and dropout", kFixed},
+      {"out-dir", Kind::Str, TG_FIELD(out_dir), "where metrics.jsonl goes (default out/<preset>)", kFree},
+      {"sample-tokens", Kind::Int, TG_FIELD(sample_tokens), "characters to generate at the end (0 = none)", kFree},
+      {"prompt", Kind::Str, TG_FIELD(prompt), "text the sample starts from (default a newline; the first character of the vocabulary when the text has none)", kFree},
+      {"temperature", Kind::Real, TG_FIELD(temperature), "sampling temperature (> 0)", kFree},
+      {"top-k", Kind::Int, TG_FIELD(top_k), "sample from the k most likely characters (0 = all)", kFree},
+      {"sample", Kind::Bool, TG_FIELD(sample), "only generate text from the checkpoint --ckpt (no training)", kFree},
+      {"ckpt", Kind::Str, TG_FIELD(ckpt), "with --sample or --export-hf: a ckpt-<step> directory, or a run's --out-dir (its newest)", kFree},
+      {"export-hf", Kind::Str, TG_FIELD(export_hf), "with --ckpt: write that checkpoint into this new directory as Hugging Face's GPT-2 (config.json, model.safetensors)", kFree},
+      {"tokenizer", Kind::Str, TG_FIELD(tokenizer), "llm.c's gpt2_tokenizer.bin: token data's sample printed as text (default: token ids)", kFree},
+      {"top-p", Kind::Real, TG_FIELD(top_p), "sample from the most likely characters holding this probability (1 = all)", kFree},
+      {"init-from", Kind::Str, TG_FIELD(init_from), "a new run starts from these weights: a Hugging Face GPT-2 model.safetensors (or its directory), llm.c's gpt2_124M.bin, or a train_gpt checkpoint or run; the model's shape comes from the file", kFixed},
+      {"logits", Kind::Str, TG_FIELD(logits), "with --init-from: only print the model's logits for these comma-separated token ids (one line of V numbers per position) and exit", kFree},
+  };
+  return table;
+}
+#undef TG_FIELD
+
+const Flag* find_flag(const std::string& name) {
+  for (const Flag& f : flags())
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+// Edits (insertions, deletions, substitutions, swaps of neighbours) that turn a into b.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// The option a mistyped name most likely meant ("" when none is close): underscores read as
+// hyphens (nanoGPT's spelling), nanoGPT's learning_rate as --lr, then the nearest name within
+// a third of its length.
+std::string nearest_option(std::string name) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  if (name == "learning-rate") return "lr";
+  std::vector<std::string> names = {"help", "plot", "no-bias"};
+  for (const Flag& f : flags()) names.push_back(f.name);
+  std::string best;
+  size_t best_d = std::max<size_t>(1, name.size() / 3) + 1;
+  for (const std::string& n : names) {
+    const size_t d = edit_distance(name, n);
+    if (d < best_d) { best_d = d; best = n; }
+  }
+  return best;
+}
+
+[[noreturn]] void bad_value(const std::string& flag, const std::string& value, const std::string& expected) {
+  throw InputError("--" + flag + " '" + value + "' is not valid; expected " + expected +
+                   "; see train_gpt --help");
+}
+
+// Whether v is a decimal number as people write them: [+-]digits[.digits][e[+-]digits] (no
+// hex, inf or nan, which strtod would also take).
+bool is_decimal(const std::string& v) {
+  size_t i = 0, digits = 0;
+  auto run = [&] {
+    size_t n = 0;
+    while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i, ++n;
+    return n;
+  };
+  if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+  digits += run();
+  if (i < v.size() && v[i] == '.') {
+    ++i;
+    digits += run();
+  }
+  if (digits == 0) return false;
+  if (i < v.size() && (v[i] == 'e' || v[i] == 'E')) {
+    ++i;
+    if (i < v.size() && (v[i] == '+' || v[i] == '-')) ++i;
+    if (run() == 0) return false;
+  }
+  return i == v.size();
+}
+
+long long parse_int(const std::string& flag, const std::string& v) {
+  errno = 0;
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || errno == ERANGE || x < -2147483647LL || x > 2147483647LL)
+    bad_value(flag, v, "an integer");
+  return x;
+}
+
+void set_value(Config& c, const Flag& f, const std::string& v) {
+  char* field = reinterpret_cast<char*>(&c) + f.offset;
+  switch (f.kind) {
+    case Kind::Int: *reinterpret_cast<int*>(field) = (int)parse_int(f.name, v); break;
+    case Kind::Real: {
+      errno = 0;
+      char* end = nullptr;
+      double x = std::strtod(v.c_str(), &end);
+      if (!is_decimal(v) || *end != '\0' || errno == ERANGE || !std::isfinite(x))
+        bad_value(f.name, v, "a finite decimal number");
+      *reinterpret_cast<double*>(field) = x;
+      break;
+    }
+    case Kind::Seed: {
+      errno = 0;
+      char* end = nullptr;
+      unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+      if (v.empty() || v[0] == '-' || *end != '\0' || errno == ERANGE)
+        bad_value(f.name, v, "a non-negative integer below 2^64");
+      *reinterpret_cast<uint64_t*>(field) = x;
+      break;
+    }
+    case Kind::Bool:
+      if (v == "1" || v == "true" || v == "yes") *reinterpret_cast<bool*>(field) = true;
+      else if (v == "0" || v == "false" || v == "no") *reinterpret_cast<bool*>(field) = false;
+      else bad_value(f.name, v, "true or false");
+      break;
+    case Kind::Str: *reinterpret_cast<std::string*>(field) = v; break;
+  }
+}
+
+void require(bool ok, const std::string& what, const std::string& expected, const std::string& fix) {
+  if (!ok) throw InputError(what + "; expected " + expected + "; " + fix);
+}
+
+// Refuses a string field longer than kMaxConfigString (defined below each_field).
+void check_string_sizes(const Config& c);
+
+std::string num_text(double x) {
+  std::ostringstream s;
+  s.precision(12);  // integers up to 10^12 without an exponent, 0.1 as 0.1
+  s << x;
+  return s.str();
+}
+
+// x as a float is neither 0, a denormal nor infinite.
+bool is_normal_float(double x) { return std::isnormal((float)x); }
+
+}  // namespace
+
+ParsedArgs parse_args(int argc, const char* const* argv, const std::string& default_preset) {
+  ParsedArgs out;
+  std::map<std::string, std::string> given;  // flag name -> value, in the order of flags()
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") { out.help = true; return out; }
+    if (a.size() < 3 || a.compare(0, 2, "--") != 0)
+      throw InputError("unexpected argument '" + a + "'; expected options of the form --name value; see train_gpt --help");
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    size_t eq = name.find('=');
+    if (eq != std::string::npos) { value = name.substr(eq + 1); name = name.substr(0, eq); has_value = true; }
+    if (name == "no-bias" && !has_value) { name = "bias"; value = "false"; has_value = true; }
+    if (name == "plot")
+      throw InputError("--plot is a mode of its own and comes first; expected train_gpt --plot OUT.svg "
+                       "RUN/metrics.jsonl ...; move it to the front");
+    const Flag* f = find_flag(name);
+    if (!f) {
+      const std::string near = nearest_option(name);
+      throw InputError("unknown option --" + name + "; expected one of the options listed by train_gpt --help; " +
+                       (near.empty() ? "check the spelling" : "did you mean --" + near + "?"));
+    }
+    if (given.count(name)) throw InputError("option --" + name + " given twice; expected it at most once; remove one of them");
+    if (!has_value) {
+      if (f->kind == Kind::Bool) { value = "true"; }
+      else if (i + 1 >= argc) throw InputError("option --" + name + " needs a value; expected --" + name + " VALUE; see train_gpt --help");
+      else {
+        value = argv[++i];
+        // "--lr --seed 3": a value that is itself an option is a missing value (negative numbers pass)
+        if (value.size() > 2 && value.compare(0, 2, "--") == 0)
+          throw InputError("option --" + name + " needs a value but is followed by " + value + "; expected --" + name + " VALUE; see train_gpt --help");
+      }
+    }
+    given[name] = value;
+  }
+  Config& c = out.config;
+  std::string preset = given.count("preset") ? given["preset"] : default_preset;
+  apply_preset(c, preset);
+  for (const Flag& f : flags()) {
+    auto it = given.find(f.name);
+    if (it == given.end()) continue;
+    set_value(c, f, it->second);
+    out.given.push_back(f.name);
+  }
+  if (given.count("out-dir") && c.out_dir.empty())
+    throw InputError("--out-dir is empty; expected a directory path; pass --out-dir PATH, or leave the flag out for out/" +
+                     c.preset);
+  if (c.out_dir.empty()) c.out_dir = "out/" + c.preset;
+  validate(c);
+  return out;
+}
+
+void validate(const Config& c) {
+  check_string_sizes(c);
+  auto flag_is = [](const char* flag, double v) { return std::string("--") + flag + " is " + num_text(v); };
+  const std::string help = "see train_gpt --help";
+  require(c.device == "auto" || c.device == "cpu" || c.device == "cuda", "--device is '" + c.device + "'",
+          "auto, cpu or cuda", "pass one of them");
+  require(c.gelu == "tanh" || c.gelu == "erf", "--gelu is '" + c.gelu + "'", "tanh or erf",
+          "pass --gelu tanh (GPT-2's approximation) or --gelu erf (the exact form)");
+  require(c.attention == "flash" || c.attention == "naive" || c.attention == "check",
+          "--attention is '" + c.attention + "'", "flash, naive or check", "pass one of them");
+  require(c.precision == "auto" || c.precision == "bf16" || c.precision == "fp32",
+          "--precision is '" + c.precision + "'", "auto, bf16 or fp32", "pass one of them");
+  require(c.n_layer >= 1 && (uint32_t)c.n_layer < philox::kMaxLayer, flag_is("n-layer", c.n_layer),
+          "1 to " + std::to_string(philox::kMaxLayer - 1), help);
+  require(c.n_head >= 1, flag_is("n-head", c.n_head), "at least 1", help);
+  require(c.n_embd >= 1 && c.n_embd <= 65536, flag_is("n-embd", c.n_embd), "1 to 65536", help);
+  require(c.n_embd % c.n_head == 0,
+          "--n-embd " + std::to_string(c.n_embd) + " is not divisible by --n-head " + std::to_string(c.n_head),
+          "n-embd a multiple of n-head (the head dim is n-embd / n-head)", "change one of them");
+  require(c.block_size >= 1 && c.block_size <= (1 << 20), flag_is("block-size", c.block_size), "1 to 1048576", help);
+  require(c.batch_size >= 1 && c.batch_size <= (1 << 20), flag_is("batch-size", c.batch_size), "1 to 1048576", help);
+  require(c.grad_accum >= 1 && c.grad_accum <= 65536, flag_is("grad-accum", c.grad_accum), "1 to 65536", help);
+  require(c.zero == 0 || c.zero == 1, flag_is("zero", c.zero), "0 (every rank holds the whole AdamW state) or 1 (sharded over the ranks)", help);
+  require(c.world >= 1 && c.world <= 65536, "the number of ranks is " + std::to_string(c.world), "1 to 65536",
+          "run fewer ranks (mpirun -np N)");
+  require((double)c.batch_size * c.grad_accum * c.world <= 4294967296.0 / std::max(1, c.n_head),
+          "--batch-size " + std::to_string(c.batch_size) + " with --grad-accum " + std::to_string(c.grad_accum) +
+              (c.world > 1 ? " on " + std::to_string(c.world) + " ranks" : ""),
+          "batch-size x grad-accum x ranks x n-head below 2^32 (the dropout masks' row index)", "lower one of them");
+  require(c.dropout >= 0.0 && c.dropout < 1.0, flag_is("dropout", c.dropout), "a probability in [0, 1)", help);
+  // the kernels keep an element when a 32-bit word >= round(p 2^32) and scale by (float)(1 / (1 - p))
+  require(philox::dropout_threshold(c.dropout) < UINT32_MAX && std::isfinite((float)(1.0 / (1.0 - c.dropout))),
+          flag_is("dropout", c.dropout), "a probability below 1 - 2^-32 (the kernels' 32-bit threshold)", help);
+  require(c.max_iters >= 0 && (uint32_t)c.max_iters < philox::kMaxStep, flag_is("max-iters", c.max_iters),
+          "0 to " + std::to_string(philox::kMaxStep - 1), help);
+  // the update runs in float: lr must stay a finite float above 0
+  require(c.lr > 0 && is_normal_float(c.lr), flag_is("lr", c.lr),
+          "a learning rate > 0 that is a normal float (" + num_text(FLT_MIN) + " to " + num_text(FLT_MAX) + ")", help);
+  require(c.min_lr >= 0 && c.min_lr <= c.lr, "--min-lr " + num_text(c.min_lr) + " with --lr " + num_text(c.lr),
+          "0 <= min-lr <= lr", "lower --min-lr");
+  require(c.warmup_iters >= 0, flag_is("warmup-iters", c.warmup_iters), "at least 0", help);
+  require(c.lr_decay_iters > c.warmup_iters,
+          "--lr-decay-iters " + std::to_string(c.lr_decay_iters) + " with --warmup-iters " + std::to_string(c.warmup_iters),
+          "lr-decay-iters > warmup-iters (the cosine runs between them)", "raise --lr-decay-iters or lower --warmup-iters");
+  require(c.weight_decay >= 0 && std::isfinite((float)c.weight_decay), flag_is("weight-decay", c.weight_decay),
+          "at least 0, a finite float", help);
+  // AdamW takes the betas as floats: one that rounds to 1 makes its bias correction 1 / 0
+  require(c.beta1 >= 0 && (float)c.beta1 < 1, flag_is("beta1", c.beta1),
+          "a value in [0, 1) that stays below 1 in float (at most 0.99999994)", help);
+  require(c.beta2 >= 0 && (float)c.beta2 < 1, flag_is("beta2", c.beta2),
+          "a value in [0, 1) that stays below 1 in float (at most 0.99999994)", help);
+  require(c.grad_clip >= 0 && std::isfinite(c.grad_clip), flag_is("grad-clip", c.grad_clip),
+          "at least 0 (0 turns clipping off)", help);
+  require(c.eval_interval >= 0, flag_is("eval-interval", c.eval_interval), "at least 0 (0 = only at the end)", help);
+  require(c.eval_iters >= 1, flag_is("eval-iters", c.eval_iters), "at least 1", help);
+  require(c.log_interval >= 1, flag_is("log-interval", c.log_interval), "at least 1", help);
+  require(c.ckpt_interval >= 0, flag_is("ckpt-interval", c.ckpt_interval), "at least 0 (0 = only at the end)", help);
+  require(c.sample_tokens >= 0, flag_is("sample-tokens", c.sample_tokens), "at least 0", help);
+  // logits / temperature in double: below 1e-6 the largest logits overflow
+  require(c.temperature >= 1e-6 && std::isfinite(c.temperature), flag_is("temperature", c.temperature),
+          "a temperature from 1e-6 up", help);
+  require(c.sample_tokens == 0 || !c.prompt.empty(), "--prompt is empty", "at least one character to start the sample from",
+          "pass --prompt TEXT (the default is a newline) or --sample-tokens 0");
+  require(c.top_k >= 0, flag_is("top-k", c.top_k), "at least 0 (0 = no top-k cut)", help);
+  require(c.top_p > 0 && c.top_p <= 1, flag_is("top-p", c.top_p), "a probability in (0, 1]", help);
+  require(!c.data.empty(), "--data is empty", "the path of a text file", "pass --data PATH");
+  require(!c.sample || !c.ckpt.empty(), "--sample without --ckpt", "the checkpoint to sample from",
+          "pass --ckpt out/<run> (its newest checkpoint) or --ckpt out/<run>/ckpt-<step>");
+  require(!c.out_dir.empty(), "--out-dir is empty", "a directory path", "pass --out-dir PATH");
+  require(c.export_hf.empty() || !c.ckpt.empty(), "--export-hf without --ckpt", "the checkpoint to export",
+          "pass --ckpt out/<run> (its newest checkpoint) or --ckpt out/<run>/ckpt-<step>");
+  require(c.export_hf.empty() || !c.sample, "--export-hf with --sample", "one of the two modes", "drop one of them");
+  require(c.logits.empty() || !c.init_from.empty(), "--logits without --init-from", "the weights to compute them with",
+          "pass --init-from PATH (a Hugging Face GPT-2 directory, llm.c's .bin or a train_gpt run)");
+  require(c.init_from.empty() || (!c.sample && c.export_hf.empty() && c.attention != "check"),
+          std::string("--init-from with ") + (c.sample ? "--sample" : !c.export_hf.empty() ? "--export-hf" : "--attention check"),
+          "--init-from for training or --logits (--sample and --export-hf read --ckpt, --attention check a fresh model)",
+          "drop one of them");
+  require(c.logits.empty() || !c.resume, "--logits with --resume", "one of them (--logits trains nothing)", "drop one of them");
+  require(!(c.resume && c.attention == "check"), "--attention check with --resume",
+          "one of them (the check runs on a fresh model and writes nothing)", "drop one of them");
+}
+
+std::string usage() {
+  std::ostringstream s;
+  s << "usage: train_gpt [--option value ...]                 train (resume with --resume)\n"
+       "       train_gpt --sample --ckpt DIR [--prompt TEXT ...]  generate text from a checkpoint\n"
+       "       train_gpt --plot OUT.svg RUN/metrics.jsonl ...     draw the loss curves of runs\n"
+       "       train_gpt --export-hf DIR --ckpt RUN               a checkpoint for Hugging Face transformers\n"
+       "       train_gpt --init-from PATH [--data ...]            a new run from GPT-2's (or another run's) weights\n"
+       "       train_gpt --logits 464,3290 --init-from PATH       a model's logits for token ids (one line per position)\n"
+       "Trains a GPT (nanoGPT's architecture) on a text, character-level (tiny Shakespeare by default),\n"
+       "or on GPT-2 token data (llm.c .bin shards, nanoGPT train.bin / val.bin).\n"
+       "Flags override the preset's values, in any order; --name=value works too.\n\n";
+  for (const Flag& f : flags()) {
+    std::string n = std::string("--") + f.name;
+    s << "  " << n << std::string(n.size() < 18 ? 18 - n.size() : 1, ' ') << f.help << "\n";
+  }
+  s << "  --plot            OUT.svg RUN/metrics.jsonl ...: loss curves of one or more runs as SVG\n"
+       "                    (first on the command line; each run labelled by its directory)\n"
+       "  --help            this text\n\n"
+       "presets (nanoGPT's shakespeare_char config and its CPU variant; llm.c's GPT-2 small):\n"
+       "  shakespeare-char  6 layers, 6 heads, 384 wide, T=256, B=64, dropout 0.2, 5000 iters\n"
+       "  baby              4 layers, 4 heads, 128 wide, T=64, B=12, dropout 0, 2000 iters\n"
+       "  gpt2-124m         llm.c's GPT-2 small: 12 layers, 12 heads, 768 wide, T=1024, B=64 x grad-accum 8\n"
+       "                    (524288 tokens per step), lr 6e-4 (warmup 700, cosine to 0), 18865 iters\n"
+       "data parallel: mpirun -np N train_gpt ... trains on N ranks (one GPU each, or CPU processes),\n"
+       "  --batch-size per rank (README: Several GPUs, several machines)\n"
+       "exit status: 0 success, 2 bad usage or input, 1 runtime failure\n";
+  return s.str();
+}
+
+std::string describe(const Config& c) {
+  std::ostringstream s;
+  s << "preset " << c.preset << " | data " << c.data << " | out-dir " << c.out_dir << "\n"
+    << "model: n_layer " << c.n_layer << ", n_head " << c.n_head << ", n_embd " << c.n_embd
+    << ", block_size " << c.block_size << ", bias " << (c.bias ? "true" : "false") << ", dropout " << c.dropout << "\n"
+    << "train: batch_size " << c.batch_size << " x grad_accum " << c.grad_accum
+    << (c.world > 1 ? " x " + std::to_string(c.world) + " ranks" : std::string()) << " = "
+    << (long long)c.batch_size * c.grad_accum * c.world * c.block_size << " tokens per step"
+    << (c.zero && c.world > 1 ? " (optimizer state sharded: --zero 1)" : "") << ", max_iters " << c.max_iters << ", lr " << c.lr << " -> " << c.min_lr
+    << " (warmup " << c.warmup_iters << ", decay to " << c.lr_decay_iters << "), weight_decay " << c.weight_decay
+    << ", betas (" << c.beta1 << ", " << c.beta2 << "), grad_clip " << c.grad_clip << "\n"
+    << "eval: every " << c.eval_interval << " steps over " << c.eval_iters << " batches; log every "
+    << c.log_interval << "; seed " << c.seed;
+  return s.str();
+}
+
+std::vector<std::string> flag_names() {
+  std::vector<std::string> names;
+  for (const Flag& f : flags()) names.push_back(f.name);
+  return names;
+}
+
+bool fixed_on_resume(const std::string& flag) {
+  const Flag* f = find_flag(flag);
+  return f && f->fixed;
+}
+
+namespace {
+
+// Calls f(name, field) for every field of Config, in declaration order. The size check makes
+// a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 600,
+              "Config changed: add the new field to each_field (model/run/config.cpp), then update this size");
+template <typename C, typename F>
+void each_field(C& c, F&& f) {
+  f("preset", c.preset); f("data", c.data); f("device", c.device); f("attention", c.attention);
+  f("precision", c.precision);
+  f("out_dir", c.out_dir);
+  f("n_layer", c.n_layer); f("n_head", c.n_head); f("n_embd", c.n_embd); f("block_size", c.block_size);
+  f("bias", c.bias); f("dropout", c.dropout); f("gelu", c.gelu);
+  f("batch_size", c.batch_size); f("grad_accum", c.grad_accum); f("world", c.world); f("zero", c.zero); f("max_iters", c.max_iters); f("lr", c.lr); f("min_lr", c.min_lr);
+  f("warmup_iters", c.warmup_iters); f("lr_decay_iters", c.lr_decay_iters);
+  f("weight_decay", c.weight_decay); f("beta1", c.beta1); f("beta2", c.beta2); f("grad_clip", c.grad_clip);
+  f("eval_interval", c.eval_interval); f("eval_iters", c.eval_iters); f("log_interval", c.log_interval);
+  f("ckpt_interval", c.ckpt_interval); f("resume", c.resume);
+  f("seed", c.seed);
+  f("sample_tokens", c.sample_tokens); f("prompt", c.prompt); f("temperature", c.temperature);
+  f("top_k", c.top_k); f("top_p", c.top_p);
+  f("sample", c.sample); f("ckpt", c.ckpt); f("export_hf", c.export_hf); f("tokenizer", c.tokenizer);
+  f("init_from", c.init_from); f("logits", c.logits);
+}
+
+void check_string_sizes(const Config& c) {
+  each_field(c, [](const char* name, const auto& v) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::string>) {
+      std::string flag = name;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      require(v.size() <= kMaxConfigString,
+              "--" + flag + " is " + std::to_string(v.size()) + " bytes long (\"" + printable(v, 20) + "\")",
+              "at most " + std::to_string(kMaxConfigString) + " bytes", "pass a shorter one");
+    }
+  });
+}
+
+// A field's value as config_to_text writes it. Strings: bytes outside printable ASCII, and
+// '%', as %XX (one pass, no formatting call a byte: values can be long).
+std::string value_text(const std::string& v) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string e;
+  e.reserve(v.size());
+  for (unsigned char ch : v) {
+    if (ch < 0x20 || ch >= 0x7f || ch == '%') {
+      const char esc[3] = {'%', kHex[ch >> 4], kHex[ch & 15]};
+      e.append(esc, 3);
+    } else {
+      e += (char)ch;
+    }
+  }
+  return e;
+}
+std::string value_text(int v) { return std::to_string(v); }
+std::string value_text(bool v) { return v ? "true" : "false"; }
+std::string value_text(uint64_t v) { return std::to_string(v); }
+std::string value_text(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+
+struct FieldWriter {
+  std::string& out;
+  template <typename T>
+  void operator()(const char* name, const T& v) {
+    out += name;
+    out += '=';
+    out += value_text(v);
+    out += '\n';
+  }
+};
+
+[[noreturn]] void bad_config(const std::string& what, const std::string& expected) {
+  throw InputError("the saved config " + what + "; expected " + expected +
+                   "; the state file is damaged or not from train_gpt: delete its checkpoint directory to "
+                   "resume from an older one");
+}
+
+struct FieldReader {
+  std::map<std::string, std::string>& values;
+
+  const std::string& take(const char* name) {
+    auto it = values.find(name);
+    if (it == values.end()) bad_config(std::string("has no field ") + name, "a line for every field of the config");
+    return it->second;
+  }
+  [[noreturn]] void bad(const char* name, const std::string& v, const std::string& expected) {
+    bad_config(std::string("has ") + name + "=" + printable(v), expected);
+  }
+  void done(const char* name) { values.erase(name); }
+
+  void operator()(const char* name, std::string& out) {
+    const std::string& v = take(name);
+    std::string s;
+    s.reserve(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] != '%') { s += v[i]; continue; }
+      auto hex = [&](char h) -> int {
+        if (h >= '0' && h <= '9') return h - '0';
+        if (h >= 'A' && h <= 'F') return h - 'A' + 10;
+        if (h >= 'a' && h <= 'f') return h - 'a' + 10;
+        return -1;
+      };
+      int hi = i + 2 < v.size() ? hex(v[i + 1]) : -1, lo = i + 2 < v.size() ? hex(v[i + 2]) : -1;
+      if (hi < 0 || lo < 0) bad(name, v, "%XX escapes of two hex digits");
+      s += (char)(hi * 16 + lo);
+      i += 2;
+    }
+    out = s;
+    done(name);
+  }
+  void operator()(const char* name, int& out) {
+    const std::string& v = take(name);
+    errno = 0;
+    char* end = nullptr;
+    long long x = std::strtoll(v.c_str(), &end, 10);
+    if (v.empty() || (v[0] != '-' && (v[0] < '0' || v[0] > '9')) || *end != '\0' || errno == ERANGE || x < INT_MIN ||
+        x > INT_MAX)
+      bad(name, v, "an integer");
+    out = (int)x;
+    done(name);
+  }
+  void operator()(const char* name, bool& out) {
+    const std::string& v = take(name);
+    if (v == "true") out = true;
+    else if (v == "false") out = false;
+    else bad(name, v, "true or false");
+    done(name);
+  }
+  void operator()(const char* name, uint64_t& out) {
+    const std::string& v = take(name);
+    errno = 0;
+    char* end = nullptr;
+    unsigned long long x = std::strtoull(v.c_str(), &end, 10);
+    if (v.empty() || v[0] < '0' || v[0] > '9' || *end != '\0' || errno == ERANGE)
+      bad(name, v, "an integer from 0 to 2^64-1");
+    out = x;
+    done(name);
+  }
+  void operator()(const char* name, double& out) {
+    const std::string& v = take(name);
+    char* end = nullptr;
+    double x = std::strtod(v.c_str(), &end);
+    if (!is_decimal(v) || *end != '\0') bad(name, v, "a decimal number");
+    out = x;
+    done(name);
+  }
+};
+
+}  // namespace
+
+std::string config_to_text(const Config& c) {
+  std::string out;
+  each_field(c, FieldWriter{out});
+  return out;
+}
+
+Config config_from_text(const std::string& text) {
+  static const std::set<std::string> known = [] {
+    std::set<std::string> names;
+    const Config any;
+    each_field(any, [&](const char* name, const auto&) { names.insert(name); });
+    return names;
+  }();
+  std::map<std::string, std::string> values;
+  size_t pos = 0;
+  int line_no = 0;
+  while (pos < text.size()) {
+    const size_t nl = std::min(text.find('\n', pos), text.size());
+    ++line_no;
+    const size_t eq = text.find('=', pos);
+    if (eq >= nl)
+      bad_config("line " + std::to_string(line_no) + " '" + printable(text.substr(pos, std::min<size_t>(nl - pos, 64))) +
+                     "' has no '='",
+                 "name=value lines");
+    std::string name = text.substr(pos, eq - pos);
+    // each line checked as it is read: at most one line a field, each of a bounded size
+    if (!known.count(name))
+      bad_config("has an unknown field " + printable(name),
+                 "only the fields of this train_gpt's config (a newer train_gpt wrote it?)");
+    if (nl - eq - 1 > kMaxConfigValue)
+      bad_config("has " + name + "= of " + std::to_string(nl - eq - 1) + " bytes",
+                 "a value of at most " + std::to_string(kMaxConfigValue) + " bytes");
+    if (!values.emplace(name, text.substr(eq + 1, nl - eq - 1)).second)
+      bad_config("names " + printable(name) + " twice", "each field once");
+    pos = nl + 1;
+  }
+  // fields added after checkpoints were first written: an older config has no line for them
+  // and reads as the run it was (GELU: the tanh form, the only one then; no accumulation; one rank;
+  // no --tokenizer, no --export-hf, no --init-from, no --logits)
+  for (const auto& [name, value] : {std::pair<const char*, const char*>{"gelu", "tanh"}, {"grad_accum", "1"}, {"world", "1"}, {"zero", "0"},
+                                    {"tokenizer", ""}, {"export_hf", ""}, {"init_from", ""}, {"logits", ""}})
+    values.emplace(name, value);
+  Config c;
+  each_field(c, FieldReader{values});
+  if (!values.empty())
+    bad_config("has an unknown field " + printable(values.begin()->first),
+               "only the fields of this train_gpt's config (a newer train_gpt wrote it?)");
+  return c;
+}
+
+std::string flag_value(const Config& c, const std::string& flag) {
+  std::string field = flag;
+  for (char& ch : field)
+    if (ch == '-') ch = '_';
+  // that field alone: writing the whole config for each flag asked about costs its size each time
+  std::string value;
+  each_field(c, [&](const char* name, const auto& v) {
+    if (field == name) value = value_text(v);
+  });
+  return value;
+}
+
+void copy_flag(Config& to, const Config& from, const std::string& flag) {
+  const Flag* f = find_flag(flag);
+  if (!f) return;
+  char* dst = reinterpret_cast<char*>(&to) + f->offset;
+  const char* src = reinterpret_cast<const char*>(&from) + f->offset;
+  switch (f->kind) {
+    case Kind::Int: *reinterpret_cast<int*>(dst) = *reinterpret_cast<const int*>(src); break;
+    case Kind::Real: *reinterpret_cast<double*>(dst) = *reinterpret_cast<const double*>(src); break;
+    case Kind::Seed: *reinterpret_cast<uint64_t*>(dst) = *reinterpret_cast<const uint64_t*>(src); break;
+    case Kind::Bool: *reinterpret_cast<bool*>(dst) = *reinterpret_cast<const bool*>(src); break;
+    case Kind::Str: *reinterpret_cast<std::string*>(dst) = *reinterpret_cast<const std::string*>(src); break;
+  }
+}
+
+}  // namespace tg
