@@ -117,22 +117,22 @@ HOST_SRCS := $(HOST_FIRST) $(filter-out $(HOST_FIRST),$(wildcard kernels/cpu/*.c
 # Host files with no loop that a training step, the data's start-up (sha256, the tokenizer, the
 # loader) or a checkpoint's bytes (CRC-32 in model/formats/ckpt_io.cpp) run: flag parsing, JSON, the run
 # directory, plots, the checkpoint and safetensors bookkeeping and look-ups, the one-shot --init-from and HF
-# export conversions, the MPI wrappers, main(). They compile at COLD_OPT in place of -O3, which
+# export conversions, the MPI wrappers, the signal handler, main(). They compile at COLD_OPT in place of -O3, which
 # halves their compile time (-O2 saves almost nothing); every other host file (kernels/cpu/,
 # model/net/gpt*.cpp, backend_cpu.cpp, train.cpp's step and sampling loops, data/, ckpt_io.cpp)
 # keeps CXXFLAGS' -O3. COLD_OPT=-O3 compiles them all alike.
 COLD_OPT ?= -O1
 COLD_SRCS := model/run/config.cpp model/formats/json_io.cpp model/run/run_dir.cpp model/formats/plot.cpp \
              model/formats/checkpoint.cpp model/formats/ckpt_lookup.cpp model/formats/safetensors.cpp \
-             model/formats/hf_export.cpp model/formats/init_from.cpp model/run/dist.cpp
-# Eight of them (not json_io.cpp, the one that parses nlohmann-json, nor dist.cpp, the one that
+             model/formats/hf_export.cpp model/formats/init_from.cpp model/run/stop.cpp model/run/dist.cpp
+# Nine of them (not json_io.cpp, the one that parses nlohmann-json, nor dist.cpp, the one that
 # sees mpi.h) compile as one translation unit, $(BUILD)/host_cold.cpp, a generated list of
 # #includes like $(BUILD)/cuda_ops.cu: each parses the same standard and project headers (about
 # 1 s of CPU a file), 16.5 s one by one, 8.6 s together. Their file-local names must then differ
 # (an anonymous namespace is one per translation unit). UNITY=0 compiles them one by one.
 COLD_UNITY_SRCS := model/run/config.cpp model/run/run_dir.cpp model/formats/plot.cpp model/formats/checkpoint.cpp \
                    model/formats/ckpt_lookup.cpp model/formats/safetensors.cpp model/formats/hf_export.cpp \
-                   model/formats/init_from.cpp
+                   model/formats/init_from.cpp model/run/stop.cpp
 # Likewise the light host files at -O3 outside the CPU reference, as $(BUILD)/host_light.cpp:
 # 15.7 s one by one, 9.8 s together (the data loader, the tokenizer and sha256 as fast as before).
 # kernels/cpu/ stays apart (the double build compiles it again).

@@ -1,9 +1,10 @@
-// model/run/stop.h: stopping a run on SIGINT / SIGTERM. The handler only sets a flag; the places
-// that take time poll it: the training loop before every step, the CPU model between layers
-// (forward and backward), the evaluation between batches, sampling before every token. A
-// training step or an evaluation cut short throws Interrupted; the loop then stops as if the
-// signal had come before that step (a step changes no weight before its update), so a stop is
-// honoured within a fraction of a second wherever the run is, and resumes bitwise.
+// model/run/stop.h: stopping a run on SIGINT / SIGTERM. The handler (model/run/stop.cpp) only
+// sets a flag; the places that take time poll it: the training loop before every step, the CPU
+// model between layers (forward and backward), the evaluation between batches, sampling before
+// every token. A training step or an evaluation cut short throws Interrupted; the loop then
+// stops as if the signal had come before that step (a step changes no weight before its
+// update), so a stop is honoured within a fraction of a second wherever the run is, and resumes
+// bitwise.
 // A contract of the run with the network: the CPU model (model/net/gpt_cpu.cpp) polls the flag
 // through it.
 #pragma once

@@ -1,17 +1,17 @@
 // model/run/train.cpp: the training loop and sampling (see model/run/train.h).
 #include "train.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <iostream>
-#include <csignal>
 #include <cstdlib>
+#include <functional>
+#include <iostream>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "../../data/errors.h"
@@ -64,54 +64,339 @@ std::string metrics_line(const std::vector<std::pair<std::string, jsonio::Out>>&
   return metrics_line(o);
 }
 
-// Steps whose loss is replaced by NaN, from the environment variable TG_INJECT_NAN ("3,4,7"):
-// the hook tests use to exercise the NaN guard.
-std::set<int> injected_nan_steps() {
-  std::set<int> steps;
-  const char* env = std::getenv("TG_INJECT_NAN");
-  for (const char* p = env; p && *p;) {
-    char* end = nullptr;
-    long v = std::strtol(p, &end, 10);
-    if (end == p) break;
-    steps.insert((int)v);
-    p = *end == ',' ? end + 1 : end;
+// Faults the tests inject through the environment, read once when train() begins.
+struct TestFaults {
+  std::set<int> nan_steps;  // TG_INJECT_NAN="3,4,7": these steps' losses become NaN (the NaN guard's test)
+  int fail_step = -1;       // TG_INJECT_FAIL="rank:step": this rank throws at that step while the others
+                            // wait for it in the step's all-reduce (-1: none, or another rank's)
+
+  static TestFaults from_env() {
+    TestFaults f;
+    const char* env = std::getenv("TG_INJECT_NAN");
+    for (const char* p = env; p && *p;) {
+      char* end = nullptr;
+      long v = std::strtol(p, &end, 10);
+      if (end == p) break;
+      f.nan_steps.insert((int)v);
+      p = *end == ',' ? end + 1 : end;
+    }
+    const char* fail = std::getenv("TG_INJECT_FAIL");
+    int rank = -1, step = -1;
+    if (fail && std::sscanf(fail, "%d:%d", &rank, &step) == 2 && rank == dist::rank()) f.fail_step = step;
+    return f;
   }
-  return steps;
-}
+};
 
-// The step at which this rank throws, from TG_INJECT_FAIL="rank:step" (-1: none): the hook tests
-// use to make one data-parallel rank fail while the others wait for it in the step's all-reduce.
-int injected_failure_step() {
-  const char* env = std::getenv("TG_INJECT_FAIL");
-  int rank = -1, step = -1;
-  if (!env || std::sscanf(env, "%d:%d", &rank, &step) != 2 || rank != dist::rank()) return -1;
-  return step;
-}
+// metrics.jsonl as train() writes it: each line through the hook until one cannot be written;
+// from then on the lines are held back (a checkpoint keeps them, a resumed run writes them)
+// and the run stops after its step (TrainLoop::stop_if_metrics_lost).
+class MetricsLog {
+ public:
+  explicit MetricsLog(std::function<void(const std::string& line)> sink) : sink_(std::move(sink)) {}
+  void write(const std::string& line) {
+    if (!sink_) return;
+    if (error_.empty()) {
+      try {
+        sink_(line);
+        return;
+      } catch (const RuntimeError& e) {
+        error_ = e.what();
+      }
+    }
+    held_.push_back(line);
+  }
+  bool failed() const { return !error_.empty(); }
+  const std::string& error() const { return error_; }  // the failed write's
+  const std::vector<std::string>& held() const { return held_; }
 
-volatile std::sig_atomic_t g_stop = 0, g_defer = 0, g_pending = 0;
+ private:
+  std::function<void(const std::string& line)> sink_;
+  std::string error_;
+  std::vector<std::string> held_;
+};
+
+// An evaluation of both splits (done: at this step).
+struct Evaluation {
+  bool done = false;
+  double train = 0, val = 0;
+};
+
+// The forward and backward of a step: its mean loss, the norm of its summed gradient, and when
+// it began (a step's time runs to the end of its update).
+struct StepLoss {
+  float loss = 0;
+  double norm = 0;
+  Clock::time_point t0;
+};
+
+// The steps train() runs, and what they share: the log, the metrics, the timings, the summary.
+class TrainLoop {
+ public:
+  TrainLoop(Backend& be, const Config& c, const data::Dataset& ds, std::ostream& log, const TrainHooks& hooks,
+            const Progress& start, TestFaults faults)
+      : be_(be), c_(c), ds_(ds), log_(log), hooks_(hooks), start_(start), faults_(std::move(faults)),
+        metrics_(hooks.metrics), x_((size_t)c.batch_size * c.block_size), y_(x_.size()),
+        live_(&log == &std::cout && isatty(STDOUT_FILENO) && !dist::active()),
+        resume_cmd_("train_gpt --resume --out-dir " + c.out_dir) {
+    s_.best_val_loss = INFINITY;
+    tokens_per_step_ = (double)c.batch_size * c.block_size * c.grad_accum * dist::world();
+    // MFU as llm.c counts it: 6 N FLOPs per token for the matmuls of forward and backward plus
+    // 6 L C T for attention, against the device's dense bf16 peak (none when unknown)
+    const ModelConfig mc{ds.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias, ds.padded_vocab()};
+    flops_per_token_ = 6.0 * (double)param_count(param_table(mc)) +
+                       6.0 * c.n_layer * (double)c.n_embd * c.block_size;
+    peak_ = be.peak_flops() * dist::world();  // every rank's device
+  }
+
+  // A checkpoint holds the state before a step: every ckpt_interval steps, not at the first
+  // step of this process nor at the end (finish writes that one).
+  bool checkpoint_due(int step) const {
+    return c_.ckpt_interval > 0 && step > start_.step && step < c_.max_iters && step % c_.ckpt_interval == 0;
+  }
+  bool eval_due(int step) const { return step >= c_.max_iters || (c_.eval_interval > 0 && step % c_.eval_interval == 0); }
+
+  // A checkpoint that every rank comes to: ZeRO-1's shards of the AdamW state are gathered on
+  // rank 0 first (a collective). Its path ("" without a hook); a failure throws, or with error
+  // given goes there.
+  std::string checkpoint(const Progress& p, std::string* error = nullptr) {
+    be_.gather_state();
+    return save(p, error);
+  }
+
+  // Both splits' mean losses (estimate_loss: spread over the ranks; rank 0 logs them). On a
+  // terminal an evaluation that lasts more than two seconds shows its progress in place.
+  Evaluation evaluate(int step) {
+    const auto t0 = Clock::now();
+    double shown = 0;
+    std::function<void(int)> show;
+    if (live_)
+      show = [&, t0](int done) {
+        const double t = seconds_since(t0);
+        if (t < 2 || t - shown < 0.25) return;
+        shown = t;
+        const double frac = (double)(done + 1) / (2.0 * c_.eval_iters);
+        log_ << "\r\033[K" << "step " << step << ": evaluating, batch " << done + 1 << "/" << 2 * c_.eval_iters
+             << " | ETA " << hms(t / frac - t) << std::flush;
+      };
+    Evaluation ev;
+    ev.done = true;
+    ev.train = estimate_loss(be_, c_, ds_, 0, show);
+    ev.val = estimate_loss(be_, c_, ds_, 1, show ? [&](int k) { show(c_.eval_iters + k); } : std::function<void(int)>());
+    eval_s_ = seconds_since(t0);
+    s_.best_val_loss = std::min(s_.best_val_loss, ev.val);
+    clear_live_line();
+    log_ << "step " << step << ": train loss " << fmt("%.4f", ev.train) << ", val loss " << fmt("%.4f", ev.val)
+         << std::endl;
+    return ev;
+  }
+
+  // The end of the run (step max_iters): the final evaluation's metrics line, the last checkpoint.
+  void finish(const Progress& p, const Evaluation& ev, double lr) {
+    s_.final_train_loss = ev.train;
+    s_.final_val_loss = ev.val;
+    metrics_.write(metrics_line({{"step", p.step},
+                                 {"train_loss", nullptr},
+                                 {"val_loss", jnum("%.6f", ev.val)},
+                                 {"eval_train_loss", jnum("%.6f", ev.train)},
+                                 {"lr", jnum("%.6e", lr)},
+                                 {"ms", nullptr},
+                                 {"tokens_per_s", nullptr},
+                                 {"final", true}}));
+    stop_if_metrics_lost(p, checkpoint(p));
+  }
+
+  // --grad-accum N: N micro-batches, micro-batch k being rows k B .. of the step's batch of N B
+  // (data/dataset.h), gradients accumulated; the step's loss is their mean. On W data-parallel
+  // ranks (model/run/dist.h) the step is W N micro-batches: rank r runs r N .. r N + N - 1 of
+  // them, exactly those a single process with --grad-accum W N runs at those indices (the same
+  // rows, the same dropout keys); one all-reduce sums the gradients, one more the losses with
+  // the ranks' pending stops (a rank was signalled: every rank stops before this step).
+  StepLoss forward_backward(int step) {
+    StepLoss st;
+    st.t0 = Clock::now();
+    const int first = dist::rank() * c_.grad_accum, micro_batches = dist::world() * c_.grad_accum;
+    double sums[2] = {0, 0};  // the losses of this rank's micro-batches; a stop pending here
+    for (int k = first; k < first + c_.grad_accum; ++k) {
+      ds_.train_batch(c_.seed, (uint32_t)step, c_.batch_size, c_.block_size, x_.data(), y_.data(),
+                      (uint32_t)k * (uint32_t)c_.batch_size);
+      sums[0] += be_.forward_backward(x_.data(), y_.data(), (uint32_t)step, k, micro_batches, first);
+    }
+    if (step == faults_.fail_step)
+      throw RuntimeError("failure injected by TG_INJECT_FAIL at step " + std::to_string(step) +
+                         " (a test hook); expected none; unset TG_INJECT_FAIL");
+    if (dist::active()) {
+      be_.reduce_grads();
+      sums[1] = stop_pending() ? 1 : 0;
+      dist::all_reduce_sum(sums, 2);
+      if (sums[1] > 0) {
+        request_stop();
+        throw Interrupted{};
+      }
+    }
+    st.loss = (float)(sums[0] / micro_batches);
+    st.norm = be_.grad_norm();
+    if (faults_.nan_steps.count(step)) st.loss = NAN;
+    return st;
+  }
+
+  // The NaN guard: a step whose loss or gradient norm is not finite applies no update (weights
+  // and AdamW state stay as they were); kMaxBadSteps of them in a row stop the run, with a
+  // checkpoint of the last good weights. Returns where the run stands after the step.
+  Progress skip_update(const Progress& before, const StepLoss& st) {
+    const int step = before.step;
+    ++s_.skipped;
+    s_.steps = step + 1;
+    const Progress p{step + 1, before.updates, before.bad_steps + 1};
+    clear_live_line();
+    log_ << "step " << step << ": loss " << st.loss << ", gradient norm " << st.norm << ": not finite, update skipped ("
+         << p.bad_steps << " in a row)" << std::endl;
+    metrics_.write(metrics_line({{"step", step}, {"train_loss", nullptr}, {"skipped", true}}));
+    stop_if_metrics_lost(p);
+    if (p.bad_steps < kMaxBadSteps) return p;
+    // the weights are those of the last good step: saved with the count reset, so that a
+    // resume with other hyperparameters goes on from them
+    std::string error;
+    const std::string path = checkpoint(Progress{p.step, p.updates, 0}, &error);
+    dist::barrier();  // every rank stops here: none ends the job while rank 0 writes that checkpoint
+    const std::string kept = !path.empty()    ? "; the last good weights are saved in " + path
+                             : !error.empty() ? "; the last good weights could not be saved (" + error + ")"
+                                              : "";
+    throw RuntimeError(std::to_string(kMaxBadSteps) + " steps in a row (the last at step " + std::to_string(step) +
+                       ") had a non-finite loss or gradient norm" + kept + "; expected finite values; lower --lr (now " +
+                       fmt("%g", c_.lr) + ") or raise --warmup-iters (now " + std::to_string(c_.warmup_iters) +
+                       ") and check --data" +
+                       (path.empty() ? "" : ", then continue with: " + resume_cmd_ + " --lr " + fmt("%g", c_.lr / 2)));
+  }
+
+  // A step done (its update applied): its time, and every log_interval steps (and at an
+  // evaluation) its line in the log and in metrics.jsonl; between those, on a terminal, a live
+  // line in place.
+  void log_step(int step, const StepLoss& st, const Evaluation& ev, double lr) {
+    const double ms = seconds_since(st.t0) * 1e3;
+    step_ms_.push_back(ms);
+    ms_sum_ += ms;
+    s_.steps = step + 1;
+    clear_live_line();
+    if (step % c_.log_interval == 0 || ev.done) {
+      const double tps = tokens_per_step_ / (ms / 1e3);
+      log_ << "step " << step << "/" << c_.max_iters << " | loss " << fmt("%.4f", st.loss) << " | lr "
+           << fmt("%.3e", lr) << " | norm " << fmt("%.4f", st.norm) << " | " << fmt("%.1f", ms) << " ms | "
+           << fmt("%.0f", tps) << " tok/s";
+      if (peak_ > 0) log_ << " | mfu " << fmt("%.1f", 100.0 * flops_per_token_ * tps / peak_) << "%";
+      log_ << " | ETA " << hms(time_left_s(step + 1)) << std::endl;
+      jsonio::Out line = jsonio::Out::object();
+      line["step"] = step;
+      line["train_loss"] = jnum("%.6f", st.loss);
+      if (ev.done) {
+        line["val_loss"] = jnum("%.6f", ev.val);
+        line["eval_train_loss"] = jnum("%.6f", ev.train);
+      }
+      line["lr"] = jnum("%.6e", lr);
+      line["grad_norm"] = jnum("%.6f", st.norm);
+      line["ms"] = jnum("%.3f", ms);
+      line["tokens_per_s"] = jnum("%.1f", tps);
+      if (peak_ > 0) line["mfu"] = jnum("%.4f", flops_per_token_ * tps / peak_);
+      metrics_.write(metrics_line(line));
+    } else if (live_) {
+      log_ << "step " << step << "/" << c_.max_iters << " | loss " << fmt("%.4f", st.loss) << " | " << fmt("%.1f", ms)
+           << " ms/step | ETA " << hms(time_left_s(step + 1)) << std::flush;
+    }
+  }
+
+  // A metrics line that could not be written stops the run after its step: a checkpoint
+  // holding the unwritten lines (saved, when one was just written), then RuntimeError.
+  void stop_if_metrics_lost(const Progress& p, const std::string& saved = "") {
+    if (!metrics_.failed()) return;
+    std::string error, path = saved.empty() ? save(p, &error) : saved;
+    const std::string state =
+        !path.empty() ? "the run stopped before step " + std::to_string(p.step) + " and saved its state and the " +
+                            std::to_string(metrics_.held().size()) + " unwritten line(s) in " + path
+        : !error.empty() ? "the run stopped before step " + std::to_string(p.step) +
+                               " and its checkpoint could not be written either (" + error + ")"
+                         : "the run stopped before step " + std::to_string(p.step);
+    throw RuntimeError(metrics_.error() + "; " + state +
+                       "; expected a --out-dir with free space; free some, then continue with: " + resume_cmd_);
+  }
+
+  // A CPU run that will take long says so, once its first three steps (or ten seconds of them)
+  // predict it.
+  void note_long_run(int step) {
+    if (long_run_checked_ || (step_ms_.size() < 3 && ms_sum_ <= 1e4)) return;
+    long_run_checked_ = true;
+    if (be_.device_name().rfind("cpu", 0) != 0 || time_left_s(step + 1) <= 600) return;
+    clear_live_line();
+    log_ << "note: on the CPU this run will take about " << hms(time_left_s(step + 1)) << " more ("
+         << c_.max_iters - step - 1 << " steps at "
+         << fmt(ms_sum_ / step_ms_.size() < 10 ? "%.1f" : "%.0f", ms_sum_ / step_ms_.size())
+         << " ms, evaluations included); a GPU or --preset baby is much faster"
+         << "; Ctrl-C stops it with a checkpoint (continue with: " << resume_cmd_ << ")" << std::endl;
+  }
+
+  // A stop request ended the run, with the checkpoint written for it ("" when none).
+  void stopped(const std::string& checkpoint) {
+    s_.checkpoint = checkpoint;
+    s_.stopped = true;
+  }
+
+  TrainSummary summary() {
+    if (live_) log_ << "\r\033[K" << std::flush;
+    s_.wall_s = seconds_since(t_start_);
+    if (!step_ms_.empty()) {
+      std::sort(step_ms_.begin(), step_ms_.end());
+      s_.median_step_ms = step_ms_[step_ms_.size() / 2];
+    }
+    return s_;
+  }
+
+ private:
+  // rank 0's checkpoint of the state as of p, with the metrics lines held back: its path, or
+  // what went wrong when error is given ("" without a hook). A sharded run's fails here unless
+  // the state was gathered (checkpoint()).
+  std::string save(const Progress& p, std::string* error) {
+    if (!hooks_.checkpoint) return "";
+    if (!error) return hooks_.checkpoint(p, metrics_.held());
+    try {
+      return hooks_.checkpoint(p, metrics_.held());
+    } catch (const RuntimeError& e) {
+      *error = e.what();
+      return "";
+    }
+  }
+  // the time left, from the steps timed so far and the evaluations still to come
+  double time_left_s(int next_step) const {
+    if (step_ms_.empty()) return 0.0;
+    const int evals =
+        c_.eval_interval > 0 ? (c_.max_iters - 1) / c_.eval_interval - (next_step - 1) / c_.eval_interval : 0;
+    return ms_sum_ / step_ms_.size() * (c_.max_iters - next_step) / 1e3 + eval_s_ * (std::max(evals, 0) + 1);
+  }
+  // a live progress line is cleared before a line of the log
+  void clear_live_line() {
+    if (live_) log_ << "\r\033[K";
+  }
+
+  Backend& be_;
+  const Config& c_;
+  const data::Dataset& ds_;
+  std::ostream& log_;
+  const TrainHooks& hooks_;
+  const Progress start_;
+  const TestFaults faults_;
+  MetricsLog metrics_;
+  std::vector<int32_t> x_, y_;  // a micro-batch's tokens and targets (B, T)
+  // a live progress line when the log is a terminal; plain lines otherwise (not under mpirun:
+  // OpenMPI gives the ranks a pseudo-terminal wherever its own output goes)
+  const bool live_;
+  const std::string resume_cmd_;
+  double tokens_per_step_ = 0, flops_per_token_ = 0, peak_ = 0;
+  const Clock::time_point t_start_ = Clock::now();
+  std::vector<double> step_ms_;
+  double ms_sum_ = 0;
+  double eval_s_ = 0;  // the last evaluation's time, for the time left
+  bool long_run_checked_ = false;
+  TrainSummary s_;
+};
 
 }  // namespace
-
-void request_stop() { g_stop = 1; }
-bool stop_requested() { return g_stop != 0; }
-void forget_stop_request() { g_stop = 0; }
-void defer_stop_requests() { g_defer = 1; }
-bool stop_pending() { return g_pending != 0; }
-
-void install_stop_handler() {
-  struct sigaction sa = {};
-  sa.sa_handler = [](int) {
-    if (g_defer) g_pending = 1;
-    else request_stop();
-  };
-  // it stays installed: a signal often comes twice (timeout and Ctrl-C signal the whole process
-  // group as well), and the second must not kill the run as it writes its checkpoint
-  sa.sa_flags = 0;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  signal(SIGXFSZ, SIG_IGN);
-}
 
 double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int split,
                      const std::function<void(int k)>& on_batch) {
@@ -134,251 +419,43 @@ double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int 
 
 TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::ostream& log, const TrainHooks& hooks,
                    const Progress& start) {
-  TrainSummary s;
-  s.best_val_loss = INFINITY;
-  std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
-  std::vector<double> step_ms;
-  const double tokens_per_step = (double)c.batch_size * c.block_size * c.grad_accum * dist::world();
-  // MFU as llm.c counts it: 6 N FLOPs per token for the matmuls of forward and backward plus
-  // 6 L C T for attention, against the device's dense bf16 peak (none when unknown)
-  const ModelConfig mc{ds.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias, ds.padded_vocab()};
-  const double flops_per_token =
-      6.0 * (double)param_count(param_table(mc)) + 6.0 * c.n_layer * (double)c.n_embd * c.block_size;
-  const double peak = be.peak_flops() * dist::world();  // every rank's device
-  const std::set<int> injected = injected_nan_steps();
-  const int fail_at = injected_failure_step();
-  // a live progress line when the log is a terminal; plain lines otherwise
-  // (not under mpirun: OpenMPI gives the ranks a pseudo-terminal wherever its own output goes)
-  const bool progress = &log == &std::cout && isatty(STDOUT_FILENO) && !dist::active();
-  const std::string resume_cmd = "train_gpt --resume --out-dir " + c.out_dir;
-  double ms_sum = 0;
-
-  // metrics lines: once one cannot be written, the rest of the step's lines are kept for the
-  // checkpoint (unlogged) and the run stops after the step (stop_if_metrics_lost)
-  std::vector<std::string> unlogged;
-  std::string metrics_error;
-  auto write_metrics = [&](const std::string& line) {
-    if (!hooks.metrics) return;
-    if (metrics_error.empty()) {
-      try {
-        hooks.metrics(line);
-        return;
-      } catch (const RuntimeError& e) {
-        metrics_error = e.what();
-      }
-    }
-    unlogged.push_back(line);
-  };
-  // a checkpoint of the state as of p: its path, or what went wrong ("" without a hook)
-  auto save = [&](const Progress& p, std::string* error) -> std::string {
-    if (!hooks.checkpoint) return "";
-    if (!error) return hooks.checkpoint(p, unlogged);
-    try {
-      return hooks.checkpoint(p, unlogged);
-    } catch (const RuntimeError& e) {
-      *error = e.what();
-      return "";
-    }
-  };
-  // a checkpoint that every rank comes to: ZeRO-1's shards of the AdamW state are gathered on
-  // rank 0 first (a collective); rank 0's own checkpoints (stop_if_metrics_lost) cannot gather
-  // them, and a sharded run's fails there with the backend's line
-  auto save_all = [&](const Progress& p, std::string* error) -> std::string {
-    be.gather_state();
-    return save(p, error);
-  };
-  auto stop_if_metrics_lost = [&](const Progress& p, const std::string& saved) {
-    if (metrics_error.empty()) return;
-    std::string error, path = saved.empty() ? save(p, &error) : saved;
-    const std::string state =
-        !path.empty() ? "the run stopped before step " + std::to_string(p.step) + " and saved its state and the " +
-                            std::to_string(unlogged.size()) + " unwritten line(s) in " + path
-        : !error.empty() ? "the run stopped before step " + std::to_string(p.step) +
-                               " and its checkpoint could not be written either (" + error + ")"
-                         : "the run stopped before step " + std::to_string(p.step);
-    throw RuntimeError(metrics_error + "; " + state + "; expected a --out-dir with free space; free some, then continue with: " +
-                       resume_cmd);
-  };
-
+  TrainLoop loop(be, c, ds, log, hooks, start, TestFaults::from_env());
   Progress p = start;
-  const auto t_start = Clock::now();
-  const std::string resume_hint = "; Ctrl-C stops it with a checkpoint (continue with: " + resume_cmd + ")";
-  bool long_run_checked = false;
-  double eval_s = 0;  // the last evaluation's time, for the time left
-  // the time left, from the steps timed so far and the evaluations still to come
-  auto time_left_s = [&](int next_step) {
-    if (step_ms.empty()) return 0.0;
-    const int evals = c.eval_interval > 0 ? (c.max_iters - 1) / c.eval_interval - (next_step - 1) / c.eval_interval : 0;
-    return ms_sum / step_ms.size() * (c.max_iters - next_step) / 1e3 + eval_s * (std::max(evals, 0) + 1);
-  };
-  // an evaluation of both splits; on a terminal one that lasts more than two seconds shows its
-  // progress in place
-  auto evaluate = [&](int step, double& train_est, double& val) {
-    const auto t0 = Clock::now();
-    double shown = 0;
-    std::function<void(int)> show;
-    if (progress)
-      show = [&, t0](int done) {
-        const double t = seconds_since(t0);
-        if (t < 2 || t - shown < 0.25) return;
-        shown = t;
-        const double frac = (double)(done + 1) / (2.0 * c.eval_iters);
-        log << "\r\033[K" << "step " << step << ": evaluating, batch " << done + 1 << "/" << 2 * c.eval_iters
-            << " | ETA " << hms(t / frac - t) << std::flush;
-      };
-    train_est = estimate_loss(be, c, ds, 0, show);
-    val = estimate_loss(be, c, ds, 1, show ? [&](int k) { show(c.eval_iters + k); } : std::function<void(int)>());
-    eval_s = seconds_since(t0);
-  };
-  for (;; ) {
+  for (;;) {
     const int step = p.step;
-    // a checkpoint holds the state before this step: every ckpt_interval steps
-    std::string saved;
-    const bool ckpt_now = c.ckpt_interval > 0 && step > start.step && step < c.max_iters && step % c.ckpt_interval == 0;
-    if (ckpt_now) saved = save_all(p, nullptr);
+    // once in a while: a checkpoint of the state before this step
+    const bool ckpt_now = loop.checkpoint_due(step);
+    const std::string saved = ckpt_now ? loop.checkpoint(p) : "";
     try {
       // SIGINT / SIGTERM, honoured before every step (skipped ones included) and, through
       // Interrupted, inside steps and evaluations
       if (step < c.max_iters) throw_if_stop_requested();
       const double lr = lr_at(step, c.lr, c.min_lr, c.warmup_iters, c.lr_decay_iters);
-      const bool last = step >= c.max_iters;
-      const bool eval = last || (c.eval_interval > 0 && step % c.eval_interval == 0);
-      double train_est = 0, val = 0;
-      // evaluations are spread over the ranks (estimate_loss); rank 0 logs them
-      if (eval) {
-        evaluate(step, train_est, val);
-        s.best_val_loss = std::min(s.best_val_loss, val);
-        if (progress) log << "\r\033[K";
-        log << "step " << step << ": train loss " << fmt("%.4f", train_est) << ", val loss " << fmt("%.4f", val)
-            << std::endl;
-      }
-      if (last) {
-        s.final_train_loss = train_est;
-        s.final_val_loss = val;
-        write_metrics(metrics_line({{"step", step},
-                                    {"train_loss", nullptr},
-                                    {"val_loss", jnum("%.6f", val)},
-                                    {"eval_train_loss", jnum("%.6f", train_est)},
-                                    {"lr", jnum("%.6e", lr)},
-                                    {"ms", nullptr},
-                                    {"tokens_per_s", nullptr},
-                                    {"final", true}}));
-        stop_if_metrics_lost(p, save_all(p, nullptr));
+      // once in a while, and at the end: evaluate
+      const Evaluation ev = loop.eval_due(step) ? loop.evaluate(step) : Evaluation{};
+      if (step >= c.max_iters) {  // the end: the final metrics line, the last checkpoint
+        loop.finish(p, ev, lr);
         break;
       }
-      const auto t0 = Clock::now();
-      // --grad-accum N: N micro-batches, micro-batch k being rows k B .. of the step's batch
-      // of N B (data/dataset.h), gradients accumulated; the step's loss is their mean. On W
-      // data-parallel ranks (model/run/dist.h) the step is W N micro-batches: rank r runs
-      // r N .. r N + N - 1 of them, exactly those a single process with --grad-accum W N runs
-      // at those indices (the same rows, the same dropout keys); one all-reduce sums the
-      // gradients, one more the losses with the ranks' pending stops.
-      const int first = dist::rank() * c.grad_accum, micro_batches = dist::world() * c.grad_accum;
-      double sums[2] = {0, 0};  // the losses of this rank's micro-batches; a stop pending here
-      for (int k = first; k < first + c.grad_accum; ++k) {
-        ds.train_batch(c.seed, (uint32_t)step, c.batch_size, c.block_size, x.data(), y.data(),
-                       (uint32_t)k * (uint32_t)c.batch_size);
-        sums[0] += be.forward_backward(x.data(), y.data(), (uint32_t)step, k, micro_batches, first);
-      }
-      if (step == fail_at)
-        throw RuntimeError("failure injected by TG_INJECT_FAIL at step " + std::to_string(step) + " (a test hook); expected none; unset TG_INJECT_FAIL");
-      if (dist::active()) {
-        be.reduce_grads();
-        sums[1] = stop_pending() ? 1 : 0;
-        dist::all_reduce_sum(sums, 2);
-        if (sums[1] > 0) {  // a rank was signalled: every rank stops before this step
-          request_stop();
-          throw Interrupted{};
-        }
-      }
-      float loss = (float)(sums[0] / micro_batches);
-      const double norm = be.grad_norm();
-      if (injected.count(step)) loss = NAN;
-      // NaN guard: a non-finite loss or gradient norm skips the update (weights and AdamW state
-      // stay as they were); kMaxBadSteps of them in a row stop the run
-      if (!std::isfinite(loss) || !std::isfinite(norm)) {
-        ++s.skipped;
-        s.steps = step + 1;
-        p = Progress{step + 1, p.updates, p.bad_steps + 1};
-        if (progress) log << "\r\033[K";
-        log << "step " << step << ": loss " << loss << ", gradient norm " << norm << ": not finite, update skipped ("
-            << p.bad_steps << " in a row)" << std::endl;
-        write_metrics(metrics_line({{"step", step}, {"train_loss", nullptr}, {"skipped", true}}));
-        stop_if_metrics_lost(p, "");
-        if (p.bad_steps >= kMaxBadSteps) {
-          // the weights are those of the last good step: saved with the count reset, so that a
-          // resume with other hyperparameters goes on from them
-          std::string error;
-          const std::string path = save_all(Progress{p.step, p.updates, 0}, &error);
-          dist::barrier();  // every rank stops here: none ends the job while rank 0 writes that checkpoint
-          const std::string kept = !path.empty()    ? "; the last good weights are saved in " + path
-                                   : !error.empty() ? "; the last good weights could not be saved (" + error + ")"
-                                                    : "";
-          throw RuntimeError(std::to_string(kMaxBadSteps) + " steps in a row (the last at step " + std::to_string(step) +
-                             ") had a non-finite loss or gradient norm" + kept +
-                             "; expected finite values; lower --lr (now " + fmt("%g", c.lr) +
-                             ") or raise --warmup-iters (now " + std::to_string(c.warmup_iters) +
-                             ") and check --data" + (path.empty() ? "" : ", then continue with: " + resume_cmd +
-                                                                            " --lr " + fmt("%g", c.lr / 2)));
-        }
+      // the step: forward and backward, the gradients summed over the ranks, then AdamW
+      const StepLoss st = loop.forward_backward(step);
+      if (!std::isfinite(st.loss) || !std::isfinite(st.norm)) {  // the NaN guard: no update
+        p = loop.skip_update(p, st);
         continue;
       }
-      be.update((float)lr, p.updates + 1, norm);
+      be.update((float)lr, p.updates + 1, st.norm);
       p = Progress{step + 1, p.updates + 1, 0};
-      const double ms = seconds_since(t0) * 1e3;
-      step_ms.push_back(ms);
-      ms_sum += ms;
-      s.steps = step + 1;
-      if (progress) log << "\r\033[K";  // clear the live line before a log line
-      if (step % c.log_interval == 0 || eval) {
-        const double tps = tokens_per_step / (ms / 1e3);
-        log << "step " << step << "/" << c.max_iters << " | loss " << fmt("%.4f", loss) << " | lr " << fmt("%.3e", lr)
-            << " | norm " << fmt("%.4f", norm) << " | " << fmt("%.1f", ms) << " ms | " << fmt("%.0f", tps) << " tok/s";
-        if (peak > 0) log << " | mfu " << fmt("%.1f", 100.0 * flops_per_token * tps / peak) << "%";
-        log << " | ETA " << hms(time_left_s(step + 1)) << std::endl;
-        jsonio::Out line = jsonio::Out::object();
-        line["step"] = step;
-        line["train_loss"] = jnum("%.6f", loss);
-        if (eval) {
-          line["val_loss"] = jnum("%.6f", val);
-          line["eval_train_loss"] = jnum("%.6f", train_est);
-        }
-        line["lr"] = jnum("%.6e", lr);
-        line["grad_norm"] = jnum("%.6f", norm);
-        line["ms"] = jnum("%.3f", ms);
-        line["tokens_per_s"] = jnum("%.1f", tps);
-        if (peak > 0) line["mfu"] = jnum("%.4f", flops_per_token * tps / peak);
-        write_metrics(metrics_line(line));
-      } else if (progress) {  // on a terminal, between logged steps: where the run is, in place
-        log << "step " << step << "/" << c.max_iters << " | loss " << fmt("%.4f", loss) << " | "
-            << fmt("%.1f", ms) << " ms/step | ETA " << hms(time_left_s(step + 1)) << std::flush;
-      }
-      stop_if_metrics_lost(p, "");
-      // a CPU run that will take long says so, once its first three steps (or ten seconds of
-      // them) predict it
-      if (!long_run_checked && (step_ms.size() >= 3 || ms_sum > 1e4)) {
-        long_run_checked = true;
-        if (be.device_name().rfind("cpu", 0) == 0 && time_left_s(step + 1) > 600) {
-          if (progress) log << "\r\033[K";
-          log << "note: on the CPU this run will take about " << hms(time_left_s(step + 1)) << " more ("
-              << c.max_iters - step - 1 << " steps at " << fmt(ms_sum / step_ms.size() < 10 ? "%.1f" : "%.0f", ms_sum / step_ms.size())
-              << " ms, evaluations included); a GPU or --preset baby is much faster" << resume_hint << std::endl;
-        }
-      }
+      // the log and metrics.jsonl: every log_interval steps
+      loop.log_step(step, st, ev, lr);
+      loop.stop_if_metrics_lost(p);
+      loop.note_long_run(step);
     } catch (const Interrupted&) {
       // the step or evaluation was cut short and changed nothing: the run stops before it
-      if (step > start.step) s.checkpoint = ckpt_now ? saved : save_all(p, nullptr);
-      s.stopped = true;
+      loop.stopped(step > start.step ? (ckpt_now ? saved : loop.checkpoint(p)) : "");
       break;
     }
   }
-  if (progress) log << "\r\033[K" << std::flush;
-  s.wall_s = seconds_since(t_start);
-  if (!step_ms.empty()) {
-    std::sort(step_ms.begin(), step_ms.end());
-    s.median_step_ms = step_ms[step_ms.size() / 2];
-  }
-  return s;
+  return loop.summary();
 }
 
 namespace {
