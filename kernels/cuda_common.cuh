@@ -1,6 +1,6 @@
 // kernels/cuda_common.cuh: what every CUDA op of train_gpt shares.
-//   - the check macros cudaCheck / cublasCheck / curandCheck (cublasCheck where the cuBLAS
-//     headers are included): a failing call throws
+//   - the check macros cudaCheck / cublasCheck / curandCheck / ncclCheck (cublasCheck where the
+//     cuBLAS headers are included, ncclCheck where nccl.h is): a failing call throws
 //     gpu::CudaError naming the call, the file and the line (model/ turns it into one line on
 //     stderr and exit 1);
 //   - gpu::Context: the one stream, the cuBLAS / cuBLASLt handles, the cuBLAS workspace and
@@ -56,6 +56,12 @@ struct CudaError : std::runtime_error {
     int s_ = (int)(call);                                                                         \
     if (s_ != 0) ::gpu::throw_cuda_error(("curandStatus " + std::to_string(s_)).c_str(), #call,  \
                                          __FILE__, __LINE__);                                     \
+  } while (0)
+
+#define ncclCheck(call)                                                                           \
+  do {                                                                                            \
+    ncclResult_t r_ = (call);                                                                     \
+    if (r_ != ncclSuccess) ::gpu::throw_cuda_error(ncclGetErrorString(r_), #call, __FILE__, __LINE__); \
   } while (0)
 
 // The cuBLAS / cuBLASLt handle types, declared as their headers declare them: only the files

@@ -35,12 +35,6 @@ double dense_bf16_peak(const std::string& name) {
 }
 
 #ifdef TG_HAVE_NCCL
-#define ncclCheck(call)                                                                                 \
-  do {                                                                                                  \
-    ncclResult_t r_ = (call);                                                                           \
-    if (r_ != ncclSuccess) ::gpu::throw_cuda_error(ncclGetErrorString(r_), #call, __FILE__, __LINE__); \
-  } while (0)
-
 // The NCCL communicator of the ranks (one GPU each): rank 0's unique id, broadcast over MPI
 // (model/run/dist.h), then ncclCommInitRank on every rank. None (null) in a single process.
 class Nccl {
