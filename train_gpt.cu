@@ -96,12 +96,6 @@ std::unique_ptr<tg::Backend> make_backend(const tg::Config& c, const tg::ModelCo
   return tg::make_cpu_backend(c, m, host_bytes_held);
 }
 
-// The model a config and its data describe (token data: GPT-2's V padded as llm.c pads it,
-// data::Dataset::padded_vocab).
-tg::ModelConfig model_of(const tg::Config& c, const data::Dataset& ds) {
-  return tg::ModelConfig{ds.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias, ds.padded_vocab()};
-}
-
 bool given(const tg::ParsedArgs& args, const char* flag) {
   return std::find(args.given.begin(), args.given.end(), flag) != args.given.end();
 }
@@ -158,7 +152,7 @@ double data_bytes(const data::Dataset& ds) { return 4.0 * (double)(ds.train.size
 int attention_check(const tg::Config& c, int gpus) {
   const data::Dataset ds = data::load_dataset(c.data, c.block_size);
   std::string note;
-  std::unique_ptr<tg::Backend> be = make_backend(c, model_of(c, ds), gpus, note);
+  std::unique_ptr<tg::Backend> be = make_backend(c, tg::model_config(c, ds.vocab_size(), ds.padded_vocab()), gpus, note);
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
   ds.train_batch(c.seed, 0, c.batch_size, c.block_size, x.data(), y.data());
   const auto diffs = be->attention_check(x.data(), y.data(), 0);
@@ -347,7 +341,8 @@ int train_run(tg::ParsedArgs args, int gpus) {
                            " tokens, fewer than the data's " + std::to_string(ds.vocab_size()) +
                            "; expected llm.c's gpt2_tokenizer.bin; pass that file");
   }
-  const tg::ModelConfig m = model_of(c, ds);
+  // (token data: GPT-2's V padded as llm.c pads it, data::Dataset::padded_vocab)
+  const tg::ModelConfig m = tg::model_config(c, ds.vocab_size(), ds.padded_vocab());
   const auto table = tg::param_table(m);
   const size_t n_params = tg::param_count(table);
   std::string device_note;

@@ -83,11 +83,10 @@ ModelConfig checkpoint_model(const std::string& dir, const ckpt::CheckpointInfo&
   const Config& c = info.config;
   if (!data::is_token_data(c.data)) {
     tok = checkpoint_tokenizer(dir, info, data_flag, warn);
-    return ModelConfig{tok.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
+    return model_config(c, tok.vocab_size());
   }
   if (!data_flag.empty()) checkpoint_data(info, data_flag, warn);  // the run's data (its fingerprint)
-  return ModelConfig{data::kGpt2Vocab, c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias,
-                     padded_vocab_for(data::kGpt2Vocab)};
+  return model_config(c, data::kGpt2Vocab, padded_vocab_for(data::kGpt2Vocab));
 }
 
 }  // namespace tg

@@ -20,6 +20,10 @@
 
 namespace tg {
 
+ModelConfig model_config(const Config& c, int vocab_size, int padded_vocab) {
+  return ModelConfig{vocab_size, c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias, padded_vocab};
+}
+
 void apply_preset(Config& c, const std::string& name) {
   if (name == "shakespeare-char") {
     // nanoGPT config/train_shakespeare_char.py

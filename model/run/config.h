@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../../kernels/gelu_form.h"
+#include "../net/gpt.h"
 
 namespace tg {
 
@@ -56,6 +57,10 @@ struct Config {
 
 // The GELU form c.gelu names ("tanh" or "erf": validated).
 inline GeluForm gelu_form(const Config& c) { return c.gelu == "erf" ? GeluForm::Erf : GeluForm::Tanh; }
+
+// The model c describes over a vocabulary of vocab_size tokens (V), its rows padded to
+// padded_vocab (Vp; 0: none, as data::Dataset::padded_vocab gives it).
+ModelConfig model_config(const Config& c, int vocab_size, int padded_vocab = 0);
 
 // Fills c with a preset's values. Throws InputError for an unknown name.
 void apply_preset(Config& c, const std::string& name);

@@ -142,9 +142,8 @@ class TrainLoop {
     tokens_per_step_ = (double)c.batch_size * c.block_size * c.grad_accum * dist::world();
     // MFU as llm.c counts it: 6 N FLOPs per token for the matmuls of forward and backward plus
     // 6 L C T for attention, against the device's dense bf16 peak (none when unknown)
-    const ModelConfig mc{ds.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias, ds.padded_vocab()};
-    flops_per_token_ = 6.0 * (double)param_count(param_table(mc)) +
-                       6.0 * c.n_layer * (double)c.n_embd * c.block_size;
+    const size_t n_params = param_count(param_table(model_config(c, ds.vocab_size(), ds.padded_vocab())));
+    flops_per_token_ = 6.0 * (double)n_params + 6.0 * c.n_layer * (double)c.n_embd * c.block_size;
     peak_ = be.peak_flops() * dist::world();  // every rank's device
   }
 

@@ -47,7 +47,7 @@ struct Result {
 };
 
 ModelConfig model_of(const Config& c, const data::Dataset& ds) {
-  return ModelConfig{ds.tok.vocab_size(), c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
+  return model_config(c, ds.tok.vocab_size());
 }
 
 // A run of c from start on be, NaN injected at the steps inject names; metrics lines go to
