@@ -179,6 +179,14 @@ int plot(int argc, char** argv) {
   return 0;
 }
 
+// The checkpoint --ckpt names: a ckpt-<step> directory, or a run directory's newest intact one.
+std::string checkpoint_of(const tg::Config& flags) {
+  const std::string dir = tg::pick_checkpoint(flags.ckpt, std::cerr);
+  if (dir.empty())
+    throw tg::InputError("--ckpt " + flags.ckpt + " is neither a checkpoint nor a run directory holding one; expected a ckpt-<step> directory or a run's --out-dir; pass one of them");
+  return dir;
+}
+
 // train_gpt --sample --ckpt DIR [--prompt ... --sample-tokens N --temperature T --top-k K
 // --top-p P --seed S]: text from a checkpoint's weights (its config gives the model, the
 // vocabulary it holds the tokenizer: no data file needed; --data, when given, is checked to be
@@ -190,21 +198,13 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
   data::CharTokenizer tok;
   std::unique_ptr<tg::Backend> be;
   for (int attempt = 1; !be; ++attempt) {
-    const std::string dir = tg::pick_checkpoint(flags.ckpt, std::cerr);
-    if (dir.empty())
-      throw tg::InputError("--ckpt " + flags.ckpt + " is neither a checkpoint nor a run directory holding one; expected a ckpt-<step> directory or a run's --out-dir; pass one of them");
+    const std::string dir = checkpoint_of(flags);
     try {
       const tg::ckpt::CheckpointInfo info = tg::ckpt::checkpoint_info(dir);
       const tg::ModelConfig m = tg::checkpoint_model(dir, info, data_flag(args), tok, std::cerr);
-      c = info.config;
-      c.prompt = flags.prompt;
-      c.sample_tokens = flags.sample_tokens;
-      c.temperature = flags.temperature;
-      c.top_k = flags.top_k;
-      c.top_p = flags.top_p;
-      c.seed = flags.seed;
-      c.device = flags.device;
-      c.precision = flags.precision;
+      c = info.config;  // the flags of sampling and of the device are this command's
+      for (const char* flag : {"prompt", "sample-tokens", "temperature", "top-k", "top-p", "seed", "device", "precision"})
+        tg::copy_flag(c, flags, flag);
       c.batch_size = 1;  // no training batch: the smallest activations
       c = sampling_config(c, args, tok);
       std::string note;
@@ -237,9 +237,7 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
 // GPT-2 (model/formats/hf_export.h). Reads only: no lock.
 int export_checkpoint(const tg::ParsedArgs& args) {
   const tg::Config& flags = args.config;
-  const std::string dir = tg::pick_checkpoint(flags.ckpt, std::cerr);
-  if (dir.empty())
-    throw tg::InputError("--ckpt " + flags.ckpt + " is neither a checkpoint nor a run directory holding one; expected a ckpt-<step> directory or a run's --out-dir; pass one of them");
+  const std::string dir = checkpoint_of(flags);
   const tg::ckpt::CheckpointInfo info = tg::ckpt::checkpoint_info(dir);
   data::CharTokenizer tok;
   const tg::ModelConfig m = tg::checkpoint_model(dir, info, data_flag(args), tok, std::cerr);
@@ -302,15 +300,13 @@ void describe_ranks(const tg::Backend& be) {
     std::cout << line << "\n";
   }
   const bool cpu = be.device_name().rfind("cpu", 0) == 0;
+  std::cout << "data parallel: " << tg::dist::world() << " ranks, ";
   if (be.sharded())
-    std::cout << "data parallel: " << tg::dist::world() << " ranks, ZeRO-1 (--zero 1): gradients reduce-scattered by "
-              << (cpu ? "MPI_Reduce_scatter" : "ncclReduceScatter") << ", each rank updates its shard, weights all-gathered by "
-              << (cpu ? "MPI_Allgatherv" : "ncclAllGather") << "; evaluations spread over the ranks; rank 0 alone logs and writes checkpoints"
-              << std::endl;
+    std::cout << "ZeRO-1 (--zero 1): gradients reduce-scattered by " << (cpu ? "MPI_Reduce_scatter" : "ncclReduceScatter")
+              << ", each rank updates its shard, weights all-gathered by " << (cpu ? "MPI_Allgatherv" : "ncclAllGather");
   else
-    std::cout << "data parallel: " << tg::dist::world() << " ranks, gradients summed once per step by "
-              << (cpu ? "MPI_Allreduce" : "ncclAllReduce")
-              << "; evaluations spread over the ranks; rank 0 alone logs and writes checkpoints" << std::endl;
+    std::cout << "gradients summed once per step by " << (cpu ? "MPI_Allreduce" : "ncclAllReduce");
+  std::cout << "; evaluations spread over the ranks; rank 0 alone logs and writes checkpoints" << std::endl;
 }
 
 // Training: the run directory decides how the run begins (new, started again, or resumed),
@@ -323,12 +319,12 @@ int train_run(tg::ParsedArgs args, int gpus) {
   // data parallel: rank 0 alone holds the lock and writes; every rank plans (reads) first
   const bool writer = tg::dist::rank() == 0;
   tg::RunDir dir(args.config.out_dir, writer);
-  std::ostringstream unheard;  // the other ranks' warnings: rank 0 says the same
-  const tg::RunStart start = dir.plan(args, std::cout, writer ? std::cerr : unheard);  // nothing written yet
+  std::ostringstream other_rank_warnings;  // dropped: rank 0 says the same
+  const tg::RunStart start = dir.plan(args, std::cout, writer ? std::cerr : other_rank_warnings);  // nothing written yet
   tg::dist::barrier();
   const tg::Config& c = start.config;
   const data::Dataset& ds = start.data;
-  const tg::Config sc = sampling_config(c, args, ds.tok);
+  const tg::Config sampling = sampling_config(c, args, ds.tok);
   // --tokenizer (token data): read now, so that a bad file fails before training
   std::unique_ptr<data::Gpt2Tokenizer> tokenizer;
   if (!args.config.tokenizer.empty()) {
@@ -379,21 +375,21 @@ int train_run(tg::ParsedArgs args, int gpus) {
   const tg::TrainSummary s = tg::train(*be, c, ds, std::cout, dir.hooks(*be, c, table), start.progress);
   if (s.stopped && !writer) return 130;
   if (s.stopped) {
+    const std::string resume = "continue the run with: train_gpt --resume --out-dir " + c.out_dir;
     if (s.checkpoint.empty())
-      std::fprintf(stderr, "interrupted before step %d: nothing new to save; continue the run with: train_gpt --resume --out-dir %s\n",
-                   start.progress.step, c.out_dir.c_str());
+      std::fprintf(stderr, "interrupted before step %d: nothing new to save; %s\n", start.progress.step, resume.c_str());
     else
-      std::fprintf(stderr, "interrupted after step %d: checkpoint written in %s; continue the run with: train_gpt --resume --out-dir %s\n",
-                   s.steps - 1, s.checkpoint.c_str(), c.out_dir.c_str());
+      std::fprintf(stderr, "interrupted after step %d: checkpoint written in %s; %s\n", s.steps - 1, s.checkpoint.c_str(),
+                   resume.c_str());
     return 130;
   }
   std::printf("done: %d steps in %.1f s, median %.2f ms/step, best val loss %.4f, final train %.4f val %.4f\n", s.steps,
               s.wall_s, s.median_step_ms, s.best_val_loss, s.final_train_loss, s.final_val_loss);
-  if (sc.sample_tokens > 0 && writer) {
-    std::cout << "---- sample (" << sc.sample_tokens << (ds.tokens ? " tokens" : " characters") << ", temperature " << sc.temperature << ", top-k "
-              << sc.top_k << ") ----" << std::endl;
-    if (ds.tokens) tg::sample_tokens(*be, sc, m.vocab_size, tokenizer.get(), std::cout);
-    else tg::sample(*be, sc, ds.tok, std::cout);
+  if (sampling.sample_tokens > 0 && writer) {
+    std::cout << "---- sample (" << sampling.sample_tokens << (ds.tokens ? " tokens" : " characters") << ", temperature "
+              << sampling.temperature << ", top-k " << sampling.top_k << ") ----" << std::endl;
+    if (ds.tokens) tg::sample_tokens(*be, sampling, m.vocab_size, tokenizer.get(), std::cout);
+    else tg::sample(*be, sampling, ds.tok, std::cout);
     if (tg::stop_requested()) {
       std::fprintf(stderr, "interrupted while sampling: the run itself is complete\n");
       return 130;

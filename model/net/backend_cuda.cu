@@ -163,12 +163,12 @@ class CudaBackend final : public Backend {
     const int B = r.B, Tn = r.T, C = m.n_embd, NH = m.n_head;
     const size_t BTC = (size_t)B * Tn * C;
     gpt_.forward(x, y, B, Tn, true, step);
-    // dO in T on the device; the outputs go to the step's own spare buffers
+    // dO in T on the device; dO and dqkv go to the backward's own scratch for them
     std::vector<float> dout_f = attention_check_dout(BTC, c_.seed);
     std::vector<T> dout_t(BTC);
     for (size_t i = 0; i < BTC; ++i) dout_t[i] = gpu::from_float<T>(dout_f[i]);
-    T* dout = gpt_.spare_btc();
-    T* dqkv = gpt_.spare_btc3();
+    T* dout = gpt_.datty_scratch();
+    T* dqkv = gpt_.dqkv_scratch();
     cudaCheck(cudaMemcpyAsync(dout, dout_t.data(), BTC * sizeof(T), cudaMemcpyHostToDevice, ctx.stream));
     std::vector<T> out_buf(BTC), dqkv_buf(3 * BTC);
     auto fetch = [&](const T* d, std::vector<T>& h) {

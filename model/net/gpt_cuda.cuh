@@ -129,10 +129,10 @@ class GPTCuda {
   LayerView layer(int li) const;
   // The embedding after its dropout, (B, T, C).
   const T* encoded() const { return acts_.encoded; }
-  // Device scratch of (B, T, 3C) and (B, T, C) elements that the step does not use between
-  // calls, for --attention check.
-  T* spare_btc3() const { return d_.dqkv; }
-  T* spare_btc() const { return d_.datty; }
+  // The backward's scratch for the gradients of the attention's input, dqkv (B, T, 3C), and of
+  // its output, datty (B, T, C): unused between two calls, so --attention check writes there.
+  T* dqkv_scratch() const { return d_.dqkv; }
+  T* datty_scratch() const { return d_.datty; }
 
  private:
   struct Layer {
