@@ -175,7 +175,7 @@ int plot(int argc, char** argv) {
   const std::string svg = tg::loss_svg(runs, "train_gpt loss");
   std::ofstream out(argv[2]);
   if (!(out << svg) || !out.flush()) throw tg::RuntimeError(std::string("cannot write ") + argv[2] + "; check the path and free space");
-  std::cout << "wrote " << argv[2] << " (" << runs.size() << " runs)" << std::endl;
+  std::cout << "wrote " << argv[2] << " (" << runs.size() << (runs.size() == 1 ? " run)" : " runs)") << std::endl;
   return 0;
 }
 

@@ -18,7 +18,7 @@
 namespace gpu {
 
 // true when the flash kernels support head size HS (32, 64 or 128); otherwise *why (when not
-// null) gets one sentence naming the supported sizes.
+// null) gets the sentence naming the supported sizes (the caller says what to change).
 bool flash_attn_supported(int HS, std::string* why);
 
 // Scratch the backward needs in ctx.scratch: D = rowsum(dO o O), (B, NH, T) floats.

@@ -119,7 +119,8 @@ inline int check_shape(int B, int Tn, int C, int NH, const char* who) {
                                 ", NH=" + std::to_string(NH) + ")");
   const int HS = C / NH;
   std::string why;
-  if (!flash_attn_supported(HS, &why)) throw std::invalid_argument(std::string(who) + ": " + why);
+  if (!flash_attn_supported(HS, &why))
+    throw std::invalid_argument(std::string(who) + ": head size " + std::to_string(HS) + " (C / NH): " + why);
   return HS;
 }
 

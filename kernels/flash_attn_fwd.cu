@@ -47,8 +47,7 @@ namespace gpu {
 bool flash_attn_supported(int HS, std::string* why) {
   if (HS == 32 || HS == 64 || HS == 128) return true;
   if (why)
-    *why = "the flash attention kernels support head sizes 32, 64 and 128 only (HS = C / NH = " +
-           std::to_string(HS) + "); use --attention naive or change n_embd / n_head";
+    *why = "the flash attention kernels support head sizes 32, 64 and 128 only";
   return false;
 }
 

@@ -419,8 +419,9 @@ std::string describe(const Config& c) {
     << (c.zero && c.world > 1 ? " (optimizer state sharded: --zero 1)" : "") << ", max_iters " << c.max_iters << ", lr " << c.lr << " -> " << c.min_lr
     << " (warmup " << c.warmup_iters << ", decay to " << c.lr_decay_iters << "), weight_decay " << c.weight_decay
     << ", betas (" << c.beta1 << ", " << c.beta2 << "), grad_clip " << c.grad_clip << "\n"
-    << "eval: every " << c.eval_interval << " steps over " << c.eval_iters << " batches; log every "
-    << c.log_interval << "; seed " << c.seed;
+    << "eval: "
+    << (c.eval_interval > 0 ? "every " + std::to_string(c.eval_interval) + " steps" : std::string("off (at the end only)"))
+    << " over " << c.eval_iters << " batches; log every " << c.log_interval << "; seed " << c.seed;
   return s.str();
 }
 
