@@ -254,7 +254,8 @@ TEST_CASE("init-from: a mask buffer (never read) whose dtype is empty or none of
   write_hf(base, m, random_vec<float>(param_count(param_table(m))), false, true, "none");
   const std::string path = (base / "model.safetensors").string(), good = slurp(path);
   CHECK_NOTHROW(read_init_source(base.string()));
-  for (const std::string& dtype : {"", "F33", "Q4"}) {
+  for (const char* name : {"", "F33", "Q4"}) {
+    const std::string dtype = name;
     CAPTURE(dtype);
     std::string b = good;
     const std::string key = "\"h.0.attn.bias\":{\"dtype\":\"F32\"";
