@@ -437,8 +437,9 @@ test:
 
 # The runs of make test: every test binary, and the emulated kernel and model tests again in the
 # emulator's hardware-rounding mode (tests/emu/hw_rounding.h: tensor cores truncating in blocks of
-# 4 products, the device math functions moved by their documented ulps), side by side.
-TEST_RUNS := $(TEST_BINS) $(if $(NVCC),"TG_EMU_HW_ROUNDING=4 $(BUILD)/test_emu --no-skipped-summary --test-case=gpu*$(comma)*--attention?check*",)
+# 4 products, the device math functions moved by their documented ulps; the run-twice determinism
+# case is left out there: it checks the schedule, not the rounding), side by side.
+TEST_RUNS := $(TEST_BINS) $(if $(NVCC),"TG_EMU_HW_ROUNDING=4 $(BUILD)/test_emu --no-skipped-summary --test-case=gpu*$(comma)*--attention?check* --test-case-exclude=*same?seed?twice*",)
 comma := ,
 
 test-run:
