@@ -50,7 +50,6 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 
 namespace gpu {
 
@@ -62,13 +61,6 @@ constexpr int kElemThreads = 256;  // the permute / scatter kernels
 
 void require(bool ok, const char* what) {
   if (!ok) throw std::invalid_argument(std::string("attention_naive: ") + what);
-}
-
-// Calls f(std::true_type) or f(std::false_type): turns a runtime flag into a template one.
-template <typename F>
-void bool_switch(bool flag, F&& f) {
-  if (flag) f(std::true_type{});
-  else f(std::false_type{});
 }
 
 // The scratch regions (see the layout at the top of the file).
@@ -409,12 +401,11 @@ void attention_naive_forward(const Context& ctx, T* out, T* att, const T* qkv, c
                   stride_tt, BH);
   // P, Pd, mask
   const unsigned row_blocks = (unsigned)ceil_div(rows, kWarpsPerBlock);
-  bool_switch(causal, [&](auto causal_c) {
-    bool_switch(dropout, [&](auto dropout_c) {
-      bool_switch(Tn <= 32 * kCachedCols, [&](auto cached_c) {
-        launch(softmax_dropout_forward_kernel<T, decltype(causal_c)::value, decltype(dropout_c)::value,
-                                              decltype(cached_c)::value>,
-               row_blocks, kRowThreads, 0, ctx.stream, att, pd, mask, s, key, Tn, rows);
+  BOOL_SWITCH(causal, kCausal, [&] {
+    BOOL_SWITCH(dropout, kDropout, [&] {
+      BOOL_SWITCH(Tn <= 32 * kCachedCols, kCached, [&] {
+        launch(softmax_dropout_forward_kernel<T, kCausal, kDropout, kCached>, row_blocks, kRowThreads, 0, ctx.stream,
+               att, pd, mask, s, key, Tn, rows);
       });
     });
   });
@@ -455,12 +446,11 @@ void attention_naive_backward(const Context& ctx, T* dqkv, const T* dout, const 
                   stride_tt, BH);
   // dS, Pd
   const unsigned row_blocks = (unsigned)ceil_div(rows, kWarpsPerBlock);
-  bool_switch(causal, [&](auto causal_c) {
-    bool_switch(dropout, [&](auto dropout_c) {
-      bool_switch(Tn <= 32 * kCachedCols, [&](auto cached_c) {
-        launch(softmax_dropout_backward_kernel<T, decltype(causal_c)::value, decltype(dropout_c)::value,
-                                               decltype(cached_c)::value>,
-               row_blocks, kRowThreads, 0, ctx.stream, ds, static_cast<T*>(sp.pd()), dpd, att, key, Tn, rows);
+  BOOL_SWITCH(causal, kCausal, [&] {
+    BOOL_SWITCH(dropout, kDropout, [&] {
+      BOOL_SWITCH(Tn <= 32 * kCachedCols, kCached, [&] {
+        launch(softmax_dropout_backward_kernel<T, kCausal, kDropout, kCached>, row_blocks, kRowThreads, 0, ctx.stream,
+               ds, static_cast<T*>(sp.pd()), dpd, att, key, Tn, rows);
       });
     });
   });

@@ -38,6 +38,20 @@ struct CudaError : std::runtime_error {
 
 }  // namespace gpu
 
+// The static switch: runs the lambda __VA_ARGS__ with `constexpr static bool NAME` equal to COND,
+// so that a runtime flag becomes a template parameter in one place, the launcher (as
+// FlashAttention-2's static_switch.h). The one switch of every kernel file.
+#define BOOL_SWITCH(COND, NAME, ...)      \
+  [&] {                                   \
+    if (COND) {                           \
+      constexpr static bool NAME = true;  \
+      return __VA_ARGS__();               \
+    } else {                              \
+      constexpr static bool NAME = false; \
+      return __VA_ARGS__();               \
+    }                                     \
+  }()
+
 #define cudaCheck(call)                                                                           \
   do {                                                                                            \
     cudaError_t e_ = (call);                                                                      \

@@ -604,7 +604,7 @@ void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qk
   // the one place where the runtime flags become template parameters
   // (causal only: see flash::check_causal)
   FLASH_HEADDIM_SWITCH(HS, kHS, [&] {
-    FLASH_BOOL_SWITCH(dropout, kDropout, [&] { flash::run_bwd<T, kHS, /*IsCausal=*/true, kDropout>(ctx, p); });
+    BOOL_SWITCH(dropout, kDropout, [&] { flash::run_bwd<T, kHS, /*IsCausal=*/true, kDropout>(ctx, p); });
   });
 }
 

@@ -36,16 +36,7 @@ namespace gpu {
 namespace flash {
 
 // ---- the static switch: runtime flags -> template parameters, used once per launcher --------
-#define FLASH_BOOL_SWITCH(COND, NAME, ...)    \
-  [&] {                                       \
-    if (COND) {                               \
-      constexpr static bool NAME = true;      \
-      return __VA_ARGS__();                   \
-    } else {                                  \
-      constexpr static bool NAME = false;     \
-      return __VA_ARGS__();                   \
-    }                                         \
-  }()
+// (BOOL_SWITCH is kernels/cuda_common.cuh's, the one for every kernel file)
 
 // HSV must already be one of 32, 64, 128 (flash_attn_supported).
 #define FLASH_HEADDIM_SWITCH(HSV, NAME, ...)  \
@@ -127,7 +118,7 @@ inline int check_shape(int B, int Tn, int C, int NH, const char* who) {
 // The kernels keep IsCausal as a template parameter, but the launchers instantiate only
 // IsCausal = true: the GPT's attention is causal, and each non-causal instantiation doubled the
 // compile time of the flash files (about 37 s of CPU per build on 2 cores) for a path nothing
-// selects. Re-enabling it is one FLASH_BOOL_SWITCH in each launcher (and the tests' loops).
+// selects. Re-enabling it is one BOOL_SWITCH in each launcher (and the tests' loops).
 // Non-causal attention on the GPU is the naive path (kernels/attention_naive.cuh).
 inline void check_causal(bool causal, const char* who) {
   if (!causal)

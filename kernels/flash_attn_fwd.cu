@@ -331,7 +331,7 @@ void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, co
   // the one place where the runtime flags become template parameters
   // (causal only: see flash::check_causal)
   FLASH_HEADDIM_SWITCH(HS, kHS, [&] {
-    FLASH_BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd<T, kHS, /*IsCausal=*/true, kDropout>(ctx, p); });
+    BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd<T, kHS, /*IsCausal=*/true, kDropout>(ctx, p); });
   });
 }
 
