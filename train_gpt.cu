@@ -26,6 +26,7 @@
 #include "model/formats/hf_export.h"
 #include "model/formats/init_from.h"
 #include "model/formats/plot.h"
+#include "model/net/attention_check.h"
 #include "model/net/backend.h"
 #include "model/net/shards.h"
 #include "model/run/config.h"
@@ -33,67 +34,16 @@
 #include "model/run/run_dir.h"
 #include "model/run/train.h"
 
-#ifndef TG_NO_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace fs = std::filesystem;
 
 namespace {
 
-// Number of usable CUDA devices (0 without a driver, a device or CUDA support in the build).
-int cuda_devices() {
-#ifndef TG_NO_CUDA
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
-  return n;
-#else
-  return 0;
-#endif
-}
-
-#ifndef TG_NO_CUDA
-constexpr bool kHaveCudaBackend = true;
-#else
-constexpr bool kHaveCudaBackend = false;  // built with g++ alone (make NVCC=)
-#endif
-#ifdef TG_SIMT_EMULATION
-constexpr bool kEmulatedDevice = true;  // train_gpt_emu: the CUDA device is the SIMT emulator of tests/emu
-#else
-constexpr bool kEmulatedDevice = false;
-#endif
-
-// The backend --device asks for, and the line that says why when it was not asked for
-// explicitly. Precision bf16 is a GPU precision: the CPU backend runs fp32.
-std::unique_ptr<tg::Backend> make_backend(const tg::Config& c, const tg::ModelConfig& m, int gpus, std::string& note,
+// The backend --device asks for (model/net/backend.h), and the line that says why when it was
+// not asked for explicitly.
+std::unique_ptr<tg::Backend> make_backend(const tg::Config& c, const tg::ModelConfig& m, std::string& note,
                                           double host_bytes_held = 0) {
-  if (c.device == "cuda" && !kHaveCudaBackend)
-    throw tg::RuntimeError("--device cuda: this train_gpt was built without the CUDA toolkit; expected a build with nvcc; rebuild with make (nvcc on PATH) or pass --device cpu");
-  if (c.device == "cuda" && gpus == 0)
-    throw tg::RuntimeError("--device cuda: no usable CUDA device is visible; expected an NVIDIA GPU with its driver; run on such a machine or pass --device cpu");
-  const bool cuda = kHaveCudaBackend && gpus > 0 && c.device != "cpu";
-  if (!cuda && c.precision == "bf16")
-    throw tg::InputError("--precision bf16 on the CPU backend; expected fp32 or auto there (bf16 runs on a GPU); pass --precision fp32 or --device cuda on a GPU machine");
-  if (cuda && kEmulatedDevice)
-    note = "train_gpt_emu: the CUDA backend runs on the SIMT emulator (every kernel executes on the CPU, slowly, with "
-           "every memory access checked): for verifying the CUDA code, not for training";
-  else if (c.device == "auto")
-    note = cuda ? "a CUDA device is visible: training on the GPU"
-                : gpus == 0 ? "no CUDA device visible: training on the CPU"
-                            : "a CUDA device is visible, but this build has no CUDA backend: training on the CPU";
-#ifndef TG_NO_CUDA
-  if (cuda && tg::dist::active()) {  // one GPU per rank: the local rank's
-    if (tg::dist::local_rank() >= gpus)
-      throw tg::RuntimeError("rank " + std::to_string(tg::dist::rank()) + " is local rank " + std::to_string(tg::dist::local_rank()) +
-                             " on its machine, which has " + std::to_string(gpus) + " visible GPU(s); expected one GPU per rank; "
-                             "start at most that many ranks per machine (mpirun -np, or a hostfile's slots)");
-    if (cudaSetDevice(tg::dist::local_rank()) != cudaSuccess)
-      throw tg::RuntimeError("cudaSetDevice(" + std::to_string(tg::dist::local_rank()) + ") failed on rank " +
-                             std::to_string(tg::dist::rank()) + "; expected a usable GPU per rank; check CUDA_VISIBLE_DEVICES");
-  }
-  if (cuda) return tg::make_cuda_backend(c, m);
-#endif
-  return tg::make_cpu_backend(c, m, host_bytes_held);
+  return tg::make_backend(c.device, m, tg::run_shape(c), &note, host_bytes_held);
 }
 
 bool given(const tg::ParsedArgs& args, const char* flag) {
@@ -135,12 +85,12 @@ tg::Config sampling_config(const tg::Config& c, const tg::ParsedArgs& args, cons
 // The backend of a run, its state from the checkpoint dir when given. The checkpoint is read
 // first and its arrays (12 bytes per parameter) are held only until the backend has them: the
 // memory check counts them, with what the caller holds (its data).
-std::unique_ptr<tg::Backend> backend_from(const tg::Config& c, const tg::ModelConfig& m, int gpus, std::string& note,
+std::unique_ptr<tg::Backend> backend_from(const tg::Config& c, const tg::ModelConfig& m, std::string& note,
                                           const std::string& dir, double host_bytes_held) {
-  if (dir.empty()) return make_backend(c, m, gpus, note, host_bytes_held);
+  if (dir.empty()) return make_backend(c, m, note, host_bytes_held);
   const tg::ckpt::Checkpoint ck = tg::ckpt::load_checkpoint(dir, tg::param_table(m));
   const double arrays = 4.0 * (double)(ck.params.size() + ck.m.size() + ck.v.size());
-  std::unique_ptr<tg::Backend> be = make_backend(c, m, gpus, note, host_bytes_held + arrays);
+  std::unique_ptr<tg::Backend> be = make_backend(c, m, note, host_bytes_held + arrays);
   be->set_state(ck.params.data(), ck.m.data(), ck.v.data());
   return be;
 }
@@ -149,13 +99,14 @@ std::unique_ptr<tg::Backend> backend_from(const tg::Config& c, const tg::ModelCo
 double data_bytes(const data::Dataset& ds) { return 4.0 * (double)(ds.train.size() + ds.val.size()); }  // token data: mapped, 0
 
 // --attention check: both attention paths on the first training batch, per layer. Writes nothing.
-int attention_check(const tg::Config& c, int gpus) {
+int attention_check(const tg::Config& c) {
   const data::Dataset ds = data::load_dataset(c.data, c.block_size);
-  std::string note;
-  std::unique_ptr<tg::Backend> be = make_backend(c, tg::model_config(c, ds.vocab_size(), ds.padded_vocab()), gpus, note);
+  const tg::ModelConfig m = tg::model_config(c, ds.vocab_size(), ds.padded_vocab());
+  const tg::RunShape run = tg::run_shape(c);
+  std::unique_ptr<tg::Backend> be = tg::make_backend(c.device, m, run, nullptr);
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
   ds.train_batch(c.seed, 0, c.batch_size, c.block_size, x.data(), y.data());
-  const auto diffs = be->attention_check(x.data(), y.data(), 0);
+  const auto diffs = tg::attention_check(*be, m, run, x.data(), y.data(), 0);
   std::printf("attention check (step 0 batch, dropout %g, %s): max |flash - naive| / max |naive| per layer\n",
               c.dropout, be->precision().c_str());
   std::printf("layer          O         dQ         dK         dV\n");
@@ -192,7 +143,7 @@ std::string checkpoint_of(const tg::Config& flags) {
 // vocabulary it holds the tokenizer: no data file needed; --data, when given, is checked to be
 // the run's text; a checkpoint from before the vocabulary was stored needs the run's text).
 // Reads only: no lock.
-int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
+int sample_from_checkpoint(const tg::ParsedArgs& args) {
   const tg::Config& flags = args.config;
   tg::Config c;
   data::CharTokenizer tok;
@@ -208,7 +159,7 @@ int sample_from_checkpoint(const tg::ParsedArgs& args, int gpus) {
       c.batch_size = 1;  // no training batch: the smallest activations
       c = sampling_config(c, args, tok);
       std::string note;
-      be = backend_from(c, m, gpus, note, dir, 0);
+      be = backend_from(c, m, note, dir, 0);
       std::cerr << "sampling from " << dir << " (step " << info.step << ")" << std::endl;
     } catch (const tg::InputError&) {
       // the run going on in that directory deleted the checkpoint as it was read (it keeps the
@@ -242,7 +193,7 @@ int export_checkpoint(const tg::ParsedArgs& args) {
   data::CharTokenizer tok;
   const tg::ModelConfig m = tg::checkpoint_model(dir, info, data_flag(args), tok, std::cerr);
   const tg::ckpt::Checkpoint ck = tg::ckpt::load_checkpoint(dir, tg::param_table(m));
-  tg::export_hf(flags.export_hf, m, tg::gelu_form(info.config), ck.params.data(), tok.chars());
+  tg::export_hf(flags.export_hf, m, info.config.gelu, ck.params.data(), tok.chars());
   std::cout << "wrote " << flags.export_hf << " (config.json, model.safetensors" << (tok.chars().empty() ? "" : ", train_gpt_vocab.json")
             << ") from " << dir << " (step " << info.step << "): load it with transformers.GPT2LMHeadModel.from_pretrained(\""
             << flags.export_hf << "\")" << std::endl;
@@ -252,14 +203,14 @@ int export_checkpoint(const tg::ParsedArgs& args) {
 // train_gpt --logits IDS --init-from PATH: the model's logits (V numbers, %.9g) at each position
 // of the token ids, one line per position, computed as generation computes them (the backend's
 // KV cache): for comparing the model with another implementation (tests/interop).
-int print_logits(tg::ParsedArgs args, int gpus) {
+int print_logits(tg::ParsedArgs args) {
   const std::unique_ptr<tg::InitSource> s = read_init(args);
   tg::Config& c = args.config;
   const int V = s->model.vocab_size;
   const std::vector<int32_t> ids = tg::parse_token_ids(c.logits, V, c.block_size);
   c.batch_size = 1;
   std::string note;
-  std::unique_ptr<tg::Backend> be = make_backend(c, s->model, gpus, note, 4.0 * (double)s->params.size());
+  std::unique_ptr<tg::Backend> be = make_backend(c, s->model, note, 4.0 * (double)s->params.size());
   tg::start_from(*be, s->params);
   std::cerr << "logits of " << ids.size() << " tokens from " << s->path << " (" << s->kind << ") on " << be->device_name()
             << ", " << be->precision() << std::endl;
@@ -311,7 +262,7 @@ void describe_ranks(const tg::Backend& be) {
 
 // Training: the run directory decides how the run begins (new, started again, or resumed),
 // the backend trains, and the run directory keeps its metrics and checkpoints.
-int train_run(tg::ParsedArgs args, int gpus) {
+int train_run(tg::ParsedArgs args) {
   // --init-from: the model's shape from the file before the run is planned (a resumed run has
   // its own; one resumed from step 0, before its first checkpoint, reads the file again below)
   std::unique_ptr<tg::InitSource> init;
@@ -347,10 +298,10 @@ int train_run(tg::ParsedArgs args, int gpus) {
     if (!init) init = std::make_unique<tg::InitSource>(tg::read_init_source(c.init_from, c.n_head));
     const std::vector<float> w = tg::init_params_for(*init, m, ds.path, ds.tok.chars());
     std::vector<float>().swap(init->params);
-    be = make_backend(c, m, gpus, device_note, data_bytes(ds) + 12.0 * (double)w.size());  // w and the zero moments
+    be = make_backend(c, m, device_note, data_bytes(ds) + 12.0 * (double)w.size());  // w and the zero moments
     tg::start_from(*be, w);
   } else {
-    be = backend_from(c, m, gpus, device_note, start.checkpoint, data_bytes(ds));
+    be = backend_from(c, m, device_note, start.checkpoint, data_bytes(ds));
   }
 
   if (!device_note.empty()) std::cout << device_note << "\n";
@@ -363,7 +314,7 @@ int train_run(tg::ParsedArgs args, int gpus) {
             << m.vocab_size << (m.vp() != m.vocab_size ? " (padded to " + std::to_string(m.vp()) + ")" : std::string())
             << ", train " << ds.train_size() << " tokens, val " << ds.val_size() << " tokens\n"
             << "parameters: " << n_params << " (" << (n_params - table[1].numel) << " without position embeddings)\n"
-            << "device: " << be->device_name() << " | attention: " << c.attention << " | precision: " << be->precision() << " | memory: "
+            << "device: " << be->device_name() << " | attention: " << tg::name(c.attention) << " | precision: " << be->precision() << " | memory: "
             << be->memory_bytes() / (1 << 20) << " MiB" << optimizer_memory(*be, n_params) << std::endl;
   describe_ranks(*be);
   if (tg::stop_requested()) {
@@ -400,25 +351,23 @@ int train_run(tg::ParsedArgs args, int gpus) {
 
 int run(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--plot") return plot(argc, argv);
-  const int gpus = cuda_devices();
   // the default preset follows the backend that will train: shakespeare-char needs a GPU
-  tg::ParsedArgs args =
-      tg::parse_args(argc, argv, gpus > 0 && kHaveCudaBackend && !kEmulatedDevice ? "shakespeare-char" : "baby");
+  const tg::CudaDevices gpus = tg::cuda_devices();
+  tg::ParsedArgs args = tg::parse_args(argc, argv, gpus.count > 0 && !gpus.emulated ? "shakespeare-char" : "baby");
   if (args.help) { std::cout << tg::usage(); return 0; }
   args.config.world = tg::dist::world();
-  if (tg::dist::active() && (args.config.sample || !args.config.export_hf.empty() || !args.config.logits.empty() ||
-                             args.config.attention == "check"))
-    throw tg::InputError(std::string(args.config.sample             ? "--sample"
-                                     : !args.config.export_hf.empty() ? "--export-hf"
-                                     : !args.config.logits.empty()    ? "--logits"
-                                                                      : "--attention check") +
-                         " under mpirun with " + std::to_string(tg::dist::world()) +
+  const tg::Mode mode = tg::mode(args.config);
+  if (tg::dist::active() && mode != tg::Mode::Train)
+    throw tg::InputError(std::string(tg::mode_flag(mode)) + " under mpirun with " + std::to_string(tg::dist::world()) +
                          " ranks; expected one process (ranks are for training); run it without mpirun");
-  if (args.config.sample) return sample_from_checkpoint(args, gpus);
-  if (!args.config.export_hf.empty()) return export_checkpoint(args);
-  if (!args.config.logits.empty()) return print_logits(args, gpus);
-  if (args.config.attention == "check") return attention_check(args.config, gpus);
-  return train_run(args, gpus);
+  switch (mode) {
+    case tg::Mode::Sample: return sample_from_checkpoint(args);
+    case tg::Mode::ExportHf: return export_checkpoint(args);
+    case tg::Mode::Logits: return print_logits(args);
+    case tg::Mode::AttentionCheck: return attention_check(args.config);
+    case tg::Mode::Train: break;
+  }
+  return train_run(args);
 }
 
 }  // namespace

@@ -13,12 +13,13 @@
 #include <cstdint>
 #include <string>
 
+#include "attention_path.h"
 #include "cuda_common.cuh"
 #include "philox.h"
 
 namespace gpu {
 
-enum class AttentionPath { Naive, Flash };
+using AttentionPath = ::AttentionPath;  // kernels/attention_path.h
 
 template <typename T>
 struct AttentionSaved {

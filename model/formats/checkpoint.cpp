@@ -281,7 +281,7 @@ std::string model_text(const Config& c, const std::vector<ParamSpec>& table) {
   std::snprintf(b, sizeof b,
                 "n_layer=%d n_head=%d n_embd=%d block_size=%d vocab_size=%d bias=%s dropout=%.17g gelu=%s",
                 c.n_layer, c.n_head, c.n_embd, c.block_size, vocab, c.bias ? "true" : "false", c.dropout,
-                c.gelu == "erf" ? "erf" : "tanh");
+                name(c.gelu));
   return b;
 }
 

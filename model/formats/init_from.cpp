@@ -208,8 +208,8 @@ InitSource read_hf(const std::string& st_path, const std::string& config_path, i
     const std::string act = j.contains("activation_function") && j["activation_function"].is_string()
                                 ? j["activation_function"].get_string()
                                 : "gelu_new";
-    if (act == "gelu_new" || act == "gelu_pytorch_tanh") s.gelu = "tanh";
-    else if (act == "gelu") s.gelu = "erf";
+    if (act == "gelu_new" || act == "gelu_pytorch_tanh") s.gelu = GeluForm::Tanh;
+    else if (act == "gelu") s.gelu = GeluForm::Erf;
     else bad_file(config_path, "has activation_function " + printable(act), "gelu_new (tanh form) or gelu (erf)");
     if (j.contains("layer_norm_epsilon") &&
         (!j["layer_norm_epsilon"].is_number() || std::fabs(j["layer_norm_epsilon"].get_double() - 1e-5) > 1e-12))
@@ -305,7 +305,7 @@ InitSource read_llmc(const std::string& path) {
   InitSource s;
   s.kind = "llm.c";
   s.path = path;
-  s.gelu = "tanh";
+  s.gelu = GeluForm::Tanh;
   uint64_t size = 0;
   std::string bytes;
   try {
@@ -427,7 +427,7 @@ void apply_init_model(Config& c, const std::vector<std::string>& given, const In
   c.n_embd = s.model.n_embd;
   c.block_size = s.model.block_size;
   c.bias = s.model.bias;
-  if (!s.gelu.empty()) c.gelu = s.gelu;
+  if (s.gelu) c.gelu = *s.gelu;
   std::string conflicts;
   for (const char* flag : {"n-layer", "n-head", "n-embd", "block-size", "bias", "gelu"}) {
     if (std::find(given.begin(), given.end(), flag) == given.end()) continue;

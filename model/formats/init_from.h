@@ -33,6 +33,7 @@
 // that is not finite (NaN, infinity) the tensor and the element.
 #pragma once
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,7 @@ struct InitSource {
   std::string kind;           // "Hugging Face GPT-2", "llm.c" or "train_gpt checkpoint"
   std::string path;           // the file or checkpoint directory read
   ModelConfig model;          // the file's model: V its vocabulary (padded as the file pads it)
-  std::string gelu;           // "tanh" or "erf"; "" when the file does not say (the flag decides)
+  std::optional<GeluForm> gelu;  // none when the file does not say (the flag decides)
   std::string vocab;          // the characters in id order when the file names them, else ""
   std::vector<float> params;  // laid out by param_table(model)
 };

@@ -33,15 +33,26 @@ double rel_diff(const std::vector<float>& b, const std::vector<float>& a, int wi
 }
 }  // namespace
 
-Backend::AttentionDiff attention_diff(const std::vector<float>& out_naive, const std::vector<float>& out_flash,
-                                      const std::vector<float>& dqkv_naive, const std::vector<float>& dqkv_flash,
-                                      int C) {
-  Backend::AttentionDiff d;
+AttentionDiff attention_diff(const std::vector<float>& out_naive, const std::vector<float>& out_flash,
+                             const std::vector<float>& dqkv_naive, const std::vector<float>& dqkv_flash, int C) {
+  AttentionDiff d;
   d.o = rel_diff(out_naive, out_flash, C, 0, C);
   d.dq = rel_diff(dqkv_naive, dqkv_flash, 3 * C, 0, C);
   d.dk = rel_diff(dqkv_naive, dqkv_flash, 3 * C, C, C);
   d.dv = rel_diff(dqkv_naive, dqkv_flash, 3 * C, 2 * C, C);
   return d;
+}
+
+std::vector<AttentionDiff> attention_check(Backend& be, const ModelConfig& m, const RunShape& run, const int32_t* x,
+                                           const int32_t* y, uint32_t step) {
+  be.check_forward(x, y, step);
+  const std::vector<float> dout = attention_check_dout((size_t)run.B * run.T * m.n_embd, run.seed);
+  std::vector<AttentionDiff> diffs;
+  for (int layer = 0; layer < m.n_layer; ++layer) {
+    const Backend::AttentionOutputs o = be.check_layer(layer, step, dout);
+    diffs.push_back(attention_diff(o.out[0], o.out[1], o.dqkv[0], o.dqkv[1], m.n_embd));
+  }
+  return diffs;
 }
 
 }  // namespace tg

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "../run/config.h"
 #include "gpt.h"
+#include "run_shape.h"
 
 namespace tg {
 
@@ -55,8 +55,9 @@ class Backend {
   // rank's shard of m and v. Without sharding gather_state() does nothing.
   virtual bool sharded() const { return false; }
   virtual void gather_state() {}
-  // Clips the gradients to the configured global norm (when grad_clip > 0; norm is
-  // grad_norm()) and applies AdamW with learning rate lr as update number t (1-based).
+  // Clips the gradients to the run's global norm (when grad_clip > 0; norm is grad_norm()) and
+  // applies AdamW with learning rate lr as update number t (1-based): GPTCpu::update and
+  // GPTCuda::update, the twins.
   virtual void update(float lr, int t, double norm) = 0;
   // Mean loss of one batch x, y (B, T), no dropout, no gradients.
   virtual float eval_loss(const int32_t* x, const int32_t* y) = 0;
@@ -86,26 +87,48 @@ class Backend {
   };
   virtual HostState host_state() const { return {}; }
 
-  // --attention check: one training forward of x, y (B, T) with dropout keyed by step, then for
-  // every layer both attention paths (naive and flash) on that layer's qkv with the same masks,
-  // forward and backward (the backward of a fixed pseudo-random dO). Per layer, the largest
-  // |flash - naive| of O, dQ, dK, dV, each divided by the largest |naive| of that tensor.
-  struct AttentionDiff {
-    double o = 0, dq = 0, dk = 0, dv = 0;
+  // --attention check (model/net/attention_check.h runs it): check_forward is one training
+  // forward of x, y (B, T) with dropout keyed by step; then check_layer runs both attention
+  // paths, naive and flash, on layer `layer`'s qkv of that forward with the masks of that step,
+  // forward and backward (of dout, (B, T, C)), and gives their outputs as floats.
+  struct AttentionOutputs {
+    std::vector<float> out[2], dqkv[2];  // [0] naive, [1] flash: O (B, T, C), dQKV (B, T, 3C)
   };
-  virtual std::vector<AttentionDiff> attention_check(const int32_t* x, const int32_t* y, uint32_t step) = 0;
+  virtual void check_forward(const int32_t* x, const int32_t* y, uint32_t step) = 0;
+  virtual AttentionOutputs check_layer(int layer, uint32_t step, const std::vector<float>& dout) = 0;
 };
 
-// The CPU backend (kernels/cpu, float). Throws InputError when the config cannot be run, the
+// The backend `device` asks for (model/net/backend.cpp), made for model m and run shape run:
+// the CUDA backend when the device is cuda, or auto with a GPU visible and the build holding the
+// CUDA backend; else the CPU backend. *note gets the line that says why when the device was not
+// asked for explicitly (or that the GPU is emulated), else "". Throws RuntimeError for --device
+// cuda where there is no GPU or no CUDA backend, InputError for what cannot run where it would
+// (bf16 on the CPU, and what make_cpu_backend and make_cuda_backend refuse).
+std::unique_ptr<Backend> make_backend(Device device, const ModelConfig& m, const RunShape& run, std::string* note,
+                                      double host_bytes_held = 0);
+
+// The GPUs the CUDA backend of this program sees: none in a program linked without it (built
+// without the CUDA toolkit, and build/test_cpu); emulated in train_gpt_emu (the SIMT emulator).
+struct CudaDevices {
+  bool built = false;  // the CUDA backend is linked in
+  int count = 0;       // visible devices
+  bool emulated = false;
+};
+CudaDevices cuda_devices();
+
+// The CPU backend (kernels/cpu, float). Throws InputError when the run cannot be made, the
 // model not fitting in memory among them: what it allocates plus host_bytes_held, what the
 // caller holds besides for the run (its data, a checkpoint being loaded), against 90% of the
 // machine's memory. Writing a checkpoint adds nothing (it is streamed from host_state()).
-std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m, double host_bytes_held = 0);
+std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& m, const RunShape& run, double host_bytes_held = 0);
 
-// The CUDA backend (kernels/*.cu) on the current device, precision from c.precision (auto: bf16
-// on compute capability 8.0 and newer). Throws InputError when the config cannot run there (the
-// model does not fit in free device memory, a head size the flash kernels do not support) and
-// RuntimeError when the device fails. Not in a build without the CUDA toolkit (TG_NO_CUDA).
-std::unique_ptr<Backend> make_cuda_backend(const Config& c, const ModelConfig& m);
+// The CUDA backend (kernels/*.cu, model/net/backend_cuda.cu) on this rank's device (local rank
+// r of a data-parallel run: GPU r), precision from run.precision (auto: bf16 on compute
+// capability 8.0 and newer). Throws InputError when the run cannot go there (the model does not
+// fit in free device memory, a head size the flash kernels do not support) and RuntimeError
+// when the device fails. Only in a program linked with the CUDA backend (cuda_devices().built).
+std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& m, const RunShape& run);
+// (model/net/backend_cuda.cu) The devices it sees; cuda_devices() asks it when it is linked in.
+CudaDevices cuda_backend_devices();
 
 }  // namespace tg

@@ -1,5 +1,5 @@
-// model/net/backend_cpu.cpp: the CPU backend: GPTCpu<float> plus AdamW and clipping from
-// kernels/cpu/adamw.h.
+// model/net/backend_cpu.cpp: the CPU backend: GPTCpu<float> (model/net/gpt_cpu.h) behind the
+// Backend interface, with MPI's collectives for data parallelism.
 #include <omp.h>
 #include <unistd.h>
 
@@ -14,7 +14,6 @@
 #include "../../kernels/cpu/attention_naive.h"
 #include "../../kernels/cpu/attention_tiled.h"
 #include "../run/dist.h"
-#include "attention_check.h"
 #include "backend.h"
 #include "gpt_cpu.h"
 #include "shards.h"
@@ -25,21 +24,17 @@ namespace {
 
 static_assert(kShardAlign % cpu::kNormChunk == 0, "a shard must be whole chunks of the norm's partial sums");
 
-// ZeRO-1 on the CPU's ranks (model/net/shards.h): --zero 1 and more than one rank.
-bool zero1(const Config& c) { return c.zero == 1 && dist::world() > 1; }
-
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const Config& c, const ModelConfig& m, const RunShape& run) : c_(c), gpt_(m, run) {
-    init_params(gpt_.params.data(), gpt_.table, c.seed);
-    if (zero1(c)) {
-      shards_ = Shards(gpt_.params.size(), dist::world());
-      for (int r = 0; r < dist::world(); ++r) counts_.push_back(shards_.count(r));
-      b_ = shards_.begin(dist::rank());
-      n_ = shards_.count(dist::rank());
+  CpuBackend(const ModelConfig& m, const RunShape& run) : gpt_(m, run) {
+    init_params(gpt_.params.data(), gpt_.table, run.seed);
+    const RankShard mine(gpt_.params.size(), run);
+    b_ = mine.begin;
+    n_ = mine.count;
+    if (run.shard_ranks > 1) {
+      shards_ = Shards(gpt_.params.size(), run.shard_ranks);
+      for (int r = 0; r < run.shard_ranks; ++r) counts_.push_back(shards_.count(r));
       part_.assign(shards_.padded() / cpu::kNormChunk, 0.0);
-    } else {
-      n_ = gpt_.params.size();
     }
   }
   std::string device_name() const override {
@@ -71,25 +66,9 @@ class CpuBackend final : public Backend {
     for (double p : part_) s += p;  // in order; the chunks past the end are 0 and change nothing
     return std::sqrt(s);
   }
-  // Clipping and AdamW are elementwise: one parallel region, each thread taking its share of
-  // every tensor (the same result for any split). ZeRO-1: of every tensor's part inside this
-  // rank's shard [b_, b_ + n_) (m and v hold the shard alone), each part with its tensor's
-  // decay; then the weights are all-gathered.
+  // Clipping and AdamW: GPTCpu::update (ZeRO-1: of this rank's shard), then the weights all-gathered.
   void update(float lr, int t, double norm) override {
-    const size_t e = b_ + n_;
-#pragma omp parallel
-    {
-      const size_t th = (size_t)omp_get_thread_num(), nth = (size_t)omp_get_num_threads();
-      for (const ParamSpec& p : gpt_.table) {
-        const size_t lo = std::max(p.offset, b_), hi = std::min(p.offset + p.numel, e);
-        if (lo >= hi) continue;
-        const size_t i0 = lo + (hi - lo) * th / nth, n = lo + (hi - lo) * (th + 1) / nth - i0;
-        if (c_.grad_clip > 0) cpu::clip_grad_norm(gpt_.grads.data() + i0, n, norm, c_.grad_clip);
-        cpu::adamw_update(gpt_.params.data() + i0, gpt_.grads.data() + i0, gpt_.m.data() + (i0 - b_),
-                          gpt_.v.data() + (i0 - b_), n, lr, (float)c_.beta1, (float)c_.beta2, 1e-8f,
-                          p.decay ? (float)c_.weight_decay : 0.0f, t);
-      }
-    }
+    gpt_.update(lr, t, norm);
     if (shards_.n == 0) return;
     dist::all_gather(gpt_.params.data(), counts_);
     gathered_.drop();
@@ -107,27 +86,28 @@ class CpuBackend final : public Backend {
     const float* logits = gpt_.decode_step(token);
     std::copy(logits, logits + gpt_.model().vocab_size, out);
   }
-  std::vector<AttentionDiff> attention_check(const int32_t* x, const int32_t* y, uint32_t step) override {
+  void check_forward(const int32_t* x, const int32_t* y, uint32_t step) override {
+    gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, true, step);
+  }
+  AttentionOutputs check_layer(int layer, uint32_t step, const std::vector<float>& dout) override {
     const RunShape& r = gpt_.run();
     const ModelConfig& m = gpt_.model();
     const int B = r.B, T = r.T, C = m.n_embd, NH = m.n_head;
     const size_t BTC = (size_t)B * T * C;
-    gpt_.forward(x, y, B, T, true, step);
-    std::vector<float> out_n(BTC), out_f(BTC), att((size_t)B * NH * T * T), lse((size_t)B * NH * T);
-    const std::vector<float> dout = attention_check_dout(BTC, c_.seed);
-    std::vector<AttentionDiff> diffs;
-    for (int li = 0; li < m.n_layer; ++li) {
-      const float* qkv = gpt_.layer_qkv(li);
-      const philox::DropoutKey key = philox::make_dropout_key(r.seed, step, li, philox::kSiteAttnProbs, r.dropout);
-      std::vector<float> dqkv_n(3 * BTC, 0.0f), dqkv_f(3 * BTC, 0.0f);
-      cpu::attention_naive_forward(out_n.data(), att.data(), qkv, key, B, T, C, NH, true, nullptr);
-      cpu::attention_naive_backward(dqkv_n.data(), dout.data(), qkv, att.data(), key, B, T, C, NH, true);
-      cpu::attention_tiled_forward(out_f.data(), lse.data(), qkv, key, B, T, C, NH, true, r.Br, r.Bc, nullptr);
-      cpu::attention_tiled_backward(dqkv_f.data(), dout.data(), qkv, out_f.data(), lse.data(), key, B, T, C, NH, true,
-                                    r.Br, r.Bc);
-      diffs.push_back(attention_diff(out_n, out_f, dqkv_n, dqkv_f, C));
+    const float* qkv = gpt_.layer_qkv(layer);
+    const philox::DropoutKey key = philox::make_dropout_key(r.seed, step, layer, philox::kSiteAttnProbs, r.dropout);
+    std::vector<float> att((size_t)B * NH * T * T), lse((size_t)B * NH * T);
+    AttentionOutputs o;
+    for (int k = 0; k < 2; ++k) {
+      o.out[k].assign(BTC, 0.0f);
+      o.dqkv[k].assign(3 * BTC, 0.0f);
     }
-    return diffs;
+    cpu::attention_naive_forward(o.out[0].data(), att.data(), qkv, key, B, T, C, NH, true, nullptr);
+    cpu::attention_naive_backward(o.dqkv[0].data(), dout.data(), qkv, att.data(), key, B, T, C, NH, true);
+    cpu::attention_tiled_forward(o.out[1].data(), lse.data(), qkv, key, B, T, C, NH, true, r.Br, r.Bc, nullptr);
+    cpu::attention_tiled_backward(o.dqkv[1].data(), dout.data(), qkv, o.out[1].data(), lse.data(), key, B, T, C, NH,
+                                  true, r.Br, r.Bc);
+    return o;
   }
   std::vector<float> params() const override { return {gpt_.params.begin(), gpt_.params.end()}; }
   std::vector<float> grads() const override { return {gpt_.grads.begin(), gpt_.grads.end()}; }
@@ -154,7 +134,6 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  Config c_;
   GPTCpu<float> gpt_;
   // ZeRO-1 (shards_.n == 0 without it): this rank's shard [b_, b_ + n_) (unsharded: all, b_ = 0),
   // every rank's count, the norm's chunk sums (padded shards, in order), and m and v gathered on
@@ -168,31 +147,23 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const Config& c, const ModelConfig& m, double host_bytes_held) {
-  RunShape run;
-  run.B = c.batch_size;
-  run.T = c.block_size;
-  run.dropout = c.dropout;
-  run.flash = c.attention != "naive";
-  run.seed = c.seed;
-  run.gelu = gelu_form(c);
-  if (zero1(c)) run.opt_elems = Shards(param_count(param_table(m)), dist::world()).size;
+std::unique_ptr<Backend> make_cpu_backend(const ModelConfig& m, const RunShape& run, double host_bytes_held) {
   // refuse, before allocating, a model that cannot fit in this machine's memory
   const double need = GPTCpu<float>::bytes_needed(m, run) + host_bytes_held;
   const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
   if (have > 0 && need > 0.9 * have) {
+    const bool flash = run.attention == AttentionPath::Flash;
     char msg[768];
     std::snprintf(msg, sizeof msg,
                   "the model needs %.1f GiB of memory for its weights, optimizer state and activations "
                   "(and its data and a checkpoint being loaded; micro-batch B=%d, T=%d, x%d accumulated = %lld tokens per step, "
                   "%d layers, %d wide, %s attention) but this machine has %.1f GiB; expected at most 90%% "
                   "of it; reduce --batch-size (raising --grad-accum keeps the tokens per step), --block-size, --n-layer or --n-embd%s",
-                  need / (1 << 30), c.batch_size, c.block_size, c.grad_accum,
-                  (long long)c.batch_size * c.block_size * c.grad_accum, c.n_layer, c.n_embd, c.attention.c_str(),
-                  have / (1 << 30), run.flash ? "" : " (or use --attention flash, which stores no T x T probabilities)");
+                  need / (1 << 30), run.B, run.T, run.accum, (long long)run.B * run.T * run.accum, m.n_layer, m.n_embd,
+                  attention_name(run), have / (1 << 30), flash ? "" : " (or use --attention flash, which stores no T x T probabilities)");
     throw InputError(msg);
   }
-  return std::make_unique<CpuBackend>(c, m, run);
+  return std::make_unique<CpuBackend>(m, run);
 }
 
 }  // namespace tg

@@ -8,7 +8,6 @@
 #include "../../data/errors.h"
 #include "../../kernels/attention.cuh"
 #include "../run/dist.h"
-#include "attention_check.h"
 #include "backend.h"
 #include "gpt_cuda.cuh"
 #include "shards.h"
@@ -63,16 +62,16 @@ class Nccl {
 template <typename T>
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(const Config& c, const ModelConfig& m, const CudaRunShape& run) : c_(c), gpt_(m, run) {
-    if (run.padded) {
-      shards_ = Shards(gpt_.n_params, dist::world());
-      for (int r = 0; r < dist::world(); ++r) counts_.push_back(shards_.count(r));
+  CudaBackend(const ModelConfig& m, const RunShape& run) : gpt_(m, run) {
+    if (run.shard_ranks > 1) {
+      shards_ = Shards(gpt_.n_params, run.shard_ranks);
+      for (int r = 0; r < run.shard_ranks; ++r) counts_.push_back(shards_.count(r));
     }
     cudaDeviceProp prop{};
     cudaCheck(cudaGetDeviceProperties(&prop, gpt_.ctx().device));
     name_ = prop.name;
     std::vector<float> p(gpt_.n_params);
-    init_params(p.data(), gpt_.table, c.seed);
+    init_params(p.data(), gpt_.table, run.seed);
     gpt_.upload_state(p.data(), nullptr, nullptr);
   }
   std::string device_name() const override {
@@ -156,15 +155,17 @@ class CudaBackend final : public Backend {
   }
   void set_state(const float* params, const float* m, const float* v) override { gpt_.upload_state(params, m, v); }
 
-  std::vector<AttentionDiff> attention_check(const int32_t* x, const int32_t* y, uint32_t step) override {
-    const CudaRunShape& r = gpt_.run();
+  void check_forward(const int32_t* x, const int32_t* y, uint32_t step) override {
+    gpt_.forward(x, y, gpt_.run().B, gpt_.run().T, true, step);
+  }
+  // dO and dqkv go to the backward's own scratch for them; the layer's own output buffer is
+  // rewritten (the check ends the run)
+  AttentionOutputs check_layer(int layer, uint32_t step, const std::vector<float>& dout_f) override {
+    const RunShape& r = gpt_.run();
     const ModelConfig& m = gpt_.model();
     const gpu::Context& ctx = gpt_.ctx();
     const int B = r.B, Tn = r.T, C = m.n_embd, NH = m.n_head;
     const size_t BTC = (size_t)B * Tn * C;
-    gpt_.forward(x, y, B, Tn, true, step);
-    // dO in T on the device; dO and dqkv go to the backward's own scratch for them
-    std::vector<float> dout_f = attention_check_dout(BTC, c_.seed);
     std::vector<T> dout_t(BTC);
     for (size_t i = 0; i < BTC; ++i) dout_t[i] = gpu::from_float<T>(dout_f[i]);
     T* dout = gpt_.datty_scratch();
@@ -178,28 +179,22 @@ class CudaBackend final : public Backend {
       for (size_t i = 0; i < h.size(); ++i) f[i] = gpu::to_float(h[i]);
       return f;
     };
-    std::vector<AttentionDiff> diffs;
-    for (int li = 0; li < m.n_layer; ++li) {
-      const auto L = gpt_.layer(li);
-      const philox::DropoutKey key = philox::make_dropout_key(r.seed, step, li, philox::kSiteAttnProbs, r.dropout);
-      std::vector<float> out[2], dq[2];
-      int k = 0;
-      for (gpu::AttentionPath path : {gpu::AttentionPath::Naive, gpu::AttentionPath::Flash}) {
-        // the layer's own output buffer is rewritten: the check ends the run
-        gpu::attention_forward(ctx, path, L.atty, L.saved, L.qkv, key, B, Tn, C, NH, true);
-        cudaCheck(cudaMemsetAsync(dqkv, 0, 3 * BTC * sizeof(T), ctx.stream));
-        gpu::attention_backward(ctx, path, dqkv, dout, L.qkv, L.atty, L.saved, key, B, Tn, C, NH, true);
-        out[k] = fetch(L.atty, out_buf);
-        dq[k] = fetch(dqkv, dqkv_buf);
-        ++k;
-      }
-      diffs.push_back(attention_diff(out[0], out[1], dq[0], dq[1], C));
+    const auto L = gpt_.layer(layer);
+    const philox::DropoutKey key = philox::make_dropout_key(r.seed, step, layer, philox::kSiteAttnProbs, r.dropout);
+    AttentionOutputs o;
+    int k = 0;
+    for (gpu::AttentionPath path : {gpu::AttentionPath::Naive, gpu::AttentionPath::Flash}) {
+      gpu::attention_forward(ctx, path, L.atty, L.saved, L.qkv, key, B, Tn, C, NH, true);
+      cudaCheck(cudaMemsetAsync(dqkv, 0, 3 * BTC * sizeof(T), ctx.stream));
+      gpu::attention_backward(ctx, path, dqkv, dout, L.qkv, L.atty, L.saved, key, B, Tn, C, NH, true);
+      o.out[k] = fetch(L.atty, out_buf);
+      o.dqkv[k] = fetch(dqkv, dqkv_buf);
+      ++k;
     }
-    return diffs;
+    return o;
   }
 
  private:
-  Config c_;
   GPTCuda<T> gpt_;
   std::string name_;
   double norm_ = 0;
@@ -213,7 +208,7 @@ class CudaBackend final : public Backend {
 };
 
 template <typename T>
-std::unique_ptr<Backend> make(const Config& c, const ModelConfig& m, const CudaRunShape& run) {
+std::unique_ptr<Backend> make(const ModelConfig& m, const RunShape& run) {
   // refuse, before allocating, a model that cannot fit in the device's free memory
   size_t free_b = 0, total_b = 0;
   cudaCheck(cudaMemGetInfo(&free_b, &total_b));
@@ -224,60 +219,62 @@ std::unique_ptr<Backend> make(const Config& c, const ModelConfig& m, const CudaR
                   "the model needs %.2f GiB of GPU memory (micro-batch B=%d, T=%d, x%d accumulated = %lld tokens per step, "
                   "%d layers, %d wide, %s attention, %s) but the GPU has %.2f GiB free of %.2f GiB; expected it to fit; "
                   "reduce --batch-size (raising --grad-accum keeps the tokens per step) or --block-size%s",
-                  need / 1073741824.0, c.batch_size, c.block_size, c.grad_accum,
-                  (long long)c.batch_size * c.block_size * c.grad_accum, c.n_layer, c.n_embd, c.attention.c_str(),
-                  std::is_same<T, float>::value ? "fp32" : "bf16", free_b / 1073741824.0, total_b / 1073741824.0,
-                  run.path == gpu::AttentionPath::Naive ? ", or use --attention flash (no T x T probabilities)"
-                                                        : ", or use --precision bf16");
+                  need / 1073741824.0, run.B, run.T, run.accum, (long long)run.B * run.T * run.accum, m.n_layer, m.n_embd,
+                  attention_name(run), std::is_same<T, float>::value ? "fp32" : "bf16", free_b / 1073741824.0,
+                  total_b / 1073741824.0,
+                  run.attention == gpu::AttentionPath::Naive ? ", or use --attention flash (no T x T probabilities)"
+                                                             : ", or use --precision bf16");
     throw InputError(msg);
   }
-  return std::make_unique<CudaBackend<T>>(c, m, run);
+  return std::make_unique<CudaBackend<T>>(m, run);
 }
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(const Config& c, const ModelConfig& m) {
+CudaDevices cuda_backend_devices() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+#ifdef TG_SIMT_EMULATION
+  return {true, n, true};  // train_gpt_emu: the device is the SIMT emulator of tests/emu
+#else
+  return {true, n, false};
+#endif
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& m, const RunShape& run) {
 #ifndef TG_HAVE_NCCL
   if (dist::active())
     throw InputError("--device cuda with " + std::to_string(dist::world()) + " ranks: this train_gpt was built without "
                      "NCCL, which the GPUs' all-reduce needs; expected nccl.h and libnccl in the CUDA toolkit or /usr; "
                      "install NCCL and rebuild, or pass --device cpu");
 #endif
+  if (dist::active()) {  // one GPU per rank: the local rank's
+    const int gpus = cuda_backend_devices().count;
+    if (dist::local_rank() >= gpus)
+      throw RuntimeError("rank " + std::to_string(dist::rank()) + " is local rank " + std::to_string(dist::local_rank()) +
+                         " on its machine, which has " + std::to_string(gpus) + " visible GPU(s); expected one GPU per rank; "
+                         "start at most that many ranks per machine (mpirun -np, or a hostfile's slots)");
+    if (cudaSetDevice(dist::local_rank()) != cudaSuccess)
+      throw RuntimeError("cudaSetDevice(" + std::to_string(dist::local_rank()) + ") failed on rank " +
+                         std::to_string(dist::rank()) + "; expected a usable GPU per rank; check CUDA_VISIBLE_DEVICES");
+  }
   int dev = 0;
   cudaDeviceProp prop{};
   cudaCheck(cudaGetDevice(&dev));
   cudaCheck(cudaGetDeviceProperties(&prop, dev));
-  CudaRunShape run;
-  run.B = c.batch_size;
-  run.T = c.block_size;
-  run.dropout = c.dropout;
-  run.path = c.attention == "naive" ? gpu::AttentionPath::Naive : gpu::AttentionPath::Flash;
-  run.both_paths = c.attention == "check";
-  run.seed = c.seed;
-  run.gelu = gelu_form(c);
-  run.grad_clip = (float)c.grad_clip;
-  run.beta1 = (float)c.beta1;
-  run.beta2 = (float)c.beta2;
-  run.weight_decay = (float)c.weight_decay;
-  if (c.zero == 1 && dist::world() > 1) {  // ZeRO-1: this rank's shard; params and grads padded
-    const Shards sh(param_count(param_table(m)), dist::world());
-    run.shard_begin = (size_t)dist::rank() * sh.size;
-    run.shard_size = sh.size;
-    run.padded = sh.padded();
-  }
-  const int HS = c.n_embd / c.n_head;
+  const int HS = m.n_embd / m.n_head;
   std::string why;
-  if (run.path == gpu::AttentionPath::Flash && !gpu::attention_supported(run.path, HS, &why))
-    throw InputError("--attention " + c.attention + " with head size " + std::to_string(HS) + " (n-embd " +
-                     std::to_string(c.n_embd) + " / n-head " + std::to_string(c.n_head) + "): " + why +
+  if (run.attention == gpu::AttentionPath::Flash && !gpu::attention_supported(run.attention, HS, &why))
+    throw InputError(std::string("--attention ") + attention_name(run) + " with head size " + std::to_string(HS) +
+                     " (n-embd " + std::to_string(m.n_embd) + " / n-head " + std::to_string(m.n_head) + "): " + why +
                      "; change --n-embd or --n-head, or pass --attention naive");
   const bool bf16_ok = prop.major >= 8;
-  if (c.precision == "bf16" && !bf16_ok)
+  if (run.precision == Precision::BF16 && !bf16_ok)
     throw InputError(std::string("--precision bf16 on ") + prop.name + " (compute capability " +
                      std::to_string(prop.major) + "." + std::to_string(prop.minor) +
                      "); expected compute capability 8.0 or newer; pass --precision fp32");
-  const bool bf16 = c.precision == "bf16" || (c.precision == "auto" && bf16_ok);
-  return bf16 ? make<gpu::bf16>(c, m, run) : make<float>(c, m, run);
+  const bool bf16 = run.precision == Precision::BF16 || (run.precision == Precision::Auto && bf16_ok);
+  return bf16 ? make<gpu::bf16>(m, run) : make<float>(m, run);
 }
 
 }  // namespace tg

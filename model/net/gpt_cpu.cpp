@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 
+#include "../../kernels/cpu/adamw.h"
 #include "../../kernels/cpu/attention_decode.h"
 #include "../../kernels/cpu/attention_naive.h"
 #include "../../kernels/cpu/attention_tiled.h"
@@ -23,6 +24,7 @@
 #include "../../kernels/cpu/matmul.h"
 #include "../../kernels/cpu/residual.h"
 #include "../run/stop.h"
+#include "shards.h"
 
 namespace tg {
 
@@ -32,8 +34,11 @@ GPTCpu<T>::GPTCpu(const ModelConfig& mc, const RunShape& run) : m_(mc), run_(run
   size_t n = param_count(table);
   params.assign(n, 0);
   grads.assign(n, 0);
-  m.assign(std::min(n, run.opt_elems), 0);
-  v.assign(std::min(n, run.opt_elems), 0);
+  const RankShard shard(n, run);
+  shard_begin_ = shard.begin;
+  shard_count_ = shard.count;
+  m.assign(shard.opt_elems, 0);
+  v.assign(shard.opt_elems, 0);
   P = bind_params(params.data(), m_);
   G = bind_params(grads.data(), m_);
   slices_ = slices(run);
@@ -53,7 +58,7 @@ GPTCpu<T>::GPTCpu(const ModelConfig& mc, const RunShape& run) : m_(mc), run_(run
     l.fch.resize(BT * 4 * C);
     l.fch_gelu.resize(BT * 4 * C);
     // the two attention paths save different things for the backward
-    if (run.flash) l.lse.resize((size_t)run.B * NH * run.T);
+    if (run.attention == AttentionPath::Flash) l.lse.resize((size_t)run.B * NH * run.T);
     else l.att.resize((size_t)run.B * NH * run.T * run.T);
   }
   acts_.lnf.resize(BT * C);
@@ -147,7 +152,7 @@ bool GPTCpu<T>::forward_slice(int b0, int b1, const int32_t* targets, int accum)
     // x = x + drop(c_proj(attn(ln_1(x))))
     cpu::layernorm_forward(ln1, a.ln1_mean.data() + n0, a.ln1_rstd.data() + n0, residual, p.ln1w, p.ln1b, N, C);
     cpu::matmul_forward(qkv, ln1, p.qkvw, p.qkvb, N, C, 3 * C);
-    if (run_.flash)
+    if (run_.attention == AttentionPath::Flash)
       cpu::attention_tiled_forward(atty, a.lse.data() + b0 * H, qkv, key(li, philox::kSiteAttnProbs, b0), b, t, C, NH,
                                    true, run_.Br, run_.Bc, nullptr);
     else
@@ -254,7 +259,7 @@ bool GPTCpu<T>::backward_slice(int b0, int b1, GPTParams<T>& gs) {
     T* datty = rows(d_.datty, C);
     cpu::matmul_backward_overwrite(datty, g.attprojw, g.attprojb, dattproj, rows(a.atty, C), p.attprojw, N, C, C);
     T* dqkv = zeroed(d_.dqkv, 3 * C);
-    if (run_.flash)
+    if (run_.attention == AttentionPath::Flash)
       cpu::attention_tiled_backward(dqkv, datty, rows(a.qkv, 3 * C), rows(a.atty, C), a.lse.data() + b0 * H,
                                     key(li, philox::kSiteAttnProbs, b0), b, t, C, NH, true, run_.Br, run_.Bc);
     else
@@ -338,12 +343,30 @@ void GPTCpu<T>::decode_row(int32_t token) {
 }
 
 template <typename T>
+void GPTCpu<T>::update(float lr, int t, double norm) {
+  const size_t b = shard_begin_, e = shard_begin_ + shard_count_;
+  const float beta1 = (float)run_.beta1, beta2 = (float)run_.beta2, decay = (float)run_.weight_decay;
+#pragma omp parallel
+  {
+    const size_t th = (size_t)omp_get_thread_num(), nth = (size_t)omp_get_num_threads();
+    for (const ParamSpec& p : table) {
+      const size_t lo = std::max(p.offset, b), hi = std::min(p.offset + p.numel, e);
+      if (lo >= hi) continue;
+      const size_t i0 = lo + (hi - lo) * th / nth, n = lo + (hi - lo) * (th + 1) / nth - i0;
+      if (run_.grad_clip > 0) cpu::clip_grad_norm(grads.data() + i0, n, norm, run_.grad_clip);
+      cpu::adamw_update(params.data() + i0, grads.data() + i0, m.data() + (i0 - b), v.data() + (i0 - b), n, lr, beta1,
+                        beta2, 1e-8f, p.decay ? decay : 0.0f, t);
+    }
+  }
+}
+
+template <typename T>
 double GPTCpu<T>::bytes_needed(const ModelConfig& m, const RunShape& run) {
   // in double: a config far too large for any machine must not wrap around
   const double BT = (double)run.B * run.T, C = m.n_embd, NH = m.n_head, V = m.vp(), L = m.n_layer;
-  const double att = run.flash ? (double)run.B * NH * run.T : (double)run.B * NH * run.T * run.T;
+  const double att = run.attention == AttentionPath::Flash ? (double)run.B * NH * run.T : (double)run.B * NH * run.T * run.T;
   const double np = (double)param_count(param_table(m));
-  double n = (2 + slices(run) - 1) * np + 2 * std::min(np, (double)run.opt_elems);  // params, grads, partial grads; m, v
+  double n = (2 + slices(run) - 1) * np + 2 * (double)RankShard((size_t)np, run).opt_elems;  // params, grads, partial grads; m, v
   n += BT * C;                                     // encoded
   n += L * (BT * C * (7 + 3 + 8) + 4 * BT + att);  // per block (see the constructor)
   n += BT * C + 3 * BT + 2 * BT * V;               // ln_f, losses, logits, dlogits

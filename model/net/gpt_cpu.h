@@ -10,20 +10,9 @@
 #include "../../kernels/gelu_form.h"
 #include "../../kernels/philox.h"
 #include "gpt.h"
+#include "run_shape.h"
 
 namespace tg {
-
-// What a run fixes besides the architecture.
-struct RunShape {
-  int B = 1, T = 1;          // batch size, sequence length (<= block_size)
-  double dropout = 0.0;      // p at every site while training
-  bool flash = true;         // attention_tiled (flash) or attention_naive
-  int Br = 64, Bc = 64;      // tile sizes of attention_tiled
-  uint64_t seed = 1337;      // dropout seed
-  GeluForm gelu = GeluForm::Tanh;  // the MLP's activation (kernels/gelu_form.h)
-  int slices = 0;            // batch slices run in parallel (see GPTCpu); 0: one per OpenMP thread
-  size_t opt_elems = SIZE_MAX;  // elements of m and v (ZeRO-1: this rank's shard); SIZE_MAX: all parameters
-};
 
 // Every buffer starts on a 64-byte boundary. Vectorised reductions (Eigen's sums, for one)
 // peel their first elements up to an aligned address, so their summation order, and thus
@@ -64,7 +53,7 @@ class GPTCpu {
   const ModelConfig& model() const { return m_; }
   const RunShape& run() const { return run_; }
   std::vector<ParamSpec> table;
-  Buffer<T> params, grads, m, v;  // flat, in table order; m, v: AdamW moments (of run.opt_elems elements)
+  Buffer<T> params, grads, m, v;  // flat, in table order; m, v: AdamW moments (of this rank's shard, model/net/shards.h)
   GPTParams<T> P, G;                   // views of params and grads
 
   // Forward over x (b, t) with b <= B, t <= T. With targets: returns the mean loss and
@@ -80,6 +69,11 @@ class GPTCpu {
   // Gradients of the mean loss of the last forward(train = true) into grads: overwritten, or
   // added to them when accumulate (micro-batches after the first of a step).
   void backward(bool accumulate = false);
+  // Clips the gradients by their global norm `norm` (when run.grad_clip > 0) and applies AdamW
+  // with lr as update number t (1-based), to this rank's shard of the parameters (all of them
+  // unsharded). Elementwise: one parallel region, each thread taking its share of every tensor
+  // (the same result for any split); a tensor the shard boundary cuts keeps its decay.
+  void update(float lr, int t, double norm);
   // Logits of the last forward: (b, t, Vp) (ModelConfig::vp(); the first V of each row are the vocabulary).
   const T* logits() const { return acts_.logits.data(); }
   // The qkv (B, T, 3C) of layer li in the last forward (the input of its attention).
@@ -163,6 +157,7 @@ class GPTCpu {
   int micro_ = 0;
   Decode dec_;
   int slices_ = 1;
+  size_t shard_begin_ = 0, shard_count_ = 0;  // the parameters update() updates (m and v hold them)
   std::vector<Buffer<T>> gpart_;   // partial gradients of slices 1 .. S - 1, as grads
   std::vector<GPTParams<T>> Gpart_;  // views of gpart_
   std::vector<int32_t> window_;  // tokens whose keys and values are in the cache, position order

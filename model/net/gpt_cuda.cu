@@ -13,6 +13,7 @@
 #include "../../kernels/gelu.cuh"
 #include "../../kernels/layernorm.cuh"
 #include "../../kernels/matmul.cuh"
+#include "shards.h"
 #include "../../kernels/residual.cuh"
 
 namespace tg {
@@ -41,18 +42,19 @@ class GPTCuda<T>::Carver {
 };
 
 template <typename T>
-void GPTCuda<T>::carve(Buffers& b, Carver& a, const ModelConfig& m, const CudaRunShape& run, size_t n_params,
+void GPTCuda<T>::carve(Buffers& b, Carver& a, const ModelConfig& m, const RunShape& run, size_t n_params,
                        size_t n_tensors) {
   const size_t BT = (size_t)run.B * run.T, C = m.n_embd, V = m.vp();  // logits rows: Vp
-  const bool naive = run.both_paths || run.path == gpu::AttentionPath::Naive;
-  const bool flash = run.both_paths || run.path == gpu::AttentionPath::Flash;
+  const bool naive = run.both_paths || run.attention == gpu::AttentionPath::Naive;
+  const bool flash = run.both_paths || run.attention == gpu::AttentionPath::Flash;
+  const RankShard shard(n_params, run);
   Acts& acts_ = b.acts;
   Scratch& d_ = b.d;
   // parameters, gradients, AdamW state
-  b.params = a.template take<float>(std::max(n_params, run.padded));
-  b.grads = a.template take<float>(std::max(n_params, run.padded));
-  b.m = a.template take<float>(std::min(n_params, run.shard_size));
-  b.v = a.template take<float>(std::min(n_params, run.shard_size));
+  b.params = a.template take<float>(std::max(n_params, shard.padded));
+  b.grads = a.template take<float>(std::max(n_params, shard.padded));
+  b.m = a.template take<float>(shard.opt_elems);
+  b.v = a.template take<float>(shard.opt_elems);
   b.params_t = std::is_same<T, float>::value ? reinterpret_cast<T*>(b.params) : a.template take<T>(n_params);
   b.tensors = a.template take<gpu::AdamWTensor>(n_tensors);
   // activations
@@ -100,18 +102,18 @@ void GPTCuda<T>::carve(Buffers& b, Carver& a, const ModelConfig& m, const CudaRu
   dec.token = a.template take<int32_t>(1);
 }
 
-size_t gpt_cuda_scratch_bytes(const ModelConfig& m, const CudaRunShape& run, size_t elem_size, size_t n_params) {
+size_t gpt_cuda_scratch_bytes(const ModelConfig& m, const RunShape& run, size_t elem_size, size_t n_params) {
   const int B = run.B, Tn = run.T, C = m.n_embd, NH = m.n_head, Vp = m.vp(), N = B * Tn;
   size_t s = std::max({gpu::encoder_backward_scratch_bytes(B, Tn, C), gpu::layernorm_backward_scratch_bytes(N, C),
                        gpu::global_norm_scratch_bytes(n_params),
                        gpu::matmul_scratch_bytes(N, std::max({3 * C, 4 * C, Vp}))});
   for (gpu::AttentionPath p : {gpu::AttentionPath::Naive, gpu::AttentionPath::Flash})
-    if (run.both_paths || p == run.path) s = std::max(s, gpu::attention_scratch_bytes(p, B, Tn, C, NH, elem_size));
+    if (run.both_paths || p == run.attention) s = std::max(s, gpu::attention_scratch_bytes(p, B, Tn, C, NH, elem_size));
   return s;
 }
 
 template <typename T>
-size_t GPTCuda<T>::bytes_needed(const ModelConfig& m, const CudaRunShape& run) {
+size_t GPTCuda<T>::bytes_needed(const ModelConfig& m, const RunShape& run) {
   const std::vector<ParamSpec> table = param_table(m);
   const size_t n = param_count(table);
   Buffers b{};
@@ -121,7 +123,7 @@ size_t GPTCuda<T>::bytes_needed(const ModelConfig& m, const CudaRunShape& run) {
 }
 
 template <typename T>
-GPTCuda<T>::GPTCuda(const ModelConfig& mc, const CudaRunShape& run) : m_(mc), run_(run) {
+GPTCuda<T>::GPTCuda(const ModelConfig& mc, const RunShape& run) : m_(mc), run_(run) {
   table = param_table(m_);
   n_params = param_count(table);
   Carver count(nullptr);
@@ -148,12 +150,15 @@ GPTCuda<T>::GPTCuda(const ModelConfig& mc, const CudaRunShape& run) : m_(mc), ru
   // the per-tensor weight decay of the fused AdamW kernel: of each tensor's part in the shard
   // (all of every tensor unsharded), offsets from the shard's start; a tensor the shard
   // boundary cuts keeps its decay on both sides
-  const size_t b0 = run_.shard_begin;
-  shard_count_ = b0 >= n_params ? 0 : std::min(run_.shard_size, n_params - b0);
+  const RankShard shard(n_params, run_);
+  shard_begin_ = shard.begin;
+  shard_count_ = shard.count;
+  padded_ = shard.padded;
+  const size_t b0 = shard_begin_;
   std::vector<gpu::AdamWTensor> tensors;
   for (const ParamSpec& p : table) {
     const size_t lo = std::max(p.offset, b0), hi = std::min(p.offset + p.numel, b0 + shard_count_);
-    if (lo < hi) tensors.push_back({lo - b0, hi - lo, p.decay ? run_.weight_decay : 0.0f});
+    if (lo < hi) tensors.push_back({lo - b0, hi - lo, p.decay ? (float)run_.weight_decay : 0.0f});
   }
   n_tensors_ = (int)tensors.size();
   cudaCheck(cudaMemcpyAsync(buf_.tensors, tensors.data(), tensors.size() * sizeof(gpu::AdamWTensor),
@@ -196,7 +201,7 @@ void GPTCuda<T>::forward(const int32_t* x, const int32_t* targets, int b, int t,
     // x = x + drop(c_proj(attn(ln_1(x))))
     gpu::layernorm_forward(ctx, a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, N, C);
     gpu::matmul_forward(ctx, a.qkv, a.ln1, p.qkvw, p.qkvb, N, C, 3 * C);
-    gpu::attention_forward(ctx, run_.path, a.atty, a.saved, a.qkv, key(li, philox::kSiteAttnProbs), b, t, C, NH, true);
+    gpu::attention_forward(ctx, run_.attention, a.atty, a.saved, a.qkv, key(li, philox::kSiteAttnProbs), b, t, C, NH, true);
     gpu::matmul_forward(ctx, a.attproj, a.atty, p.attprojw, p.attprojb, N, C, C);
     gpu::dropout_forward(ctx, a.attproj, a.attproj, key(li, philox::kSiteAttnProj), b, t, C);
     gpu::residual_forward(ctx, a.res2, residual, a.attproj, (size_t)N * C);
@@ -344,7 +349,7 @@ void GPTCuda<T>::backward(bool accumulate) {
     zero(d_.datty, NC);
     gpu::matmul_backward(ctx, d_.datty, g.attprojw, g.attprojb, d_.dbtc, a.atty, p.attprojw, N, C, C);
     zero(d_.dqkv, NC * 3);
-    gpu::attention_backward(ctx, run_.path, d_.dqkv, d_.datty, a.qkv, a.atty, a.saved, key(li, philox::kSiteAttnProbs),
+    gpu::attention_backward(ctx, run_.attention, d_.dqkv, d_.datty, a.qkv, a.atty, a.saved, key(li, philox::kSiteAttnProbs),
                             b, t, C, NH, true);
     zero(d_.dln, NC);
     gpu::matmul_backward(ctx, d_.dln, g.qkvw, g.qkvb, d_.dqkv, a.ln1, p.qkvw, N, C, 3 * C);
@@ -361,14 +366,14 @@ template <typename T>
 void GPTCuda<T>::update(float lr, int t) {
   const gpu::Context& ctx = ctx_;
   const float* scale = nullptr;
-  if (run_.grad_clip > 0) {
-    gpu::clip_scale(ctx, acts_.stats + 2, acts_.stats + 1, run_.grad_clip);
+  if ((float)run_.grad_clip > 0) {
+    gpu::clip_scale(ctx, acts_.stats + 2, acts_.stats + 1, (float)run_.grad_clip);
     scale = acts_.stats + 2;
   }
-  gpu::AdamWArgs args{lr, run_.beta1, run_.beta2, 1e-8f, t};
+  gpu::AdamWArgs args{lr, (float)run_.beta1, (float)run_.beta2, 1e-8f, t};
   // ZeRO-1: the shard alone; the T copy follows the all-gather (params_changed)
-  const bool copy = !std::is_same<T, float>::value && run_.padded == 0;
-  const size_t b0 = run_.shard_begin;
+  const bool copy = !std::is_same<T, float>::value && padded_ == 0;
+  const size_t b0 = shard_begin_;
   gpu::adamw_update(ctx, buf_.params + b0, copy ? buf_.params_t : (T*)nullptr, buf_.grads + b0, buf_.m, buf_.v,
                     shard_count_, buf_.tensors, n_tensors_, args, scale);
 }
@@ -381,7 +386,7 @@ void GPTCuda<T>::grads_changed() {
 template <typename T>
 float* GPTCuda<T>::shard_norm_squared() {
   if (shard_count_ == 0) cudaCheck(cudaMemsetAsync(acts_.stats + 1, 0, sizeof(float), ctx_.stream));
-  else gpu::global_norm_squared(ctx_, acts_.stats + 1, buf_.grads + run_.shard_begin, shard_count_);
+  else gpu::global_norm_squared(ctx_, acts_.stats + 1, buf_.grads + shard_begin_, shard_count_);
   return acts_.stats + 1;
 }
 
@@ -446,7 +451,7 @@ void GPTCuda<T>::download_decode_logits(float* out) const {
 
 template <typename T>
 void GPTCuda<T>::upload_state(const float* params, const float* m, const float* v) {
-  const size_t bytes = n_params * sizeof(float), shard = shard_count_ * sizeof(float), b0 = run_.shard_begin;
+  const size_t bytes = n_params * sizeof(float), shard = shard_count_ * sizeof(float), b0 = shard_begin_;
   cudaCheck(cudaMemcpyAsync(buf_.params, params, bytes, cudaMemcpyHostToDevice, ctx_.stream));
   if (m && shard) cudaCheck(cudaMemcpyAsync(buf_.m, m + b0, shard, cudaMemcpyHostToDevice, ctx_.stream));
   else if (shard) cudaCheck(cudaMemsetAsync(buf_.m, 0, shard, ctx_.stream));

@@ -21,26 +21,9 @@
 #include "../../kernels/gelu_form.h"
 #include "../../kernels/philox.h"
 #include "gpt.h"
+#include "run_shape.h"
 
 namespace tg {
-
-// What a GPU run fixes besides the architecture.
-struct CudaRunShape {
-  int B = 1, T = 1;                                   // batch size, sequence length (<= block_size)
-  double dropout = 0.0;                               // p at every site while training
-  gpu::AttentionPath path = gpu::AttentionPath::Flash;
-  bool both_paths = false;                            // save buffers of both paths (--attention check)
-  uint64_t seed = 1337;                               // dropout seed
-  float grad_clip = 1.0f;                             // max global gradient norm (0 = off)
-  float beta1 = 0.9f, beta2 = 0.99f, weight_decay = 0.1f;
-  GeluForm gelu = GeluForm::Tanh;                     // the MLP's activation (kernels/gelu_form.h)
-  // ZeRO-1 (model/net/shards.h, --zero 1): this rank's shard [shard_begin, shard_begin + shard_size)
-  // of the flat parameter vector (cut at n_params: the last shards are shorter or empty) holds
-  // the AdamW moments and is what update() updates; params and grads are padded to `padded`
-  // elements (world x shard_size: NCCL's reduce-scatter and all-gather take equal counts).
-  // Unsharded (padded 0): one shard of all the parameters.
-  size_t shard_begin = 0, shard_size = SIZE_MAX, padded = 0;
-};
 
 // The loss and gradient norm of a step, as read back by read_stats().
 struct StepStats {
@@ -52,19 +35,19 @@ template <typename T>
 class GPTCuda {
  public:
   // Makes the gpu::Context and the one allocation. Throws gpu::CudaError.
-  GPTCuda(const ModelConfig& m, const CudaRunShape& run);
+  GPTCuda(const ModelConfig& m, const RunShape& run);
   ~GPTCuda();
   GPTCuda(const GPTCuda&) = delete;
   GPTCuda& operator=(const GPTCuda&) = delete;
 
   const ModelConfig& model() const { return m_; }
-  const CudaRunShape& run() const { return run_; }
+  const RunShape& run() const { return run_; }
   const gpu::Context& ctx() const { return ctx_; }
   std::vector<ParamSpec> table;
   size_t n_params = 0;
 
   // Device bytes of the size table (one allocation), plus op scratch and cuBLAS workspace.
-  static size_t bytes_needed(const ModelConfig& m, const CudaRunShape& run);
+  static size_t bytes_needed(const ModelConfig& m, const RunShape& run);
   size_t memory_bytes() const { return arena_bytes_ + ctx_.scratch_bytes + ctx_.cublas_workspace_bytes; }
 
   // Forward over x (b, t) (host tokens, copied to the device), b <= B, t <= T. With targets
@@ -170,7 +153,7 @@ class GPTCuda {
   class Carver;
   // The size table: points every buffer into one allocation (or, with a counting Carver,
   // only sums the bytes).
-  static void carve(Buffers& b, Carver& a, const ModelConfig& m, const CudaRunShape& run, size_t n_params,
+  static void carve(Buffers& b, Carver& a, const ModelConfig& m, const RunShape& run, size_t n_params,
                     size_t n_tensors);
   philox::DropoutKey key(uint32_t layer, uint32_t site) const;
   // Copies n tokens (and n targets, when not null) through the pinned staging buffer to the
@@ -181,11 +164,13 @@ class GPTCuda {
   void decode_prime();             // the caches and logits for all of window_
 
   ModelConfig m_;
-  CudaRunShape run_;
+  RunShape run_;
   gpu::Context ctx_;
   char* arena_ = nullptr;
   size_t arena_bytes_ = 0;
-  size_t shard_count_ = 0;  // elements of the shard this rank updates (n_params unsharded)
+  // ZeRO-1 (model/net/shards.h RankShard): the shard [shard_begin_, shard_begin_ + shard_count_) this
+  // rank updates (all n_params unsharded); params and grads padded to padded_ elements (0 unsharded)
+  size_t shard_begin_ = 0, shard_count_ = 0, padded_ = 0;
   int n_tensors_ = 0;       // tensors (parts of tensors) in the shard: buf_.tensors
   int32_t* host_tokens_ = nullptr;  // pinned (4, B, T): inputs, targets, the encoder order's keys and vals
   std::vector<uint32_t> order_counts_;  // (V + 1) work space of gpu::encoder_backward_order
@@ -203,6 +188,6 @@ class GPTCuda {
 };
 
 // Bytes of the largest op scratch the run needs (every op's <op>_scratch_bytes).
-size_t gpt_cuda_scratch_bytes(const ModelConfig& m, const CudaRunShape& run, size_t elem_size, size_t n_params);
+size_t gpt_cuda_scratch_bytes(const ModelConfig& m, const RunShape& run, size_t elem_size, size_t n_params);
 
 }  // namespace tg

@@ -14,6 +14,7 @@
 
 #include "../../data/errors.h"
 #include "../run/dist.h"
+#include "run_shape.h"
 
 namespace tg {
 
@@ -31,6 +32,22 @@ struct Shards {
   size_t begin(int r) const { return std::min(n, (size_t)r * size); }
   size_t count(int r) const { return std::min(n, begin(r) + size) - begin(r); }
   size_t padded() const { return (size_t)world * size; }  // the vector padded to world equal shards
+};
+
+// The shard of the n parameters a run's rank updates (RunShape::shard_ranks, shard_rank):
+// elements [begin, begin + count); m and v hold opt_elems elements (a whole shard, or all n);
+// params and grads are padded to `padded` elements (world equal shards, for NCCL's
+// reduce-scatter and all-gather; 0 unsharded).
+struct RankShard {
+  size_t begin = 0, count = 0, opt_elems = 0, padded = 0;
+  RankShard(size_t n, const RunShape& run) : count(n), opt_elems(n) {
+    if (run.shard_ranks <= 1) return;
+    const Shards s(n, run.shard_ranks);
+    begin = s.begin(run.shard_rank);
+    count = s.count(run.shard_rank);
+    opt_elems = std::min(n, s.size);
+    padded = s.padded();
+  }
 };
 
 // m and v of every shard gathered whole on rank 0 for a checkpoint (both backends): valid from

@@ -9,9 +9,11 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -59,7 +61,7 @@ void apply_preset(Config& c, const std::string& name) {
 
 namespace {
 
-enum class Kind { Int, Real, Str, Bool, Seed };
+enum class Kind { Int, Real, Str, Bool, Seed, Choice };
 
 struct Flag {
   const char* name;
@@ -75,9 +77,9 @@ const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
       {"data", Kind::Str, TG_FIELD(data), "text file, or token data: llm.c .bin shards (a directory or a glob) or nanoGPT's directory of train.bin / val.bin (default data/tinyshakespeare/input.txt)", kFixed},
       {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby | gpt2-124m (default: shakespeare-char when training on a GPU, else baby)", kFixed},
-      {"device", Kind::Str, TG_FIELD(device), "auto | cpu | cuda (default auto)", kFree},
-      {"attention", Kind::Str, TG_FIELD(attention), "flash | naive | check (default flash; check compares both on one batch and exits)", kFree},
-      {"precision", Kind::Str, TG_FIELD(precision), "auto | bf16 | fp32 on a GPU (default auto: bf16 on compute capability 8.0+); the CPU runs fp32", kFree},
+      {"device", Kind::Choice, TG_FIELD(device), "auto | cpu | cuda (default auto)", kFree},
+      {"attention", Kind::Choice, TG_FIELD(attention), "flash | naive | check (default flash; check compares both on one batch and exits)", kFree},
+      {"precision", Kind::Choice, TG_FIELD(precision), "auto | bf16 | fp32 on a GPU (default auto: bf16 on compute capability 8.0+); the CPU runs fp32", kFree},
       {"n-layer", Kind::Int, TG_FIELD(n_layer), "transformer blocks", kFixed},
       {"n-head", Kind::Int, TG_FIELD(n_head), "attention heads", kFixed},
       {"n-embd", Kind::Int, TG_FIELD(n_embd), "embedding width C (divisible by n-head)", kFixed},
@@ -87,7 +89,7 @@ const std::vector<Flag>& flags() {
       {"zero", Kind::Int, TG_FIELD(zero), "0 | 1: under mpirun, 1 shards the AdamW state over the ranks (ZeRO-1: each rank keeps 1/N of m and v; the same results); a no-op on one rank (default 0)", kFree},
       {"dropout", Kind::Real, TG_FIELD(dropout), "dropout probability in [0, 1)", kFree},
       {"bias", Kind::Bool, TG_FIELD(bias), "biases in linear and layernorm layers (--bias, --bias=false)", kFixed},
-      {"gelu", Kind::Str, TG_FIELD(gelu), "tanh | erf: the MLP's GELU, tanh approximation (GPT-2, llm.c; default) or exact (nanoGPT)", kFixed},
+      {"gelu", Kind::Choice, TG_FIELD(gelu), "tanh | erf: the MLP's GELU, tanh approximation (GPT-2, llm.c; default) or exact (nanoGPT)", kFixed},
       {"max-iters", Kind::Int, TG_FIELD(max_iters), "optimizer steps", kFree},
       {"lr", Kind::Real, TG_FIELD(lr), "peak learning rate", kFree},
       {"min-lr", Kind::Real, TG_FIELD(min_lr), "learning rate at the end of the cosine decay", kFree},
@@ -124,6 +126,39 @@ const Flag* find_flag(const std::string& name) {
   for (const Flag& f : flags())
     if (name == f.name) return &f;
   return nullptr;
+}
+
+// The values of a Kind::Choice flag (an enum of int, 0 .. n - 1 in names' order), and what its
+// error says: "--gelu is 'relu'; expected tanh or erf; pass ...".
+struct Choices {
+  const char* flag;
+  std::vector<std::string> names;
+  const char* expected;
+  const char* fix;
+  // the enum's value v names, -1 for none
+  int index(const std::string& v) const {
+    for (size_t i = 0; i < names.size(); ++i)
+      if (v == names[i]) return (int)i;
+    return -1;
+  }
+};
+static_assert(sizeof(Device) == sizeof(int) && sizeof(Attention) == sizeof(int) && sizeof(Precision) == sizeof(int) &&
+                  sizeof(GeluForm) == sizeof(int),
+              "a Kind::Choice field is stored as an int");
+
+const Choices& choices(const std::string& flag) {
+  static const std::vector<Choices> all = {
+      {"device", {name(Device::Auto), name(Device::Cpu), name(Device::Cuda)}, "auto, cpu or cuda", "pass one of them"},
+      {"attention", {name(Attention::Flash), name(Attention::Naive), name(Attention::Check)}, "flash, naive or check",
+       "pass one of them"},
+      {"precision", {name(Precision::Auto), name(Precision::BF16), name(Precision::FP32)}, "auto, bf16 or fp32",
+       "pass one of them"},
+      {"gelu", {name(GeluForm::Tanh), name(GeluForm::Erf)}, "tanh or erf",
+       "pass --gelu tanh (GPT-2's approximation) or --gelu erf (the exact form)"},
+  };
+  for (const Choices& c : all)
+    if (flag == c.flag) return c;
+  throw std::logic_error("no choices for --" + flag);
 }
 
 // Edits (insertions, deletions, substitutions, swaps of neighbours) that turn a into b.
@@ -222,6 +257,13 @@ void set_value(Config& c, const Flag& f, const std::string& v) {
       else bad_value(f.name, v, "true or false");
       break;
     case Kind::Str: *reinterpret_cast<std::string*>(field) = v; break;
+    case Kind::Choice: {
+      const Choices& ch = choices(f.name);
+      const int i = ch.index(v);
+      if (i < 0) throw InputError("--" + std::string(f.name) + " is '" + printable(v) + "'; expected " + ch.expected + "; " + ch.fix);
+      std::memcpy(field, &i, sizeof i);
+      break;
+    }
   }
 }
 
@@ -300,14 +342,6 @@ void validate(const Config& c) {
   check_string_sizes(c);
   auto flag_is = [](const char* flag, double v) { return std::string("--") + flag + " is " + num_text(v); };
   const std::string help = "see train_gpt --help";
-  require(c.device == "auto" || c.device == "cpu" || c.device == "cuda", "--device is '" + c.device + "'",
-          "auto, cpu or cuda", "pass one of them");
-  require(c.gelu == "tanh" || c.gelu == "erf", "--gelu is '" + c.gelu + "'", "tanh or erf",
-          "pass --gelu tanh (GPT-2's approximation) or --gelu erf (the exact form)");
-  require(c.attention == "flash" || c.attention == "naive" || c.attention == "check",
-          "--attention is '" + c.attention + "'", "flash, naive or check", "pass one of them");
-  require(c.precision == "auto" || c.precision == "bf16" || c.precision == "fp32",
-          "--precision is '" + c.precision + "'", "auto, bf16 or fp32", "pass one of them");
   require(c.n_layer >= 1 && (uint32_t)c.n_layer < philox::kMaxLayer, flag_is("n-layer", c.n_layer),
           "1 to " + std::to_string(philox::kMaxLayer - 1), help);
   require(c.n_head >= 1, flag_is("n-head", c.n_head), "at least 1", help);
@@ -370,12 +404,12 @@ void validate(const Config& c) {
   require(c.export_hf.empty() || !c.sample, "--export-hf with --sample", "one of the two modes", "drop one of them");
   require(c.logits.empty() || !c.init_from.empty(), "--logits without --init-from", "the weights to compute them with",
           "pass --init-from PATH (a Hugging Face GPT-2 directory, llm.c's .bin or a train_gpt run)");
-  require(c.init_from.empty() || (!c.sample && c.export_hf.empty() && c.attention != "check"),
+  require(c.init_from.empty() || (!c.sample && c.export_hf.empty() && c.attention != Attention::Check),
           std::string("--init-from with ") + (c.sample ? "--sample" : !c.export_hf.empty() ? "--export-hf" : "--attention check"),
           "--init-from for training or --logits (--sample and --export-hf read --ckpt, --attention check a fresh model)",
           "drop one of them");
   require(c.logits.empty() || !c.resume, "--logits with --resume", "one of them (--logits trains nothing)", "drop one of them");
-  require(!(c.resume && c.attention == "check"), "--attention check with --resume",
+  require(!(c.resume && c.attention == Attention::Check), "--attention check with --resume",
           "one of them (the check runs on a fresh model and writes nothing)", "drop one of them");
 }
 
@@ -440,7 +474,7 @@ namespace {
 
 // Calls f(name, field) for every field of Config, in declaration order. The size check makes
 // a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
-static_assert(sizeof(void*) != 8 || sizeof(Config) == 600,
+static_assert(sizeof(void*) != 8 || sizeof(Config) == 488,
               "Config changed: add the new field to each_field (model/run/config.cpp), then update this size");
 template <typename C, typename F>
 void each_field(C& c, F&& f) {
@@ -490,6 +524,10 @@ std::string value_text(const std::string& v) {
   return e;
 }
 std::string value_text(int v) { return std::to_string(v); }
+template <typename E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
+std::string value_text(E v) {
+  return name(v);
+}
 std::string value_text(bool v) { return v ? "true" : "false"; }
 std::string value_text(uint64_t v) { return std::to_string(v); }
 std::string value_text(double v) {
@@ -574,6 +612,15 @@ struct FieldReader {
     if (v.empty() || v[0] < '0' || v[0] > '9' || *end != '\0' || errno == ERANGE)
       bad(name, v, "an integer from 0 to 2^64-1");
     out = x;
+    done(name);
+  }
+  template <typename E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
+  void operator()(const char* name, E& out) {
+    const std::string& v = take(name);
+    const Choices& ch = choices(name);
+    const int i = ch.index(v);
+    if (i < 0) bad(name, v, ch.expected);
+    out = (E)i;
     done(name);
   }
   void operator()(const char* name, double& out) {
@@ -661,7 +708,27 @@ void copy_flag(Config& to, const Config& from, const std::string& flag) {
     case Kind::Seed: *reinterpret_cast<uint64_t*>(dst) = *reinterpret_cast<const uint64_t*>(src); break;
     case Kind::Bool: *reinterpret_cast<bool*>(dst) = *reinterpret_cast<const bool*>(src); break;
     case Kind::Str: *reinterpret_cast<std::string*>(dst) = *reinterpret_cast<const std::string*>(src); break;
+    case Kind::Choice: std::memcpy(dst, src, sizeof(int)); break;
   }
+}
+
+Mode mode(const Config& c) {
+  if (c.sample) return Mode::Sample;
+  if (!c.export_hf.empty()) return Mode::ExportHf;
+  if (!c.logits.empty()) return Mode::Logits;
+  if (c.attention == Attention::Check) return Mode::AttentionCheck;
+  return Mode::Train;
+}
+
+const char* mode_flag(Mode m) {
+  switch (m) {
+    case Mode::Sample: return "--sample";
+    case Mode::ExportHf: return "--export-hf";
+    case Mode::Logits: return "--logits";
+    case Mode::AttentionCheck: return "--attention check";
+    case Mode::Train: break;
+  }
+  return "";
 }
 
 }  // namespace tg

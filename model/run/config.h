@@ -2,9 +2,10 @@
 // shakespeare_char config, its "baby" CPU variant, llm.c's GPT-2 124M recipe), the command line that fills it, the
 // validation every config passes (from flags, a preset, a checkpoint or a run file), and the
 // config as text (what checkpoints store).
-// The contract of the run with the parts below it: the backends (model/net/backend.h) are made
-// from a Config, and the formats (model/formats/checkpoint.h, init_from.h) store and fill one.
-// They include this header, and of model/run/ only it, dist.h and stop.h.
+// The contract of the run with the parts below it: the formats (model/formats/checkpoint.h,
+// init_from.h) store and fill a Config. They include this header, and of model/run/ only it,
+// dist.h and stop.h. The network below (model/net/) never sees a Config: it is made from a
+// RunShape (model/net/run_shape.h, filled by run_shape() in model/run/train.h).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -13,22 +14,32 @@
 
 #include "../../kernels/gelu_form.h"
 #include "../net/gpt.h"
+#include "../net/run_shape.h"
 
 namespace tg {
 
+// --attention: the path training runs, or check: the two paths compared on one batch, a mode of
+// its own (Mode::AttentionCheck, model/net/attention_check.h), which then runs the flash path's
+// forward.
+enum class Attention { Flash, Naive, Check };
+inline const char* name(Attention a) { return a == Attention::Naive ? "naive" : a == Attention::Check ? "check" : "flash"; }
+inline AttentionPath attention_path(Attention a) { return a == Attention::Naive ? AttentionPath::Naive : AttentionPath::Flash; }
+
+// The flags' enums (--device, --attention, --precision, --gelu) are parsed once, by parse_args
+// and config_from_text; the saved config spells them as the flags do (name()).
 struct Config {
   // where and how
   std::string preset;             // "shakespeare-char", "baby" or "gpt2-124m"
   std::string data = "data/tinyshakespeare/input.txt";
-  std::string device = "auto";    // auto | cpu | cuda
-  std::string attention = "flash";  // flash | naive | check (both paths on one batch, compared)
-  std::string precision = "auto";  // auto (bf16 on a GPU of compute capability 8.0 or newer, else fp32) | bf16 | fp32
+  Device device = Device::Auto;           // auto | cpu | cuda
+  Attention attention = Attention::Flash;  // flash | naive | check (both paths on one batch, compared)
+  Precision precision = Precision::Auto;   // auto (bf16 on a GPU of compute capability 8.0 or newer, else fp32) | bf16 | fp32
   std::string out_dir;            // default out/<preset>
   // model (nanoGPT's GPTConfig)
   int n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
   bool bias = false;
   double dropout = 0.0;
-  std::string gelu = "tanh";  // the MLP's GELU: tanh (GPT-2, llm.c) | erf (exact: nanoGPT's nn.GELU())
+  GeluForm gelu = GeluForm::Tanh;  // the MLP's GELU: tanh (GPT-2, llm.c) | erf (exact: nanoGPT's nn.GELU())
   // training (nanoGPT's train.py)
   int batch_size = 0, max_iters = 0;
   int grad_accum = 1;  // micro-batches of batch_size per optimizer step and rank (--grad-accum)
@@ -55,8 +66,13 @@ struct Config {
   std::string logits;     // --logits IDS: with --init-from, only print the model's logits for these token ids
 };
 
-// The GELU form c.gelu names ("tanh" or "erf": validated).
-inline GeluForm gelu_form(const Config& c) { return c.gelu == "erf" ? GeluForm::Erf : GeluForm::Tanh; }
+// What a command line asks for: training (the default), or one of the modes that train nothing.
+enum class Mode { Train, Sample, ExportHf, Logits, AttentionCheck };
+// --sample, --export-hf, --logits, --attention check (in that order when several are given:
+// validate() refuses the pairs that cannot go together), else Train.
+Mode mode(const Config& c);
+// The flag that asks for a mode ("--sample", ..., "--attention check"; "" for training).
+const char* mode_flag(Mode m);
 
 // The model c describes over a vocabulary of vocab_size tokens (V), its rows padded to
 // padded_vocab (Vp; 0: none, as data::Dataset::padded_vocab gives it).

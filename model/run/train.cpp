@@ -23,6 +23,28 @@
 
 namespace tg {
 
+RunShape run_shape(const Config& c) {
+  RunShape run;
+  run.B = c.batch_size;
+  run.T = c.block_size;
+  run.accum = c.grad_accum;
+  run.dropout = c.dropout;
+  run.attention = attention_path(c.attention);
+  run.both_paths = c.attention == Attention::Check;
+  run.gelu = c.gelu;
+  run.precision = c.precision;
+  run.seed = c.seed;
+  run.grad_clip = c.grad_clip;
+  run.beta1 = c.beta1;
+  run.beta2 = c.beta2;
+  run.weight_decay = c.weight_decay;
+  if (c.zero == 1 && dist::world() > 1) {
+    run.shard_ranks = dist::world();
+    run.shard_rank = dist::rank();
+  }
+  return run;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;

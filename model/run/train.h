@@ -16,6 +16,11 @@ namespace tg {
 
 constexpr int kMaxBadSteps = 5;
 
+// The run shape c gives the backend (model/net/run_shape.h): its micro-batch, dropout, attention
+// path (check: the flash path's, with room for both), GELU, precision, seed, AdamW and this
+// rank's place in ZeRO-1's shards (--zero 1 on several ranks, model/run/dist.h).
+RunShape run_shape(const Config& c);
+
 // Where a run stands between two steps: what a checkpoint saves besides the arrays.
 struct Progress {
   int step = 0;       // the next step to run

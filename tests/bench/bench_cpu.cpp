@@ -12,6 +12,7 @@
 #include "../../data/dataset.h"
 #include "../../model/net/backend.h"
 #include "../../model/run/config.h"
+#include "../../model/run/train.h"
 
 int main(int argc, char** argv) {
   std::string path = "data/tinyshakespeare/input.txt", preset = "baby", which = "both";
@@ -35,8 +36,8 @@ int main(int argc, char** argv) {
     std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
     for (const char* att : {"flash", "naive"}) {
       if (which != "both" && which != att) continue;
-      c.attention = att;
-      auto be = tg::make_cpu_backend(c, m);
+      c.attention = std::string(att) == "naive" ? tg::Attention::Naive : tg::Attention::Flash;
+      auto be = tg::make_cpu_backend(m, tg::run_shape(c));
       std::vector<double> ms;
       for (int s = 0; s < steps + 5; ++s) {
         data::train_batch(ds.train, c.seed, s, c.batch_size, c.block_size, x.data(), y.data());

@@ -19,6 +19,7 @@
 
 #include "../../model/net/backend.h"
 #include "../../model/run/config.h"
+#include "../../model/run/train.h"
 #include "../../model/net/gpt_cuda.cuh"
 
 namespace {
@@ -58,18 +59,14 @@ int main(int argc, char** argv) {
       tg::apply_preset(c, "shakespeare-char");
       c.block_size = T;
       c.batch_size = B;
-      c.attention = path;
-      c.precision = "bf16";
+      c.attention = r.path == "naive" ? tg::Attention::Naive : tg::Attention::Flash;
+      c.precision = tg::Precision::BF16;
       const tg::ModelConfig m{65, T, c.n_layer, c.n_head, c.n_embd, c.bias};
-      tg::CudaRunShape rs;
-      rs.B = c.batch_size;
-      rs.T = T;
-      rs.path = r.path == "naive" ? gpu::AttentionPath::Naive : gpu::AttentionPath::Flash;
-      r.need_gib = tg::GPTCuda<gpu::bf16>::bytes_needed(m, rs) / 1073741824.0;
+      r.need_gib = tg::GPTCuda<gpu::bf16>::bytes_needed(m, tg::run_shape(c)) / 1073741824.0;
       try {
         size_t free0 = 0, free1 = 0, total = 0;
         cudaMemGetInfo(&free0, &total);
-        auto be = tg::make_cuda_backend(c, m);
+        auto be = tg::make_cuda_backend(m, tg::run_shape(c));
         cudaMemGetInfo(&free1, &total);
         r.used_gib = (double)(free0 - free1) / 1073741824.0;
         const size_t BT = (size_t)c.batch_size * T;

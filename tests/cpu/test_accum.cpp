@@ -9,6 +9,7 @@
 #include "../../data/dataset.h"
 #include "../../model/net/backend.h"
 #include "../../model/run/config.h"
+#include "../../model/run/train.h"
 #include "../../data/errors.h"
 #include "test_util.h"
 
@@ -48,7 +49,7 @@ TEST_CASE("grad-accum: 2 micro-batches of B give the gradient of one batch of 2B
     INFO("dropout " << p);
     const int B = 3, T = 8, V = 29;
     Config small = accum_config(B, p), big = accum_config(2 * B, p);
-    auto bs = make_cpu_backend(small, model_of(small, V)), bb = make_cpu_backend(big, model_of(big, V));
+    auto bs = make_cpu_backend(model_of(small, V), run_shape(small)), bb = make_cpu_backend(model_of(big, V), run_shape(big));
     auto x = testutil::random_tokens((size_t)2 * B * T, V), y = testutil::random_tokens(x.size(), V);
     for (int step = 0; step < 3; ++step) {
       // each step from the same state: the big model's, so that the comparison is of one step's
@@ -84,7 +85,7 @@ TEST_CASE("grad-accum: 2 micro-batches of B give the gradient of one batch of 2B
 TEST_CASE("grad-accum: micro-batch 0 of 1 is the plain step, bitwise; micro 0 overwrites, later ones add") {
   const int B = 2, T = 8, V = 17;
   Config c = accum_config(B, 0.1);
-  auto a = make_cpu_backend(c, model_of(c, V)), b = make_cpu_backend(c, model_of(c, V));
+  auto a = make_cpu_backend(model_of(c, V), run_shape(c)), b = make_cpu_backend(model_of(c, V), run_shape(c));
   auto x = testutil::random_tokens((size_t)B * T, V), y = testutil::random_tokens(x.size(), V);
   CHECK(a->forward_backward(x.data(), y.data(), 5) == b->forward_backward(x.data(), y.data(), 5, 0, 1));
   CHECK(a->grads() == b->grads());
@@ -95,7 +96,7 @@ TEST_CASE("grad-accum: micro-batch 0 of 1 is the plain step, bitwise; micro 0 ov
   // the same micro-batch again as micro 1 would be keyed as other rows (other masks): with the
   // masks off it adds exactly the same half
   Config c0 = accum_config(B, 0.0);
-  auto d = make_cpu_backend(c0, model_of(c0, V));
+  auto d = make_cpu_backend(model_of(c0, V), run_shape(c0));
   d->forward_backward(x.data(), y.data(), 5, 0, 2);
   const std::vector<float> h0 = d->grads();
   d->forward_backward(x.data(), y.data(), 5, 1, 2);
@@ -217,7 +218,7 @@ TEST_CASE("padded vocabulary: the model of V tokens padded to Vp trains as the u
   const std::vector<ParamSpec> t = param_table(m), tp = param_table(mp);
   CHECK(tp[0].shape == std::vector<int>{128, c.n_embd});
   CHECK(param_count(tp) == param_count(t) + (size_t)(128 - V) * c.n_embd);
-  auto a = make_cpu_backend(c, m), b = make_cpu_backend(c, mp);
+  auto a = make_cpu_backend(m, run_shape(c)), b = make_cpu_backend(mp, run_shape(c));
   // the same weights for the real rows (the init is keyed by element index), 0 in the padded ones
   const size_t wte_real = (size_t)V * c.n_embd, pad = (size_t)(128 - V) * c.n_embd;
   auto same_real = [&](const std::vector<float>& u, const std::vector<float>& p, double tol) {

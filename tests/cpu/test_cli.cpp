@@ -23,6 +23,7 @@
 
 #include "../../model/formats/checkpoint.h"
 #include "../../model/run/config.h"
+#include "../../model/run/train.h"
 #include "../../model/net/gpt.h"
 #include "../../data/errors.h"
 #include "../common/cli_util.h"
@@ -74,8 +75,46 @@ TEST_CASE("cli: explicit flags override the preset, in any order, both spellings
   CHECK(c.seed == 18446744073709551615ull);
   CHECK(!parse({"--bias=false"}).bias);
   CHECK(!parse({"--no-bias"}).bias);
-  CHECK(parse({"--attention", "naive"}).attention == "naive");
+  CHECK(parse({"--attention", "naive"}).attention == Attention::Naive);
   CHECK(parse({"--prompt", "ROMEO:"}).prompt == "ROMEO:");
+}
+
+TEST_CASE("cli: the enum flags are parsed once; the mode and the run shape follow from the config") {
+  const Config c = parse({"--device", "cpu", "--attention", "check", "--precision", "fp32", "--gelu", "erf",
+                          "--batch-size", "3", "--block-size", "16", "--grad-accum", "2", "--dropout", "0.25",
+                          "--grad-clip", "0.5", "--beta2", "0.95", "--weight-decay", "0.2", "--seed", "5"});
+  CHECK(c.device == Device::Cpu);
+  CHECK(c.attention == Attention::Check);
+  CHECK(c.precision == Precision::FP32);
+  CHECK(c.gelu == GeluForm::Erf);
+  // each spelled as its flag, in the saved config and by flag_value
+  CHECK(flag_value(c, "attention") == "check");
+  CHECK(flag_value(c, "gelu") == "erf");
+  CHECK(config_to_text(c).find("\ndevice=cpu\nattention=check\nprecision=fp32\n") != std::string::npos);
+  Config d = parse({});
+  copy_flag(d, c, "precision");
+  CHECK(d.precision == Precision::FP32);
+  CHECK(d.attention == Attention::Flash);
+
+  CHECK(mode(c) == Mode::AttentionCheck);
+  CHECK(std::string(mode_flag(mode(c))) == "--attention check");
+  CHECK(mode(parse({})) == Mode::Train);
+  CHECK(mode(parse({"--sample", "--ckpt", "x"})) == Mode::Sample);
+  CHECK(mode(parse({"--export-hf", "x", "--ckpt", "y"})) == Mode::ExportHf);
+  CHECK(std::string(mode_flag(Mode::Train)).empty());
+
+  // the check runs the flash path's forward, with room for both paths' saved buffers
+  const RunShape r = run_shape(c);
+  CHECK((r.B == 3 && r.T == 16 && r.accum == 2 && r.dropout == 0.25 && r.seed == 5));
+  CHECK(r.attention == AttentionPath::Flash);
+  CHECK(r.both_paths);
+  CHECK(std::string(attention_name(r)) == "check");
+  CHECK((r.gelu == GeluForm::Erf && r.precision == Precision::FP32));
+  CHECK((r.grad_clip == 0.5 && r.beta1 == c.beta1 && r.beta2 == 0.95 && r.weight_decay == 0.2));
+  CHECK(r.shard_ranks == 1);  // one process: nothing sharded, --zero 1 or not
+  const RunShape n = run_shape(parse({"--attention", "naive", "--zero", "1"}));
+  CHECK((n.attention == AttentionPath::Naive && !n.both_paths && n.shard_ranks == 1));
+  CHECK(std::string(attention_name(n)) == "naive");
 }
 
 TEST_CASE("cli: decimal numbers in every spelling people use are accepted") {

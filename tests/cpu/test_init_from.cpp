@@ -187,7 +187,7 @@ TEST_CASE("init-from: a Hugging Face GPT-2 safetensors, Conv1D transposed, prefi
     for (const fs::path& path : {dir, dir / "model.safetensors"}) {
       const InitSource s = read_init_source(path.string());
       CHECK(s.kind == "Hugging Face GPT-2");
-      CHECK(s.gelu == "tanh");  // gelu_new
+      CHECK(s.gelu == GeluForm::Tanh);  // gelu_new
       CHECK((s.model.vocab_size == 13 && s.model.block_size == 9 && s.model.n_layer == 2 && s.model.n_head == 3 &&
              s.model.n_embd == 6 && s.model.bias));
       REQUIRE(s.params.size() == src.size());
@@ -199,11 +199,11 @@ TEST_CASE("init-from: a Hugging Face GPT-2 safetensors, Conv1D transposed, prefi
   }
   // activation gelu is the exact form; no config.json: n_head from --n-head, the GELU the flag's
   write_hf(base / "erf", m, src, true, false, "none", "gelu");
-  CHECK(read_init_source((base / "erf").string()).gelu == "erf");
+  CHECK(read_init_source((base / "erf").string()).gelu == GeluForm::Erf);
   fs::remove(base / "erf" / "config.json");
   CHECK_THROWS_WITH_AS(read_init_source((base / "erf").string()), doctest::Contains("--n-head"), InputError);
   const InitSource bare = read_init_source((base / "erf").string(), 3);
-  CHECK((bare.gelu.empty() && bare.model.n_layer == 2 && bare.model.n_embd == 6 && bare.model.vocab_size == 13));
+  CHECK((!bare.gelu && bare.model.n_layer == 2 && bare.model.n_embd == 6 && bare.model.vocab_size == 13));
   CHECK(bare.params == src);
   // an untied head, a tensor of another shape (named, with both shapes), an extra layer's tensor
   write_hf(base / "untied", m, src, true, false, "untied");
@@ -309,7 +309,7 @@ TEST_CASE("init-from: llm.c's model file, version 3 (fp32) and 5 (bf16), padded 
     write_bytes(file, llmc_bytes(m, 128, src, version));
     const InitSource s = read_init_source(file.string());
     CHECK(s.kind == "llm.c");
-    CHECK(s.gelu == "tanh");
+    CHECK(s.gelu == GeluForm::Tanh);
     CHECK((s.model.vocab_size == 37 && s.model.block_size == 8 && s.model.n_layer == 3 && s.model.n_head == 2 &&
            s.model.n_embd == 4 && s.model.bias));
     for (const ParamSpec& p : param_table(m)) {
@@ -402,7 +402,7 @@ TEST_CASE("init-from: a train_gpt checkpoint, and an --export-hf round trip, bit
   const InitSource a = read_init_source(run.string()), b = read_init_source(ckpt);
   CHECK(a.kind == "train_gpt checkpoint");
   CHECK(a.path == ckpt);
-  CHECK((a.gelu == "erf" && a.model.vocab_size == 65 && a.model.n_embd == 8 && a.model.bias));
+  CHECK((a.gelu == GeluForm::Erf && a.model.vocab_size == 65 && a.model.n_embd == 8 && a.model.bias));
   CHECK(a.vocab.size() == 65);
   CHECK(a.params == saved);
   CHECK(b.params == saved);
@@ -410,7 +410,7 @@ TEST_CASE("init-from: a train_gpt checkpoint, and an --export-hf round trip, bit
   REQUIRE(run_train_gpt("--export-hf " + hf.string() + " --ckpt " + run.string()).code == 0);
   const InitSource h = read_init_source(hf.string());
   CHECK(h.params == saved);
-  CHECK(h.gelu == "erf");
+  CHECK(h.gelu == GeluForm::Erf);
   CHECK(h.vocab == a.vocab);
   // two runs from them: the same first loss, as printed
   const fs::path from_ckpt = base / "from_ckpt", from_hf = base / "from_hf";

@@ -116,7 +116,7 @@ struct SampleSetup {
     c.sample_tokens = 30;  // past block_size: the cropping is exercised too
     m = small_model(false);
     m.vocab_size = tok.vocab_size();
-    be = make_cpu_backend(c, m);
+    be = make_cpu_backend(m, run_shape(c));
     // (the init + fixed noise) x 5: logits well apart, so no argmax is a near tie, and the
     // same weights every run (the greedy checks below REQUIRE a gap)
     std::vector<ParamSpec> t = param_table(m);
@@ -178,7 +178,7 @@ TEST_CASE("kvcache: decode_step logits equal a full forward of each prefix (doub
     for (bool flash : {true, false}) {  // the reference forward's attention path
       CAPTURE(flash);
       RunShape r = shape(2, m.block_size);
-      r.flash = flash;
+      r.attention = flash ? AttentionPath::Flash : AttentionPath::Naive;
       r.Br = r.Bc = 3;  // several tiles
       GPTCpu<double> dd(m, r), rd(m, r);
       GPTCpu<float> df(m, r), rf(m, r);

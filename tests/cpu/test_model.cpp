@@ -6,10 +6,12 @@
 #include <cmath>
 #include <numeric>
 
+#include "../../data/errors.h"
 #include "../../model/net/backend.h"
 #include "../../model/net/gpt.h"
 #include "../../model/net/gpt_cpu.h"
 #include "../../model/run/schedule.h"
+#include "../../model/run/train.h"
 #include "test_util.h"
 
 using namespace tg;
@@ -31,7 +33,7 @@ void fill_random_params(GPTCpu<T>& g, uint64_t seed) {
   for (size_t i = 0; i < w.size(); ++i) g.params[i] = (T)(w[i] + noise[i]);
 }
 
-Config tiny_config(const std::string& attention, double dropout) {
+Config tiny_config(Attention attention, double dropout) {
   Config c;
   apply_preset(c, "baby");
   c.n_layer = 2; c.n_head = 2; c.n_embd = 16; c.block_size = 16; c.batch_size = 4;
@@ -104,7 +106,7 @@ TEST_CASE("model: whole-model gradient check in double, dropout on") {
         CAPTURE(flash);
         CAPTURE(slices);
         RunShape run;
-        run.B = 2; run.T = 5; run.dropout = 0.25; run.flash = flash; run.Br = 2; run.Bc = 3; run.seed = 7;
+        run.B = 2; run.T = 5; run.dropout = 0.25; run.attention = flash ? AttentionPath::Flash : AttentionPath::Naive; run.Br = 2; run.Bc = 3; run.seed = 7;
         run.slices = slices;
         GPTCpu<double> g(tiny_model(bias), run);
         fill_random_params(g, 42);
@@ -138,7 +140,7 @@ TEST_CASE("model: batch slices in parallel give the plain call sequence's loss a
       CAPTURE(flash);
       CAPTURE(slices);
       RunShape run;
-      run.B = 5; run.T = 6; run.dropout = 0.25; run.flash = flash; run.Br = 4; run.Bc = 3; run.seed = 11;
+      run.B = 5; run.T = 6; run.dropout = 0.25; run.attention = flash ? AttentionPath::Flash : AttentionPath::Naive; run.Br = 4; run.Bc = 3; run.seed = 11;
       run.slices = 1;
       GPTCpu<double> gd(tiny_model(true), run);
       GPTCpu<float> g1(tiny_model(true), run);
@@ -211,7 +213,7 @@ TEST_CASE("model: initial loss is about ln(65)") {
   apply_preset(c, "baby");
   ModelConfig m;
   m.vocab_size = 65; m.block_size = c.block_size; m.n_layer = c.n_layer; m.n_head = c.n_head; m.n_embd = c.n_embd;
-  auto be = make_cpu_backend(c, m);
+  auto be = make_cpu_backend(m, run_shape(c));
   auto x = testutil::random_tokens((size_t)c.batch_size * c.block_size, 65);
   auto y = testutil::random_tokens(x.size(), 65);
   double loss = be->eval_loss(x.data(), y.data());
@@ -225,12 +227,12 @@ TEST_CASE("model: initial loss is about ln(65)") {
 constexpr int kOverfitSteps = 500;
 
 TEST_CASE("model: a tiny model overfits one batch") {
-  Config c = tiny_config("flash", 0.0);
+  Config c = tiny_config(Attention::Flash, 0.0);
   c.lr = 1e-2;
   c.weight_decay = 0.0;
   ModelConfig m;
   m.vocab_size = 65; m.block_size = c.block_size; m.n_layer = c.n_layer; m.n_head = c.n_head; m.n_embd = c.n_embd;
-  auto be = make_cpu_backend(c, m);
+  auto be = make_cpu_backend(m, run_shape(c));
   // Fixed tokens, not the run's random ones: this test is about whether 64 random targets are
   // memorised, not about how fast a particular draw is.
   std::mt19937_64 g(20261125);
@@ -250,11 +252,11 @@ TEST_CASE("model: a tiny model overfits one batch") {
 }
 
 TEST_CASE("model: flash and naive give the same training run with dropout on") {
-  Config cf = tiny_config("flash", 0.2), cn = tiny_config("naive", 0.2), cd = tiny_config("naive", 0.2);
+  Config cf = tiny_config(Attention::Flash, 0.2), cn = tiny_config(Attention::Naive, 0.2), cd = tiny_config(Attention::Naive, 0.2);
   cd.seed = cf.seed + 1;  // another dropout seed (and init): the control that must differ
   ModelConfig m;
   m.vocab_size = 65; m.block_size = cf.block_size; m.n_layer = cf.n_layer; m.n_head = cf.n_head; m.n_embd = cf.n_embd;
-  auto bf = make_cpu_backend(cf, m), bn = make_cpu_backend(cn, m), bd = make_cpu_backend(cd, m);
+  auto bf = make_cpu_backend(m, run_shape(cf)), bn = make_cpu_backend(m, run_shape(cn)), bd = make_cpu_backend(m, run_shape(cd));
   auto x = testutil::random_tokens((size_t)cf.batch_size * cf.block_size, 65);
   auto y = testutil::random_tokens(x.size(), 65);
   double worst = 0, control = 0;
@@ -269,6 +271,30 @@ TEST_CASE("model: flash and naive give the same training run with dropout on") {
   INFO("max relative loss difference flash vs naive " << worst << ", other seed " << control);
   CHECK(worst < 1e-5);     // float rounding of a different summation order only
   CHECK(control > 1e-3);   // a different mask is visible at this size
+}
+
+TEST_CASE("model: the backend factory: the CPU backend here, and what it refuses") {
+  // build/test_cpu links no CUDA backend: the factory sees none, whatever the machine has
+  const CudaDevices gpus = cuda_devices();
+  CHECK(!gpus.built);
+  CHECK(gpus.count == 0);
+  const Config c = tiny_config(Attention::Flash, 0.0);
+  const ModelConfig m{65, c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
+  RunShape run = run_shape(c);
+  std::string note = "stale";
+  auto be = make_backend(Device::Auto, m, run, &note);
+  CHECK(be->device_name().rfind("cpu", 0) == 0);
+  CHECK(note == "no CUDA device visible: training on the CPU");
+  be = make_backend(Device::Cpu, m, run, &note);
+  CHECK(note.empty());
+  CHECK(be->precision() == "fp32");
+  CHECK_THROWS_AS(make_backend(Device::Cuda, m, run, &note), RuntimeError);
+  run.precision = Precision::BF16;
+  CHECK_THROWS_AS(make_backend(Device::Auto, m, run, nullptr), InputError);
+  run.precision = Precision::FP32;
+  CHECK_NOTHROW(make_backend(Device::Cpu, m, run, nullptr));
+  // the same weights as a backend made directly (init keyed by the run's seed)
+  CHECK(make_backend(Device::Cpu, m, run, nullptr)->params() == make_cpu_backend(m, run)->params());
 }
 
 TEST_CASE("model: learning-rate schedule is nanoGPT's get_lr") {

@@ -284,12 +284,12 @@ TEST_CASE("run dir: a checkpoint is streamed from the backend: its peak RSS is a
   // copies of the state while writing (as before: 8 floats per parameter more) would show
   Config c;
   apply_preset(c, "baby");
-  c.n_layer = 4; c.n_head = 4; c.n_embd = 256; c.block_size = 8; c.batch_size = 1; c.device = "cpu";
+  c.n_layer = 4; c.n_head = 4; c.n_embd = 256; c.block_size = 8; c.batch_size = 1; c.device = Device::Cpu;
   c.out_dir = fresh_dir("tg_rd_rss").string();
   const ModelConfig m{65, c.block_size, c.n_layer, c.n_head, c.n_embd, c.bias};
   const auto table = param_table(m);
   REQUIRE(param_count(table) > 3000000);
-  auto be = make_cpu_backend(c, m);
+  auto be = make_cpu_backend(m, run_shape(c));
   std::vector<int32_t> x(8, 1), y(8, 2);
   // VmHWM, the peak RSS, since the last reset (writing 5 to clear_refs resets it to the RSS)
   auto reset_peak = [] { std::ofstream("/proc/self/clear_refs") << "5"; };

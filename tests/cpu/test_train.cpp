@@ -79,7 +79,7 @@ Result run_on(Backend& be, const Config& c, const char* inject, TrainHooks hooks
 }
 
 Result run(const Config& c, const char* inject, const TrainHooks& hooks = {}) {
-  auto be = make_cpu_backend(c, model_of(c, small_dataset()));
+  auto be = make_cpu_backend(model_of(c, small_dataset()), run_shape(c));
   return run_on(*be, c, inject, hooks);
 }
 
@@ -143,7 +143,7 @@ TEST_CASE("train: kMaxBadSteps in a row save the last good weights with the coun
   Config c = small_config(10);
   c.out_dir = "out/nan";
   std::vector<Saved> saved;
-  auto be = make_cpu_backend(c, model_of(c, small_dataset()));
+  auto be = make_cpu_backend(model_of(c, small_dataset()), run_shape(c));
   TrainHooks hooks;
   hooks.checkpoint = [&](const Progress& p, const std::vector<std::string>& unlogged) {
     saved.push_back({p, unlogged, be->params(), {}, {}});
@@ -164,7 +164,7 @@ TEST_CASE("train: kMaxBadSteps in a row save the last good weights with the coun
 TEST_CASE("train: a stop requested during NaN-skipped steps is honoured before the next one, with a checkpoint") {
   Config c = small_config(10);
   std::vector<Saved> saved;
-  auto be = make_cpu_backend(c, model_of(c, small_dataset()));
+  auto be = make_cpu_backend(model_of(c, small_dataset()), run_shape(c));
   TrainHooks hooks;
   hooks.metrics = [](const std::string& line) {
     if (line == "{\"step\": 4, \"train_loss\": null, \"skipped\": true}") request_stop();
@@ -183,7 +183,7 @@ TEST_CASE("train: a stop requested during NaN-skipped steps is honoured before t
   CHECK(saved[0].p.updates == 3);
   CHECK(saved[0].p.bad_steps == 2);
   // resumed from there, the NaN guard counts on: the run stops at step 7 as an uninterrupted one
-  auto again = make_cpu_backend(c, model_of(c, small_dataset()));
+  auto again = make_cpu_backend(model_of(c, small_dataset()), run_shape(c));
   again->set_state(saved[0].params.data(), saved[0].m.data(), saved[0].v.data());
   CHECK(runtime_error([&] { run_on(*again, c, "3,4,5,6,7", {}, saved[0].p); }).find("5 steps in a row (the last at step 7)") !=
         std::string::npos);
@@ -227,7 +227,7 @@ TEST_CASE("train: one update is clipping plus AdamW, decay on 2-D tensors only")
   ModelConfig m;
   m.vocab_size = ds.tok.vocab_size(); m.block_size = c.block_size; m.n_layer = c.n_layer;
   m.n_head = c.n_head; m.n_embd = c.n_embd; m.bias = true;
-  auto be = make_cpu_backend(c, m);
+  auto be = make_cpu_backend(m, run_shape(c));
   const auto table = param_table(m);
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
   const std::vector<float> p0 = be->params();
@@ -295,14 +295,15 @@ struct StoppingBackend : Backend {
   std::vector<float> grads() const override { return in->grads(); }
   void adam_state(std::vector<float>& m, std::vector<float>& v) const override { in->adam_state(m, v); }
   void set_state(const float* p, const float* m, const float* v) override { in->set_state(p, m, v); }
-  std::vector<AttentionDiff> attention_check(const int32_t* x, const int32_t* y, uint32_t step) override {
-    return in->attention_check(x, y, step);
+  void check_forward(const int32_t* x, const int32_t* y, uint32_t step) override { in->check_forward(x, y, step); }
+  AttentionOutputs check_layer(int layer, uint32_t step, const std::vector<float>& dout) override {
+    return in->check_layer(layer, step, dout);
   }
 };
 
 // A run of c on a StoppingBackend set up by setup; the checkpoints its hook saw.
 Result run_stopping(const Config& c, const std::function<void(StoppingBackend&)>& setup, std::vector<Saved>& saved) {
-  StoppingBackend be(make_cpu_backend(c, model_of(c, small_dataset())));
+  StoppingBackend be(make_cpu_backend(model_of(c, small_dataset()), run_shape(c)));
   setup(be);
   TrainHooks hooks;
   hooks.checkpoint = [&](const Progress& p, const std::vector<std::string>& unlogged) {
@@ -316,7 +317,7 @@ Result run_stopping(const Config& c, const std::function<void(StoppingBackend&)>
 
 // The run resumed from a checkpoint to c.max_iters.
 Result resumed(const Config& c, const Saved& from) {
-  auto be = make_cpu_backend(c, model_of(c, small_dataset()));
+  auto be = make_cpu_backend(model_of(c, small_dataset()), run_shape(c));
   be->set_state(from.params.data(), from.m.data(), from.v.data());
   return run_on(*be, c, nullptr, {}, from.p);
 }

@@ -101,12 +101,12 @@ struct Shape {
 void profile_step(const tg::Config& c, int V, int Vp, const Shape& s, gpu::AttentionPath path, Table& micro,
                   Table& update) {
   const tg::ModelConfig m{V, c.block_size, s.L, c.n_head, c.n_embd, c.bias, Vp};
-  tg::CudaRunShape rs;
+  tg::RunShape rs;
   rs.B = s.B;
   rs.T = c.block_size;
   rs.dropout = c.dropout;
-  rs.path = path;
-  rs.grad_clip = (float)c.grad_clip;
+  rs.attention = path;
+  rs.grad_clip = c.grad_clip;
   tg::GPTCuda<gpu::bf16> gpt(m, rs);
   std::vector<float> w(tg::param_table(m).back().offset + tg::param_table(m).back().numel);
   tg::init_params(w.data(), tg::param_table(m), 1);

@@ -41,12 +41,12 @@ class CountersStep {
 
  private:
   static tg::ModelConfig model(int T) { return tg::ModelConfig{kV, T, 1, 6, 384, false, kV}; }
-  static tg::CudaRunShape shape(gpu::AttentionPath path, int T) {
-    tg::CudaRunShape rs;
+  static tg::RunShape shape(gpu::AttentionPath path, int T) {
+    tg::RunShape rs;
     rs.B = 1;
     rs.T = T;
     rs.dropout = 0.2;
-    rs.path = path;
+    rs.attention = path;
     return rs;
   }
   int T_;

@@ -13,10 +13,12 @@
 #include "../../kernels/cpu/attention_naive.h"
 #include "../../kernels/cpu/dropout.h"
 #include "../../kernels/flash_attn.cuh"
+#include "../../model/net/attention_check.h"
 #include "../../model/net/backend.h"
-#include "../../model/run/config.h"
 #include "../../model/net/gpt_cpu.h"
 #include "../../model/net/gpt_cuda.cuh"
+#include "../../model/run/config.h"
+#include "../../model/run/train.h"
 #include "counters_step.cuh"
 #include "gpu_util.cuh"
 
@@ -64,7 +66,7 @@ void check_step0(bool bias, gpu::AttentionPath path, double p, GeluForm gelu = G
   const int B = 3, T = 17, V = m.vocab_size;
   const uint32_t step = 5;
   tg::RunShape rs;
-  rs.B = B; rs.T = T; rs.dropout = p; rs.seed = 4242; rs.flash = path == gpu::AttentionPath::Flash; rs.gelu = gelu;
+  rs.B = B; rs.T = T; rs.dropout = p; rs.seed = 4242; rs.attention = path; rs.gelu = gelu;
   tg::GPTCpu<double> ref(m, rs);
   std::vector<float> w(ref.params.size());
   tg::init_params(w.data(), ref.table, 77);
@@ -72,9 +74,7 @@ void check_step0(bool bias, gpu::AttentionPath path, double p, GeluForm gelu = G
   if (!std::is_same<S, float>::value)  // the forward reads bf16 weights: give the reference the same
     for (size_t i = 0; i < w.size(); ++i) ref.params[i] = gpu::to_float(gpu::from_float<S>(w[i]));
 
-  tg::CudaRunShape cr;
-  cr.B = B; cr.T = T; cr.dropout = p; cr.seed = 4242; cr.path = path; cr.gelu = gelu;
-  tg::GPTCuda<S> gpt(m, cr);
+  tg::GPTCuda<S> gpt(m, rs);
   gpt.upload_state(w.data(), nullptr, nullptr);
 
   const std::vector<int32_t> x = random_tokens((size_t)B * T, V, 1), y = random_tokens((size_t)B * T, V, 2);
@@ -106,8 +106,8 @@ tg::Config tiny_config(const std::string& precision, const std::string& attentio
   tg::apply_preset(c, "baby");
   c.n_layer = 2; c.n_head = 2; c.n_embd = 64; c.block_size = 32; c.batch_size = 4;
   c.dropout = dropout;
-  c.precision = precision;
-  c.attention = attention;
+  c.precision = precision == "bf16" ? tg::Precision::BF16 : tg::Precision::FP32;
+  c.attention = attention == "naive" ? tg::Attention::Naive : attention == "check" ? tg::Attention::Check : tg::Attention::Flash;
   c.seed = 99;
   c.lr = 1e-3;
   return c;
@@ -153,8 +153,8 @@ TG_GPU_TEST("gpu model: a padded vocabulary (V 11 -> Vp 64): step-0 logits, loss
 TG_GPU_TEST("gpu model: grad-accum 2 with dropout tracks the CPU backend (masks keyed per micro-batch)") {
   tg::Config c = tiny_config("fp32", "flash", 0.1);
   c.batch_size = 2; c.block_size = 16; c.grad_accum = 2;
-  auto cpu = tg::make_cpu_backend(c, model_of(c));
-  auto gpu_be = tg::make_cuda_backend(c, model_of(c));
+  auto cpu = tg::make_cpu_backend(model_of(c), tg::run_shape(c));
+  auto gpu_be = tg::make_cuda_backend(model_of(c), tg::run_shape(c));
   const size_t BT = (size_t)c.batch_size * c.block_size;
   for (int s = 0; s < 3; ++s) {
     CAPTURE(s);
@@ -210,8 +210,8 @@ TG_GPU_TEST("gpu model: step-0 logits, loss and every gradient match the CPU ref
 
 TG_GPU_TEST("gpu model: the CUDA backend starts from the CPU backend's weights, bitwise") {
   const tg::Config c = tiny_config("fp32", "flash", 0.1);
-  auto cpu = tg::make_cpu_backend(c, model_of(c));
-  auto gpu_be = tg::make_cuda_backend(c, model_of(c));
+  auto cpu = tg::make_cpu_backend(model_of(c), tg::run_shape(c));
+  auto gpu_be = tg::make_cuda_backend(model_of(c), tg::run_shape(c));
   const std::vector<float> a = cpu->params(), b = gpu_be->params();
   REQUIRE(a.size() == b.size());
   CHECK(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
@@ -255,8 +255,8 @@ TG_GPU_TEST("gpu model: 20 steps with dropout 0.1 track the CPU backend within t
       CAPTURE(attention);
       const bool fp32 = std::string(precision) == "fp32";
       const tg::Config c = tiny_config(precision, attention, 0.1);
-      auto cpu = tg::make_cpu_backend(c, model_of(c));
-      auto gpu_be = tg::make_cuda_backend(c, model_of(c));
+      auto cpu = tg::make_cpu_backend(model_of(c), tg::run_shape(c));
+      auto gpu_be = tg::make_cuda_backend(model_of(c), tg::run_shape(c));
       CHECK(gpu_be->precision() == precision);
       const std::vector<float> lc = train_losses(*cpu, c, steps), lg = train_losses(*gpu_be, c, steps);
       const double rel = fp32 ? 1e-5 : 4 * gpu::unit_roundoff<gpu::bf16>();
@@ -306,11 +306,7 @@ void check_masks(uint32_t step) {
   rs.seed = 777;
   tg::GPTCpu<float> ref(m, rs);
   tg::init_params(ref.params.data(), ref.table, 5);
-  tg::CudaRunShape cr;
-  cr.B = B;
-  cr.T = T;
-  cr.dropout = p;
-  cr.seed = 777;
+  tg::RunShape cr = rs;
   cr.both_paths = true;  // scratch for both attention paths
   tg::GPTCuda<S> gpt(m, cr);
   gpt.upload_state(ref.params.data(), nullptr, nullptr);
@@ -388,13 +384,13 @@ template <typename S>
 void check_decode(int run_T) {
   const ModelConfig m = tiny_model(true);  // block_size 19
   CAPTURE(run_T);
-  tg::CudaRunShape cr;
+  tg::RunShape cr;
   cr.B = 1; cr.T = run_T;
   tg::GPTCuda<S> gpt(m, cr);
   std::vector<float> w(gpt.n_params);
   tg::init_params(w.data(), gpt.table, 31);
   gpt.upload_state(w.data(), nullptr, nullptr);
-  tg::CudaRunShape full;  // a second model for the full forwards over a whole window
+  tg::RunShape full;  // a second model for the full forwards over a whole window
   full.B = 1; full.T = m.block_size;
   tg::GPTCuda<S> ref(m, full);
   ref.upload_state(w.data(), nullptr, nullptr);
@@ -428,8 +424,8 @@ TG_GPU_TEST("gpu model: the same seed twice gives bitwise identical losses and w
   for (const char* attention : {"naive", "flash"}) {
     CAPTURE(attention);
     const tg::Config c = tiny_config("bf16", attention, 0.1);
-    auto a = tg::make_cuda_backend(c, model_of(c));
-    auto b = tg::make_cuda_backend(c, model_of(c));
+    auto a = tg::make_cuda_backend(model_of(c), tg::run_shape(c));
+    auto b = tg::make_cuda_backend(model_of(c), tg::run_shape(c));
     const std::vector<float> la = train_losses(*a, c, 6), lb = train_losses(*b, c, 6);
     CHECK(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)) == 0);
     const std::vector<float> pa = a->params(), pb = b->params();
@@ -441,10 +437,10 @@ TG_GPU_TEST("gpu model: --attention check finds the two paths equal to the preci
   for (const char* precision : {"fp32", "bf16"}) {
     CAPTURE(precision);
     tg::Config c = tiny_config(precision, "check", 0.2);
-    auto be = tg::make_cuda_backend(c, model_of(c));
+    auto be = tg::make_cuda_backend(model_of(c), tg::run_shape(c));
     const size_t BT = (size_t)c.batch_size * c.block_size;
     const std::vector<int32_t> x = random_tokens(BT, 13, 7), y = random_tokens(BT, 13, 8);
-    const auto diffs = be->attention_check(x.data(), y.data(), 3);
+    const auto diffs = tg::attention_check(*be, model_of(c), tg::run_shape(c), x.data(), y.data(), 3);
     REQUIRE(diffs.size() == (size_t)c.n_layer);
     // fp32: both paths sum ~T terms in different orders (~1e-6); bf16: O and dQKV are rounded
     // to bf16 (2^-8) and P is rounded to bf16 on both paths at different points
@@ -460,11 +456,11 @@ TG_GPU_TEST("gpu model: --attention check finds the two paths equal to the preci
 
 TG_GPU_TEST("gpu model: the flash path saves less than naive, and the size table is what is allocated") {
   const ModelConfig m{65, 1024, 2, 4, 256, false};
-  tg::CudaRunShape r;
+  tg::RunShape r;
   r.B = 4; r.T = 1024;
-  r.path = gpu::AttentionPath::Flash;
+  r.attention = gpu::AttentionPath::Flash;
   const size_t flash = tg::GPTCuda<gpu::bf16>::bytes_needed(m, r);
-  r.path = gpu::AttentionPath::Naive;
+  r.attention = gpu::AttentionPath::Naive;
   const size_t naive = tg::GPTCuda<gpu::bf16>::bytes_needed(m, r);
   // naive saves (B, NH, T, T) bf16 probabilities per layer: 2 layers * 4*4*1024*1024*2 bytes
   CHECK(naive > flash + (size_t)2 * 4 * 4 * 1024 * 1024 * 2 - (size_t)2 * 4 * 4 * 1024 * 4);
