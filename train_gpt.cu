@@ -34,7 +34,6 @@
 #include "model/run/run_dir.h"
 #include "model/run/train.h"
 
-
 namespace fs = std::filesystem;
 
 namespace {
