@@ -227,15 +227,13 @@ TEST_CASE("train_gpt_emu: mpirun -np 2 runs the CUDA backend's data-parallel pat
   // one emulated process with --grad-accum 2: the same micro-batches and dropout masks. Step 0
   // is the same bits; later steps differ by the rounding of where micro-batch 1's gradients are
   // added (in the kernels, or by the all-reduce), amplified by AdamW as in
-  // tests/cpu/test_dist.cpp: a relative 1e-5. (OpenMPI's own allocations outlive MPI_Finalize:
-  // LeakSanitizer is off for the ranks.)
+  // tests/cpu/test_dist.cpp: a relative 1e-5. (cli::mpirun turns LeakSanitizer off for the ranks.)
   const std::string common = " --precision fp32 --batch-size 2 --max-iters 3 --eval-interval 100 --log-interval 1 "
                              "--sample-tokens 0 --dropout 0.1 --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 "
                              "--eval-iters 1 --data " + data_path();
   const fs::path dp = fresh_dir("tg_emu_dp"), acc = fresh_dir("tg_emu_dp_acc");
   const Run r = cli::run_exe(cli::train_gpt_emu_exe(), "--device cuda" + common + " --out-dir " + dp.string(),
-                             "TG_EMU_DEVICES=2 ASAN_OPTIONS=detect_leaks=0 " + cli::mpirun(2) +
-                                 "-x TG_EMU_DEVICES -x ASAN_OPTIONS ");
+                             "TG_EMU_DEVICES=2 " + cli::mpirun(2) + "-x TG_EMU_DEVICES ");
   INFO(r.out << r.err);
   REQUIRE(r.code == 0);
   CHECK(r.out.find("rank 1 of 2: ") != std::string::npos);
@@ -269,7 +267,7 @@ TEST_CASE("train_gpt_emu: mpirun -np 2 --zero 1 trains the emulated CUDA ranks a
   const std::string common = " --precision fp32 --batch-size 2 --max-iters 3 --eval-interval 100 --log-interval 1 "
                              "--sample-tokens 0 --dropout 0.1 --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 "
                              "--lr 1e-3 --warmup-iters 0 --eval-iters 1 --data " + data_path();
-  const std::string ranks = "TG_EMU_DEVICES=2 ASAN_OPTIONS=detect_leaks=0 " + cli::mpirun(2) + "-x TG_EMU_DEVICES -x ASAN_OPTIONS ";
+  const std::string ranks = "TG_EMU_DEVICES=2 " + cli::mpirun(2) + "-x TG_EMU_DEVICES ";
   const fs::path z0 = fresh_dir("tg_emu_z0"), z1 = fresh_dir("tg_emu_z1");
   const Run a = cli::run_exe(cli::train_gpt_emu_exe(), "--device cuda" + common + " --out-dir " + z0.string(), ranks);
   REQUIRE(a.code == 0);
