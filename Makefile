@@ -9,6 +9,8 @@
 #   make bench              benchmarks (never part of make test); make bench-cpu-peer: against nanoGPT
 #   make gpu-profile        a training step's kernels counted under the emulator, against an H100 and an
 #                           A100 roofline (modeled: no GPU needed)
+#   make gpu-bundle         .gpu/: the GPU window's binaries (sm_90), data and peer, built here to travel
+#                           to a lent GPU machine (bash .ci/gpu_check.sh window; docs/BENCHMARKS.md)
 #   make clean
 # Overrides: EIGEN_INC=-I/path DOCTEST_INC=-I/path JSON_INC=-I/path ARCH="80 90" NVCC=/path/nvcc TINYSHAKESPEARE=/path
 #            UNITY=0 (compile the light CUDA files and the host files one by one, see CUDA_LIGHT,
@@ -213,9 +215,9 @@ FUZZ_SRCS := tests/fuzz/fuzz_readers.cpp model/run/config.cpp model/formats/chec
              model/formats/init_from.cpp model/formats/hf_export.cpp data/dataset.cpp data/tokens.cpp data/sha256.cpp
 FUZZ_BIN := $(if $(FUZZ_OK),$(BUILD)/fuzz_readers,)
 
-.PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop plot clean deps gpu-deps gpu-profile
+.PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop plot clean deps gpu-bundle gpu-profile
 BENCH_GPU_BINS := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_step,)
-all: train_gpt $(if $(NVCC),train_gpt_emu $(BUILD)/gpu_profile $(BUILD)/kernel_occupancy,) $(TEST_BINS) $(FUZZ_BIN) $(BUILD)/bench_cpu $(BUILD)/bench_gemm $(BENCH_GPU_BINS)
+all: train_gpt $(if $(NVCC),train_gpt_emu $(BUILD)/gpu_profile $(BUILD)/kernel_occupancy $(BUILD)/bench_gpu_emu,) $(TEST_BINS) $(FUZZ_BIN) $(BUILD)/bench_cpu $(BUILD)/bench_gemm $(BENCH_GPU_BINS)
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -269,7 +271,8 @@ $(BUILD)/train_gpt.o: train_gpt.cu
 FORCE:
 
 ifneq ($(NVCC),)
-train_gpt: $(CUDA_OBJS) $(BUILD)/train_gpt.o $(HOST_OBJS)
+# (the same link into the build folder: the GPU bundle's build, make gpu-bundle)
+train_gpt $(BUILD)/train_gpt_cuda: $(CUDA_OBJS) $(BUILD)/train_gpt.o $(HOST_OBJS)
 	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(NVCC_LDLIBS)
 else
 train_gpt: train_gpt.cu $(HOST_OBJS)
@@ -317,6 +320,10 @@ $(EMU_BUILD)/%.o: %.cpp
 	$(CXX) $(EMU_FLAGS) $(EIGEN_INC) $(DOCTEST_INC) -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
 
 train_gpt_emu: $(EMU_BUILD)/train_gpt.o $(EMU_CUDA_OBJS) $(EMU_LIB_OBJS) $(HOST_OBJS)
+	$(CXX) -o $@ $^ $(EMU_LIBS)
+
+# the attention benchmark under the emulator: the GPU window's rehearsal runs it on tiny shapes
+$(BUILD)/bench_gpu_emu: $(EMU_BUILD)/tests/bench/bench_attention.o $(EMU_CUDA_OBJS) $(EMU_LIB_OBJS) $(HOST_OBJS)
 	$(CXX) -o $@ $^ $(EMU_LIBS)
 
 $(BUILD)/test_emu: $(TEST_EMU_OBJS) $(EMU_CUDA_OBJS) $(EMU_LIB_OBJS) $(HOST_OBJS) $(CPU_DOUBLE_OBJS)
@@ -393,19 +400,43 @@ deps:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libsimde-dev) >/dev/null || exit 1; \
 	fi
 
-# ---- what a bare GPU machine lacks: .deps/ (ignored), carried there with the checkout --------
-# Eigen and doctest headers (from this machine's packages), tiny Shakespeare, and a copy of
-# karpathy/nanoGPT (the end-to-end peer of .ci/gpu_check.sh peer; NANOGPT=/path copies a local
-# checkout instead of cloning). Then on the GPU machine: bash .ci/gpu_check.sh STAGE...
-gpu-deps: deps
-	@mkdir -p .deps/tinyshakespeare
-	rm -rf .deps/eigen3 .deps/doctest .deps/nlohmann && cp -r $(or $(patsubst -I%,%,$(EIGEN_INC)),/usr/include/eigen3) .deps/eigen3
-	cp -r $(or $(patsubst -I%,%,$(DOCTEST_INC)),/usr/include)/doctest .deps/doctest
-	cp -r $(or $(patsubst -I%,%,$(JSON_INC)),/usr/include)/nlohmann .deps/nlohmann
-	@TINYSHAKESPEARE="$(TINYSHAKESPEARE)" bash data/get_tinyshakespeare.sh .deps/tinyshakespeare/input.txt
-	@if [ -n "$(NANOGPT)" ]; then rm -rf .deps/nanoGPT && mkdir -p .deps/nanoGPT && cp -r $(NANOGPT)/. .deps/nanoGPT && rm -rf .deps/nanoGPT/.git; \
-	elif [ ! -f .deps/nanoGPT/train.py ]; then git clone --depth 1 https://github.com/karpathy/nanoGPT .deps/nanoGPT && rm -rf .deps/nanoGPT/.git; fi
-	@du -sh .deps | sed 's/^/[make] .deps: /'
+# ---- the GPU window's bundle: .gpu/ (ignored), carried to a lent GPU machine -------------------
+# What `bash .ci/gpu_check.sh window` runs there, built here so that the window's minutes go to
+# running: train_gpt, test_gpu, bench_gpu and bench_step for sm_90 alone, built in build-gpu/ for a
+# processor we do not know (x86-64-v3: AVX2 and FMA, no -march=native), without MPI (the image has
+# no Open MPI), the CUDA runtime static (nvcc's default), cuBLAS, cuBLASLt, cuRAND and NCCL loaded
+# at run time (the window finds them where the image keeps them); the emulator's counters of the
+# step that ncu counts there; tiny Shakespeare; a copy of nanoGPT (NANOGPT=/path to a checkout,
+# else cloned; its data prepared here when numpy is there); the headers a build on the device
+# would need (include.tar.gz: only when a binary does not load there). Under 48 MiB.
+GPU_BUNDLE := .gpu
+GPU_BUNDLE_BUILD := build-gpu
+GPU_BUNDLE_MAKE = $(MAKE) $(BUILD_J) BUILD=$(GPU_BUNDLE_BUILD) ARCH=90 CXXFLAGS="-O3 -march=x86-64-v3" MPI_CXXFLAGS= MPI_LIBS= FUZZ_OK=
+gpu-bundle:
+	@test -n "$(NVCC)" || { echo "error: make gpu-bundle needs nvcc (the CUDA toolkit); install it or pass NVCC=/path/nvcc" >&2; exit 1; }
+	@$(MAKE) deps
+	@$(MAKE) data
+	@$(GPU_BUNDLE_MAKE) $(GPU_BUNDLE_BUILD)/train_gpt_cuda $(GPU_BUNDLE_BUILD)/test_gpu $(GPU_BUNDLE_BUILD)/bench_gpu $(GPU_BUNDLE_BUILD)/bench_step
+	@$(MAKE) $(BUILD_J) $(BUILD)/test_emu
+	rm -rf $(GPU_BUNDLE).tmp && mkdir -p $(GPU_BUNDLE).tmp/bin $(GPU_BUNDLE).tmp/data
+	cp $(GPU_BUNDLE_BUILD)/train_gpt_cuda $(GPU_BUNDLE).tmp/bin/train_gpt
+	cp $(GPU_BUNDLE_BUILD)/test_gpu $(GPU_BUNDLE_BUILD)/bench_gpu $(GPU_BUNDLE_BUILD)/bench_step $(GPU_BUNDLE).tmp/bin/
+	cp $(DATA_FILE) $(GPU_BUNDLE).tmp/data/input.txt
+	TG_PRINT_COUNTERS=1 $(BUILD)/test_emu -tc="kernel counters*" | grep '^emulated' > $(GPU_BUNDLE).tmp/counters_emulated.txt
+	tar -czf $(GPU_BUNDLE).tmp/include.tar.gz -C $(or $(patsubst -I%,%,$(EIGEN_INC)),/usr/include/eigen3)/.. eigen3 \
+	  -C $(or $(patsubst -I%,%,$(DOCTEST_INC)),/usr/include) doctest -C $(or $(patsubst -I%,%,$(JSON_INC)),/usr/include) nlohmann
+	@if [ -n "$(NANOGPT)" ]; then cp -r $(NANOGPT)/. $(GPU_BUNDLE).tmp/nanoGPT; \
+	else git clone --depth 1 https://github.com/karpathy/nanoGPT $(GPU_BUNDLE).tmp/nanoGPT; fi
+	rm -rf $(GPU_BUNDLE).tmp/nanoGPT/.git $(GPU_BUNDLE).tmp/nanoGPT/assets $(GPU_BUNDLE).tmp/nanoGPT/*.ipynb
+	@if python3 -c 'import numpy' 2>/dev/null; then \
+	  cp $(DATA_FILE) $(GPU_BUNDLE).tmp/nanoGPT/data/shakespeare_char/input.txt && mkdir -p $(GPU_BUNDLE).tmp/pystub && : > $(GPU_BUNDLE).tmp/pystub/requests.py && \
+	  (cd $(GPU_BUNDLE).tmp/nanoGPT && PYTHONPATH=../pystub python3 data/shakespeare_char/prepare.py >/dev/null) && \
+	  rm -rf $(GPU_BUNDLE).tmp/pystub $(GPU_BUNDLE).tmp/nanoGPT/data/shakespeare_char/input.txt; \
+	else echo "[make] no numpy here: nanoGPT's data is prepared in the window"; fi
+	git rev-parse --short HEAD > $(GPU_BUNDLE).tmp/commit.txt 2>/dev/null || echo unknown > $(GPU_BUNDLE).tmp/commit.txt
+	rm -rf $(GPU_BUNDLE) && mv $(GPU_BUNDLE).tmp $(GPU_BUNDLE)
+	@size=$$(du -sm $(GPU_BUNDLE) | cut -f1); echo "[make] $(GPU_BUNDLE): $$size MiB (under 48 MiB to travel); then, on a lent GPU: bash .ci/gpu_check.sh window, carrying $(GPU_BUNDLE)"; \
+	  [ $$size -lt 48 ] || { echo "error: $(GPU_BUNDLE) is $$size MiB, over the 48 MiB it may take" >&2; exit 1; }
 
 # ---- data ----------------------------------------------------------------------------------
 DATA_FILE := data/tinyshakespeare/input.txt
@@ -490,7 +521,7 @@ plot: train_gpt
 	./train_gpt --plot $(PLOT) $(foreach r,$(RUNS),$(r)/metrics.jsonl)
 
 clean:
-	rm -rf $(BUILD) build-san train_gpt train_gpt_emu
+	rm -rf $(BUILD) build-san $(GPU_BUNDLE_BUILD) train_gpt train_gpt_emu
 
 -include $(HOST_OBJS:.o=.d) $(CPU_DOUBLE_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(TEST_CPU_OBJS:.o=.d) $(TEST_GPU_OBJS:.o=.d) $(TEST_EMU_OBJS:.o=.d) $(BENCH_GPU_OBJS:.o=.d) $(BUILD)/train_gpt.d \
   $(BUILD)/simde/kernels/cpu/gemm.d

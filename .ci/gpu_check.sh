@@ -1,144 +1,545 @@
 #!/usr/bin/env bash
-# .ci/gpu_check.sh STAGE...: the GPU bring-up in stages, each well inside one 10-minute command
-# on one H100 with 16 cores (the plan of a 30-minute window, with the minutes each stage is
-# expected to take: docs/BENCHMARKS.md, "GPU checks not yet run"). Nothing here downloads anything:
-# what a bare machine lacks (Eigen, doctest, tiny Shakespeare, a copy of nanoGPT) travels in
-# .deps/, made by `make gpu-deps` on a machine with network.
+# .ci/gpu_check.sh: the GPU window. One command, on a lent GPU machine, that runs what has never
+# run on a GPU, most important first, each step only when the time left fits it:
 #
-#   emu          on the CPU machine, before a GPU window: the emulated whole-model tests
-#                (build/test_emu), so the window starts from code that has trained
-#   build        train_gpt, the GPU suite and the benchmarks, for the visible GPU only
-#   test         the GPU suite (build/test_gpu)
-#   sanitize     compute-sanitizer: memcheck over the suite's reduced matrix, racecheck over a
-#                reduced flash matrix (TG_REDUCED_MATRIX=1: the lists the emulator runs)
-#   bench        attention benchmarks (flash, naive, PyTorch SDPA as the peer) and the step
-#   train-flash  shakespeare-char, the full 5000 iterations, flash attention
-#   train-naive  the same, naive attention
-#   peer         nanoGPT's own train.py with config/train_shakespeare_char.py and torch.compile,
-#                the same 5000 iterations on the same GPU (from .deps/nanoGPT; never imported
-#                by our code)
-#   cpu          the CPU speed issue's figures on this machine's host processor, which may have
-#                AVX-512 (the machines we build on do not): the float GEMM's kernels, one thread
-#                (build/bench_gemm: the native kernel, and AVX2 beside it where the native one is
-#                AVX-512), then make bench-cpu-peer on two cores (taskset -c 0,1), quiet and with
-#                one of the two kept busy
-#   counters     the kernel profiler's counts of one step (build/test_emu, emulated) beside Nsight
-#                Compute's of the same step on this GPU (build/test_gpu under ncu): $OUT/counters_*
-#   window1      build test sanitize bench (the first command of a window)
+#   bash .ci/gpu_check.sh window [--deadline S] [--rehearse]
+#   bash .ci/gpu_check.sh summarize LOGDIR        the summary table of a window's logs
 #
-# Each stage writes $OUT/<stage>.log (and the runs' outputs under $OUT) and one summary line;
-# the table of the stages of this command is printed last. On a user's own GPU machine the
-# same stages run from a normal checkout after `make deps data` (the data is fetched).
+# The binaries are built beforehand on a CPU machine by `make gpu-bundle` into .gpu/ (ignored by
+# git; it travels with the command as a carried path): nothing that can be built before is
+# built in the window. The steps, in order, with the seconds each is expected to take on one H100
+# (the derivations: docs/BENCHMARKS.md, "The GPU window"):
+#
+#   facts        the device (nvidia-smi: name, driver, compute capability, SMs, memory, clocks)
+#                and the tools (nvcc, compute-sanitizer, ncu, python3, torch)
+#   libs         every binary of the bundle loads (ldd, then a start); where one does not, it is
+#                built here for the visible GPU only, and the line says how long that took
+#   suite        the whole GPU suite (test_gpu); the failing cases again alone, with their full
+#                output, and under compute-sanitizer memcheck
+#   attention    the attention benchmark (bench_gpu) beside PyTorch SDPA: forward, backward and
+#                both, p = 0 and 0.2, HS 64 and 128, TFLOP/s and ratios
+#   train_flash  shakespeare-char, flash, bf16, the full 5000 iterations: ms/iteration, tokens/s,
+#                MFU, peak device memory (nvidia-smi sampled), best val loss
+#   nanogpt      nanoGPT's own train.py, config/train_shakespeare_char.py, torch.compile, on the
+#                same GPU (the bundle's copy; our code never imports it): ms/iteration after
+#                compilation, val loss where the whole run fits (it runs until the time is up)
+#   sanitize     compute-sanitizer racecheck, initcheck and synccheck on the reduced flash
+#                matrix, memcheck on the reduced suite (each tool only if it fits)
+#   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle)
+#   train_naive  the naive path's 5000 iterations
+#
+# What survives: $OUT (default out/gpu_window) gets two files, rewritten after every step, so that
+# a command killed at its limit still brings everything back: summary.txt (the table below) and
+# logs.tar.gz (every log, the benchmark's CSV, both runs' metrics). The table is printed last.
+# Scratch (run directories, nanoGPT's checkpoint) stays outside $OUT.
+#
+# --rehearse runs the same window on a machine without a GPU: the emulator takes the GPU's place
+# (train_gpt_emu, build/test_emu, build/bench_gpu_emu on tiny shapes and tiny iteration counts),
+# nanoGPT runs on the CPU where python3 has torch (else the step says so), and the emulator's own
+# checks stand in for compute-sanitizer; the bundle's binaries are still checked to load. Every
+# path, parser, time check and archive runs, so that a lent GPU's minutes go to running.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-out/gpu_check}"
-mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
-DEPS=.deps
-# headers and data from .deps when they are there, else from the system
-[ -d "$DEPS/eigen3" ] && export EIGEN_INC="-I$DEPS/eigen3"
-[ -d "$DEPS/doctest" ] && export DOCTEST_INC="-I$DEPS"
-[ -d "$DEPS/nlohmann" ] && export JSON_INC="-I$DEPS"
-[ -f "$DEPS/tinyshakespeare/input.txt" ] && export TINYSHAKESPEARE="$DEPS/tinyshakespeare/input.txt"
-MK=(make -j"$(nproc)")
-DATA=data/tinyshakespeare/input.txt
-summary=()
 
-# run NAME LIMIT_S CMD...: runs CMD under a time limit, keeps its log, records one line
-run() {
-  local name=$1 limit=$2; shift 2
-  local t0=$SECONDS
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
-  local last
-  last=$(grep -E "passed,|test cases:|done:|best val|ERROR|error|^one step's products" "$OUT/$name.log" | tail -n1 | cut -c1-100)
-  summary+=("$(printf '%-16s rc=%-4s %5ss  %s' "$name" "$rc" "$((SECONDS - t0))" "${last:-$(tail -n1 "$OUT/$name.log" | cut -c1-100)}")")
+BUNDLE=${TG_GPU_BUNDLE:-.gpu}
+
+die() { echo "gpu_check: $*" >&2; exit 2; }
+
+# ---- the summary: parsers of the steps' logs -------------------------------------------------
+# Each parser reads LOGDIR's files and prints one line (or several, the first the step's own);
+# summarize prints the table: step, status, seconds taken and expected, result.
+
+# median of the numbers on stdin ("" when none)
+median() { sort -g | awk '{a[NR] = $1} END { if (NR) print a[int((NR + 1) / 2)] }'; }
+# value of KEY from a "key: value" file
+kv() { sed -n "s/^$2: //p" "$1" 2>/dev/null | head -n1; }
+
+parse_facts() {
+  local f=$1/facts.log
+  [ -f "$f" ] || return 0
+  local gpu
+  gpu=$(kv "$f" gpu)
+  printf '%s; nvcc %s; compute-sanitizer %s; ncu %s; torch %s\n' "${gpu:-no GPU}" "$(kv "$f" nvcc)" \
+    "$(kv "$f" compute-sanitizer)" "$(kv "$f" ncu)" "$(kv "$f" torch)"
+}
+
+parse_libs() {
+  local f=$1/libs.log
+  [ -f "$f" ] || return 0
+  grep -E '^(libs|rebuilt|not loading):' "$f" | sed 's/^libs: //' | paste -sd ';' - | sed 's/;/; /g'
+}
+
+# the doctest closing line of a log: "N passed, M failed, K skipped of T"
+doctest_counts() {
+  sed -nE 's/^\[doctest\] test cases: *([0-9]+) \| *([0-9]+) passed \| *([0-9]+) failed \| *([0-9]+) skipped.*/\2 passed, \3 failed, \4 skipped of \1/p' "$1" 2>/dev/null | tail -n1
+}
+# compute-sanitizer's closing line ("ERROR SUMMARY: N errors"), or how the run ended without one
+sanitizer_result() {
+  local r
+  r=$(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$1" 2>/dev/null | tail -n1 | sed 's/ERROR SUMMARY: //')
+  if [ -n "$r" ]; then echo "$r"; elif grep -q '^\[doctest\] test cases' "$1" 2>/dev/null; then echo "no sanitizer summary"
+  else echo "no summary (stopped?)"; fi
+}
+
+parse_suite() {
+  local d=$1 f=$1/suite.log
+  [ -f "$f" ] || return 0
+  local counts seed
+  counts=$(doctest_counts "$f")
+  seed=$(sed -nE 's/.*TG_TEST_SEED=([0-9]+).*/\1/p' "$f" | head -n1)
+  local nfail
+  nfail=$(failing_cases "$f" | grep -c .)
+  echo "${counts:-no doctest summary}${seed:+ (TG_TEST_SEED=$seed)}; $nfail failing case(s) named in the log"
+  # the cases the step ran again (suite_failed.txt: the failing ones; in a rehearsal, one that passed)
+  [ -s "$d/suite_failed.txt" ] || return 0
+  local i=0 name
+  while IFS= read -r name; do
+    i=$((i + 1))
+    printf 'failed: %s | alone: %s | memcheck: %s\n' "$name" "$(doctest_counts "$d/suite_rerun$i.log")" \
+      "$(sanitizer_result "$d/suite_memcheck$i.log")"
+  done <"$d/suite_failed.txt"
+}
+# the names of the test cases a doctest log reports failing, once each, in order
+failing_cases() { sed -nE 's/^TEST CASE: +//p' "$1" 2>/dev/null | awk '!seen[$0]++'; }
+
+# bench_attention.csv: one line per head size and dropout: flash forward + backward TFLOP/s at
+# each T, and the median over T of flash's time over SDPA's (< 1: ours faster)
+parse_attention() {
+  local f=$1/bench_attention.csv
+  [ -f "$f" ] || { [ -f "$1/attention.log" ] && echo "no CSV written"; return 0; }
+  awk 'function csv(line, f,   n, q, c, i, cur) {  # split a CSV line into f[1..n], quotes honoured
+      n = 0; q = 0; cur = ""
+      for (i = 1; i <= length(line); i++) {
+        c = substr(line, i, 1)
+        if (c == "\"") q = !q
+        else if (c == "," && !q) { f[++n] = cur; cur = "" }
+        else cur = cur c
+      }
+      f[++n] = cur
+      return n
+    }
+    NR > 1 {
+      # columns: device,HS,T,B,NH,causal,p,path,status,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tf,bwd_tf,fwdbwd_tf,t_fwd,t_bwd,t_fb
+      csv($0, f)
+      key = "HS " f[2] " p " f[7]
+      if (!(key in seen)) { seen[key] = 1; order[++n] = key }
+      if (f[8] == "flash" && f[9] == "ok") {
+        tf[key] = tf[key] sprintf(" %s:%.0f/%.0f/%.0f", (f[3] + 0 >= 1024 ? f[3] / 1024 "k" : f[3]), f[13], f[14], f[15])
+        if (f[18] + 0 > 0) { r[key, ++nr[key]] = f[12] / f[18]; rf[key, nr[key]] = f[10] / f[16]; rb[key, nr[key]] = f[11] / f[17] }
+      }
+      if (f[8] == "flash" && f[9] != "ok") bad[key]++
+    }
+    function med(a, key, m,   i, j, t, v) {
+      for (i = 1; i <= m; i++) v[i] = a[key, i]
+      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+      return v[int((m + 1) / 2)]
+    }
+    END {
+      for (i = 1; i <= n; i++) {
+        k = order[i]
+        line = sprintf("%s: flash TFLOP/s fwd/bwd/both at T%s", k, tf[k] == "" ? " -" : tf[k])
+        if (nr[k] > 0) line = line sprintf(" | time / SDPA (median over T): fwd %.2f bwd %.2f both %.2f", med(rf, k, nr[k]), med(rb, k, nr[k]), med(r, k, nr[k]))
+        else line = line " | SDPA: not measured"
+        if (bad[k]) line = line sprintf(" | %d shape(s) not ok", bad[k])
+        print line
+      }
+    }' "$f"
+}
+
+# a train_gpt run's log (and nvidia-smi's memory samples beside it): steps, ms/step, tokens/s,
+# MFU, peak device memory, best val loss
+parse_train() {
+  local d=$1 name=$2 f=$1/$2.log
+  [ -f "$f" ] || return 0
+  local done_line tps mfu mem own
+  done_line=$(grep -E '^done: ' "$f" | tail -n1)
+  tps=$(grep -Eo '\| [0-9]+ tok/s' "$f" | grep -Eo '[0-9]+' | median)
+  mfu=$(grep -Eo '\| mfu [0-9.]+%' "$f" | grep -Eo '[0-9.]+' | median)
+  own=$(grep -Eo 'memory: [0-9]+ MiB' "$f" | head -n1 | grep -Eo '[0-9]+')
+  mem=$(grep -Eo '^[0-9]+' "$d/$name.mem" 2>/dev/null | sort -g | tail -n1)
+  local tail_info peak="n/a"
+  [ -n "$mem" ] && peak="$mem MiB (nvidia-smi)"
+  tail_info="tokens/s ${tps:--}, MFU ${mfu:--}%, peak device memory $peak, model buffers ${own:--} MiB"
+  if [ -n "$done_line" ]; then
+    # done: S steps in X s, median M ms/step, best val loss V, final train A val B
+    echo "$done_line" | awk -v tail="$tail_info" '{
+      sub(/,$/, "", $13); printf "%s steps in %s s, %s ms/step (median), %s, best val loss %s\n", $2, $5, $8, tail, $13 }'
+  else
+    local last val
+    last=$(grep -Eo '^step [0-9]+/[0-9]+' "$f" | tail -n1)
+    val=$(grep -Eo 'val loss [0-9.]+' "$f" | awk '{print $3}' | sort -g | head -n1)
+    echo "did not finish: last logged ${last:-none}, ms/step $(grep -Eo '\| [0-9.]+ ms \|' "$f" | grep -Eo '[0-9.]+' | median), $tail_info, best val loss so far ${val:--}"
+  fi
+}
+
+# nanoGPT's train.py log: iterations logged, median ms/iteration after compilation (iterations
+# from 100 on), best val loss and the step it was seen at; beside it our flash run's
+parse_nanogpt() {
+  local d=$1 f=$1/nanogpt.log
+  [ -f "$f" ] || return 0
+  grep -q 'not importable\|no torch' "$f" && { grep -m1 'not importable\|no torch' "$f"; return 0; }
+  local last ms val at ours
+  last=$(sed -nE 's/^iter ([0-9]+): .*/\1/p' "$f" | tail -n1)
+  ms=$(sed -nE 's/^iter ([0-9]+): .*time ([0-9.]+) ?ms.*/\1 \2/p' "$f" | awk -v from="${NANOGPT_FROM:-100}" '$1 >= from {print $2}' | median)
+  read -r val at < <(sed -nE 's/^step ([0-9]+): train loss [0-9.]+, val loss ([0-9.]+).*/\2 \1/p' "$f" | sort -g | head -n1)
+  ours=$(grep -E '^done: ' "$d/train_flash.log" 2>/dev/null | awk '{print $8}')
+  local ratio=""
+  [ -n "$ours" ] && [ -n "$ms" ] && ratio=$(awk -v a="$ours" -v b="$ms" 'BEGIN { if (b > 0) printf "; train_gpt flash / nanoGPT ms per iteration %.2f", a / b }')
+  local mem
+  mem=$(grep -Eo '^[0-9]+' "$d/nanogpt.mem" 2>/dev/null | sort -g | tail -n1)
+  echo "last iteration logged ${last:--}, ${ms:--} ms/iteration (median from iteration ${NANOGPT_FROM:-100}), best val loss ${val:--}${at:+ (step $at)}, peak device memory ${mem:-n/a}${mem:+ MiB (nvidia-smi)}${ratio}"
+}
+
+parse_sanitize() {
+  local d=$1 t any=""
+  for t in racecheck initcheck synccheck memcheck; do
+    [ -f "$d/sanitize_$t.log" ] || continue
+    any+="$t: $(sanitizer_result "$d/sanitize_$t.log") ($(doctest_counts "$d/sanitize_$t.log" | sed 's/ of.*//')); "
+  done
+  [ -n "$any" ] && echo "${any%; }"
+}
+
+parse_counters() {
+  local d=$1 n e
+  [ -f "$d/counters.log" ] || return 0
+  n=$(awk -F'","' 'NR > 1 && $5 != "" {k[$1]} END {print length(k)}' "$d/counters_ncu.csv" 2>/dev/null)
+  e=$(grep -c '^emulated' "$d/counters_emulated.txt" 2>/dev/null)
+  echo "ncu: ${n:-0} kernel launches profiled (counters_ncu.csv); emulated: ${e:-0} kernel lines (counters_emulated.txt)"
+}
+
+summarize() {
+  local d=$1
+  [ -f "$d/steps.tsv" ] || die "no $d/steps.tsv: not a window's log folder"
+  local head
+  head=$(cat "$d/header.txt" 2>/dev/null)
+  echo "==== GPU window: ${head:-?}"
+  printf '%-12s %-10s %6s %6s  %s\n' step status took_s exp_s result
+  local name status took exp why lines first rest
+  while IFS=$'\t' read -r name status took exp why; do
+    lines=""
+    if [ "$status" != skipped ]; then
+      case "$name" in
+        train_*) lines=$(parse_train "$d" "$name") ;;
+        *) lines=$("parse_$name" "$d" 2>/dev/null) ;;
+      esac
+    fi
+    [ -n "$why" ] && lines="$why${lines:+; $lines}"
+    first=$(head -n1 <<<"$lines")
+    printf '%-12s %-10s %6s %6s  %s\n' "$name" "$status" "$took" "$exp" "$first"
+    rest=$(tail -n +2 <<<"$lines")
+    [ -n "$rest" ] && sed 's/^/                                        /' <<<"$rest"
+  done <"$d/steps.tsv"
+  return 0
+}
+
+# ---- the window --------------------------------------------------------------------------------
+
+window() {
+  local deadline=540 rehearse=0
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --deadline) [[ "${2:-}" =~ ^[0-9]+$ ]] || die "--deadline takes seconds (a whole number), got '${2:-}'"; deadline=$2; shift 2 ;;
+      --rehearse) rehearse=1; shift ;;
+      *) die "unknown option '$1'; expected --deadline S or --rehearse" ;;
+    esac
+  done
+  REHEARSE=$rehearse
+  DEADLINE=$deadline
+  T0=$SECONDS
+  OUT=${OUT:-out/gpu_window$([ "$rehearse" = 1 ] && echo _rehearsal)}
+  mkdir -p "$OUT" || die "cannot create $OUT"
+  OUT=$(cd "$OUT" && pwd)
+  WORK=$(mktemp -d "${TMPDIR:-/tmp}/tg_window.XXXXXX")
+  LOGS=$WORK/logs RUNS=$WORK/runs
+  mkdir -p "$LOGS" "$RUNS"
+  : >"$LOGS/steps.tsv"
+  [ -d "$BUNDLE/bin" ] || die "no $BUNDLE/bin: build the bundle first with 'make gpu-bundle' (on the CPU machine), and carry $BUNDLE"
+  local commit
+  commit=$(cat "$BUNDLE/commit.txt" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null)
+  echo "commit $commit (bundle), $(date -u '+%Y-%m-%d %H:%M UTC'), deadline ${DEADLINE} s, $([ "$REHEARSE" = 1 ] && echo 'REHEARSAL on the CPU: the emulator in the GPU'"'"'s place' || echo 'on the GPU')" >"$LOGS/header.txt"
+
+  if [ "$REHEARSE" = 1 ]; then
+    # the emulator's binaries, tiny shapes and iteration counts; nanoGPT on the CPU
+    TRAIN=./train_gpt_emu TEST=build/test_emu BENCH=build/bench_gpu_emu
+    for b in "$TRAIN" "$TEST" "$BENCH"; do [ -x "$b" ] || die "--rehearse needs $b: make train_gpt_emu build/test_emu build/bench_gpu_emu"; done
+    SUITE_ARGS=(-tc="gpu philox*,gpu layernorm*,gpu gelu*,gpu attention_decode*,flash attention bf16: O*")
+    BENCH_ARGS=(--hs 64 --t 64 --p 0,0.2 --tokens 128 --width 128 --reps 1 --warmup 0)
+    TINY=(--n-layer 2 --n-embd 64 --n-head 1 --block-size 32 --batch-size 2 --max-iters 4 --eval-interval 2 --eval-iters 1 --log-interval 1)
+    SAMPLE_TOKENS=8
+    NANOGPT_ARGS=(--device=cpu --compile=False --dtype=float32 --max_iters=30 --eval_interval=10 --eval_iters=2
+                  --log_interval=1 --batch_size=4 --block_size=32 --n_layer=2 --n_head=2 --n_embd=64)
+    NANOGPT_FROM=5
+    SAN_FLASH=(-tc="flash attention bf16: O*")
+    SAN_SUITE=(-tc="gpu layernorm*,gpu gelu*")
+    # expected seconds on this machine (2 cores, the emulator), and the limits
+    EXP=([facts]=5 [libs]=5 [suite]=60 [attention]=30 [train_flash]=40 [nanogpt]=40 [sanitize]=60 [counters]=40 [train_naive]=30)
+  else
+    TRAIN=$BUNDLE/bin/train_gpt TEST=$BUNDLE/bin/test_gpu BENCH=$BUNDLE/bin/bench_gpu
+    SUITE_ARGS=()
+    BENCH_ARGS=(--hs 64,128 --t 512,1024,2048,4096,8192 --p 0,0.2 --naive-max-t 2048 --reps 10)
+    TINY=()
+    SAMPLE_TOKENS=200
+    NANOGPT_ARGS=(--compile=True)
+    NANOGPT_FROM=100
+    SAN_FLASH=(-tc="flash attention bf16: O*,flash attention float*,flash attention backward*")
+    SAN_SUITE=(-tce="*20 steps*,*same seed twice*")
+    EXP=([facts]=10 [libs]=5 [suite]=90 [attention]=100 [train_flash]=90 [nanogpt]=120 [sanitize]=60 [counters]=90 [train_naive]=100)
+  fi
+  export NANOGPT_FROM
+  export TG_DATA_FILE=$BUNDLE/data/input.txt
+
+  step facts 60
+  step libs 600
+  step suite 240
+  step attention 240
+  step train_flash 300
+  step nanogpt 100000
+  step sanitize 100000
+  step counters 300
+  step train_naive 300
+  echo
+  cat "$OUT/summary.txt"
+  rm -rf "$WORK"
+}
+
+declare -A EXP
+left() { echo $((DEADLINE - (SECONDS - T0))); }
+step_left() { local l=$((STEP_END - SECONDS)); echo $((l > 1 ? l : 1)); }
+
+# step NAME LIMIT: step_NAME, given at most LIMIT seconds (and never past the deadline), when the
+# time left fits what it is expected to take; one line in steps.tsv either way, then the summary
+# and the archive written again
+step() {
+  local name=$1 limit=$2 exp=${EXP[$1]} step_t0=$SECONDS l rc
+  l=$(left)
+  echo "[window] $(date -u +%H:%M:%S) $name: expected ${exp} s, ${l} s left" >&2
+  if ((l < exp)); then
+    printf '%s\tskipped\t0\t%s\tneeds about %s s, %s s left\n' "$name" "$exp" "$exp" "$l" >>"$LOGS/steps.tsv"
+  else
+    STEP_END=$((SECONDS + (limit < l ? limit : l)))
+    STEP_NOTE=""
+    "step_$name" >>"$LOGS/$name.log" 2>&1
+    rc=$?
+    local status=ok
+    ((rc == 124 || rc == 137)) && status="timed-out"
+    ((rc != 0 && rc != 124 && rc != 137)) && status="failed($rc)"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$status" $((SECONDS - step_t0)) "$exp" "$STEP_NOTE" >>"$LOGS/steps.tsv"
+  fi
+  publish
+}
+
+# summary.txt and logs.tar.gz under $OUT, each written beside and then renamed into place
+publish() {
+  summarize "$LOGS" >"$OUT/summary.txt.tmp" 2>&1 && mv "$OUT/summary.txt.tmp" "$OUT/summary.txt"
+  tar -czf "$OUT/logs.tar.gz.tmp" -C "$WORK" logs && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
+}
+
+# within a step: CMD under the step's time left (rc 124 when stopped)
+bounded() { timeout -k 10 "$(step_left)" "$@"; }
+
+# nvidia-smi's device memory in use, sampled every 0.5 s into FILE while a run goes (nothing
+# without nvidia-smi); stop_sampler ends it
+start_sampler() {
+  SAMPLER=""
+  command -v nvidia-smi >/dev/null || return 0
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 >"$1" 2>/dev/null &
+  SAMPLER=$!
+}
+stop_sampler() { [ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null; wait "${SAMPLER:-}" 2>/dev/null; SAMPLER=""; }
+
+step_facts() {
+  local v t
+  if command -v nvidia-smi >/dev/null; then
+    echo "gpu: $(nvidia-smi --query-gpu=name,compute_cap,memory.total,clocks.max.sm,clocks.max.mem,driver_version \
+      --format=csv,noheader | head -n1 | awk -F', ' '{printf "%s (compute capability %s, %s, max SM clock %s, memory clock %s, driver %s)", $1, $2, $3, $4, $5, $6}')"
+    nvidia-smi
+    nvidia-smi -q | grep -iE 'product name|multiprocessor|bus id|clocks|power limit|persistence|mig mode' | head -n 40
+  else
+    echo "gpu: none (nvidia-smi not found)"
+  fi
+  v=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p'); echo "nvcc: ${v:-not found}"
+  for t in compute-sanitizer ncu; do
+    v=$(command -v "$t" >/dev/null && "$t" --version 2>/dev/null | grep -Eo '[0-9]{4}\.[0-9.]+' | head -n1)
+    echo "$t: ${v:-not found}"
+  done
+  echo "python3: $(python3 --version 2>&1 | awk '{print $2}')"
+  v=$(timeout 60 python3 -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "sms", torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else "-")' 2>/dev/null)
+  echo "torch: ${v:-not importable}"
+  echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores, avx2 $(grep -qw avx2 /proc/cpuinfo && echo yes || echo no), avx512f $(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)"
+  return 0
+}
+
+# the folders holding the CUDA libraries the binaries need, where this image keeps them: the CUDA
+# toolkit's, and the nvidia-* packages of python3's PyTorch
+cuda_lib_dirs() {
+  local d nv
+  for d in "$(dirname "$(command -v nvcc 2>/dev/null || echo /x/x)")/../lib64" /usr/local/cuda/lib64 /usr/local/cuda-*/lib64 \
+    /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -d "$d" ] && echo "$d"
+  done
+  nv=$(timeout 30 python3 -c 'import nvidia, os; print(*[os.path.abspath(p) for p in nvidia.__path__])' 2>/dev/null)
+  for d in $nv; do find "$d" -maxdepth 3 -name 'lib*.so*' -printf '%h\n' 2>/dev/null; done | sort -u
+}
+
+step_libs() {
+  local b missing bad=() dirs
+  dirs=$(cuda_lib_dirs | paste -sd: -)
+  for b in "$BUNDLE"/bin/*; do
+    missing=$(LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" ldd "$b" 2>&1 | grep 'not found')
+    if [ -n "$missing" ] && [ -n "$dirs" ]; then
+      # not on the binary's run path: found in the image's folders
+      export LD_LIBRARY_PATH="$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      missing=$(ldd "$b" 2>&1 | grep 'not found')
+    fi
+    echo "== ldd $b"; ldd "$b"
+    if [ -n "$missing" ] || ! bounded "$b" --help >/dev/null 2>&1; then
+      bad+=("$(basename "$b")")
+      echo "not loading: $(basename "$b") ($(echo "$missing" | awk '{print $1}' | paste -sd' ' -))"
+    fi
+  done
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" >"$LOGS/libs.env"
+  if [ ${#bad[@]} -eq 0 ]; then
+    echo "libs: $(ls "$BUNDLE"/bin | wc -l) binaries load$( [ -n "${LD_LIBRARY_PATH:-}" ] && echo " (LD_LIBRARY_PATH from the image: ${LD_LIBRARY_PATH%%:*}...)")"
+    return 0
+  fi
+  [ "$REHEARSE" = 1 ] && { echo "libs: the bundle's binaries do not load here"; return 1; }
+  # build them here, for this GPU only, with the headers the bundle carries
+  local t=$SECONDS cc
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n1 | tr -d '. ')
+  mkdir -p "$WORK/include" && tar -xzf "$BUNDLE/include.tar.gz" -C "$WORK/include"
+  bounded make -j"$(nproc)" ARCH="$cc" BUILD="$WORK/build" MPI_CXXFLAGS= MPI_LIBS= CXXFLAGS="-O3 -march=native" \
+    EIGEN_INC="-I$WORK/include/eigen3" DOCTEST_INC="-I$WORK/include" JSON_INC="-I$WORK/include" \
+    "$WORK/build/train_gpt_cuda" "$WORK/build/test_gpu" "$WORK/build/bench_gpu" "$WORK/build/bench_step" || {
+    echo "rebuilt: FAILED after $((SECONDS - t)) s (sm_$cc)"; return 1; }
+  cp "$WORK/build/train_gpt_cuda" "$BUNDLE/bin/train_gpt"
+  cp "$WORK/build/test_gpu" "$WORK/build/bench_gpu" "$WORK/build/bench_step" "$BUNDLE/bin/"
+  echo "rebuilt: ${bad[*]} on the device for sm_$cc in $((SECONDS - t)) s"
+}
+
+# the environment the libs step found
+lib_env() { [ -f "$LOGS/libs.env" ] && export "$(cat "$LOGS/libs.env")"; }
+
+step_suite() {
+  lib_env
+  bounded "$TEST" "${SUITE_ARGS[@]}" >"$LOGS/suite.log" 2>&1
+  local rc=$? failed name i=0 seed
+  cat "$LOGS/suite.log"
+  failed=$(failing_cases "$LOGS/suite.log")
+  if [ -z "$failed" ] && [ "$REHEARSE" = 1 ]; then
+    # the rehearsal takes the path a failure takes, with a case that passed
+    failed=$("$TEST" "${SUITE_ARGS[@]}" -ltc 2>/dev/null | grep -Ev '^(\[|=+$)' | head -n1)
+    STEP_NOTE="rehearsal: '$failed' re-run as if it had failed"
+  fi
+  seed=$(sed -nE 's/.*TG_TEST_SEED=([0-9]+).*/\1/p' "$LOGS/suite.log" | head -n1)
+  printf '%s\n' "$failed" | sed '/^$/d' >"$LOGS/suite_failed.txt"
+  while IFS= read -r name; do
+    [ -n "$name" ] || continue
+    i=$((i + 1))
+    local filter=${name//,/\\,}
+    echo "== again alone: $name"
+    TG_TEST_SEED=${seed:-1} bounded "$TEST" -tc="$filter" >"$LOGS/suite_rerun$i.log" 2>&1
+    if [ "$REHEARSE" = 1 ]; then
+      TG_TEST_SEED=${seed:-1} TG_EMU_RACECHECK=1 bounded "$TEST" -tc="$filter" >"$LOGS/suite_memcheck$i.log" 2>&1 &&
+        echo "ERROR SUMMARY: 0 errors (the emulator's AddressSanitizer, racecheck and initcheck)" >>"$LOGS/suite_memcheck$i.log"
+    else
+      TG_TEST_SEED=${seed:-1} bounded compute-sanitizer --tool memcheck --error-exitcode 9 "$TEST" -tc="$filter" \
+        >"$LOGS/suite_memcheck$i.log" 2>&1
+    fi
+  done <<<"$failed"
   return $rc
 }
 
-stage() {
-  case "$1" in
-    emu)
-      run emu-build 900 "${MK[@]}" train_gpt_emu build/test_emu &&
-        run emu-model 900 build/test_emu -tc="gpu model*,train_gpt_emu*"
-      ;;
-    build)
-      nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
-      git rev-parse --short HEAD >"$OUT/commit.txt" 2>/dev/null
-      run build 480 "${MK[@]}" train_gpt build/test_gpu build/bench_gpu build/bench_step && run data 60 make data
-      ;;
-    test)
-      run test 480 build/test_gpu
-      ;;
-    sanitize)
-      TG_REDUCED_MATRIX=1 run memcheck 300 compute-sanitizer --tool memcheck --error-exitcode 9 build/test_gpu \
-        -tce="*20 steps*,*same seed twice*"
-      TG_REDUCED_MATRIX=1 run racecheck 300 compute-sanitizer --tool racecheck --error-exitcode 9 build/test_gpu \
-        -tc="flash attention bf16: O*,flash attention float*,flash attention backward*"
-      ;;
-    bench)
-      run bench-attention 300 build/bench_gpu --csv "$OUT/bench_attention.csv"
-      run bench-step 180 build/bench_step --csv "$OUT/bench_step.csv"
-      ;;
-    train-flash | train-naive)
-      local path=${1#train-}
-      run "$1" 540 ./train_gpt --preset shakespeare-char --attention "$path" --data "$DATA" \
-        --out-dir "$OUT/run_$path" --sample-tokens 200
-      ;;
-    peer)
-      local ng=$DEPS/nanoGPT
-      [ -d "$ng" ] || { echo "no $ng: run make gpu-deps on a machine with network" >"$OUT/peer.log"; return 1; }
-      mkdir -p "$ng/data/shakespeare_char"
-      cp "$DATA" "$ng/data/shakespeare_char/input.txt"
-      # nanoGPT's prepare.py imports requests but needs it only to download: a stub when absent
-      local stub=""
-      python3 -c "import requests" 2>/dev/null || { mkdir -p "$OUT/pystub" && : >"$OUT/pystub/requests.py" && stub=$PWD/$OUT/pystub; }
-      (cd "$ng" && PYTHONPATH="$stub" python3 data/shakespeare_char/prepare.py) >"$OUT/peer-prepare.log" 2>&1
-      run peer 540 bash -c "cd '$ng' && python3 train.py config/train_shakespeare_char.py --compile=True \
-        --out_dir='$PWD/$OUT/run_nanogpt' 2>&1 | tee '$PWD/$OUT/peer-train.log' | grep -E '^step|^iter .*0:'"
-      ;;
-    cpu)
-      lscpu >"$OUT/lscpu.txt" 2>&1
-      run cpu-build 300 "${MK[@]}" train_gpt build/bench_gemm || return 1
-      # exits 1 when the kernel differs from its portable twin; AVX2 timed beside an AVX-512 native
-      run cpu-gemm 120 bash -c 'build/bench_gemm || exit 1
-        if build/bench_gemm --reps 1 --kernel avx512 >/dev/null 2>&1; then build/bench_gemm --kernel avx2; fi'
-      [ -d "$DEPS/nanoGPT" ] || { summary+=("cpu-peer         no $DEPS/nanoGPT: run make gpu-deps"); return 1; }
-      local b
-      for b in 0 1; do
-        run "cpu-peer-busy$b" 240 taskset -c 0,1 env OMP_NUM_THREADS=2 "${MK[@]}" bench-cpu-peer \
-          NANOGPT="$DEPS/nanoGPT" ROUNDS=3 BUSY=$b
-      done
-      ;;
-    counters)
-      # the emulator's kernel counters (tests/emu/kernel_profiler.h) beside Nsight Compute's on the
-      # same step (tests/gpu/counters_step.cuh): per kernel, global load / store requests and
-      # sectors, shared wavefronts and bank conflicts, registers and theoretical occupancy. Equal
-      # counts per kernel are what the profiler claims; a difference names a kernel to look at.
-      run counters-build 600 "${MK[@]}" build/test_emu build/test_gpu || return 1
-      run counters-emu 300 env TG_PRINT_COUNTERS=1 build/test_emu -tc="kernel counters*"
-      local m=l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
-      m+=,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum
-      m+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
-      m+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
-      m+=,smsp__inst_executed_pipe_tensor_op_hmma.sum,launch__registers_per_thread,sm__maximum_warps_per_active_cycle_pct
-      run counters-ncu 480 ncu --metrics "$m" --csv --log-file "$OUT/counters_ncu.csv" build/test_gpu \
-        -tc="gpu model: one step at the kernel counters' shape*"
-      grep '^emulated' "$OUT/counters-emu.log" >"$OUT/counters_emulated.txt"
-      ;;
-    window1)
-      stage build && stage test
-      stage sanitize
-      stage bench
-      ;;
-    *)
-      echo "unknown stage '$1'; expected emu, build, test, sanitize, bench, counters, train-flash, train-naive, peer, cpu or window1" >&2
-      return 2
-      ;;
-  esac
+step_attention() {
+  lib_env
+  bounded "$BENCH" "${BENCH_ARGS[@]}" --csv "$LOGS/bench_attention.csv"
 }
 
-[ $# -gt 0 ] || set -- window1
-for s in "$@"; do stage "$s"; done
-echo "==== summary ($(cat "$OUT/commit.txt" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null))"
-printf '%s\n' "${summary[@]}"
+# train_flash, train_naive: shakespeare-char with the bundle's data
+train_run() {
+  local path=$1 name=train_$1 dir=$RUNS/$1
+  lib_env
+  start_sampler "$LOGS/$name.mem"
+  bounded "$TRAIN" --preset shakespeare-char --device cuda --precision bf16 --attention "$path" --data "$TG_DATA_FILE" \
+    --out-dir "$dir" --sample-tokens "$SAMPLE_TOKENS" "${TINY[@]}"
+  local rc=$?
+  stop_sampler
+  cp "$dir/metrics.jsonl" "$LOGS/$name.metrics.jsonl" 2>/dev/null
+  return $rc
+}
+step_train_flash() { train_run flash; }
+step_train_naive() { train_run naive; }
+
+step_nanogpt() {
+  if ! python3 -c 'import torch' 2>/dev/null; then
+    echo "nanoGPT: torch not importable by python3; skipped"
+    STEP_NOTE="no torch"
+    return 0
+  fi
+  local ng=$RUNS/nanoGPT
+  cp -r "$BUNDLE/nanoGPT" "$ng" || return 1
+  if [ ! -f "$ng/data/shakespeare_char/train.bin" ]; then
+    # prepare.py imports requests only to download: a stub where it is missing
+    mkdir -p "$RUNS/pystub" && : >"$RUNS/pystub/requests.py"
+    cp "$TG_DATA_FILE" "$ng/data/shakespeare_char/input.txt"
+    (cd "$ng" && PYTHONPATH="$RUNS/pystub" bounded python3 data/shakespeare_char/prepare.py) || return 1
+  fi
+  start_sampler "$LOGS/nanogpt.mem"
+  (cd "$ng" && PYTHONUNBUFFERED=1 bounded python3 train.py config/train_shakespeare_char.py --out_dir="$RUNS/nanogpt_out" \
+    "${NANOGPT_ARGS[@]}") >"$LOGS/nanogpt.log" 2>&1
+  local rc=$?
+  stop_sampler
+  # stopped at the deadline: its iterations so far are the figure
+  ((rc == 124 || rc == 137)) && STEP_NOTE="stopped at the time limit" && rc=0
+  return $rc
+}
+
+# each tool in turn while the time left fits it (in the rehearsal, the emulator's racecheck and
+# initcheck over the same cases: it has no synccheck, and AddressSanitizer is always on)
+step_sanitize() {
+  lib_env
+  local tool per=${EXP[sanitize]}
+  export TG_REDUCED_MATRIX=1
+  for tool in racecheck initcheck synccheck memcheck; do
+    if (($(step_left) < per)); then
+      echo "$tool: skipped, $(step_left) s left"
+      STEP_NOTE+="${STEP_NOTE:+, }$tool skipped"
+      continue
+    fi
+    local cases=("${SAN_FLASH[@]}")
+    [ "$tool" = memcheck ] && cases=("${SAN_SUITE[@]}")
+    if [ "$REHEARSE" = 1 ]; then
+      [ "$tool" = synccheck ] && continue
+      TG_EMU_RACECHECK=1 timeout -k 10 "$per" "$TEST" "${cases[@]}" >"$LOGS/sanitize_$tool.log" 2>&1 &&
+        echo "ERROR SUMMARY: 0 errors (the emulator's $tool)" >>"$LOGS/sanitize_$tool.log"
+    else
+      bounded compute-sanitizer --tool "$tool" --error-exitcode 9 "$TEST" "${cases[@]}" >"$LOGS/sanitize_$tool.log" 2>&1
+    fi
+    echo "$tool: rc $?"
+  done
+  unset TG_REDUCED_MATRIX
+  return 0
+}
+
+step_counters() {
+  lib_env
+  cp "$BUNDLE/counters_emulated.txt" "$LOGS/counters_emulated.txt" 2>/dev/null
+  if [ "$REHEARSE" = 1 ] || ! command -v ncu >/dev/null; then
+    STEP_NOTE="no ncu here: the emulated counts only"
+    [ -f "$LOGS/counters_emulated.txt" ] || TG_PRINT_COUNTERS=1 bounded "$TEST" -tc="kernel counters*" |
+      grep '^emulated' >"$LOGS/counters_emulated.txt"
+    return 0
+  fi
+  local m=l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum
+  m+=,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum
+  m+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum
+  m+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
+  m+=,smsp__inst_executed_pipe_tensor_op_hmma.sum,launch__registers_per_thread,sm__maximum_warps_per_active_cycle_pct,gpu__time_duration.sum
+  bounded ncu --metrics "$m" --csv --log-file "$LOGS/counters_ncu.csv" "$TEST" -tc="gpu model: one step at the kernel counters' shape*"
+}
+
+case "${1:-}" in
+  window) shift; window "$@" ;;
+  summarize) [ $# -eq 2 ] || die "usage: bash .ci/gpu_check.sh summarize LOGDIR"; summarize "$2" ;;
+  *) die "expected 'window [--deadline S] [--rehearse]' or 'summarize LOGDIR'; got '${1:-}'" ;;
+esac

@@ -1,15 +1,17 @@
 // tests/bench/bench_attention.cu: attention forward, backward and forward+backward time and
 // TFLOP/s of the fused flash kernels (kernels/flash_attn.cuh) and of the naive path
-// (kernels/attention_naive.cuh), bf16, FlashAttention's benchmark shapes: C = 2048 (NH = C / HS),
-// HS in {64, 128}, B*T = 16384 tokens, T in {512, ..., 16384}, causal, dropout p in {0, 0.1}.
-// FLOPs counted as FlashAttention does: forward 4 B NH T^2 HS (halved when causal), backward
-// 2.5x the forward. Times: cudaEvents on the context's stream, warm-up, then the median of the
-// repetitions. The naive path is skipped where its (B, NH, T, T) buffers do not fit in free
-// device memory. When PyTorch is importable, tests/bench/sdpa_peer.py times
-// torch.nn.functional.scaled_dot_product_attention on the same shapes and the table gets the
-// ratios ours / PyTorch (< 1: we are faster).
-//   build/bench_gpu [--csv PATH] [--reps N]
-// Exits 0 with one line when no GPU is visible.
+// (kernels/attention_naive.cuh), bf16, causal, FlashAttention's benchmark shapes by default:
+// C = 2048 (NH = C / HS), HS in {64, 128}, B*T = 16384 tokens, T in {512, ..., 16384}, dropout p
+// in {0, 0.2} (0.2: nanoGPT's). FLOPs counted as FlashAttention does: forward 4 B NH T^2 HS (halved
+// when causal), backward 2.5x the forward. Times: cudaEvents on the context's stream, warm-up,
+// then the median of the repetitions. The naive path is skipped where its (B, NH, T, T) buffers
+// do not fit in free device memory, or above --naive-max-t. When PyTorch is importable,
+// tests/bench/sdpa_peer.py times torch.nn.functional.scaled_dot_product_attention on the same
+// shapes and the table gets the ratios ours / PyTorch (< 1: we are faster).
+//   build/bench_gpu [--csv PATH] [--reps N] [--warmup N] [--hs 64,128] [--t 512,...] [--p 0,0.2]
+//                   [--tokens 16384] [--width 2048] [--naive-max-t T]
+// Exits 0 with one line when no GPU is visible. Under the emulator (build/bench_gpu_emu) it runs
+// the same code on tiny shapes (the GPU window's rehearsal): times there are the emulator's.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -88,7 +90,7 @@ struct Buf {
 };
 
 // Times one shape on one path; fills row.fwd / bwd / fb or row.status.
-void bench_one(Row& row, int reps) {
+void bench_one(Row& row, int warmup, int reps) {
   const Shape& s = row.s;
   const bool flash = row.path == "flash";
   const size_t nqkv = (size_t)s.B * s.T * 3 * s.C(), nout = (size_t)s.B * s.T * s.C();
@@ -131,7 +133,6 @@ void bench_one(Row& row, int reps) {
         gpu::attention_naive_backward<gpu::bf16>(ctx, dqkv.p, dout.p, qkv.p, att.p, key, s.B, s.T, s.C(), s.NH,
                                                  s.causal);
     };
-    const int warmup = 3;
     row.fwd = median_ms(ctx.stream, fwd, warmup, reps);
     row.bwd = median_ms(ctx.stream, bwd, warmup, reps);  // from the last forward's saved state
     row.fb = median_ms(ctx.stream, [&] { fwd(); bwd(); }, warmup, reps);
@@ -174,29 +175,82 @@ std::map<std::tuple<int, int, int>, std::tuple<double, double, double>> run_peer
   return res;
 }
 
+// "a,b,c" as numbers; false on anything else
+template <typename T>
+bool parse_list(const char* text, std::vector<T>& out) {
+  out.clear();
+  std::string s(text);
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    const size_t end = std::min(s.find(',', pos), s.size());
+    const std::string item = s.substr(pos, end - pos);
+    char* rest = nullptr;
+    const double v = std::strtod(item.c_str(), &rest);
+    if (item.empty() || *rest != '\0' || !(v >= 0) || v > 1e9) return false;
+    out.push_back((T)v);
+    pos = end + 1;
+  }
+  return !out.empty();
+}
+
+int usage_error(const std::string& what) {
+  std::fprintf(stderr, "bench_gpu: %s; expected [--csv PATH] [--reps N] [--warmup N] [--hs 64,128] [--t 512,1024] "
+               "[--p 0,0.2] [--tokens N] [--width C] [--naive-max-t T]; see tests/bench/bench_attention.cu\n", what.c_str());
+  return 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const char* csv = nullptr;
+  int reps = 10, warmup = 3, tokens = 16384, width = 2048, naive_max_t = 1 << 30;
+  std::vector<int> head_sizes = {64, 128}, seq_lens = {512, 1024, 2048, 4096, 8192, 16384};
+  std::vector<double> drops = {0.0, 0.2};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("build/bench_gpu [--csv PATH] [--reps N] [--warmup N] [--hs 64,128] [--t 512,...] [--p 0,0.2] "
+                  "[--tokens 16384] [--width 2048] [--naive-max-t T]: attention kernels beside PyTorch SDPA\n");
+      return 0;
+    }
+    if (i + 1 >= argc) return usage_error(a + " without a value");
+    const char* v = argv[++i];
+    std::vector<int> one;
+    if (a == "--csv") csv = v;
+    else if (a == "--hs" ? !parse_list(v, head_sizes)
+             : a == "--t" ? !parse_list(v, seq_lens)
+             : a == "--p" ? !parse_list(v, drops)
+             : a == "--reps" || a == "--warmup" || a == "--tokens" || a == "--width" || a == "--naive-max-t"
+                 ? !parse_list(v, one) || one.size() != 1
+                 : true)
+      return usage_error(a + " " + v + (a.rfind("--", 0) == 0 ? " is not a valid value" : " is not an option"));
+    if (a == "--reps") reps = std::max(1, one[0]);
+    if (a == "--warmup") warmup = one[0];
+    if (a == "--tokens") tokens = one[0];
+    if (a == "--width") width = one[0];
+    if (a == "--naive-max-t") naive_max_t = one[0];
+  }
+  for (double p : drops)
+    if (p >= 1) return usage_error("--p " + std::to_string(p) + " is not below 1");
+  for (int HS : head_sizes)
+    if (HS == 0 || width % HS != 0) return usage_error("--hs " + std::to_string(HS) + " does not divide --width " + std::to_string(width));
+  for (int T : seq_lens)
+    if (T == 0) return usage_error("--t 0");
+
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     std::printf("bench_attention: no CUDA device visible; nothing to measure\n");
     return 0;
   }
-  const char* csv = nullptr;
-  int reps = 10;
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], "--csv") == 0) csv = argv[i + 1];
-    if (std::strcmp(argv[i], "--reps") == 0) reps = std::max(1, std::atoi(argv[i + 1]));
-  }
   cudaDeviceProp prop{};
   cudaCheck(cudaGetDeviceProperties(&prop, 0));
-  std::printf("bench_attention on %s (sm_%d%d): bf16, C = 2048, B*T = 16384, causal; median of %d after 3 warm-up\n",
-              prop.name, prop.major, prop.minor, reps);
+  std::printf("bench_attention on %s (sm_%d%d): bf16, C = %d, B*T = %d, causal; median of %d after %d warm-up\n",
+              prop.name, prop.major, prop.minor, width, tokens, reps, warmup);
 
   std::vector<Shape> shapes;
-  for (int HS : {64, 128})
-    for (int T : {512, 1024, 2048, 4096, 8192, 16384})
-      for (double p : {0.0, 0.1}) shapes.push_back(Shape{16384 / T, T, 2048 / HS, HS, true, p});
+  for (int HS : head_sizes)
+    for (int T : seq_lens)
+      for (double p : drops) shapes.push_back(Shape{std::max(1, tokens / T), T, width / HS, HS, true, p});
 
   std::vector<Row> rows;
   for (const Shape& s : shapes)
@@ -204,7 +258,8 @@ int main(int argc, char** argv) {
       Row r;
       r.s = s;
       r.path = path;
-      bench_one(r, reps);
+      if (r.path == "naive" && s.T > naive_max_t) r.status = "skipped (above --naive-max-t)";
+      else bench_one(r, warmup, reps);
       std::printf("  HS=%3d T=%5d p=%.1f %-5s %s\n", s.HS, s.T, s.p, path, r.status.c_str());
       std::fflush(stdout);
       rows.push_back(r);

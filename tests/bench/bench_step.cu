@@ -34,6 +34,11 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::printf("build/bench_step [--csv PATH]: a shakespeare-char-wide training step against T, both attention paths\n");
+      return 0;
+    }
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
     std::printf("bench_step: no CUDA device visible; nothing to measure\n");

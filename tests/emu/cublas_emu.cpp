@@ -25,7 +25,10 @@
 // chosen for (the MIN_ALIGNMENT preferences, 256 bytes by default, and the bias pointer's own
 // alignment at the query, which the documentation says the heuristic looks at); cublasLtMatmul
 // with a pointer less aligned than that is a misaligned-address fault, as such an algorithm's
-// vector loads would be on the device.
+// vector loads would be on the device. TG_EMU_CUBLASLT_NO_ALGORITHM=1 makes the heuristic find
+// no algorithm for any problem (count 0, CUBLAS_STATUS_NOT_SUPPORTED, as cuBLASLt answers a
+// problem it has none for), so that a program's own fallback runs (make test runs train_gpt_emu
+// so under racecheck: tests/emu/test_emu_cli.cpp).
 //
 // The work is queued on the handle's stream (cublasSetStream) or the Lt call's stream, and runs
 // when the host synchronises with it (tests/emu/cuda_runtime_emu.cpp).
@@ -36,6 +39,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -536,6 +540,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!d || !a || !b || !c || !dl || !p || requested < 1 || !results || !count) return CUBLAS_STATUS_INVALID_VALUE;
   *count = 0;
+  if (const char* none = std::getenv("TG_EMU_CUBLASLT_NO_ALGORITHM"); none && *none && std::strcmp(none, "0") != 0)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   Gemm g;
   const cublasStatus_t s = emu::lt_gemm(*emu::desc(d), *emu::layout(a), *emu::layout(b), *emu::layout(c),
                                         *emu::layout(dl), g);

@@ -42,6 +42,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -216,6 +217,11 @@ struct StreamState {
 struct EventState {
   StreamState* stream = nullptr;  // null until recorded
   uint64_t count = 0;             // the stream's work to run before the event completes
+  bool timing = true;             // created without cudaEventDisableTiming
+  // when the stream reached the event (the host's clock: emulated time, nothing about a GPU's);
+  // shared with the stamping work, which may run after the event is destroyed
+  std::shared_ptr<std::chrono::steady_clock::time_point> reached =
+      std::make_shared<std::chrono::steady_clock::time_point>();
 };
 
 struct Streams {
@@ -686,6 +692,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   if (sticky_error()) return fail(sticky_error());
   if (!event || (flags & ~(unsigned)(cudaEventBlockingSync | cudaEventDisableTiming))) return fail(cudaErrorInvalidValue);
   auto* e = new emu::EventState;
+  e->timing = !(flags & cudaEventDisableTiming);
   emu::streams().events.insert(e);
   *event = reinterpret_cast<cudaEvent_t>(e);
   return cudaSuccess;
@@ -704,7 +711,23 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   emu::StreamState* s = emu::lookup(stream);
   if (!e || !s) return fail(cudaErrorInvalidResourceHandle, "cudaEventRecord: unknown event or stream");
   e->stream = s;
+  if (e->timing) {  // a timed event stamps the time when the stream's work before it has run
+    s->pending.push_back(emu::Op{[t = e->reached] { *t = std::chrono::steady_clock::now(); }, "cudaEventRecord", {}});
+    ++s->enqueued;
+  }
   e->count = s->enqueued;
+  return cudaSuccess;
+}
+
+// The host time between the two events' stamps, once both have run (cudaErrorNotReady before,
+// as CUDA answers; an event created with cudaEventDisableTiming is refused, as CUDA refuses it).
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  emu::EventState* a = lookup_event(start);
+  emu::EventState* b = lookup_event(end);
+  if (!ms || !a || !b) return fail(cudaErrorInvalidResourceHandle, "cudaEventElapsedTime: unknown event");
+  if (!a->timing || !b->timing || !a->stream || !b->stream) return fail(cudaErrorInvalidResourceHandle);
+  if (a->stream->done < a->count || b->stream->done < b->count) return cudaErrorNotReady;
+  *ms = std::chrono::duration<float, std::milli>(*b->reached - *a->reached).count();
   return cudaSuccess;
 }
 

@@ -14,7 +14,8 @@ namespace emu {
 RaceChecker::RaceChecker() { add_observer(this); }
 RaceChecker::~RaceChecker() { remove_observer(this); }
 
-void RaceChecker::launch_begin(const void*, dim3, dim3 block, size_t dynamic_smem) {
+void RaceChecker::launch_begin(const void* kernel, dim3, dim3 block, size_t dynamic_smem) {
+  if (kernels_.insert(kernel).second) kernel_names_.push_back(kernel_name(kernel));
   if (dynamic_.size() < dynamic_smem) dynamic_.resize(dynamic_smem);
   collective_.assign((block.x * block.y * block.z + 31) / 32, 0);
   bx_ = (int)block.x, by_ = (int)block.y;
@@ -181,11 +182,31 @@ void RaceChecker::access(const Access& a) {
   }
 }
 
+namespace {
+// never destroyed: observers may still be called while static objects are torn down
+RaceChecker* g_env_checker = nullptr;
+
+// at exit: the names of the kernels the process's checker saw, appended to
+// $TG_EMU_RACECHECK_KERNELS (a process that a hazard ended never gets here)
+void write_checked_kernels() {
+  const char* path = std::getenv("TG_EMU_RACECHECK_KERNELS");
+  if (!g_env_checker || !path || !*path) return;
+  std::FILE* f = std::fopen(path, "a");
+  if (!f) {
+    std::fprintf(stderr, "racecheck: cannot append to %s (TG_EMU_RACECHECK_KERNELS)\n", path);
+    return;
+  }
+  for (const std::string& k : g_env_checker->kernel_names()) std::fprintf(f, "%s\n", k.c_str());
+  std::fclose(f);
+}
+}  // namespace
+
 void racecheck_from_env() {
-  // never destroyed: observers may still be called while static objects are torn down
-  static RaceChecker* checker = nullptr;
   const char* v = std::getenv("TG_EMU_RACECHECK");
-  if (!checker && v && *v && std::strcmp(v, "0") != 0) checker = new RaceChecker();
+  if (!g_env_checker && v && *v && std::strcmp(v, "0") != 0) {
+    g_env_checker = new RaceChecker();
+    std::atexit(write_checked_kernels);
+  }
 }
 
 }  // namespace emu

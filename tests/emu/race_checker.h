@@ -27,11 +27,16 @@
 // make test runs every kernel of a training step under it, both attention paths, bf16 and fp32,
 // the flash kernels through several key tiles (tests/emu/test_race_checker.cpp).
 // TG_EMU_RACECHECK=1 turns it on for a whole process (build/test_emu, train_gpt_emu): the
-// emulated suite passes so, in about 3x its time.
+// emulated suite passes so, in about 3x its time. TG_EMU_RACECHECK_KERNELS=FILE beside it appends
+// to FILE, at the process's exit, the demangled name of every kernel it checked, a line each: make
+// test holds train_gpt_emu's runs (training, evaluation, sampling with the KV cache, both
+// attention paths and precisions) to cover every kernel of the build
+// (tests/emu/test_emu_cli.cpp).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "access_hook.h"
@@ -52,6 +57,9 @@ class RaceChecker : public Observer {
   void warp_collective(int warp, const char* op) override;
   void device_written(const void* p, size_t n) override;
   void device_freed(const void* p, size_t n) override;
+
+  // the demangled names of the kernels launched under the checker so far, each once
+  const std::vector<std::string>& kernel_names() const { return kernel_names_; }
 
   // One access as the checker keeps it.
   struct Stamp {
@@ -92,13 +100,16 @@ class RaceChecker : public Observer {
   std::unordered_map<uintptr_t, std::vector<uint64_t>> written_;
   void mark_written(uintptr_t a, size_t n, bool on);
   bool all_written(uintptr_t a, uint32_t n) const;
+  std::unordered_set<const void*> kernels_;
+  std::vector<std::string> kernel_names_;
   uint64_t cta_ = 0;
   uint32_t barrier_ = 0;
   int bx_ = 1, by_ = 1;
 };
 
 // Registers one RaceChecker for the rest of the process when the environment sets
-// TG_EMU_RACECHECK (to anything but 0); the runtime calls it before the first launch.
+// TG_EMU_RACECHECK (to anything but 0), and with TG_EMU_RACECHECK_KERNELS the list of the kernels
+// it checked written at exit; the runtime calls it before the first launch.
 void racecheck_from_env();
 
 }  // namespace emu

@@ -5,13 +5,16 @@
 // emulated device), --grad-accum trains there as on the CPU, and greedy sampling from one
 // checkpoint gives the same text on the emulated device (fp32) as on the CPU backend (both with
 // their KV cache); --init-from starts both backends from the same weights (the same first loss
-// and logits); two MPI ranks run the CUDA backend's data-parallel path (NCCL's stand-in).
+// and logits); two MPI ranks run the CUDA backend's data-parallel path (NCCL's stand-in); and
+// every kernel of the build runs clean under the emulator's racecheck and initcheck in the
+// program's own runs (training, evaluation, sampling with the KV cache, --attention check).
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +27,7 @@
 #include "../../model/formats/checkpoint.h"
 #include "../../model/net/gpt.h"
 #include "../common/cli_util.h"
+#include "occupancy.h"
 
 namespace fs = std::filesystem;
 
@@ -306,4 +310,77 @@ TEST_CASE("train_gpt_emu: mpirun -np 2 --zero 1 trains the emulated CUDA ranks a
   CHECK(std::count(cb.m.begin(), cb.m.end(), 0.0f) < (long)cb.m.size() / 100);  // both shards gathered
   fs::remove_all(z0);
   fs::remove_all(z1);
+}
+
+// The race checker's own tests (tests/emu/test_race_checker.cpp) run a training step's kernels;
+// this holds the program's whole runs to it: training with evaluation and checkpoints, sampling
+// with the KV cache (at the end of a run and from a checkpoint, past block_size so that the
+// window is primed again), both attention paths, both precisions, biases, --attention check, and
+// a run whose GEMMs find no cuBLASLt algorithm (the plain cuBLAS fallback with its bias kernel).
+// Each run has TG_EMU_RACECHECK=1 (a hazard or a read of memory nothing wrote ends it with a
+// device fault) and lists the kernels it launched (TG_EMU_RACECHECK_KERNELS); together they must
+// cover every kernel of the build's table ($TG_KERNEL_RESOURCES, as tests/emu/test_occupancy.cpp
+// reads it), by name, but those train_gpt never launches (kNotLaunched, each checked to stay
+// unreached): a kernel added without a run that reaches it fails here, naming it.
+TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck and initcheck in the program's runs") {
+  const fs::path dir = fresh_dir("tg_emu_racecheck_all");
+  fs::create_directories(dir);
+  const std::string list = (dir / "kernels.txt").string();
+  const std::string env = "env TG_EMU_RACECHECK=1 TG_EMU_RACECHECK_KERNELS=" + list + " ";
+  const std::string data = " --data " + data_path();
+  // (block_size 32: 36 tokens sampled slide the KV cache's window, which primes it again)
+  const std::string train = " --max-iters 2 --eval-interval 1 --dropout 0.1 --sample-tokens 36" + kTiny + data;
+  const std::vector<std::pair<std::string, std::string>> runs = {  // (environment, arguments)
+      {"", "--device cuda --precision bf16 --attention flash --bias" + train + " --out-dir " + (dir / "flash").string()},
+      {"", "--device cuda --precision fp32 --attention naive" + train + " --out-dir " + (dir / "naive").string()},
+      {"", "--sample --ckpt " + (dir / "flash").string() + " --device cuda --sample-tokens 4 --prompt QUEEN"},
+      {"", "--device cuda --precision fp32 --attention check --dropout 0.1" + kTiny + data},
+      {"", "--device cuda --precision bf16 --attention check --dropout 0.1 --bias" + kTiny + data},
+      {"TG_EMU_CUBLASLT_NO_ALGORITHM=1 ", "--device cuda --precision bf16 --bias --max-iters 1 --eval-interval 1 "
+                                          "--sample-tokens 4" + kTiny + data + " --out-dir " + (dir / "fallback").string()},
+  };
+  for (const auto& [more_env, args] : runs) {
+    CAPTURE(more_env);
+    CAPTURE(args);
+    const Run r = cli::run_exe(cli::train_gpt_emu_exe(), args, env + more_env);
+    INFO("stderr: " << r.err);
+    REQUIRE(r.code == 0);
+  }
+  std::set<std::string> launched, launched_short;
+  std::istringstream names(cli::slurp(list));
+  for (std::string n; std::getline(names, n);) {
+    launched_short.insert(emu::occ::short_name(n));
+    launched.insert(emu::occ::short_name(n).substr(0, emu::occ::short_name(n).find('<')));
+  }
+  const char* env_table = std::getenv("TG_KERNEL_RESOURCES");
+  const std::string table = env_table && *env_table ? env_table : "build/kernel_resources.txt";
+  emu::occ::ResourceTable t;
+  try {
+    t = emu::occ::read_resources(table);
+  } catch (const std::exception& e) {
+    FAIL(e.what() << ": make build/kernel_resources.txt writes it");
+  }
+  // kernels of the build that train_gpt does not launch, and why (their tests run them)
+  const std::set<std::string> kNotLaunched = {
+      "residual_backward_kernel",  // the residual's gradient flows on in place, nothing to launch
+                                   // (tests/gpu/test_ops_gpu.cu runs it)
+  };
+  for (const std::string& k : kNotLaunched) CHECK_MESSAGE(!launched.count(k), k << " is launched now: drop it from kNotLaunched");
+  std::set<std::string> all, all_short, missing;
+  for (const emu::occ::KernelResources& k : t.kernels) {
+    const std::string s = emu::occ::short_name(k.name);
+    all_short.insert(s);
+    all.insert(s.substr(0, s.find('<')));
+  }
+  REQUIRE(all.size() > 20);
+  for (const std::string& k : all)
+    if (!launched.count(k) && !kNotLaunched.count(k)) missing.insert(k);
+  std::string text;
+  for (const std::string& k : missing) text += " " + k;
+  size_t instances = 0;
+  for (const std::string& k : all_short) instances += launched_short.count(k);
+  MESSAGE(launched.size() << " of the build's " << all.size() << " kernels (" << instances << " of its "
+                          << all_short.size() << " instantiations) ran under racecheck and initcheck");
+  CHECK_MESSAGE(missing.empty(), "kernels of the build no run reached under racecheck:" << text);
+  fs::remove_all(dir);
 }
