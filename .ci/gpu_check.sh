@@ -39,7 +39,7 @@
 # checks stand in for compute-sanitizer; the bundle's binaries are still checked to load. Every
 # path, parser, time check and archive runs, so that a lent GPU's minutes go to running.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 export PATH="$PATH:/usr/local/cuda/bin"
 
 BUNDLE=${TG_GPU_BUNDLE:-.gpu}
@@ -277,14 +277,14 @@ window() {
   else
     TRAIN=$BUNDLE/bin/train_gpt TEST=$BUNDLE/bin/test_gpu BENCH=$BUNDLE/bin/bench_gpu
     SUITE_ARGS=()
-    BENCH_ARGS=(--hs 64,128 --t 512,1024,2048,4096,8192 --p 0,0.2 --naive-max-t 2048 --reps 10)
+    BENCH_ARGS=(--hs 64,128 --t 512,1024,2048,4096,8192,16384 --p 0,0.2 --naive-max-t 2048 --reps 10)
     TINY=()
     SAMPLE_TOKENS=200
     NANOGPT_ARGS=(--compile=True)
     NANOGPT_FROM=100
     SAN_FLASH=(-tc="flash attention bf16: O*,flash attention float*,flash attention backward*")
     SAN_SUITE=(-tce="*20 steps*,*same seed twice*")
-    EXP=([facts]=10 [libs]=5 [suite]=90 [attention]=100 [train_flash]=90 [nanogpt]=120 [sanitize]=60 [counters]=90 [train_naive]=100)
+    EXP=([facts]=10 [libs]=5 [suite]=90 [attention]=60 [train_flash]=90 [nanogpt]=120 [sanitize]=60 [counters]=90 [train_naive]=100)
   fi
   export NANOGPT_FROM
   export TG_DATA_FILE=$BUNDLE/data/input.txt

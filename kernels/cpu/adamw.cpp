@@ -8,6 +8,7 @@
 // clip_grad_norm multiplies
 // by max_norm / (norm + 1e-6) when that factor is below 1, as torch.nn.utils.clip_grad_norm_.
 #include "adamw.h"
+#include "real.h"
 
 #include <algorithm>
 #include <cmath>
@@ -74,20 +75,11 @@ double clip_grad_norm(T* grads, size_t N, double norm, double max_norm) {
   return factor;
 }
 
-// float for train_gpt; double, for the tests' gradient checks, in the objects the Makefile
-// compiles from this file with TG_CPU_DOUBLE (CPU_DOUBLE_OBJS), linked into the tests only
-#ifndef TG_CPU_DOUBLE
-template void adamw_update<float>(float*, const float*, float*, float*, size_t, float, float,
-                                  float, float, float, int);
-template void norm_partials<float>(const float*, size_t, double*);
-template double global_norm<float>(const float*, size_t);
-template double clip_grad_norm<float>(float*, size_t, double, double);
-#else
-template void adamw_update<double>(double*, const double*, double*, double*, size_t, float,
-                                   float, float, float, float, int);
-template void norm_partials<double>(const double*, size_t, double*);
-template double global_norm<double>(const double*, size_t);
-template double clip_grad_norm<double>(double*, size_t, double, double);
-#endif
+// the explicit instantiations, for this build's Real (kernels/cpu/real.h: float, or double
+// in the tests' TG_CPU_DOUBLE objects)
+template void adamw_update<Real>(Real*, const Real*, Real*, Real*, size_t, float, float, float, float, float, int);
+template void norm_partials<Real>(const Real*, size_t, double*);
+template double global_norm<Real>(const Real*, size_t);
+template double clip_grad_norm<Real>(Real*, size_t, double, double);
 
 }  // namespace cpu

@@ -1,5 +1,6 @@
 // kernels/cpu/attention_decode.cpp: see attention_decode.h.
 #include "attention_decode.h"
+#include "real.h"
 
 #include <algorithm>
 #include <cmath>
@@ -51,14 +52,9 @@ void attention_decode_prime(T* kcache, T* vcache, const T* qkv, int n, int C, in
     }
 }
 
-// float for train_gpt; double, for the tests' gradient checks, in the objects the Makefile
-// compiles from this file with TG_CPU_DOUBLE (CPU_DOUBLE_OBJS), linked into the tests only
-#ifndef TG_CPU_DOUBLE
-template void attention_decode_forward<float>(float*, float*, float*, const float*, int, int, int, int);
-template void attention_decode_prime<float>(float*, float*, const float*, int, int, int, int);
-#else
-template void attention_decode_forward<double>(double*, double*, double*, const double*, int, int, int, int);
-template void attention_decode_prime<double>(double*, double*, const double*, int, int, int, int);
-#endif
+// the explicit instantiations, for this build's Real (kernels/cpu/real.h: float, or double
+// in the tests' TG_CPU_DOUBLE objects)
+template void attention_decode_forward<Real>(Real*, Real*, Real*, const Real*, int, int, int, int);
+template void attention_decode_prime<Real>(Real*, Real*, const Real*, int, int, int, int);
 
 }  // namespace cpu

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "attention_common.h"
+#include "real.h"
 
 namespace cpu {
 
@@ -164,22 +165,11 @@ void attention_naive_backward(T* dqkv, const T* dout, const T* qkv, const T* att
   }
 }
 
-// float for train_gpt; double, for the tests' gradient checks, in the objects the Makefile
-// compiles from this file with TG_CPU_DOUBLE (CPU_DOUBLE_OBJS), linked into the tests only
-#ifndef TG_CPU_DOUBLE
-template void attention_naive_forward<float>(float*, float*, const float*,
-                                             const philox::DropoutKey&, int, int, int, int, bool,
-                                             uint8_t*);
-template void attention_naive_backward<float>(float*, const float*, const float*, const float*,
-                                              const philox::DropoutKey&, int, int, int, int,
-                                              bool);
-#else
-template void attention_naive_forward<double>(double*, double*, const double*,
-                                              const philox::DropoutKey&, int, int, int, int,
-                                              bool, uint8_t*);
-template void attention_naive_backward<double>(double*, const double*, const double*,
-                                               const double*, const philox::DropoutKey&, int, int,
-                                               int, int, bool);
-#endif
+// the explicit instantiations, for this build's Real (kernels/cpu/real.h: float, or double
+// in the tests' TG_CPU_DOUBLE objects)
+template void attention_naive_forward<Real>(Real*, Real*, const Real*, const philox::DropoutKey&, int, int, int, int,
+                                            bool, uint8_t*);
+template void attention_naive_backward<Real>(Real*, const Real*, const Real*, const Real*, const philox::DropoutKey&,
+                                             int, int, int, int, bool);
 
 }  // namespace cpu

@@ -40,6 +40,7 @@
 #include "attention_common.h"
 #include "eigen.h"
 #include "gemm.h"
+#include "real.h"
 
 namespace cpu {
 
@@ -359,23 +360,11 @@ void attention_tiled_backward(T* dqkv, const T* dout, const T* qkv, const T* out
   }
 }
 
-// float for train_gpt; double, for the tests' gradient checks, in the objects the Makefile
-// compiles from this file with TG_CPU_DOUBLE (CPU_DOUBLE_OBJS), linked into the tests only
-#ifndef TG_CPU_DOUBLE
-template void attention_tiled_forward<float>(float*, float*, const float*,
-                                             const philox::DropoutKey&, int, int, int, int, bool,
-                                             int, int, uint8_t*);
-template void attention_tiled_backward<float>(float*, const float*, const float*, const float*,
-                                              const float*, const philox::DropoutKey&, int, int,
-                                              int, int, bool, int, int);
-#else
-template void attention_tiled_forward<double>(double*, double*, const double*,
-                                              const philox::DropoutKey&, int, int, int, int,
-                                              bool, int, int, uint8_t*);
-template void attention_tiled_backward<double>(double*, const double*, const double*,
-                                               const double*, const double*,
-                                               const philox::DropoutKey&, int, int, int, int, bool,
-                                               int, int);
-#endif
+// the explicit instantiations, for this build's Real (kernels/cpu/real.h: float, or double
+// in the tests' TG_CPU_DOUBLE objects)
+template void attention_tiled_forward<Real>(Real*, Real*, const Real*, const philox::DropoutKey&, int, int, int, int,
+                                            bool, int, int, uint8_t*);
+template void attention_tiled_backward<Real>(Real*, const Real*, const Real*, const Real*, const Real*,
+                                             const philox::DropoutKey&, int, int, int, int, bool, int, int);
 
 }  // namespace cpu

@@ -6,6 +6,7 @@
 // dlogits during the sum and rescales it in place, one pass over the logits for the
 // exponentials. Rows run in parallel when N * V is large.
 #include "cross_entropy.h"
+#include "real.h"
 
 #include <cmath>
 #include <cstddef>
@@ -57,16 +58,9 @@ void cross_entropy_forward_backward(T* losses, T* dlogits, const T* logits,
   }
 }
 
-// float for train_gpt; double, for the tests' gradient checks, in the objects the Makefile
-// compiles from this file with TG_CPU_DOUBLE (CPU_DOUBLE_OBJS), linked into the tests only
-#ifndef TG_CPU_DOUBLE
-template void cross_entropy_forward<float>(float*, const float*, const int32_t*, int, int, int);
-template void cross_entropy_forward_backward<float>(float*, float*, const float*,
-                                                    const int32_t*, float, int, int, int);
-#else
-template void cross_entropy_forward<double>(double*, const double*, const int32_t*, int, int, int);
-template void cross_entropy_forward_backward<double>(double*, double*, const double*,
-                                                     const int32_t*, double, int, int, int);
-#endif
+// the explicit instantiations, for this build's Real (kernels/cpu/real.h: float, or double
+// in the tests' TG_CPU_DOUBLE objects)
+template void cross_entropy_forward<Real>(Real*, const Real*, const int32_t*, int, int, int);
+template void cross_entropy_forward_backward<Real>(Real*, Real*, const Real*, const int32_t*, Real, int, int, int);
 
 }  // namespace cpu

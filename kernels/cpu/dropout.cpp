@@ -8,6 +8,7 @@
 //   backward dinp += keep ? dout * scale : 0      (the same mask, regenerated)
 // key.threshold == 0 is the identity (copy / plain +=). Rows run in parallel when large.
 #include "dropout.h"
+#include "real.h"
 
 #include <cstddef>
 
@@ -103,18 +104,9 @@ void dropout_mask(unsigned char* mask, const philox::DropoutKey& key, int B, int
 }
 #endif
 
-// float for train_gpt; double, for the tests' gradient checks, in the objects the Makefile
-// compiles from this file with TG_CPU_DOUBLE (CPU_DOUBLE_OBJS), linked into the tests only
-#ifndef TG_CPU_DOUBLE
-template void dropout_forward<float>(float*, const float*, const philox::DropoutKey&, int, int,
-                                     int);
-template void dropout_backward<float>(float*, const float*, const philox::DropoutKey&, int, int,
-                                      int);
-#else
-template void dropout_forward<double>(double*, const double*, const philox::DropoutKey&, int,
-                                      int, int);
-template void dropout_backward<double>(double*, const double*, const philox::DropoutKey&, int,
-                                       int, int);
-#endif
+// the explicit instantiations, for this build's Real (kernels/cpu/real.h: float, or double
+// in the tests' TG_CPU_DOUBLE objects)
+template void dropout_forward<Real>(Real*, const Real*, const philox::DropoutKey&, int, int, int);
+template void dropout_backward<Real>(Real*, const Real*, const philox::DropoutKey&, int, int, int);
 
 }  // namespace cpu

@@ -4,6 +4,7 @@
 // that appears several times collects the sum of its rows) and dwpe[t,:] += sum_b dout[b,t,:].
 // The backward stays serial: rows of dwte collide when tokens repeat.
 #include "encoder.h"
+#include "real.h"
 
 #include <cstddef>
 
@@ -40,18 +41,9 @@ void encoder_backward(T* dwte, T* dwpe, const T* dout, const int32_t* inp, int B
   }
 }
 
-// float for train_gpt; double, for the tests' gradient checks, in the objects the Makefile
-// compiles from this file with TG_CPU_DOUBLE (CPU_DOUBLE_OBJS), linked into the tests only
-#ifndef TG_CPU_DOUBLE
-template void encoder_forward<float>(float*, const int32_t*, const float*, const float*, int,
-                                     int, int);
-template void encoder_backward<float>(float*, float*, const float*, const int32_t*, int, int,
-                                      int);
-#else
-template void encoder_forward<double>(double*, const int32_t*, const double*, const double*,
-                                      int, int, int);
-template void encoder_backward<double>(double*, double*, const double*, const int32_t*, int,
-                                       int, int);
-#endif
+// the explicit instantiations, for this build's Real (kernels/cpu/real.h: float, or double
+// in the tests' TG_CPU_DOUBLE objects)
+template void encoder_forward<Real>(Real*, const int32_t*, const Real*, const Real*, int, int, int);
+template void encoder_backward<Real>(Real*, Real*, const Real*, const int32_t*, int, int, int);
 
 }  // namespace cpu

@@ -24,6 +24,7 @@
 #include <cmath>
 
 #include "eigen.h"
+#include "real.h"
 
 namespace cpu {
 
@@ -99,16 +100,10 @@ void gelu_backward_overwrite(T* dinp, const T* inp, const T* dout, size_t N, Gel
   backward<false>(dinp, inp, dout, N, form);
 }
 
-// float for train_gpt; double, for the tests' gradient checks, in the objects the Makefile
-// compiles from this file with TG_CPU_DOUBLE (CPU_DOUBLE_OBJS), linked into the tests only
-#ifndef TG_CPU_DOUBLE
-template void gelu_forward<float>(float*, const float*, size_t, GeluForm);
-template void gelu_backward<float>(float*, const float*, const float*, size_t, GeluForm);
-template void gelu_backward_overwrite<float>(float*, const float*, const float*, size_t, GeluForm);
-#else
-template void gelu_forward<double>(double*, const double*, size_t, GeluForm);
-template void gelu_backward<double>(double*, const double*, const double*, size_t, GeluForm);
-template void gelu_backward_overwrite<double>(double*, const double*, const double*, size_t, GeluForm);
-#endif
+// the explicit instantiations, for this build's Real (kernels/cpu/real.h: float, or double
+// in the tests' TG_CPU_DOUBLE objects)
+template void gelu_forward<Real>(Real*, const Real*, size_t, GeluForm);
+template void gelu_backward<Real>(Real*, const Real*, const Real*, size_t, GeluForm);
+template void gelu_backward_overwrite<Real>(Real*, const Real*, const Real*, size_t, GeluForm);
 
 }  // namespace cpu

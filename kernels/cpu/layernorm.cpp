@@ -9,6 +9,7 @@
 // run in parallel when the tensor is large; the column sums dweight / dbias are a separate
 // serial pass so the result does not depend on the number of threads.
 #include "layernorm.h"
+#include "real.h"
 
 #include <cmath>
 #include <cstddef>
@@ -83,19 +84,10 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
   }
 }
 
-// float for train_gpt; double, for the tests' gradient checks, in the objects the Makefile
-// compiles from this file with TG_CPU_DOUBLE (CPU_DOUBLE_OBJS), linked into the tests only
-#ifndef TG_CPU_DOUBLE
-template void layernorm_forward<float>(float*, float*, float*, const float*, const float*,
-                                       const float*, int, int);
-template void layernorm_backward<float>(float*, float*, float*, const float*, const float*,
-                                        const float*, const float*, const float*, int, int);
-#else
-template void layernorm_forward<double>(double*, double*, double*, const double*,
-                                        const double*, const double*, int, int);
-template void layernorm_backward<double>(double*, double*, double*, const double*,
-                                         const double*, const double*, const double*,
-                                         const double*, int, int);
-#endif
+// the explicit instantiations, for this build's Real (kernels/cpu/real.h: float, or double
+// in the tests' TG_CPU_DOUBLE objects)
+template void layernorm_forward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, int, int);
+template void layernorm_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, const Real*,
+                                       const Real*, int, int);
 
 }  // namespace cpu

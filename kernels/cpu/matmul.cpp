@@ -17,6 +17,7 @@
 
 #include "eigen.h"
 #include "gemm.h"
+#include "real.h"
 
 namespace cpu {
 
@@ -88,22 +89,11 @@ void matmul_backward_overwrite(T* dinp, T* dweight, T* dbias, const T* dout, con
   backward(dinp, false, dweight, dbias, dout, inp, weight, N, C, OC);
 }
 
-// float for train_gpt; double, for the tests' gradient checks, in the objects the Makefile
-// compiles from this file with TG_CPU_DOUBLE (CPU_DOUBLE_OBJS), linked into the tests only
-#ifndef TG_CPU_DOUBLE
-template void matmul_forward<float>(float*, const float*, const float*, const float*, int, int,
-                                    int);
-template void matmul_backward<float>(float*, float*, float*, const float*, const float*,
-                                     const float*, int, int, int);
-template void matmul_backward_overwrite<float>(float*, float*, float*, const float*, const float*, const float*, int,
-                                               int, int);
-#else
-template void matmul_forward<double>(double*, const double*, const double*, const double*, int,
-                                     int, int);
-template void matmul_backward<double>(double*, double*, double*, const double*, const double*,
-                                      const double*, int, int, int);
-template void matmul_backward_overwrite<double>(double*, double*, double*, const double*, const double*,
-                                                const double*, int, int, int);
-#endif
+// the explicit instantiations, for this build's Real (kernels/cpu/real.h: float, or double
+// in the tests' TG_CPU_DOUBLE objects)
+template void matmul_forward<Real>(Real*, const Real*, const Real*, const Real*, int, int, int);
+template void matmul_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, int, int, int);
+template void matmul_backward_overwrite<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, int, int,
+                                              int);
 
 }  // namespace cpu

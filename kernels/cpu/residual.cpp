@@ -3,6 +3,7 @@
 // dinp1 += dout, dinp2 += dout. Elementwise with no restrict pointers, so out may alias an
 // input and dinp1 may be dinp2 (that element then gets dout twice).
 #include "residual.h"
+#include "real.h"
 
 namespace cpu {
 
@@ -25,14 +26,9 @@ void residual_backward(T* dinp1, T* dinp2, const T* dout, size_t N) {
   }
 }
 
-// float for train_gpt; double, for the tests' gradient checks, in the objects the Makefile
-// compiles from this file with TG_CPU_DOUBLE (CPU_DOUBLE_OBJS), linked into the tests only
-#ifndef TG_CPU_DOUBLE
-template void residual_forward<float>(float*, const float*, const float*, size_t);
-template void residual_backward<float>(float*, float*, const float*, size_t);
-#else
-template void residual_forward<double>(double*, const double*, const double*, size_t);
-template void residual_backward<double>(double*, double*, const double*, size_t);
-#endif
+// the explicit instantiations, for this build's Real (kernels/cpu/real.h: float, or double
+// in the tests' TG_CPU_DOUBLE objects)
+template void residual_forward<Real>(Real*, const Real*, const Real*, size_t);
+template void residual_backward<Real>(Real*, Real*, const Real*, size_t);
 
 }  // namespace cpu

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../../kernels/cpu/attention_tiled.h"
@@ -48,6 +49,32 @@ std::vector<float> random_floats(size_t n, std::mt19937& g) {
 
 // The core clock, from a chain of dependent integer adds (one a cycle): 1e7 of them, the
 // fastest of 50 runs.
+// One core's fp32 FMA throughput with the kernel's vectors, in flops a cycle, from the processor's
+// model (/proc/cpuinfo), and the sentence saying what it rests on. AVX2: two 256-bit FMA pipes
+// (Intel since Haswell, AMD since Zen 2): 32. AVX-512: AMD's family 25 (Zen 4) runs a 512-bit FMA
+// as two 256-bit halves on its two pipes: 32; family 26 and later (Zen 5): 64; Intel: 64, which
+// assumes two 512-bit FMA units (Xeon Gold and Platinum since Skylake-SP, Sapphire Rapids; parts
+// with one unit have half).
+std::pair<int, std::string> fma_flops_per_cycle(cpu::GemmKernel kern) {
+  std::string vendor;
+  int family = 0;
+  if (std::FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, f) && (vendor.empty() || family == 0)) {
+      char v[64];
+      if (std::sscanf(line, "vendor_id : %63s", v) == 1) vendor = v;
+      std::sscanf(line, "cpu family : %d", &family);
+    }
+    std::fclose(f);
+  }
+  if (kern != cpu::GemmKernel::Avx512) return {32, "two 256-bit FMA pipes"};
+  if (vendor == "AuthenticAMD" && family == 25)
+    return {32, "AMD family 25 (Zen 4): 512-bit FMAs as two 256-bit halves"};
+  if (vendor == "AuthenticAMD") return {64, "AMD family " + std::to_string(family) + ": two 512-bit FMA pipes"};
+  return {64, (vendor.empty() ? std::string("unknown vendor") : vendor) +
+                  ": assumed two 512-bit FMA units (parts with one have half this peak)"};
+}
+
 double clock_ghz() {
   double best = 1e30;
   for (int r = 0; r < 50; ++r) {
@@ -104,11 +131,10 @@ int main(int argc, char** argv) {
   std::mt19937 g(1234);
   Eigen::setNbThreads(1);  // as inside the step's parallel region (else Eigen's product uses every OpenMP thread)
   const double ghz = clock_ghz();
-  // two FMA pipes of the kernel's vector width (a core that splits 512-bit operations in two,
-  // such as Zen 4, has half this peak with the AVX-512 kernel)
-  const int flops_cycle = kern == cpu::GemmKernel::Avx512 ? 64 : 32;
-  std::printf("core clock about %.2f GHz (a chain of dependent adds): fp32 FMA peak of one core %d flops/cycle = %.0f GFLOP/s\n",
-              ghz, flops_cycle, flops_cycle * ghz);
+  const auto [flops_cycle, peak_basis] = fma_flops_per_cycle(kern);
+  std::printf("core clock about %.2f GHz (a chain of dependent adds): fp32 FMA peak of one core %d flops/cycle (%s) "
+              "= %.0f GFLOP/s\n",
+              ghz, flops_cycle, peak_basis.c_str(), flops_cycle * ghz);
   std::printf("float products of one slice (%d rows, C=%d, V=%d, %d layers), one thread, min of %d reps, gemm kernel: %s\n",
               R, C, V, L, reps, cpu::gemm_kernel_name(kern));
   std::printf("%-28s %5s %5s %5s %3s %10s %10s %10s %10s %8s %9s %5s\n", "product", "M", "N", "K", "x", "eigen us",
