@@ -351,8 +351,9 @@ stop_sampler() { [ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null; wait "${S
 step_facts() {
   local v t
   if command -v nvidia-smi >/dev/null; then
-    echo "gpu: $(nvidia-smi --query-gpu=name,compute_cap,memory.total,clocks.max.sm,clocks.max.mem,driver_version \
-      --format=csv,noheader | head -n1 | awk -F', ' '{printf "%s (compute capability %s, %s, max SM clock %s, memory clock %s, driver %s)", $1, $2, $3, $4, $5, $6}')"
+    # each field on its own, so that one this driver does not know leaves a "?" and the rest
+    q() { nvidia-smi --query-gpu="$1" --format=csv,noheader 2>/dev/null | head -n1 | grep -v -i 'not a valid\|error' || echo "?"; }
+    echo "gpu: $(q name) (compute capability $(q compute_cap), $(q memory.total), max SM clock $(q clocks.max.sm), memory clock $(q clocks.max.memory), driver $(q driver_version))"
     nvidia-smi
     nvidia-smi -q | grep -iE 'product name|multiprocessor|bus id|clocks|power limit|persistence|mig mode' | head -n 40
   else
