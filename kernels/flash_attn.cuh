@@ -5,6 +5,8 @@
 // (the spec) in kernels/cpu/attention_tiled.h. T = bf16 runs on tensor cores (mma.sync bf16,
 // fp32 accumulate); T = float runs a plain fp32 SIMT kernel (no TF32).
 // forward overwrites out and lse (and mask when not null); backward accumulates (+=) into dqkv.
+// Head sizes: multiples of 8 up to 128 (flash_attn_tile_head_size: 32, 64, 128 run as they
+// are, the others padded through ctx.scratch).
 // causal must be true: the kernels are instantiated causal only (std::invalid_argument otherwise;
 // see flash::check_causal in kernels/flash_attn_common.cuh).
 #pragma once
@@ -17,11 +19,19 @@
 
 namespace gpu {
 
-// true when the flash kernels support head size HS (32, 64 or 128); otherwise *why (when not
-// null) gets the sentence naming the supported sizes (the caller says what to change).
+// The head size the kernels run a head size HS at: HS itself for 32, 64 and 128 (their tiles);
+// the next of those for the other multiples of 8 up to 128, whose heads the launchers copy into
+// that width with zero columns (zeros add nothing to Q K^T; V's zero columns give O zero columns,
+// dropped; the softmax scale stays 1 / sqrt(HS)); 0 for any other HS.
+int flash_attn_tile_head_size(int HS);
+
+// true when the flash kernels take head size HS (flash_attn_tile_head_size(HS) != 0); otherwise
+// *why (when not null) gets the sentence naming the sizes they take (the caller says what to
+// change).
 bool flash_attn_supported(int HS, std::string* why);
 
-// Scratch the backward needs in ctx.scratch: D = rowsum(dO o O), (B, NH, T) floats.
+// Scratch the forward and backward need in ctx.scratch: the backward's D = rowsum(dO o O),
+// (B, NH, T) floats; for a padded head size also the padded copies of qkv, out, dout and dqkv.
 size_t flash_attn_scratch_bytes(int B, int Tn, int C, int NH);
 
 template <typename T>

@@ -46,9 +46,12 @@
 namespace gpu {
 
 size_t flash_attn_scratch_bytes(int B, int Tn, int C, int NH) {
-  (void)C;
-  const size_t d_bytes = (size_t)B * NH * Tn * sizeof(float);  // D (B, NH, T)
-  return (d_bytes + 255) / 256 * 256;
+  const size_t d_bytes = ((size_t)B * NH * Tn * sizeof(float) + 255) / 256 * 256;  // D (B, NH, T)
+  const flash::Padding pad{C / NH, flash_attn_tile_head_size(C / NH)};
+  if (!pad.active() || pad.HSp == 0) return d_bytes;
+  // D, then the widened qkv, out, dout and dqkv (the forward uses the first two from the start)
+  const long long rows = (long long)B * Tn;
+  return d_bytes + 2 * pad.bytes(rows, 3 * NH) + 2 * pad.bytes(rows, NH);
 }
 
 namespace flash {
@@ -594,18 +597,39 @@ void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qk
   if (!ctx.scratch || ctx.scratch_bytes < need)
     throw std::invalid_argument("flash_attn_backward: ctx.scratch holds " + std::to_string(ctx.scratch_bytes) +
                                 " bytes, the backward needs flash_attn_scratch_bytes = " + std::to_string(need));
+  // a head size the tiles do not have: widened copies of qkv, out, dout and dqkv (its values, so
+  // that the kernels' += rounds once, as unpadded) after D in ctx.scratch; dqkv narrowed back
+  const flash::Padding pad{HS, flash_attn_tile_head_size(HS)};
+  const long long rows = (long long)B * Tn;
+  const T *qkv_k = qkv, *out_k = out, *dout_k = dout;
+  T* dqkv_k = dqkv;
+  if (pad.active()) {
+    char* at = static_cast<char*>(ctx.scratch) + ((size_t)B * NH * Tn * sizeof(float) + 255) / 256 * 256;
+    T* qkv_p = reinterpret_cast<T*>(at);
+    T* out_p = reinterpret_cast<T*>(at + pad.bytes(rows, 3 * NH));
+    T* dqkv_p = reinterpret_cast<T*>(at + pad.bytes(rows, 3 * NH) + pad.bytes(rows, NH));
+    T* dout_p = reinterpret_cast<T*>(at + 2 * pad.bytes(rows, 3 * NH) + pad.bytes(rows, NH));
+    flash::copy_heads(ctx, qkv_p, pad.HSp, qkv, HS, rows, 3 * NH);
+    flash::copy_heads(ctx, out_p, pad.HSp, out, HS, rows, NH);
+    flash::copy_heads(ctx, dout_p, pad.HSp, dout, HS, rows, NH);
+    flash::copy_heads(ctx, dqkv_p, pad.HSp, dqkv, HS, rows, 3 * NH);
+    qkv_k = qkv_p, out_k = out_p, dout_k = dout_p, dqkv_k = dqkv_p;
+  }
   flash::BwdParams<T> p{};
   // out and lse are only read here (the D pass, the recomputation of P)
-  flash::fill_fwd_params<T>(p, qkv, const_cast<T*>(out), const_cast<float*>(lse), nullptr, key, B, Tn, C, NH);
-  p.dout = dout;
-  p.dqkv = dqkv;
+  flash::fill_fwd_params<T>(p, qkv_k, const_cast<T*>(out_k), const_cast<float*>(lse), nullptr, key, B, Tn,
+                            NH * pad.HSp, NH);
+  flash::set_scale(p, HS);
+  p.dout = dout_k;
+  p.dqkv = dqkv_k;
   p.D = static_cast<float*>(ctx.scratch);
   const bool dropout = key.threshold != 0;
   // the one place where the runtime flags become template parameters
   // (causal only: see flash::check_causal)
-  FLASH_HEADDIM_SWITCH(HS, kHS, [&] {
+  FLASH_HEADDIM_SWITCH(pad.HSp, kHS, [&] {
     BOOL_SWITCH(dropout, kDropout, [&] { flash::run_bwd<T, kHS, /*IsCausal=*/true, kDropout>(ctx, p); });
   });
+  if (pad.active()) flash::copy_heads(ctx, dqkv, HS, dqkv_k, pad.HSp, rows, 3 * NH);
 }
 
 template void flash_attn_backward<float>(const Context&, float*, const float*, const float*, const float*,

@@ -38,7 +38,7 @@ namespace flash {
 // ---- the static switch: runtime flags -> template parameters, used once per launcher --------
 // (BOOL_SWITCH is kernels/cuda_common.cuh's, the one for every kernel file)
 
-// HSV must already be one of 32, 64, 128 (flash_attn_supported).
+// HSV must already be one of 32, 64, 128 (flash_attn_tile_head_size).
 #define FLASH_HEADDIM_SWITCH(HSV, NAME, ...)  \
   [&] {                                       \
     if ((HSV) == 32) {                        \
@@ -99,6 +99,30 @@ inline void fill_fwd_params(FwdParams<Act>& p, const Act* qkv, Act* out, float* 
   p.HS = HS;
   p.ld_qkv = 3LL * C;
   p.ld_out = C;
+}
+
+// A head size the tiles do not have (flash_attn_tile_head_size(HS) != HS): the launchers run the
+// kernels on copies of the heads widened to HSp = flash_attn_tile_head_size(HS) in ctx.scratch,
+// with the scale of HS.
+struct Padding {
+  int HS = 0, HSp = 0;  // the heads' size, and the kernels'
+  bool active() const { return HSp != HS; }
+  // bytes of a padded (rows, groups, HSp) buffer in ctx.scratch, 256-byte aligned (sized for fp32,
+  // the wider activation type)
+  size_t bytes(long long rows, int groups) const { return ((size_t)rows * groups * HSp * sizeof(float) + 255) / 256 * 256; }
+};
+
+// dst (rows, groups, to_hs) = src (rows, groups, from_hs), each head's first min(from_hs, to_hs)
+// columns copied and the rest of dst's zeroed: widens heads to the kernels' size, and narrows
+// them back.
+template <typename T>
+void copy_heads(const Context& ctx, T* dst, int to_hs, const T* src, int from_hs, long long rows, int groups);
+
+// The kernels' scale for heads of size HS (fill_fwd_params takes it from C / NH: the padded size).
+template <typename Act>
+inline void set_scale(FwdParams<Act>& p, int HS) {
+  p.scale = (float)(1.0 / std::sqrt((double)HS));
+  p.scale_log2 = (float)(kLog2e / std::sqrt((double)HS));
 }
 
 // ---- host-side checks shared by the launchers ------------------------------------------------

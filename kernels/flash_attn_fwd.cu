@@ -44,12 +44,42 @@
 
 namespace gpu {
 
+int flash_attn_tile_head_size(int HS) {
+  if (HS < 8 || HS > 128 || HS % 8 != 0) return 0;
+  return HS <= 32 ? 32 : HS <= 64 ? 64 : 128;
+}
+
 bool flash_attn_supported(int HS, std::string* why) {
-  if (HS == 32 || HS == 64 || HS == 128) return true;
+  if (flash_attn_tile_head_size(HS) != 0) return true;
   if (why)
-    *why = "the flash attention kernels support head sizes 32, 64 and 128 only";
+    *why = "the flash attention kernels take head sizes that are multiples of 8 up to 128 (32, 64 and 128 as they "
+           "are, the others padded to the next of those)";
   return false;
 }
+
+namespace flash {
+
+// ---- padded heads: widening and narrowing copies ---------------------------------------------
+// dst[r][g][d] = d < from_hs ? src[r][g][d] : 0, over rows x groups x to_hs elements
+template <typename T>
+__global__ void copy_heads_kernel(T* __restrict__ dst, int to_hs, const T* __restrict__ src, int from_hs,
+                                  long long n) {
+  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x) {
+    const long long head = e / to_hs;
+    const int d = (int)(e - head * to_hs);
+    dst[e] = d < from_hs ? src[head * from_hs + d] : from_float<T>(0.f);
+  }
+}
+
+template <typename T>
+void copy_heads(const Context& ctx, T* dst, int to_hs, const T* src, int from_hs, long long rows, int groups) {
+  const long long n = rows * groups * to_hs;
+  launch(copy_heads_kernel<T>, grid_1d((size_t)n, 256), 256, 0, ctx.stream, dst, to_hs, src, from_hs, n);
+}
+template void copy_heads<float>(const Context&, float*, int, const float*, int, long long, int);
+template void copy_heads<bf16>(const Context&, bf16*, int, const bf16*, int, long long, int);
+
+}  // namespace flash
 
 namespace flash {
 namespace {
@@ -323,16 +353,37 @@ void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, co
     flash::check_aligned(qkv, 16, "flash_attn_forward", "qkv");  // cp.async moves 16 bytes
     flash::check_aligned(out, 4, "flash_attn_forward", "out");   // bf16x2 stores
   }
+  // a head size the tiles do not have: the kernels read widened copies of the heads from
+  // ctx.scratch and write a widened O there, narrowed into out at the end
+  const flash::Padding pad{HS, flash_attn_tile_head_size(HS)};
+  const long long rows = (long long)B * Tn;
+  const T* qkv_k = qkv;
+  T* out_k = out;
+  if (pad.active()) {
+    const size_t need = flash_attn_scratch_bytes(B, Tn, C, NH);
+    if (!ctx.scratch || ctx.scratch_bytes < need)
+      throw std::invalid_argument("flash_attn_forward: head size " + std::to_string(HS) + " runs padded to " +
+                                  std::to_string(pad.HSp) + " in ctx.scratch, which holds " +
+                                  std::to_string(ctx.scratch_bytes) + " bytes of the " + std::to_string(need) +
+                                  " it needs (flash_attn_scratch_bytes)");
+    char* at = static_cast<char*>(ctx.scratch);
+    T* qkv_p = reinterpret_cast<T*>(at);
+    out_k = reinterpret_cast<T*>(at + pad.bytes(rows, 3 * NH));
+    flash::copy_heads(ctx, qkv_p, pad.HSp, qkv, HS, rows, 3 * NH);
+    qkv_k = qkv_p;
+  }
   flash::FwdParams<T> p{};
-  flash::fill_fwd_params(p, qkv, out, lse, mask, key, B, Tn, C, NH);
+  flash::fill_fwd_params(p, qkv_k, out_k, lse, mask, key, B, Tn, NH * pad.HSp, NH);
+  flash::set_scale(p, HS);
   // with the mask dump and p = 0 the dropout path runs with threshold 0 (every element kept,
   // s = 1: the same result) so that the dump is written by the code that applies dropout
   const bool dropout = key.threshold != 0 || mask != nullptr;
   // the one place where the runtime flags become template parameters
   // (causal only: see flash::check_causal)
-  FLASH_HEADDIM_SWITCH(HS, kHS, [&] {
+  FLASH_HEADDIM_SWITCH(pad.HSp, kHS, [&] {
     BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd<T, kHS, /*IsCausal=*/true, kDropout>(ctx, p); });
   });
+  if (pad.active()) flash::copy_heads(ctx, out, HS, out_k, pad.HSp, rows, NH);
 }
 
 template void flash_attn_forward<float>(const Context&, float*, float*, const float*, const philox::DropoutKey&, int,

@@ -121,10 +121,10 @@ TEST_CASE("train_gpt_emu: a checkpoint of the emulated CUDA run samples on the C
 }
 
 TEST_CASE("train_gpt_emu: bad input is one line and exit 2, as with train_gpt") {
-  const Run r = run_emu("--device cuda --n-embd 96 --n-head 2 --attention flash --max-iters 1 --data " + data_path() +
+  const Run r = run_emu("--device cuda --n-embd 36 --n-head 2 --attention flash --max-iters 1 --data " + data_path() +
                     " --out-dir " + fresh_dir("tg_emu_bad").string());
   CHECK(r.code == 2);
-  CHECK(r.err.find("head size 48") != std::string::npos);
+  CHECK(r.err.find("head size 18") != std::string::npos);
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
 
@@ -315,8 +315,9 @@ TEST_CASE("train_gpt_emu: mpirun -np 2 --zero 1 trains the emulated CUDA ranks a
 // The race checker's own tests (tests/emu/test_race_checker.cpp) run a training step's kernels;
 // this holds the program's whole runs to it: training with evaluation and checkpoints, sampling
 // with the KV cache (at the end of a run and from a checkpoint, past block_size so that the
-// window is primed again), both attention paths, both precisions, biases, --attention check, and
-// a run whose GEMMs find no cuBLASLt algorithm (the plain cuBLAS fallback with its bias kernel).
+// window is primed again), both attention paths, both precisions, biases, --attention check, a
+// head size the flash tiles do not have (run padded), and a run whose GEMMs find no cuBLASLt
+// algorithm (the plain cuBLAS fallback with its bias kernel).
 // Each run has TG_EMU_RACECHECK=1 (a hazard or a read of memory nothing wrote ends it with a
 // device fault) and lists the kernels it launched (TG_EMU_RACECHECK_KERNELS); together they must
 // cover every kernel of the build's table ($TG_KERNEL_RESOURCES, as tests/emu/test_occupancy.cpp
@@ -335,6 +336,10 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
       {"", "--device cuda --precision fp32 --attention naive" + train + " --out-dir " + (dir / "naive").string()},
       {"", "--sample --ckpt " + (dir / "flash").string() + " --device cuda --sample-tokens 4 --prompt QUEEN"},
       {"", "--device cuda --precision fp32 --attention check --dropout 0.1" + kTiny + data},
+      // head size 40: the flash kernels run it padded to 64 (their heads widened and narrowed back)
+      {"", "--device cuda --precision bf16 --attention flash --n-layer 1 --n-head 2 --n-embd 80 --block-size 32 "
+           "--batch-size 2 --max-iters 1 --eval-interval 1 --eval-iters 1 --sample-tokens 4" + data + " --out-dir " +
+           (dir / "padded").string()},
       {"", "--device cuda --precision bf16 --attention check --dropout 0.1 --bias" + kTiny + data},
       {"TG_EMU_CUBLASLT_NO_ALGORITHM=1 ", "--device cuda --precision bf16 --bias --max-iters 1 --eval-interval 1 "
                                           "--sample-tokens 4" + kTiny + data + " --out-dir " + (dir / "fallback").string()},

@@ -3,7 +3,8 @@
 // (T-rounded) inputs, and against the plain GPU path gpu::attention_naive_* (same precision).
 //   1. bf16, FlashAttention's rule: max |flash - ref| <= 2 max |naive - ref| + floor for O
 //      and lse, <= 3x + floor for dQ, dK, dV; T in {1, 2, 17, 97, 128, 129, 255, 1023, 1025},
-//      HS in {32, 64, 128}, causal (the launchers are built causal only), p in {0, 0.17}.
+//      HS in {32, 64, 128}, causal (the launchers are built causal only), p in {0, 0.17}; and
+//      the padded head sizes 40, 80, 96 (run as 64, 128, 128) at fewer T.
 //   2. float (the SIMT path): within a tolerance derived below from the fp32 unit roundoff.
 //   3. the mask hook equals the CPU mask byte for byte (entries above the causal diagonal left
 //      untouched by both); with p = 0.17 about 17% are dropped; the hook does not change out.
@@ -11,8 +12,8 @@
 //      float).
 //   5. dqkv += (random start), no writes past the ends of out / lse / dqkv.
 //   6. scaled inputs (q x5, k x3): no NaN or Inf, and still the rule of 1.
-//   7. head sizes other than 32, 64, 128 are rejected with a message naming them, and so is
-//      causal = false (the launchers instantiate the causal kernels only).
+//   7. head sizes that are not multiples of 8 up to 128 are rejected with a message naming the
+//      sizes taken, and so is causal = false (the launchers instantiate the causal kernels only).
 // Fresh random inputs each run (TG_TEST_SEED replays one); the dropout seed derives from it.
 // Uploads are followed by cudaDeviceSynchronize: DeviceArray::upload is a pageable cudaMemcpy,
 // which may return before the copy lands, and the launchers run on ctx.stream (non-blocking).
@@ -275,6 +276,9 @@ std::vector<std::pair<Shape, bool>> cases() {
   for (int Tn : tg_test::device_sizes<int>({1, 2, 17, 97, 128, 129, 255, 1023, 1025}, {1, 17, 129}))
     for (int HS : {32, 64, 128})
       for (bool causal : {true}) cs.push_back({Tn <= 255 ? Shape{2, Tn, 2, HS} : Shape{1, Tn, 1, HS}, causal});
+  // head sizes the tiles do not have, run padded (flash_attn_tile_head_size)
+  for (int Tn : tg_test::device_sizes<int>({1, 17, 129, 255}, {17}))
+    for (int HS : {40, 80, 96}) cs.push_back({Shape{2, Tn, 2, HS}, true});
   return cs;
 }
 
@@ -457,7 +461,7 @@ template <typename T>
 void mask_hook_test() {
   uint64_t salt = 50000;
   for (int Tn : tg_test::device_sizes<int>({1, 17, 129, 255}, {129}))
-    for (int HS : {32, 64, 128})
+    for (int HS : {32, 40, 64, 128})  // (40: padded to 64)
       for (bool causal : {true})
         for (double p : {0.0, 0.17}) {
           const Shape s{2, Tn, 2, HS};
@@ -543,7 +547,7 @@ void accumulate_test() {
   const double u = gpu::unit_roundoff<T>();
   uint64_t salt = 70000;
   for (int Tn : tg_test::device_sizes<int>({1, 97, 129}, {129}))
-    for (int HS : {32, 128})
+    for (int HS : {32, 40, 128})  // (40: padded to 64, through copies of dqkv in scratch)
       for (bool causal : {true}) {
         const Shape s{2, Tn, 3, HS};
         const std::string where = describe(s, causal, 0.17);
@@ -586,17 +590,26 @@ TG_GPU_TEST("flash attention backward accumulates into dqkv and writes nothing p
   accumulate_test<gpu::bf16>();
 }
 
-TG_GPU_TEST("flash attention rejects head sizes other than 32, 64, 128") {
+TG_GPU_TEST("flash attention takes head sizes that are multiples of 8 up to 128 and rejects the others") {
   std::string why;
-  CHECK(gpu::flash_attn_supported(32, &why));
-  CHECK(gpu::flash_attn_supported(64, &why));
-  CHECK(gpu::flash_attn_supported(128, &why));
-  for (int HS : {16, 48, 80, 96, 256}) {
+  for (int HS : {32, 64, 128}) {
+    CHECK(gpu::flash_attn_supported(HS, &why));
+    CHECK(gpu::flash_attn_tile_head_size(HS) == HS);
+  }
+  // padded to the next tile
+  const std::pair<int, int> padded[] = {{8, 32}, {24, 32}, {40, 64}, {48, 64}, {56, 64}, {72, 128}, {80, 128},
+                                        {96, 128}, {120, 128}};
+  for (const auto& [HS, HSp] : padded) {
+    CHECK(gpu::flash_attn_supported(HS, &why));
+    CHECK(gpu::flash_attn_tile_head_size(HS) == HSp);
+  }
+  for (int HS : {0, 4, 12, 20, 100, 136, 256}) {
     why.clear();
     CHECK_FALSE(gpu::flash_attn_supported(HS, &why));
-    CHECK_MESSAGE(why.find("32, 64 and 128") != std::string::npos, why);
+    CHECK(gpu::flash_attn_tile_head_size(HS) == 0);
+    CHECK_MESSAGE(why.find("multiples of 8 up to 128") != std::string::npos, why);
   }
-  const Shape s{1, 8, 2, 48};
+  const Shape s{1, 8, 2, 20};
   tg_test::TestContext tc(scratch_for(s, sizeof(gpu::bf16)));
   DeviceArray<gpu::bf16> qkv(s.nqkv()), out(s.nout()), dqkv(s.nqkv());
   DeviceArray<float> lse(s.nlse());
