@@ -313,7 +313,7 @@ int train_run(tg::ParsedArgs args) {
             << m.vocab_size << (m.vp() != m.vocab_size ? " (padded to " + std::to_string(m.vp()) + ")" : std::string())
             << ", train " << ds.train_size() << " tokens, val " << ds.val_size() << " tokens\n"
             << "parameters: " << n_params << " (" << (n_params - table[1].numel) << " without position embeddings)\n"
-            << "device: " << be->device_name() << " | attention: " << tg::name(c.attention) << " | precision: " << be->precision() << " | memory: "
+            << "device: " << be->device_name() << " | attention: " << tg::name(c.attention) << be->attention_note() << " | precision: " << be->precision() << " | memory: "
             << be->memory_bytes() / (1 << 20) << " MiB" << optimizer_memory(*be, n_params) << std::endl;
   describe_ranks(*be);
   if (tg::stop_requested()) {

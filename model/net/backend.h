@@ -24,6 +24,9 @@ class Backend {
   virtual std::string precision() const { return "fp32"; }
   // The device's dense bf16 tensor-core peak in FLOP/s, for MFU; 0 when unknown (no MFU printed).
   virtual double peak_flops() const { return 0; }
+  // What the attention path's name leaves out, for the start-up line: " (head size 40 padded to
+  // 64 in the flash kernels)" where the CUDA kernels run a head size padded; "" otherwise.
+  virtual std::string attention_note() const { return ""; }
   // Forward and backward of one training batch x, y (B, T) with dropout keyed by step. With
   // gradient accumulation (--grad-accum accum), micro-batch `micro` (0 .. accum - 1) of the
   // step: the gradient of its mean loss divided by accum is added to the gradients (micro 0:

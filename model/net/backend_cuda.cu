@@ -7,6 +7,7 @@
 
 #include "../../data/errors.h"
 #include "../../kernels/attention.cuh"
+#include "../../kernels/flash_attn.cuh"
 #include "../run/dist.h"
 #include "backend.h"
 #include "gpt_cuda.cuh"
@@ -83,6 +84,12 @@ class CudaBackend final : public Backend {
   size_t memory_bytes() const override { return gpt_.memory_bytes(); }
   std::string precision() const override { return std::is_same<T, float>::value ? "fp32" : "bf16"; }
   double peak_flops() const override { return dense_bf16_peak(name_); }
+  std::string attention_note() const override {
+    const int HS = gpt_.model().n_embd / gpt_.model().n_head, tile = gpu::flash_attn_tile_head_size(HS);
+    if (gpt_.run().attention != gpu::AttentionPath::Flash && !gpt_.run().both_paths) return "";
+    if (tile == HS || tile == 0) return "";
+    return " (head size " + std::to_string(HS) + " padded to " + std::to_string(tile) + " in the flash kernels)";
+  }
 
   float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1,
                          int first_micro = 0) override {

@@ -350,6 +350,8 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
     const Run r = cli::run_exe(cli::train_gpt_emu_exe(), args, env + more_env);
     INFO("stderr: " << r.err);
     REQUIRE(r.code == 0);
+    if (args.find("--n-embd 80") != std::string::npos)  // the start-up line says the size is padded
+      CHECK(r.out.find("attention: flash (head size 40 padded to 64 in the flash kernels)") != std::string::npos);
   }
   std::set<std::string> launched, launched_short;
   std::istringstream names(cli::slurp(list));
