@@ -128,6 +128,22 @@ TEST_CASE("train_gpt_emu: bad input is one line and exit 2, as with train_gpt") 
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
 
+TEST_CASE("train_gpt_emu: head sizes the flash tiles do not have run padded, or above 128 on the naive path, and say so") {
+  const std::string common = " --device cuda --n-layer 1 --block-size 16 --batch-size 2 --max-iters 1 --eval-interval 1 "
+                             "--sample-tokens 0 --eval-iters 1 --data " + data_path();
+  const fs::path out = fresh_dir("tg_emu_head_sizes");
+  const Run padded = run_emu("--n-head 2 --n-embd 192" + common + " --out-dir " + (out / "a").string());
+  INFO("stderr: " << padded.err);
+  CHECK(padded.code == 0);
+  CHECK(padded.out.find("attention: flash (head size 96 padded to 128 in the flash kernels)") != std::string::npos);
+  const Run routed = run_emu("--n-head 1 --n-embd 256" + common + " --out-dir " + (out / "b").string());
+  INFO("stderr: " << routed.err);
+  CHECK(routed.code == 0);
+  CHECK(routed.out.find("attention: flash routed to naive (head size 256: the flash kernels take multiples of 8 up to "
+                        "128") != std::string::npos);
+  fs::remove_all(out);
+}
+
 TEST_CASE("train_gpt_emu: a checkpoint of the emulated CUDA run resumes on the CPU backend, and the other way round") {
   // fp32 on both backends: they agree to rounding (tests/gpu/test_model_gpu.cu derives 1e-5
   // of the loss), so a resumed run must track the uninterrupted one on either backend
