@@ -143,159 +143,198 @@ int json_int(const jsonio::Value& j, const char* key, const std::string& path, b
   return (int)v.get_int64();
 }
 
-InitSource read_hf(const std::string& st_path, const std::string& config_path, int n_head_flag) {
-  InitSource s;
-  s.kind = "Hugging Face GPT-2";
-  s.path = st_path;
-  std::string bytes;
+// A Hugging Face GPT-2 weights file, read whole: its tensors by GPT-2's name without
+// "transformer.", the tied head and the attention mask buffers set aside.
+struct HfWeights {
+  std::string path, bytes;
   ckpt::StFile f;
-  try {
-    bytes = ckpt::read_file(st_path);
-    f = ckpt::parse_safetensors(bytes, st_path);
-  } catch (const InputError& e) {
-    bad_file(st_path, "is not a readable safetensors file: " + what_of(e), "a complete safetensors file");
+  std::map<std::string, const ckpt::StTensor*> by_name;  // into f.tensors
+  const ckpt::StTensor* head = nullptr;                  // lm_head.weight, when present
+
+  explicit HfWeights(const std::string& st_path) : path(st_path) {
+    try {
+      bytes = ckpt::read_file(st_path);
+      f = ckpt::parse_safetensors(bytes, st_path);
+    } catch (const InputError& e) {
+      bad_file(st_path, "is not a readable safetensors file: " + what_of(e), "a complete safetensors file");
+    }
+    if (f.metadata.count("train_gpt_config"))
+      bad_file(st_path, "is the weights file of a train_gpt checkpoint (nanoGPT's layout, not GPT-2's)",
+               "its checkpoint directory");
+    for (const ckpt::StTensor& t : f.tensors) {
+      if (t.name == "lm_head.weight") {
+        head = &t;
+        continue;
+      }
+      std::string name = t.name;
+      if (name.compare(0, 12, "transformer.") == 0) name = name.substr(12);
+      if (is_mask_buffer(name)) continue;
+      if (!by_name.emplace(name, &t).second)
+        bad_file(st_path, "has tensor " + printable(name) + " twice (with and without \"transformer.\")",
+                 "each tensor once");
+    }
   }
-  if (f.metadata.count("train_gpt_config"))
-    bad_file(st_path, "is the weights file of a train_gpt checkpoint (nanoGPT's layout, not GPT-2's)",
-             "its checkpoint directory");
-  // the tensors by GPT-2's name without "transformer."; the head and the mask buffers aside
-  std::map<std::string, const ckpt::StTensor*> by_name;
-  const ckpt::StTensor* head = nullptr;
-  for (const ckpt::StTensor& t : f.tensors) {
-    if (t.name == "lm_head.weight") { head = &t; continue; }
-    std::string name = t.name;
-    if (name.compare(0, 12, "transformer.") == 0) name = name.substr(12);
-    if (is_mask_buffer(name)) continue;
-    if (!by_name.emplace(name, &t).second)
-      bad_file(st_path, "has tensor " + printable(name) + " twice (with and without \"transformer.\")",
-               "each tensor once");
-  }
-  auto find = [&](const std::string& name) -> const ckpt::StTensor* {
+  HfWeights(const HfWeights&) = delete;
+  HfWeights& operator=(const HfWeights&) = delete;
+
+  const ckpt::StTensor* find(const std::string& name) const {
     auto it = by_name.find(name);
     return it == by_name.end() ? nullptr : it->second;
-  };
-  // the shape: config.json, else the tensors and --n-head
-  ModelConfig& m = s.model;
-  m.bias = true;  // GPT-2 has every bias
-  std::error_code ec;
-  if (fs::exists(config_path, ec)) {
-    uint64_t size = 0;
-    const std::string text = ckpt::read_file(config_path, kMaxConfigJson + 1, &size);
-    if (size > kMaxConfigJson)
-      bad_file(config_path, "is " + std::to_string(size) + " bytes", "Hugging Face's GPT-2 config.json, at most " +
-                                                                        std::to_string(kMaxConfigJson) + " bytes");
-    const jsonio::Value j = jsonio::parse(text);
-    if (j.is_discarded() || !j.is_object()) bad_file(config_path, "is not a JSON object", "Hugging Face's GPT-2 config.json");
-    if (j.contains("model_type") && !(j["model_type"].is_string() && j["model_type"].get_string() == "gpt2"))
-      bad_file(config_path, "has model_type " + printable(j["model_type"].dump()), "model_type \"gpt2\"");
-    m.n_layer = json_int(j, "n_layer", config_path, true);
-    m.n_head = json_int(j, "n_head", config_path, true);
-    m.n_embd = json_int(j, "n_embd", config_path, true);
-    m.vocab_size = json_int(j, "vocab_size", config_path, true);
-    m.block_size = json_int(j, "n_positions", config_path, !j.contains("n_ctx"), json_int(j, "n_ctx", config_path, false));
-    if (json_int(j, "n_inner", config_path, false, 4 * m.n_embd) != 4 * m.n_embd)
-      bad_file(config_path, "has n_inner " + j["n_inner"].dump(), "null or 4 n_embd (GPT-2's MLP)");
-    // a key of another type than GPT2Config's is refused, never read as something else
-    auto typed = [&](const char* key, bool ok, const char* expected) {
-      if (j.contains(key) && !j[key].is_null() && !ok)
-        bad_file(config_path, std::string("has ") + key + " " + printable(j[key].dump()), expected);
-    };
-    typed("activation_function", j.contains("activation_function") && j["activation_function"].is_string(), "a string");
-    typed("scale_attn_weights", j.contains("scale_attn_weights") && j["scale_attn_weights"].is_boolean(), "true or false");
-    typed("scale_attn_by_inverse_layer_idx",
-          j.contains("scale_attn_by_inverse_layer_idx") && j["scale_attn_by_inverse_layer_idx"].is_boolean(), "true or false");
-    auto flag = [&](const char* key, bool fallback) { return j.contains(key) && j[key].is_boolean() ? j[key].get_bool() : fallback; };
-    const std::string act = j.contains("activation_function") && j["activation_function"].is_string()
-                                ? j["activation_function"].get_string()
-                                : "gelu_new";
-    if (act == "gelu_new" || act == "gelu_pytorch_tanh") s.gelu = GeluForm::Tanh;
-    else if (act == "gelu") s.gelu = GeluForm::Erf;
-    else bad_file(config_path, "has activation_function " + printable(act), "gelu_new (tanh form) or gelu (erf)");
-    if (j.contains("layer_norm_epsilon") &&
-        (!j["layer_norm_epsilon"].is_number() || std::fabs(j["layer_norm_epsilon"].get_double() - 1e-5) > 1e-12))
-      bad_file(config_path, "has layer_norm_epsilon " + printable(j["layer_norm_epsilon"].dump()),
-               "1e-5 (GPT-2's, the one train_gpt uses)");
-    if (flag("scale_attn_by_inverse_layer_idx", false) || !flag("scale_attn_weights", true))
-      bad_file(config_path, "scales attention otherwise than GPT-2", "scale_attn_weights true, scale_attn_by_inverse_layer_idx false");
-  } else {
-    const ckpt::StTensor* wte = find("wte.weight");
-    const ckpt::StTensor* wpe = find("wpe.weight");
-    if (!wte || !wpe || wte->shape.size() != 2 || wpe->shape.size() != 2 || wte->shape[1] != wpe->shape[1])
-      bad_file(st_path, "has no config.json beside it and no 2-D wte.weight and wpe.weight of one width",
-               "GPT-2's tensors, or its config.json");
-    if (n_head_flag <= 0)
-      bad_file(st_path, "has no config.json beside it, which would give n_head", "config.json, or --n-head N");
-    int layers = 0;
-    while (find("h." + std::to_string(layers) + ".ln_1.weight") && layers < (1 << 20)) ++layers;
-    const uint64_t big = 1 << 24;
-    m.vocab_size = (int)std::min<uint64_t>(wte->shape[0], big + 1);
-    m.n_embd = (int)std::min<uint64_t>(wte->shape[1], big + 1);
-    m.block_size = (int)std::min<uint64_t>(wpe->shape[0], big + 1);
-    m.n_layer = layers;
-    m.n_head = n_head_flag;
   }
-  const bool has_config = fs::exists(config_path, ec);
-  check_model(has_config ? config_path : st_path, m);
-  const std::string described = has_config ? " (" + model_text(m) + " from config.json)" : "";
-  // every tensor of the model, by name and shape (Conv1D weights transposed)
+  const char* data(const ckpt::StTensor& t) const { return bytes.data() + f.data_start + t.begin; }
+};
+
+// The model's shape from GPT-2's config.json (and the GELU form its activation_function names),
+// refusing what GPT-2's architecture is not.
+void hf_shape_from_config(const std::string& config_path, InitSource& s) {
+  ModelConfig& m = s.model;
+  uint64_t size = 0;
+  const std::string text = ckpt::read_file(config_path, kMaxConfigJson + 1, &size);
+  if (size > kMaxConfigJson)
+    bad_file(config_path, "is " + std::to_string(size) + " bytes", "Hugging Face's GPT-2 config.json, at most " +
+                                                                      std::to_string(kMaxConfigJson) + " bytes");
+  const jsonio::Value j = jsonio::parse(text);
+  if (j.is_discarded() || !j.is_object()) bad_file(config_path, "is not a JSON object", "Hugging Face's GPT-2 config.json");
+  if (j.contains("model_type") && !(j["model_type"].is_string() && j["model_type"].get_string() == "gpt2"))
+    bad_file(config_path, "has model_type " + printable(j["model_type"].dump()), "model_type \"gpt2\"");
+  m.n_layer = json_int(j, "n_layer", config_path, true);
+  m.n_head = json_int(j, "n_head", config_path, true);
+  m.n_embd = json_int(j, "n_embd", config_path, true);
+  m.vocab_size = json_int(j, "vocab_size", config_path, true);
+  m.block_size = json_int(j, "n_positions", config_path, !j.contains("n_ctx"), json_int(j, "n_ctx", config_path, false));
+  if (json_int(j, "n_inner", config_path, false, 4 * m.n_embd) != 4 * m.n_embd)
+    bad_file(config_path, "has n_inner " + j["n_inner"].dump(), "null or 4 n_embd (GPT-2's MLP)");
+  // a key of another type than GPT2Config's is refused, never read as something else
+  auto typed = [&](const char* key, bool ok, const char* expected) {
+    if (j.contains(key) && !j[key].is_null() && !ok)
+      bad_file(config_path, std::string("has ") + key + " " + printable(j[key].dump()), expected);
+  };
+  typed("activation_function", j.contains("activation_function") && j["activation_function"].is_string(), "a string");
+  typed("scale_attn_weights", j.contains("scale_attn_weights") && j["scale_attn_weights"].is_boolean(), "true or false");
+  typed("scale_attn_by_inverse_layer_idx",
+        j.contains("scale_attn_by_inverse_layer_idx") && j["scale_attn_by_inverse_layer_idx"].is_boolean(), "true or false");
+  auto flag = [&](const char* key, bool fallback) { return j.contains(key) && j[key].is_boolean() ? j[key].get_bool() : fallback; };
+  const std::string act = j.contains("activation_function") && j["activation_function"].is_string()
+                              ? j["activation_function"].get_string()
+                              : "gelu_new";
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh") s.gelu = GeluForm::Tanh;
+  else if (act == "gelu") s.gelu = GeluForm::Erf;
+  else bad_file(config_path, "has activation_function " + printable(act), "gelu_new (tanh form) or gelu (erf)");
+  if (j.contains("layer_norm_epsilon") &&
+      (!j["layer_norm_epsilon"].is_number() || std::fabs(j["layer_norm_epsilon"].get_double() - 1e-5) > 1e-12))
+    bad_file(config_path, "has layer_norm_epsilon " + printable(j["layer_norm_epsilon"].dump()),
+             "1e-5 (GPT-2's, the one train_gpt uses)");
+  if (flag("scale_attn_by_inverse_layer_idx", false) || !flag("scale_attn_weights", true))
+    bad_file(config_path, "scales attention otherwise than GPT-2", "scale_attn_weights true, scale_attn_by_inverse_layer_idx false");
+}
+
+// Without config.json: the shape from the tensors, n_head from --n-head.
+void hf_shape_from_tensors(const HfWeights& w, int n_head_flag, ModelConfig& m) {
+  const ckpt::StTensor* wte = w.find("wte.weight");
+  const ckpt::StTensor* wpe = w.find("wpe.weight");
+  if (!wte || !wpe || wte->shape.size() != 2 || wpe->shape.size() != 2 || wte->shape[1] != wpe->shape[1])
+    bad_file(w.path, "has no config.json beside it and no 2-D wte.weight and wpe.weight of one width",
+             "GPT-2's tensors, or its config.json");
+  if (n_head_flag <= 0)
+    bad_file(w.path, "has no config.json beside it, which would give n_head", "config.json, or --n-head N");
+  int layers = 0;
+  while (w.find("h." + std::to_string(layers) + ".ln_1.weight") && layers < (1 << 20)) ++layers;
+  const uint64_t big = 1 << 24;
+  m.vocab_size = (int)std::min<uint64_t>(wte->shape[0], big + 1);
+  m.n_embd = (int)std::min<uint64_t>(wte->shape[1], big + 1);
+  m.block_size = (int)std::min<uint64_t>(wpe->shape[0], big + 1);
+  m.n_layer = layers;
+  m.n_head = n_head_flag;
+}
+
+// Every tensor of the model m, by name and shape, decoded into params (Conv1D weights
+// transposed to Linear's layout); a tensor missing, misshapen, of another dtype or left over
+// is refused. described: the shape's origin, for the messages.
+void hf_copy_params(const HfWeights& w, const ModelConfig& m, const std::string& described, std::vector<float>& params) {
   const std::vector<ParamSpec> table = param_table(m);
-  s.params.assign(param_count(table), 0.0f);
+  params.assign(param_count(table), 0.0f);
   std::map<std::string, bool> used;
   std::vector<float> tmp;
   for (const ParamSpec& p : table) {
     const std::string name = p.name.substr(12);  // without "transformer."
     const bool conv = is_conv1d_weight(p);
     const std::vector<uint64_t> want = conv ? std::vector<uint64_t>{(uint64_t)p.shape[1], (uint64_t)p.shape[0]} : to_u64(p.shape);
-    const ckpt::StTensor* t = find(name);
-    if (!t) bad_file(st_path, "has no tensor " + name, name + " of shape " + shape_text(want) + described);
+    const ckpt::StTensor* t = w.find(name);
+    if (!t) bad_file(w.path, "has no tensor " + name, name + " of shape " + shape_text(want) + described);
     if (t->shape != want)
-      bad_file(st_path, "has tensor " + name + " of shape " + shape_text(t->shape), "shape " + shape_text(want) + described);
+      bad_file(w.path, "has tensor " + name + " of shape " + shape_text(t->shape), "shape " + shape_text(want) + described);
     if (t->dtype != "F32" && t->dtype != "BF16" && t->dtype != "F16")
-      bad_file(st_path, "has tensor " + name + " of dtype " + printable(t->dtype), "F32, BF16 or F16");
+      bad_file(w.path, "has tensor " + name + " of dtype " + printable(t->dtype), "F32, BF16 or F16");
     if (t->end - t->begin != t->numel * (t->dtype == "F32" ? 4 : 2))
-      bad_file(st_path, "has tensor " + name + " whose data_offsets do not hold its shape in " + t->dtype,
+      bad_file(w.path, "has tensor " + name + " whose data_offsets do not hold its shape in " + t->dtype,
                "data_offsets of numel x the dtype's size");
     used[name] = true;
-    float* out = s.params.data() + p.offset;
-    const char* at = bytes.data() + f.data_start + t->begin;
+    float* out = params.data() + p.offset;
     if (!conv) {
-      decode(at, p.numel, t->dtype, out);
-      check_finite(st_path, t->name, out, p.numel);
+      decode(w.data(*t), p.numel, t->dtype, out);
+      check_finite(w.path, t->name, out, p.numel);
       continue;
     }
     tmp.resize(p.numel);
-    decode(at, p.numel, t->dtype, tmp.data());
-    check_finite(st_path, t->name, tmp.data(), p.numel);  // its elements in the file's order
+    decode(w.data(*t), p.numel, t->dtype, tmp.data());
+    check_finite(w.path, t->name, tmp.data(), p.numel);  // its elements in the file's order
     const int rows = p.shape[0], cols = p.shape[1];  // Linear (out, in) from Conv1D (in, out)
     for (int r = 0; r < rows; ++r)
       for (int c = 0; c < cols; ++c) out[(size_t)r * cols + c] = tmp[(size_t)c * rows + r];
   }
-  for (const auto& [name, t] : by_name)
+  for (const auto& [name, t] : w.by_name)
     if (!used.count(name))
-      bad_file(st_path, "has tensor " + printable(name) + " " + shape_text(t->shape) + ", which this GPT-2" + described +
-                            " has not", "only GPT-2's tensors");
-  if (head) {  // tied: equal to wte
-    const ckpt::StTensor* wte = find("wte.weight");
-    if (head->shape != wte->shape || head->dtype != wte->dtype || head->end - head->begin != wte->end - wte->begin)
-      bad_file(st_path, "has lm_head.weight " + shape_text(head->shape) + " " + printable(head->dtype) + " unlike wte.weight",
-               "a head tied to wte (GPT-2's), or none");
-    if (std::memcmp(bytes.data() + f.data_start + head->begin, bytes.data() + f.data_start + wte->begin,
-                    head->end - head->begin) != 0)
-      bad_file(st_path, "has an lm_head.weight that differs from wte.weight (an untied head)",
-               "a head tied to wte, as GPT-2's and train_gpt's are");
+      bad_file(w.path, "has tensor " + printable(name) + " " + shape_text(t->shape) + ", which this GPT-2" + described +
+                           " has not", "only GPT-2's tensors");
+}
+
+// lm_head.weight, where the file has one, must be wte.weight byte for byte (GPT-2 ties them).
+void hf_check_tied_head(const HfWeights& w) {
+  if (!w.head) return;
+  const ckpt::StTensor* head = w.head;
+  const ckpt::StTensor* wte = w.find("wte.weight");
+  if (head->shape != wte->shape || head->dtype != wte->dtype || head->end - head->begin != wte->end - wte->begin)
+    bad_file(w.path, "has lm_head.weight " + shape_text(head->shape) + " " + printable(head->dtype) + " unlike wte.weight",
+             "a head tied to wte (GPT-2's), or none");
+  if (std::memcmp(w.data(*head), w.data(*wte), head->end - head->begin) != 0)
+    bad_file(w.path, "has an lm_head.weight that differs from wte.weight (an untied head)",
+             "a head tied to wte, as GPT-2's and train_gpt's are");
+}
+
+// The characters of a train_gpt export's vocabulary (train_gpt_vocab.json), "" when absent.
+std::string hf_export_vocab(const std::string& vocab_path, int vocab_size) {
+  std::error_code ec;
+  if (!fs::exists(vocab_path, ec)) return "";
+  const jsonio::Value v = jsonio::parse(ckpt::read_file(vocab_path));
+  if (v.is_discarded() || !v.is_array() || (int)v.size() != vocab_size)
+    bad_file(vocab_path, "is not a JSON array of " + std::to_string(vocab_size) + " strings",
+             "the vocabulary --export-hf writes");
+  std::string vocab;
+  for (const jsonio::Value& ch : v.elements()) {
+    if (!ch.is_string()) bad_file(vocab_path, "holds something other than strings", "the vocabulary --export-hf writes");
+    vocab += ch.get_string();
   }
-  // the characters of a train_gpt export's vocabulary, when beside it
-  const std::string vocab_path = (fs::path(config_path).parent_path() / "train_gpt_vocab.json").string();
-  if (fs::exists(vocab_path, ec)) {
-    const jsonio::Value v = jsonio::parse(ckpt::read_file(vocab_path));
-    if (v.is_discarded() || !v.is_array() || (int)v.size() != m.vocab_size)
-      bad_file(vocab_path, "is not a JSON array of " + std::to_string(m.vocab_size) + " strings",
-               "the vocabulary --export-hf writes");
-    for (const jsonio::Value& ch : v.elements()) {
-      if (!ch.is_string()) bad_file(vocab_path, "holds something other than strings", "the vocabulary --export-hf writes");
-      s.vocab += ch.get_string();
-    }
-  }
+  return vocab;
+}
+
+// A Hugging Face GPT-2: the weights file, its shape (config.json beside it, else the tensors and
+// --n-head), every tensor into train_gpt's layout, the tied head checked, and the characters of a
+// train_gpt export's vocabulary when they are beside it.
+InitSource read_hf(const std::string& st_path, const std::string& config_path, int n_head_flag) {
+  InitSource s;
+  s.kind = "Hugging Face GPT-2";
+  s.path = st_path;
+  const HfWeights w(st_path);
+  s.model.bias = true;  // GPT-2 has every bias
+  std::error_code ec;
+  const bool has_config = fs::exists(config_path, ec);
+  if (has_config) hf_shape_from_config(config_path, s);
+  else hf_shape_from_tensors(w, n_head_flag, s.model);
+  check_model(has_config ? config_path : st_path, s.model);
+  const std::string described = has_config ? " (" + model_text(s.model) + " from config.json)" : "";
+  hf_copy_params(w, s.model, described, s.params);
+  hf_check_tied_head(w);
+  s.vocab = hf_export_vocab((fs::path(config_path).parent_path() / "train_gpt_vocab.json").string(), s.model.vocab_size);
   return s;
 }
 
