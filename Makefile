@@ -210,10 +210,11 @@ TEST_BINS := $(BUILD)/test_cpu $(GEMM_AVX512_EMU) $(if $(NVCC),$(BUILD)/test_gpu
 # command line), built by clang++ with ASan and UBSan from the few sources it reads with
 FUZZ_SRCS := tests/fuzz/fuzz_readers.cpp model/run/config.cpp model/formats/checkpoint.cpp model/formats/safetensors.cpp \
              model/formats/json_io.cpp model/formats/ckpt_io.cpp model/formats/ckpt_lookup.cpp model/net/gpt.cpp \
-             model/formats/init_from.cpp model/formats/hf_export.cpp data/dataset.cpp data/tokens.cpp data/sha256.cpp
+             model/formats/init_from.cpp model/formats/hf_export.cpp data/dataset.cpp data/tokens.cpp data/sha256.cpp \
+             data/bpe.cpp data/bpe_files.cpp
 FUZZ_BIN := $(if $(FUZZ_OK),$(BUILD)/fuzz_readers,)
 
-.PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop plot clean deps gpu-deps gpu-profile
+.PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop tokenizer-check plot clean deps gpu-deps gpu-profile
 BENCH_GPU_BINS := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_step,)
 all: train_gpt $(if $(NVCC),train_gpt_emu $(BUILD)/gpu_profile $(BUILD)/kernel_occupancy,) $(TEST_BINS) $(FUZZ_BIN) $(BUILD)/bench_cpu $(BUILD)/bench_gemm $(BENCH_GPU_BINS)
 
@@ -482,6 +483,13 @@ PYTHON ?= python3
 interop: train_gpt
 	@$(MAKE) data
 	@$(PYTHON) tests/interop/hf_export_check.py --train-gpt ./train_gpt --data $(DATA_FILE)
+
+# ---- GPT-2's tokenizer (data/bpe.h) against Hugging Face tokenizers and tiktoken, live: the Unicode
+# class table code point by code point, the ids' hashes that tests/cpu/test_bpe.cpp compares with
+# (tests/interop/bpe/expected.json), both libraries' MB/s (pip install tokenizers tiktoken)
+tokenizer-check:
+	@$(MAKE) data
+	@$(PYTHON) tests/interop/tokenizer_check.py --data $(DATA_FILE) --check
 
 # ---- loss curves: make plot RUNS="out/a out/b" [PLOT=out/loss.svg] --------------------------
 PLOT ?= out/loss.svg

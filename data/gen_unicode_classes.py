@@ -12,7 +12,7 @@ Both engines carry Unicode 16.0 (tiktoken 0.14 and tokenizers 0.23 class U+1C89,
 a letter, and U+1E6C0, new in 17.0, as neither). The general categories come from the PyPI
 package unicodedata2 at 16.0.0 (the Unicode Character Database 16.0 as Python's unicodedata
 API), the White_Space code points from the same database's PropList.txt (unchanged since
-Unicode 6.3; listed below). tests/tokenizer/check_tokenizers.py checks the table against
+Unicode 6.3; listed below). tests/interop/tokenizer_check.py checks the table against
 tiktoken and tokenizers code point by code point.
 
   pip install unicodedata2==16.0.0

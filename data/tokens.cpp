@@ -261,6 +261,10 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) bad("cannot open --tokenizer " + path + "; expected llm.c's gpt2_tokenizer.bin; check the path");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse(bytes, path);
+}
+
+Gpt2Tokenizer Gpt2Tokenizer::parse(const std::string& bytes, const std::string& path) {
   const std::string fix = "; pass llm.c's gpt2_tokenizer.bin (written by its train_gpt2.py)";
   if (bytes.size() < 1024)
     bad("--tokenizer " + path + " is " + std::to_string(bytes.size()) + " bytes, shorter than its 1024-byte header; expected a header of 256 uint32 then the token table" + fix);

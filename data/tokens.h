@@ -101,6 +101,8 @@ struct Gpt2Tokenizer {
   // Throws tg::InputError for a missing file, a bad magic or version, a vocabulary size of 0 or
   // above 1 << 20, a zero length, a truncated table or bytes after it.
   static Gpt2Tokenizer load(const std::string& path);
+  // The same from the file's bytes; path names it in messages.
+  static Gpt2Tokenizer parse(const std::string& bytes, const std::string& path);
   // The bytes of ids (UTF-8 as GPT-2 decodes them; a token may end inside a character).
   // Throws tg::InputError for an id outside the table.
   std::string decode(const int32_t* ids, size_t n) const;

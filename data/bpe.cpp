@@ -1,0 +1,354 @@
+// data/bpe.cpp: GPT-2's byte-level BPE: the character classes, the pre-tokenizer, the merges,
+// encoding on one core or all, decoding (definitions in data/bpe.h; the file readers are in
+// data/bpe_files.cpp).
+#include "data/bpe.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <exception>
+#include <mutex>
+#include <queue>
+#include <string_view>
+
+#include "data/errors.h"
+#include "data/sha256.h"
+
+namespace data {
+
+namespace {
+
+struct CodeRange {
+  char32_t first, last;
+};
+#include "data/unicode_classes.inc"
+
+template <size_t N>
+bool in_ranges(const CodeRange (&r)[N], char32_t c) {
+  const CodeRange* it = std::upper_bound(r, r + N, c, [](char32_t x, const CodeRange& g) { return x < g.first; });
+  return it != r && c <= (it - 1)->last;
+}
+
+CharClass class_by_search(char32_t c) {
+  if (in_ranges(kLetterRanges, c)) return CharClass::Letter;
+  if (in_ranges(kNumberRanges, c)) return CharClass::Number;
+  if (in_ranges(kSpaceRanges, c)) return CharClass::Space;
+  return CharClass::Other;
+}
+
+// The classes of the Basic Multilingual Plane, one byte each (64 KiB), built once.
+const std::array<uint8_t, 0x10000>& bmp_classes() {
+  static const std::array<uint8_t, 0x10000> t = [] {
+    std::array<uint8_t, 0x10000> a{};
+    for (char32_t c = 0; c < 0x10000; ++c) a[c] = (uint8_t)class_by_search(c);
+    return a;
+  }();
+  return t;
+}
+
+// The code point at p[i] and its length in bytes; 0 for an invalid sequence (the Unicode
+// standard's table 3-7: no overlong forms, surrogates, nor code points past U+10FFFF).
+inline int decode_at(const unsigned char* p, size_t n, size_t i, char32_t& cp) {
+  const unsigned c = p[i];
+  if (c < 0x80) {
+    cp = c;
+    return 1;
+  }
+  int len;
+  unsigned lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+    cp = c & 0x1F;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    cp = c & 0x0F;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    cp = c & 0x07;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (i + (size_t)len > n) return 0;
+  for (int k = 1; k < len; ++k) {
+    const unsigned b = p[i + (size_t)k];
+    if (b < (k == 1 ? lo : 0x80u) || b > (k == 1 ? hi : 0xBFu)) return 0;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  return len;
+}
+
+[[noreturn]] void bad_utf8(const unsigned char* p, size_t at, size_t base, const std::string& what) {
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02x", (unsigned)p[at]);
+  size_t line = 1;
+  for (size_t k = 0; k < at; ++k) line += p[k] == '\n';
+  throw tg::InputError(what + " is not valid UTF-8: byte " + hex + " at byte offset " + std::to_string(base + at) +
+                       (base == 0 ? " (line " + std::to_string(line) + ")" : std::string()) +
+                       "; expected UTF-8 text (GPT-2's tokenizer reads code points); convert it to UTF-8 "
+                       "(e.g. iconv -f LATIN1 -t UTF-8)");
+}
+
+// The pre-tokenizer's cursor over [p, p + n): the class and length of the character at a byte.
+struct Cursor {
+  const unsigned char* p;
+  size_t n, base;
+  const std::string& what;
+  const std::array<uint8_t, 0x10000>& bmp = bmp_classes();
+
+  // the class of the character at i (i < n), its length in len
+  CharClass at(size_t i, int& len) const {
+    const unsigned c = p[i];
+    if (c < 0x80) {
+      len = 1;
+      return (CharClass)bmp[c];
+    }
+    char32_t cp;
+    len = decode_at(p, n, i, cp);
+    if (len == 0) bad_utf8(p, i, base, what);
+    return cp < 0x10000 ? (CharClass)bmp[cp] : class_by_search(cp);
+  }
+  // the end of the run of characters of class k starting at i
+  size_t run(size_t i, CharClass k) const {
+    int len;
+    while (i < n && at(i, len) == k) i += (size_t)len;
+    return i;
+  }
+  // The end of the piece starting at i (< n): the pattern's alternatives in order.
+  size_t piece(size_t i) const {
+    if (p[i] == '\'' && i + 1 < n) {  // 's 't 're 've 'm 'll 'd
+      const unsigned char a = p[i + 1], b = i + 2 < n ? p[i + 2] : 0;
+      if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+      if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+    }
+    int len;
+    const CharClass k = at(i, len);
+    if (p[i] == ' ' && i + 1 < n) {  // ' ?\p{L}+', ' ?\p{N}+', ' ?[^\s\p{L}\p{N}]+' after a space
+      int len1;
+      const CharClass k1 = at(i + 1, len1);
+      if (k1 != CharClass::Space) return run(i + 1, k1);
+    }
+    if (k != CharClass::Space) return run(i, k);
+    // \s+(?!\S) | \s+: the run of spaces, less its last character when a non-space follows
+    // (unless that leaves nothing)
+    size_t j = i + (size_t)len, last = i;
+    while (j < n) {
+      int l;
+      if (at(j, l) != CharClass::Space) break;
+      last = j;
+      j += (size_t)l;
+    }
+    if (j == n || last == i) return j;
+    return last;
+  }
+};
+
+}  // namespace
+
+CharClass char_class(char32_t c) {
+  if (c < 0x10000) return (CharClass)bmp_classes()[c];
+  return c < 0x110000 ? class_by_search(c) : CharClass::Other;
+}
+
+std::vector<size_t> pretokenize(const char* p, size_t n, const std::string& what, size_t base) {
+  const Cursor cur{reinterpret_cast<const unsigned char*>(p), n, base, what};
+  std::vector<size_t> ends;
+  for (size_t i = 0; i < n;) {
+    i = cur.piece(i);
+    ends.push_back(i);
+  }
+  return ends;
+}
+
+// One thread's state: the ids of pieces seen before, and the merge scratch.
+struct BpeTokenizer::Encoder {
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> cache;  // piece -> [offset, count) in ids
+  std::vector<int32_t> ids;
+  struct Part {
+    int32_t id;
+    uint32_t len;       // bytes (0: merged away)
+    int32_t prev, next;  // parts (-1: none)
+  };
+  std::vector<Part> parts;
+  static constexpr size_t kMaxCachedPiece = 64;
+  static constexpr size_t kMaxCachedIds = 1 << 22;
+};
+
+void BpeTokenizer::encode_piece(const unsigned char* p, size_t n, std::vector<int32_t>& out, Encoder& e) const {
+  if (n == 1) {
+    out.push_back(byte_id_[p[0]]);
+    return;
+  }
+  const std::string_view piece(reinterpret_cast<const char*>(p), n);
+  if (n <= Encoder::kMaxCachedPiece) {
+    auto it = e.cache.find(std::string(piece));
+    if (it != e.cache.end()) {
+      out.insert(out.end(), e.ids.begin() + it->second.first, e.ids.begin() + it->second.first + it->second.second);
+      return;
+    }
+  }
+  const size_t out0 = out.size();
+  auto found = ranks_ == Ranks::Tiktoken ? by_bytes_.find(std::string(piece)) : by_bytes_.end();
+  if (found != by_bytes_.end()) {
+    out.push_back(found->second);
+  } else {
+    // the parts: one per byte, in a linked list; the candidate merges in a heap, lowest rank
+    // first, then leftmost (the part's first byte); a candidate is stale when its left part or
+    // the part after it changed since it was pushed (their lengths say so: parts only grow)
+    auto& parts = e.parts;
+    parts.resize(n);
+    for (size_t i = 0; i < n; ++i) parts[i] = {byte_id_[p[i]], 1, (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1};
+    struct Cand {
+      uint32_t rank, pos, left_len, right_len;
+      bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    };
+    std::vector<Cand> heap;
+    heap.reserve(n);
+    auto push = [&](int32_t a) {
+      if (a < 0) return;
+      const int32_t b = parts[(size_t)a].next;
+      if (b < 0) return;
+      auto it = pairs_.find((uint64_t)(uint32_t)parts[(size_t)a].id << 32 | (uint32_t)parts[(size_t)b].id);
+      if (it == pairs_.end()) return;
+      heap.push_back({it->second.rank, (uint32_t)a, parts[(size_t)a].len, parts[(size_t)b].len});
+      std::push_heap(heap.begin(), heap.end(), std::greater<Cand>());
+    };
+    for (size_t i = 0; i + 1 < n; ++i) push((int32_t)i);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<Cand>());
+      const Cand c = heap.back();
+      heap.pop_back();
+      Encoder::Part& a = parts[c.pos];
+      if (a.len != c.left_len || a.next < 0) continue;
+      Encoder::Part& b = parts[(size_t)a.next];
+      if (b.len != c.right_len) continue;
+      a.id = pairs_.at((uint64_t)(uint32_t)a.id << 32 | (uint32_t)b.id).merged;
+      a.len += b.len;
+      b.len = 0;
+      a.next = b.next;
+      if (a.next >= 0) parts[(size_t)a.next].prev = (int32_t)c.pos;
+      push(a.prev);
+      push((int32_t)c.pos);
+    }
+    for (int32_t i = 0; i >= 0; i = parts[(size_t)i].next) out.push_back(parts[(size_t)i].id);
+  }
+  if (n <= Encoder::kMaxCachedPiece) {
+    if (e.ids.size() > Encoder::kMaxCachedIds) {
+      e.cache.clear();
+      e.ids.clear();
+    }
+    e.cache.emplace(std::string(piece), std::make_pair((uint32_t)e.ids.size(), (uint32_t)(out.size() - out0)));
+    e.ids.insert(e.ids.end(), out.begin() + (std::ptrdiff_t)out0, out.end());
+  }
+}
+
+void BpeTokenizer::encode_range(const char* p, size_t n, size_t base, const std::string& what,
+                                std::vector<int32_t>& out, Encoder& e) const {
+  const Cursor cur{reinterpret_cast<const unsigned char*>(p), n, base, what};
+  const unsigned char* u = reinterpret_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < n;) {
+    const size_t j = cur.piece(i);
+    encode_piece(u + i, j - i, out, e);
+    i = j;
+  }
+}
+
+namespace {
+
+[[noreturn]] void cannot_encode(const BpeTokenizer& t, const std::string& what) {
+  throw tg::InputError(what + " cannot be encoded with " + t.origin() + ": llm.c's tokenizer file holds no merges, it "
+                       "only decodes; expected a tokenizer that encodes; pass --tokenizer DIR of a Hugging Face GPT-2 "
+                       "directory (vocab.json + merges.txt, or tokenizer.json) or tiktoken's gpt2.tiktoken");
+}
+
+}  // namespace
+
+std::vector<int32_t> BpeTokenizer::encode(const std::string& text, const std::string& what) const {
+  if (decode_only_) cannot_encode(*this, what);
+  Encoder e;
+  std::vector<int32_t> out;
+  out.reserve(text.size() / 3 + 16);
+  encode_range(text.data(), text.size(), 0, what, out, e);
+  return out;
+}
+
+std::vector<int32_t> BpeTokenizer::encode_parallel(const char* p, size_t n, const std::string& what,
+                                                   const std::function<void(size_t)>& progress) const {
+  if (decode_only_) cannot_encode(*this, what);
+  // parts of about 1 MiB, each ending after a newline followed by a character that is not a
+  // space: the pattern always cuts there ("\n" is a space, and only ' ' joins a piece that
+  // follows it), so the parts' pieces are the whole text's
+  constexpr size_t kPart = 1 << 20;
+  std::vector<size_t> cuts = {0};
+  const auto& bmp = bmp_classes();
+  for (size_t at = kPart; at < n;) {
+    size_t k = at;
+    while (k < n && !(p[k - 1] == '\n' && (unsigned char)p[k] < 0x80 && bmp[(unsigned char)p[k]] != (uint8_t)CharClass::Space))
+      ++k;
+    if (k >= n) break;
+    cuts.push_back(k);
+    at = k + kPart;
+  }
+  cuts.push_back(n);
+  const size_t parts = cuts.size() - 1;
+  std::vector<std::vector<int32_t>> ids(parts);
+  std::vector<std::exception_ptr> errors(parts);
+  size_t done = 0;
+#pragma omp parallel
+  {
+    Encoder e;
+#pragma omp for schedule(dynamic, 1)
+    for (size_t k = 0; k < parts; ++k) {
+      try {
+        // invalid UTF-8 is named by its offset in the whole text (base), its line only in the
+        // first part
+        encode_range(p + cuts[k], cuts[k + 1] - cuts[k], cuts[k], what, ids[k], e);
+      } catch (...) {
+        errors[k] = std::current_exception();
+      }
+      if (progress) {
+#pragma omp critical(bpe_progress)
+        {
+          done += cuts[k + 1] - cuts[k];
+          progress(done);
+        }
+      }
+    }
+  }
+  for (const auto& err : errors)
+    if (err) std::rethrow_exception(err);  // the first part's error: the first bad byte
+  size_t total = 0;
+  for (const auto& v : ids) total += v.size();
+  std::vector<int32_t> out;
+  out.reserve(total);
+  for (auto& v : ids) {
+    out.insert(out.end(), v.begin(), v.end());
+    std::vector<int32_t>().swap(v);
+  }
+  return out;
+}
+
+std::string BpeTokenizer::sha256() const {
+  std::string all;
+  for (const auto& [name, bytes] : files_) all += name + "\n" + std::to_string(bytes.size()) + "\n" + bytes;
+  return sha256_hex(all.data(), all.size());
+}
+
+std::string BpeTokenizer::decode(const int32_t* ids, size_t n) const {
+  std::string s;
+  for (size_t i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size())
+      throw tg::InputError("token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                           " is outside the tokenizer's " + std::to_string(vocab_size()) +
+                           " tokens; expected the tokenizer the model was trained with; pass the matching --tokenizer");
+    s += tokens_[(size_t)ids[i]];
+  }
+  return s;
+}
+
+}  // namespace data
