@@ -3,11 +3,14 @@
 // data/bpe_files.cpp).
 #include "data/bpe.h"
 
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <queue>
@@ -155,6 +158,20 @@ CharClass char_class(char32_t c) {
   return c < 0x110000 ? class_by_search(c) : CharClass::Other;
 }
 
+void check_utf8(const char* p, size_t n, const std::string& what) {
+  const unsigned char* u = reinterpret_cast<const unsigned char*>(p);
+  char32_t cp;
+  for (size_t i = 0; i < n;) {
+    if (u[i] < 0x80) {
+      ++i;
+      continue;
+    }
+    const int len = decode_at(u, n, i, cp);
+    if (len == 0) bad_utf8(u, i, 0, what);
+    i += (size_t)len;
+  }
+}
+
 std::vector<size_t> pretokenize(const char* p, size_t n, const std::string& what, size_t base) {
   const Cursor cur{reinterpret_cast<const unsigned char*>(p), n, base, what};
   std::vector<size_t> ends;
@@ -167,7 +184,16 @@ std::vector<size_t> pretokenize(const char* p, size_t n, const std::string& what
 
 // One thread's state: the ids of pieces seen before, and the merge scratch.
 struct BpeTokenizer::Encoder {
-  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> cache;  // piece -> [offset, count) in ids
+  // the cache: an open-addressing table of pieces (up to kMaxCachedPiece bytes) -> their ids,
+  // keys and ids kept in two arenas; emptied when the ids pass kMaxCachedIds
+  struct Slot {
+    uint64_t hash = 0;
+    uint32_t key = 0, ids = 0;  // offsets into keys, ids
+    uint16_t key_len = 0, n_ids = 0;  // key_len 0: an empty slot
+  };
+  std::vector<Slot> slots = std::vector<Slot>(1 << 12);
+  size_t used = 0;
+  std::string keys;
   std::vector<int32_t> ids;
   struct Part {
     int32_t id;
@@ -177,25 +203,98 @@ struct BpeTokenizer::Encoder {
   std::vector<Part> parts;
   static constexpr size_t kMaxCachedPiece = 64;
   static constexpr size_t kMaxCachedIds = 1 << 22;
+
+  static uint64_t hash_of(const unsigned char* p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, p + i, 8);
+      h = (h ^ w) * 0xFF51AFD7ED558CCDull;
+      h ^= h >> 32;
+    }
+    uint64_t w = 0;
+    for (size_t k = 0; i < n; ++i, ++k) w |= (uint64_t)p[i] << (8 * k);
+    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
+    return h ^ (h >> 29);
+  }
+  // the slot of the piece, or of where it would go
+  Slot& find(const unsigned char* p, size_t n, uint64_t h) {
+    const size_t mask = slots.size() - 1;
+    for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
+      Slot& s = slots[i];
+      if (s.key_len == 0) return s;
+      if (s.hash == h && s.key_len == n && std::memcmp(keys.data() + s.key, p, n) == 0) return s;
+    }
+  }
+  void insert(const unsigned char* p, size_t n, uint64_t h, const int32_t* v, size_t k) {
+    if (ids.size() + k > kMaxCachedIds || k > 0xffff) {
+      if (k > 0xffff) return;
+      std::fill(slots.begin(), slots.end(), Slot{});
+      used = 0;
+      keys.clear();
+      ids.clear();
+    }
+    if (2 * (used + 1) > slots.size()) {  // grow: load at most one half
+      std::vector<Slot> old(slots.size() * 2);
+      old.swap(slots);
+      for (const Slot& s : old)
+        if (s.key_len) find(reinterpret_cast<const unsigned char*>(keys.data()) + s.key, s.key_len, s.hash) = s;
+    }
+    Slot& s = find(p, n, h);
+    s = Slot{h, (uint32_t)keys.size(), (uint32_t)ids.size(), (uint16_t)n, (uint16_t)k};
+    keys.append(reinterpret_cast<const char*>(p), n);
+    ids.insert(ids.end(), v, v + k);
+    ++used;
+  }
 };
+
+namespace {
+constexpr size_t kSmallPiece = 24;  // bytes: below this a scan beats the heap
+}  // namespace
 
 void BpeTokenizer::encode_piece(const unsigned char* p, size_t n, std::vector<int32_t>& out, Encoder& e) const {
   if (n == 1) {
     out.push_back(byte_id_[p[0]]);
     return;
   }
-  const std::string_view piece(reinterpret_cast<const char*>(p), n);
-  if (n <= Encoder::kMaxCachedPiece) {
-    auto it = e.cache.find(std::string(piece));
-    if (it != e.cache.end()) {
-      out.insert(out.end(), e.ids.begin() + it->second.first, e.ids.begin() + it->second.first + it->second.second);
+  const bool cached = n <= Encoder::kMaxCachedPiece;
+  const uint64_t h = cached ? Encoder::hash_of(p, n) : 0;
+  if (cached) {
+    const Encoder::Slot& s = e.find(p, n, h);
+    if (s.key_len) {
+      out.insert(out.end(), e.ids.begin() + s.ids, e.ids.begin() + s.ids + s.n_ids);
       return;
     }
   }
   const size_t out0 = out.size();
-  auto found = ranks_ == Ranks::Tiktoken ? by_bytes_.find(std::string(piece)) : by_bytes_.end();
+  auto found = ranks_ == Ranks::Tiktoken ? by_bytes_.find(std::string(reinterpret_cast<const char*>(p), n)) : by_bytes_.end();
   if (found != by_bytes_.end()) {
     out.push_back(found->second);
+  } else if (n <= kSmallPiece) {
+    // a short piece: the lowest-ranked pair (the leftmost of equal ranks) found by a scan and
+    // merged, until none merges; the same merges as the heap below, in the same order
+    int32_t id[kSmallPiece];
+    uint32_t rank[kSmallPiece];  // of the pair (id[i], id[i + 1])
+    size_t m = n;
+    for (size_t i = 0; i < n; ++i) id[i] = byte_id_[p[i]];
+    auto rank_at = [&](size_t i) {
+      const PairRank* r = find_pair(id[i], id[i + 1]);
+      return r ? r->rank : ~0u;
+    };
+    for (size_t i = 0; i + 1 < m; ++i) rank[i] = rank_at(i);
+    while (m > 1) {
+      size_t best = 0;
+      for (size_t i = 1; i + 1 < m; ++i)
+        if (rank[i] < rank[best]) best = i;
+      if (rank[best] == ~0u) break;
+      id[best] = find_pair(id[best], id[best + 1])->merged;
+      for (size_t i = best + 1; i + 1 < m; ++i) id[i] = id[i + 1], rank[i] = rank[i + 1];
+      --m;
+      if (best + 1 < m) rank[best] = rank_at(best);
+      if (best > 0) rank[best - 1] = rank_at(best - 1);
+    }
+    out.insert(out.end(), id, id + m);
   } else {
     // the parts: one per byte, in a linked list; the candidate merges in a heap, lowest rank
     // first, then leftmost (the part's first byte); a candidate is stale when its left part or
@@ -213,9 +312,9 @@ void BpeTokenizer::encode_piece(const unsigned char* p, size_t n, std::vector<in
       if (a < 0) return;
       const int32_t b = parts[(size_t)a].next;
       if (b < 0) return;
-      auto it = pairs_.find((uint64_t)(uint32_t)parts[(size_t)a].id << 32 | (uint32_t)parts[(size_t)b].id);
-      if (it == pairs_.end()) return;
-      heap.push_back({it->second.rank, (uint32_t)a, parts[(size_t)a].len, parts[(size_t)b].len});
+      const PairRank* r = find_pair(parts[(size_t)a].id, parts[(size_t)b].id);
+      if (!r) return;
+      heap.push_back({r->rank, (uint32_t)a, parts[(size_t)a].len, parts[(size_t)b].len});
       std::push_heap(heap.begin(), heap.end(), std::greater<Cand>());
     };
     for (size_t i = 0; i + 1 < n; ++i) push((int32_t)i);
@@ -227,7 +326,7 @@ void BpeTokenizer::encode_piece(const unsigned char* p, size_t n, std::vector<in
       if (a.len != c.left_len || a.next < 0) continue;
       Encoder::Part& b = parts[(size_t)a.next];
       if (b.len != c.right_len) continue;
-      a.id = pairs_.at((uint64_t)(uint32_t)a.id << 32 | (uint32_t)b.id).merged;
+      a.id = find_pair(a.id, b.id)->merged;
       a.len += b.len;
       b.len = 0;
       a.next = b.next;
@@ -237,14 +336,7 @@ void BpeTokenizer::encode_piece(const unsigned char* p, size_t n, std::vector<in
     }
     for (int32_t i = 0; i >= 0; i = parts[(size_t)i].next) out.push_back(parts[(size_t)i].id);
   }
-  if (n <= Encoder::kMaxCachedPiece) {
-    if (e.ids.size() > Encoder::kMaxCachedIds) {
-      e.cache.clear();
-      e.ids.clear();
-    }
-    e.cache.emplace(std::string(piece), std::make_pair((uint32_t)e.ids.size(), (uint32_t)(out.size() - out0)));
-    e.ids.insert(e.ids.end(), out.begin() + (std::ptrdiff_t)out0, out.end());
-  }
+  if (cached) e.insert(p, n, h, out.data() + out0, out.size() - out0);
 }
 
 void BpeTokenizer::encode_range(const char* p, size_t n, size_t base, const std::string& what,

@@ -59,6 +59,10 @@ CharClass char_class(char32_t c);
 // naming the byte offset (base + the offset in p) and line; what says what the text is.
 std::vector<size_t> pretokenize(const char* p, size_t n, const std::string& what = "the text", size_t base = 0);
 
+// Throws tg::InputError naming the byte offset and line of the first invalid UTF-8 sequence of
+// [p, p + n).
+void check_utf8(const char* p, size_t n, const std::string& what = "the text");
+
 class BpeTokenizer {
  public:
   enum class Ranks { Merges, Tiktoken };  // how a pair's rank is defined (above)
@@ -119,7 +123,23 @@ class BpeTokenizer {
   std::string origin_;
   std::vector<std::pair<std::string, std::string>> files_;
   int32_t byte_id_[256] = {};
-  std::unordered_map<uint64_t, PairRank> pairs_;     // (a << 32 | b) -> rank, merged id
+  std::unordered_map<uint64_t, PairRank> pairs_;     // (a << 32 | b) -> rank, merged id: as read
+  // the same as an open-addressing table (finish()): what encoding looks pairs up in
+  struct PairSlot {
+    uint64_t key = ~0ull;  // ~0: empty
+    PairRank value{};
+  };
+  std::vector<PairSlot> pair_table_;
+  const PairRank* find_pair(int32_t a, int32_t b) const {
+    const uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    if (pair_table_.empty()) return nullptr;
+    const size_t mask = pair_table_.size() - 1;
+    for (size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;; i = (i + 1) & mask) {
+      const PairSlot& s = pair_table_[i];
+      if (s.key == key) return &s.value;
+      if (s.key == ~0ull) return nullptr;
+    }
+  }
   std::unordered_map<std::string, int32_t> by_bytes_;  // Tiktoken: bytes -> id (the shortcut)
   friend struct BpeFiles;
 };

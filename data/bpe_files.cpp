@@ -389,6 +389,17 @@ void BpeTokenizer::finish() {
     if (byte_id_[b] < 0)
       bad(origin_ + ": no token is the single byte " + std::to_string(b) + " (it cannot encode every text)" + fix);
   if (ranks_ == Ranks::Merges) by_bytes_.clear();  // the shortcut is tiktoken's alone
+  size_t cap = 16;
+  while (cap < 2 * pairs_.size() + 2) cap *= 2;
+  pair_table_.assign(cap, PairSlot{});
+  for (const auto& [key, value] : pairs_) {
+    for (size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1);; i = (i + 1) & (cap - 1))
+      if (pair_table_[i].key == ~0ull) {
+        pair_table_[i] = PairSlot{key, value};
+        break;
+      }
+  }
+  std::unordered_map<uint64_t, PairRank>().swap(pairs_);
 }
 
 BpeTokenizer BpeTokenizer::load(const std::string& path) {

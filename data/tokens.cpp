@@ -122,7 +122,11 @@ std::string file_fingerprint(const std::string& path) {
   return sha256_hex(bytes.data(), bytes.size());
 }
 
-void check_split(const TokenSplit& s, const std::string& name, const std::string& spec, int block_size) {
+void check_split(const TokenSplit& s, const std::string& name, const std::string& spec, int block_size,
+                 const std::string& what) {
+  if (!what.empty() && s.size() < (size_t)block_size + 1)
+    bad(what + " is too short: its " + name + " split has " + std::to_string(s.size()) + " tokens; expected at least " +
+        std::to_string(block_size + 1) + " (block_size + 1); pass a longer text with --data PATH or a smaller --block-size");
   if (s.files().empty())
     bad("--data " + spec + " has no " + name + " shard; expected llm.c shards with \"val\" in the validation files' names (fineweb_val_000000.bin) and training files without it; add the missing split");
   if (s.size() < (size_t)block_size + 1)
@@ -177,7 +181,8 @@ void TokenSplit::read(size_t start, size_t n, int32_t* out) const {
       const bool shard = files_[fi]->map_bytes != 2 * files_[fi]->count;
       bad("token file " + files_[fi]->path + " holds token id " + std::to_string(t) + " at token " + std::to_string(i) +
           " (byte offset " + std::to_string((shard ? 1024 : 0) + 2 * i) + "); expected ids below the vocabulary size " +
-          std::to_string(vocab) + " (GPT-2); the file is damaged or not GPT-2 tokens: regenerate it");
+          std::to_string(vocab) + (vocab == kGpt2Vocab ? " (GPT-2)" : " (the tokenizer's)") +
+          "; the file is damaged or not tokens of this tokenizer: regenerate it, or pass the tokenizer it was made with");
     }
     out[k] = t;
     ++i;
@@ -191,8 +196,9 @@ bool is_token_data(const std::string& spec) {
   return spec.size() > 4 && spec.compare(spec.size() - 4, 4, ".bin") == 0;
 }
 
-std::shared_ptr<TokenData> load_token_data(const std::string& spec, int block_size) {
+std::shared_ptr<TokenData> load_token_data(const std::string& spec, int block_size, int vocab, const std::string& what) {
   auto d = std::make_shared<TokenData>();
+  d->train.vocab = d->val.vocab = vocab;
   std::vector<std::string> paths;
   std::error_code ec;
   if (fs::is_directory(spec, ec)) {
@@ -236,8 +242,9 @@ std::shared_ptr<TokenData> load_token_data(const std::string& spec, int block_si
     std::sort(paths.begin(), paths.end());
     for (const std::string& p : paths) (is_val_name(p) ? d->val : d->train).add(open_shard(p));
   }
-  check_split(d->train, "training", spec, block_size);
-  check_split(d->val, "validation", spec, block_size);
+  check_split(d->train, "training", spec, block_size, what);
+  check_split(d->val, "validation", spec, block_size, what);
+  if (!what.empty()) d->format = "its BPE tokens, cached";
   std::string fp;
   for (const TokenSplit* s : {&d->train, &d->val})
     for (const auto& f : s->files())

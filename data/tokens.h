@@ -83,7 +83,10 @@ bool is_token_data(const std::string& spec);
 // and val.bin, a missing split, a bad magic or version, a header count that disagrees with the
 // file size (truncated or extended), an odd-sized nanoGPT file, a split too short for one
 // window of block_size + 1 tokens.
-std::shared_ptr<TokenData> load_token_data(const std::string& spec, int block_size);
+// vocab: the ids' bound (the tokenizer's vocabulary, GPT-2's by default); what, when given,
+// names the data in messages in place of "--data <spec>" (a cache of a text's tokens).
+std::shared_ptr<TokenData> load_token_data(const std::string& spec, int block_size, int vocab = kGpt2Vocab,
+                                           const std::string& what = "");
 
 // Batches from token data, as train_batch / eval_batch (data/dataset.h) do from a vector:
 // the same Philox window starts, so a batch is a pure function of (seed, step, row).

@@ -3,8 +3,8 @@
 // and 8,000 merges) on tiny Shakespeare with `tokenizers`, wrote them in GPT-2's formats
 // (tests/interop/bpe/<name>/), and recorded for each corpus the sha256 of the ids of both
 // libraries (expected.json). Here every format read by train_gpt must give those very ids on
-// tiny Shakespeare (TG_DATA), the hostile corpus (tests/interop/bpe/hostile.txt) and a megabyte
-// with no space; decode(encode(x)) must give x back; invalid UTF-8 is refused with its offset;
+// tiny Shakespeare (TG_DATA), the hostile corpus (tests/interop/bpe/hostile.txt), a megabyte
+// with no space and one piece of 30,000 letters; decode(encode(x)) must give x back; invalid UTF-8 is refused with its offset;
 // malformed files are refused in one line.
 #include <doctest/doctest.h>
 
@@ -128,8 +128,13 @@ TEST_CASE("bpe: every format gives the ids of tokenizers and tiktoken on tiny Sh
   const nlohmann::json expected = nlohmann::json::parse(slurp(kDir + "/expected.json"));
   const std::string shakes = shakespeare();
   REQUIRE_MESSAGE(shakes.size() == 1115394, "tiny Shakespeare not found: set TG_DATA or run make data");
-  const std::map<std::string, std::string> corpora = {
-      {"tinyshakespeare", shakes}, {"hostile", slurp(kDir + "/hostile.txt")}, {"nospace_mb", nospace_megabyte()}};
+  std::string letters;  // tokenizer_check.py's letters_30k: one piece with merges all along it
+  for (char ch : shakes)
+    if (letters.size() < 30000 && ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z'))) letters += ch;
+  const std::map<std::string, std::string> corpora = {{"tinyshakespeare", shakes},
+                                                      {"hostile", slurp(kDir + "/hostile.txt")},
+                                                      {"nospace_mb", nospace_megabyte()},
+                                                      {"letters_30k", letters}};
   REQUIRE(corpora.at("hostile").size() > 100000);
   struct Case {
     std::string name, path, library;

@@ -10,9 +10,11 @@ file (id = rank, <|endoftext|> after the last). For each corpus the ids of
 are hashed (sha256 of the ids as little-endian uint32); tests/cpu/test_bpe.cpp requires
 train_gpt's ids, from each format, to hash the same, with no Python.
 
-  --train         train the tokenizers into tests/interop/bpe/<name>/ (committed)
+  --train         train the tokenizers into tests/interop/bpe/<name>/, and write two small
+                  files for refusals (tiny.tiktoken, tiny_llmc.bin) (all committed)
   --hostile       write tests/interop/bpe/hostile.txt, the hostile corpus (committed)
   --expect        write tests/interop/bpe/expected.json: the hashes of both libraries
+  --bench         tiktoken's MB/s on the texts of build/bench_bpe (make bench runs both)
   --check         recompute the hashes live and compare them with expected.json; check the
                   Unicode class table (data/unicode_classes.inc) against both libraries,
                   code point by code point; time both libraries (MB/s, one thread)
@@ -146,6 +148,20 @@ def train(corpus):
         print(f"{d}: {len(ms)} merges, {len(vocab)} tokens")
 
 
+def fixtures():
+    """Two small files for the refusals of tests/cpu/test_bpe_cli.cpp: tiny.tiktoken (the 256
+    bytes alone: 257 tokens with <|endoftext|>) and tiny_llmc.bin (llm.c's gpt2_tokenizer.bin
+    format, version 2, 300 tokens, which decodes only)."""
+    with open(os.path.join(OUT, "tiny.tiktoken"), "w") as f:
+        for b in range(256):
+            f.write(base64.b64encode(bytes([b])).decode() + f" {b}\n")
+    toks = [bytes([b]) for b in range(256)] + [b"ab" * (k % 5 + 1) for k in range(43)] + [EOT.encode()]
+    with open(os.path.join(OUT, "tiny_llmc.bin"), "wb") as f:
+        f.write(struct.pack("<4I", 20240328, 2, len(toks), len(toks) - 1) + bytes(1024 - 16))
+        for t in toks:
+            f.write(bytes([len(t)]) + t)
+
+
 BYTE_OF = None
 
 
@@ -192,7 +208,9 @@ def corpora(data):
         shakes = f.read()
     with open(os.path.join(OUT, "hostile.txt"), encoding="utf-8", newline="") as f:
         hostile = f.read()
-    return {"tinyshakespeare": shakes, "hostile": hostile, "nospace_mb": nospace_megabyte()}
+    # one piece of 30,000 letters with merges all along it: the encoder's long-piece path
+    letters = "".join(c for c in shakes if c.isascii() and c.isalpha())[:30000]
+    return {"tinyshakespeare": shakes, "hostile": hostile, "nospace_mb": nospace_megabyte(), "letters_30k": letters}
 
 
 def hashes(data, timing=False):
@@ -262,6 +280,38 @@ def check_classes():
     return not bad_hf and not bad_tt
 
 
+def bench(data, mb=100.0):
+    """tiktoken beside build/bench_bpe: the same texts, the same tokenizer (shakes8k's ranks)."""
+    import tiktoken  # noqa: F401 (a clear ImportError when missing)
+    enc = tt_encoding("shakes8k")
+    shakes = open(data, encoding="utf-8").read()
+    hostile = open(os.path.join(OUT, "hostile.txt"), encoding="utf-8", newline="").read()
+    big = []
+    size = 0
+    while size < mb * 1e6:
+        big += [shakes, hostile]
+        size += len(shakes.encode()) + len(hostile.encode())
+    big = "".join(big)
+
+    def best(reps, f):
+        t = 1e30
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            n = f()
+            t = min(t, time.perf_counter() - t0)
+        return t, n
+
+    print(f"tiktoken {tiktoken.__version__}: shakes8k.tiktoken ({enc.n_vocab} tokens), encode_ordinary")
+    t, n = best(5, lambda: len(enc.encode_ordinary(shakes)))
+    print(f"  tiny Shakespeare ({len(shakes.encode()) / 1e6:.2f} MB, {n} ids), one thread:  {len(shakes.encode()) / 1e6 / t:7.1f} MB/s")
+    t, n = best(1, lambda: len(enc.encode_ordinary(big)))
+    print(f"  {size / 1e6:.0f} MB of text ({n} ids), one thread:              {size / 1e6 / t:7.1f} MB/s")
+    lines = big.splitlines(keepends=True)
+    parts = ["".join(lines[i:i + 20000]) for i in range(0, len(lines), 20000)]
+    t, n = best(1, lambda: sum(len(x) for x in enc.encode_ordinary_batch(parts, num_threads=os.cpu_count())))
+    print(f"  {size / 1e6:.0f} MB of text ({n} ids), every core (encode_ordinary_batch, {os.cpu_count()} threads): {size / 1e6 / t:7.1f} MB/s")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=os.environ.get("TG_DATA", os.environ.get("TINYSHAKESPEARE", "")))
@@ -269,11 +319,14 @@ def main():
     ap.add_argument("--hostile", action="store_true")
     ap.add_argument("--expect", action="store_true")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--bench", action="store_true")
+    ap.add_argument("--mb", type=float, default=100.0)
     a = ap.parse_args()
     if not a.data or not os.path.exists(a.data):
         sys.exit("tokenizer_check.py: tiny Shakespeare not found; pass --data PATH (or set TG_DATA)")
     if a.train:
         train(open(a.data, encoding="utf-8").read())
+        fixtures()
     if a.hostile:
         with open(os.path.join(OUT, "hostile.txt"), "w", encoding="utf-8", newline="") as f:
             f.write(hostile_corpus())
@@ -281,6 +334,8 @@ def main():
         with open(os.path.join(OUT, "expected.json"), "w") as f:
             json.dump(hashes(a.data), f, indent=1, sort_keys=True)
             f.write("\n")
+    if a.bench:
+        bench(a.data, a.mb)
     if a.check:
         ok = check_classes()
         live = hashes(a.data, timing=True)
@@ -295,4 +350,5 @@ def main():
         sys.exit(0 if ok else 1)
 
 
-main()
+if __name__ == "__main__":
+    main()
