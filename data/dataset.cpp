@@ -221,7 +221,7 @@ Dataset load_dataset(const std::string& path, int block_size, const std::string&
   if (is_token_data(path)) {
     Dataset d;
     d.path = path;
-    d.tokens = load_token_data(path, block_size, bpe ? bpe->vocab_size() : kGpt2Vocab);
+    d.tokens = load_token_data(path, block_size, bpe ? bpe->vocab_size() : kGpt2Vocab, "", bpe != nullptr);
     d.sha256 = d.tokens->fingerprint;
     d.bpe = bpe;
     return d;

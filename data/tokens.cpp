@@ -177,16 +177,25 @@ void TokenSplit::read(size_t start, size_t n, int32_t* out) const {
       i = 0;
     }
     const uint16_t t = files_[fi]->tokens[i];
-    if (t >= vocab) {
-      const bool shard = files_[fi]->map_bytes != 2 * files_[fi]->count;
-      bad("token file " + files_[fi]->path + " holds token id " + std::to_string(t) + " at token " + std::to_string(i) +
-          " (byte offset " + std::to_string((shard ? 1024 : 0) + 2 * i) + "); expected ids below the vocabulary size " +
-          std::to_string(vocab) + (vocab == kGpt2Vocab ? " (GPT-2)" : " (the tokenizer's)") +
-          "; the file is damaged or not tokens of this tokenizer: regenerate it, or pass the tokenizer it was made with");
-    }
+    if (t >= vocab) bad_id(*files_[fi], i);
     out[k] = t;
     ++i;
   }
+}
+
+void TokenSplit::bad_id(const TokenFile& f, size_t i) const {
+  const bool shard = f.map_bytes != 2 * f.count;
+  bad("token file " + f.path + " holds token id " + std::to_string(f.tokens[i]) + " at token " + std::to_string(i) +
+      " (byte offset " + std::to_string((shard ? 1024 : 0) + 2 * i) + "); expected ids below the vocabulary size " +
+      std::to_string(vocab) + (vocab == kGpt2Vocab ? " (GPT-2)" : " (the tokenizer's)") +
+      "; the file is damaged or not tokens of this tokenizer: regenerate it, or pass the tokenizer it was made with");
+}
+
+void TokenSplit::check_ends() const {
+  const size_t k = 1 << 19;  // tokens: 1 MiB
+  for (const auto& f : files_)
+    for (size_t i = 0; i < f->count; i = (i + 1 == k && f->count > 2 * k) ? f->count - k : i + 1)
+      if (f->tokens[i] >= vocab) bad_id(*f, i);
 }
 
 bool is_token_data(const std::string& spec) {
@@ -196,7 +205,8 @@ bool is_token_data(const std::string& spec) {
   return spec.size() > 4 && spec.compare(spec.size() - 4, 4, ".bin") == 0;
 }
 
-std::shared_ptr<TokenData> load_token_data(const std::string& spec, int block_size, int vocab, const std::string& what) {
+std::shared_ptr<TokenData> load_token_data(const std::string& spec, int block_size, int vocab, const std::string& what,
+                                           bool ends) {
   auto d = std::make_shared<TokenData>();
   d->train.vocab = d->val.vocab = vocab;
   std::vector<std::string> paths;
@@ -245,6 +255,10 @@ std::shared_ptr<TokenData> load_token_data(const std::string& spec, int block_si
   check_split(d->train, "training", spec, block_size, what);
   check_split(d->val, "validation", spec, block_size, what);
   if (!what.empty()) d->format = "its BPE tokens, cached";
+  if (ends) {  // a tokenizer's data: ids made with another one are refused now, before a run begins
+    d->train.check_ends();
+    d->val.check_ends();
+  }
   std::string fp;
   for (const TokenSplit* s : {&d->train, &d->val})
     for (const auto& f : s->files())

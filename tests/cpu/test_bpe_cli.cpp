@@ -127,11 +127,14 @@ TEST_CASE("bpe cli: --tokenize writes llm.c shards of prepare.py's split; traini
   CHECK(t.code == 0);
   CHECK(t.out.find("(llm.c shards), vocab 8257 (padded to 8320)") != std::string::npos);
   CHECK(t.out.find("\nTo be") != std::string::npos);
-  // ids past a smaller tokenizer's vocabulary: refused when a batch reads them
+  // ids past a smaller tokenizer's vocabulary: refused before the run begins (the ends of every
+  // file are checked at start), nothing written
   Run small = run_train_gpt(kTiny + "--max-iters 1 --data " + (d / "shards").string() + " --tokenizer " +
                             abs_path(kBpe + "/shakes1k") + " --out-dir " + (d / "run2").string());
   CHECK(small.code == 2);
   CHECK(small.err.find("expected ids below the vocabulary size 1257 (the tokenizer's)") != std::string::npos);
+  CHECK(count_lines(small.err) == 1);
+  CHECK(!fs::exists(d / "run2"));
   // --prompt with token data and no tokenizer
   Run no_tok = run_train_gpt(kTiny + "--max-iters 1 --data " + (d / "shards").string() + " --prompt hi --out-dir " +
                              (d / "run3").string());
