@@ -17,8 +17,10 @@
 //        - tiktoken files: the rank of the token whose bytes are a's then b's, as tiktoken's
 //          byte_pair_merge; and a piece that is itself a token is that token (tiktoken's
 //          shortcut).
-//      For GPT-2's files the two agree. Merging uses a heap over a linked list of parts, so a
-//      piece of n bytes costs O(n log n) (a megabyte of one letter is one piece).
+//      For GPT-2's files the two agree. A piece of more than 24 bytes merges on a heap over a
+//      linked list of parts, O(n log n) for n bytes (a megabyte of one letter is one piece); a
+//      shorter one by a scan for the lowest rank (the same merges in the same order). Each
+//      thread keeps a cache of the pieces of up to 64 bytes it has encoded.
 //   3. <|endoftext|> in the text is text, as GPT-2's encoder.py and tiktoken's encode_ordinary
 //      read it (prepare.py scripts append the end-of-text id themselves).
 // Decoding concatenates the tokens' bytes (a token may end inside a character).
