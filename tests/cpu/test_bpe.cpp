@@ -18,9 +18,16 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+
 #include "data/bpe.h"
 #include "data/errors.h"
 #include "data/sha256.h"
+#include "data/tokenize.h"
+#include "data/tokens.h"
 
 namespace {
 
@@ -263,4 +270,33 @@ TEST_CASE("bpe: a tokenizer file that is not GPT-2's shape is refused in one lin
     CHECK(m.find("; expected") != std::string::npos);
     CHECK(m.find('\n') == std::string::npos);
   }
+}
+
+TEST_CASE("bpe: ids above 32767 survive llm.c shards (uint16, little-endian) and decode back") {
+  // a tiktoken file of 40,000 ranks: the 256 bytes, then the two-byte tokens [x, y] (y > 0) in
+  // order, rank 256 + 255 x + y - 1: those with x >= 128 have ranks above 32767
+  const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string ranks;
+  int rank = 0;
+  for (int x = 0; x < 256; ++x) ranks += std::string{a[x >> 2], a[(x & 3) << 4], '=', '='} + " " + std::to_string(rank++) + "\n";
+  for (int x = 0; x < 256 && rank < 40000; ++x)
+    for (int y = 1; y < 256 && rank < 40000; ++y)
+      ranks += std::string{a[x >> 2], a[(x & 3) << 4 | y >> 4], a[(y & 15) << 2], '='} + " " + std::to_string(rank++) + "\n";
+  const data::BpeTokenizer t = data::BpeTokenizer::from_tiktoken(ranks, "big.tiktoken");
+  REQUIRE(t.vocab_size() == 40001);
+  // byte pairs inside CJK characters merge into ranks past 32767 (0x96 0x87 of U+6587: 38640)
+  std::string text;
+  for (int i = 0; i < 2000; ++i) text += (i % 7 ? "\xe4\xb8\xad\xe6\x96\x87" : " a\xe6\x97\xa5\n");
+  const std::vector<int32_t> ids = t.encode(text);
+  CHECK(*std::max_element(ids.begin(), ids.end()) > 32767);
+  const std::string dir = (std::filesystem::temp_directory_path() / ("tg_bpe_u16_" + std::to_string(::getpid()))).string();
+  std::filesystem::create_directories(dir);
+  data::write_llmc_shard(dir + "/x_train.bin", ids);
+  data::write_llmc_shard(dir + "/x_val.bin", ids);
+  const auto td = data::load_token_data(dir, 8, t.vocab_size(), "", true);
+  std::vector<int32_t> back(ids.size());
+  td->train.read(0, ids.size(), back.data());
+  CHECK(back == ids);
+  CHECK(t.decode(back.data(), back.size()) == text);
+  std::filesystem::remove_all(dir);
 }
