@@ -410,8 +410,14 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
   if (fs::is_directory(p, ec)) {
     if (fs::exists(p / "tokenizer.json", ec)) return load((p / "tokenizer.json").string());
     if (fs::exists(p / "vocab.json", ec)) return load((p / "vocab.json").string());
+    std::vector<std::string> found;
     for (const auto& e : fs::directory_iterator(p, ec))
-      if (e.path().extension() == ".tiktoken" || e.path().extension() == ".bin") return load(e.path().string());
+      if (e.path().extension() == ".tiktoken" || e.path().extension() == ".bin") found.push_back(e.path().filename().string());
+    std::sort(found.begin(), found.end());
+    if (found.size() == 1) return load((p / found[0]).string());
+    if (found.size() > 1)
+      bad("--tokenizer " + path + " is a directory holding several tokenizer files (" + found[0] + ", " + found[1] +
+          (found.size() > 2 ? ", ..." : "") + "); expected one; pass the file itself");
     bad("--tokenizer " + path + " is a directory without tokenizer.json or vocab.json" + none);
   }
   if (!fs::exists(p, ec)) bad("--tokenizer " + path + " does not exist" + none);

@@ -262,6 +262,7 @@ TEST_CASE("bpe: a tokenizer file that is not GPT-2's shape is refused in one lin
       {[&] { data::BpeTokenizer::from_tiktoken("", "x.tiktoken"); }, "holds no token"},
       {[&] { data::BpeTokenizer::load("tests/interop/bpe/no_such_dir/"); }, "does not exist"},
       {[&] { data::BpeTokenizer::load("tests/interop"); }, "a directory without tokenizer.json or vocab.json"},
+      {[&] { data::BpeTokenizer::load("tests/interop/bpe"); }, "holding several tokenizer files (tiny.tiktoken, tiny_llmc.bin)"},
   };
   for (const auto& [f, says] : cases) {
     const std::string m = refusal(f);
