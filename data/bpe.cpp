@@ -372,16 +372,20 @@ std::vector<int32_t> BpeTokenizer::encode(const std::string& text, const std::st
 std::vector<int32_t> BpeTokenizer::encode_parallel(const char* p, size_t n, const std::string& what,
                                                    const std::function<void(size_t)>& progress) const {
   if (decode_only_) cannot_encode(*this, what);
-  // parts of about 1 MiB, each ending after a newline followed by a character that is not a
-  // space: the pattern always cuts there ("\n" is a space, and only ' ' joins a piece that
-  // follows it), so the parts' pieces are the whole text's
+  // parts of about 1 MiB, each ending at "X\nY", X and Y ASCII characters that are not spaces:
+  // the whole text's pieces end there ("\n" is a space, and only ' ' joins a piece that
+  // follows it), and a part ending in that lone "\n" cuts it as the whole text does (a longer
+  // run of spaces at the end of a part would stay whole, where the text splits off its last
+  // character before Y), so the parts' pieces are the whole text's
   constexpr size_t kPart = 1 << 20;
   std::vector<size_t> cuts = {0};
   const auto& bmp = bmp_classes();
+  auto solid = [&](size_t i) {  // an ASCII character that is not a space
+    return (unsigned char)p[i] < 0x80 && bmp[(unsigned char)p[i]] != (uint8_t)CharClass::Space;
+  };
   for (size_t at = kPart; at < n;) {
     size_t k = at;
-    while (k < n && !(p[k - 1] == '\n' && (unsigned char)p[k] < 0x80 && bmp[(unsigned char)p[k]] != (uint8_t)CharClass::Space))
-      ++k;
+    while (k < n && !(p[k - 1] == '\n' && solid(k) && solid(k - 2))) ++k;
     if (k >= n) break;
     cuts.push_back(k);
     at = k + kPart;

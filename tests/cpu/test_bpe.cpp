@@ -88,6 +88,22 @@ std::string refusal(const std::function<void()>& f) {
   return "(not refused)";
 }
 
+// A vocab.json of GPT-2's 256 byte characters (id = byte), then the entries given.
+std::string alphabet_vocab(const std::string& more) {
+  std::string v = "{";
+  int extra = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const unsigned cp = self ? (unsigned)b : 256u + (unsigned)extra++;
+    std::string ch;
+    if (cp < 0x80) ch = std::string(1, (char)cp);
+    else ch = std::string{(char)(0xC0 | (cp >> 6)), (char)(0x80 | (cp & 0x3F))};
+    if (ch == "\"" || ch == "\\") ch = "\\" + ch;
+    v += "\"" + ch + "\": " + std::to_string(b) + ", ";
+  }
+  return v + more + "}";
+}
+
 }  // namespace
 
 TEST_CASE("bpe: the pre-tokenizer cuts as GPT-2's pattern does (pieces from tokenizers' ByteLevel)") {
@@ -176,6 +192,24 @@ TEST_CASE("bpe: encoding on every core gives the ids of one core; a megabyte of 
   REQUIRE(text.size() == 1115394);
   text = text + "\n\xe4\xb8\xad  x\n" + text + "\n \n" + text;  // several parts of 1 MiB
   CHECK(t.encode_parallel(text.data(), text.size()) == t.encode(text));
+  // lines ending in spaces (a part cut after " \n" would keep " \n" whole, the text splits it),
+  // tabs and U+3000 before the newline, all but every tenth line
+  std::string ragged;
+  int line = 0;
+  for (char ch : text) {
+    if (ch == '\n' && ++line % 10) ragged += line % 3 == 0 ? "  " : line % 3 == 1 ? "\t" : "\xe3\x80\x80";
+    ragged += ch;
+  }
+  CHECK(t.encode_parallel(ragged.data(), ragged.size()) == t.encode(ragged));
+  // a tokenizer where " \n" is one token (U+0120 U+010A): a part cut after "x \n" would end in
+  // that token where the whole text has " " then "\n"
+  const data::BpeTokenizer sn =
+      data::BpeTokenizer::from_vocab_merges(alphabet_vocab("\"\u0120\u010a\": 256"), "\u0120 \u010a\n", "sn/vocab.json");
+  CHECK(sn.encode("x \n") == std::vector<int32_t>{120, 256});
+  CHECK(sn.encode("x \ny") == std::vector<int32_t>{120, 32, 10, 121});
+  std::string lines;
+  for (int i = 0; lines.size() < (3u << 20); ++i) lines += i % 10 ? "to be \n" : "or not\n";
+  CHECK(sn.encode_parallel(lines.data(), lines.size()) == sn.encode(lines));
   const std::string mb(1 << 20, 'a');
   for (const std::string& path : {kDir + "/shakes8k", kDir + "/shakes8k/shakes8k.tiktoken"}) {
     const data::BpeTokenizer u = data::BpeTokenizer::load(path);
@@ -215,20 +249,7 @@ TEST_CASE("bpe: invalid UTF-8 is refused with its byte offset, on one core and o
 TEST_CASE("bpe: a tokenizer file that is not GPT-2's shape is refused in one line saying what, expected and how to fix") {
   const std::string vocab = R"({"a": 0, "b": 1, "ab": 2})";
   // every byte a token: the 256 characters of GPT-2's alphabet, then "ab"
-  std::string full = "{";
-  {
-    int extra = 0;
-    for (int b = 0; b < 256; ++b) {
-      const bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      const unsigned cp = self ? (unsigned)b : 256u + (unsigned)extra++;
-      std::string ch;
-      if (cp < 0x80) ch = std::string(1, (char)cp);
-      else ch = std::string{(char)(0xC0 | (cp >> 6)), (char)(0x80 | (cp & 0x3F))};
-      if (ch == "\"" || ch == "\\") ch = "\\" + ch;
-      full += "\"" + ch + "\": " + std::to_string(b) + ", ";
-    }
-    full += "\"ab\": 256, \"<|endoftext|>\": 257}";
-  }
+  const std::string full = alphabet_vocab("\"ab\": 256, \"<|endoftext|>\": 257");
   const data::BpeTokenizer ok = data::BpeTokenizer::from_vocab_merges(full, "#version: 0.2\na b\n", "t/vocab.json");
   CHECK(ok.vocab_size() == 258);
   CHECK(ok.eot() == 257);
