@@ -3,6 +3,8 @@
 #include "data/tokenize.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef _OPENMP
@@ -43,23 +45,29 @@ void write_atomic(const std::string& path, const std::string& head, const std::v
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw tg::RuntimeError("cannot create " + tmp + ": " + std::strerror(errno) + "; check the directory's permissions");
-  std::string buf = head;
-  buf.reserve(head.size() + 2 * ids.size());
-  for (int32_t id : ids) {
-    buf += (char)(id & 0xff);
-    buf += (char)((id >> 8) & 0xff);
-  }
-  size_t done = 0;
-  while (done < buf.size()) {
-    const ssize_t w = ::write(fd, buf.data() + done, buf.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      const int e = w < 0 ? errno : ENOSPC;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw tg::RuntimeError("cannot write " + tmp + ": " + std::strerror(e) + "; free some space");
+  auto put = [&](const char* p, size_t n) {
+    for (size_t done = 0; done < n;) {
+      const ssize_t w = ::write(fd, p + done, n - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        const int e = w < 0 ? errno : ENOSPC;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw tg::RuntimeError("cannot write " + tmp + ": " + std::strerror(e) + "; free some space");
+      }
+      done += (size_t)w;
     }
-    done += (size_t)w;
+  };
+  put(head.data(), head.size());
+  std::string buf;  // the ids as uint16 little-endian, 1 MiB at a time
+  for (size_t at = 0; at < ids.size(); at += buf.size() / 2) {
+    const size_t k = std::min(ids.size() - at, (size_t)1 << 19);
+    buf.resize(2 * k);
+    for (size_t i = 0; i < k; ++i) {
+      buf[2 * i] = (char)(ids[at + i] & 0xff);
+      buf[2 * i + 1] = (char)((ids[at + i] >> 8) & 0xff);
+    }
+    put(buf.data(), buf.size());
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
@@ -67,9 +75,33 @@ void write_atomic(const std::string& path, const std::string& head, const std::v
   }
 }
 
+// A file mapped read-only, unmapped when it goes.
+struct Mapped {
+  const char* data = nullptr;
+  size_t size = 0;
+  explicit Mapped(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw tg::InputError("--tokenize " + path + " cannot be opened: " + std::strerror(errno) +
+                                     "; expected a readable text file; check its permissions");
+    struct stat st{};
+    if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+      void* m = ::mmap(nullptr, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (m != MAP_FAILED) data = static_cast<const char*>(m), size = (size_t)st.st_size;
+    }
+    ::close(fd);
+    if (st.st_size > 0 && !data)
+      throw tg::InputError("--tokenize " + path + " cannot be mapped; expected a regular text file; check the path");
+  }
+  ~Mapped() {
+    if (data) ::munmap(const_cast<char*>(data), size);
+  }
+  Mapped(const Mapped&) = delete;
+  Mapped& operator=(const Mapped&) = delete;
+};
+
 }  // namespace
 
-size_t split_offset(const std::string& text) {
+size_t split_offset(std::string_view text) {
   size_t n = 0;
   for (unsigned char c : text) n += (c & 0xC0) != 0x80;
   const size_t k = (size_t)((double)n * 0.9);  // Python's int(n * 0.9)
@@ -86,7 +118,7 @@ void check_uint16(const BpeTokenizer& tok) {
                          "65536 tokens (GPT-2's has 50257); use such a tokenizer");
 }
 
-SplitIds encode_split(const std::string& text, const BpeTokenizer& tok, const std::string& what,
+SplitIds encode_split(std::string_view text, const BpeTokenizer& tok, const std::string& what,
                       const std::function<void(size_t)>& progress) {
   check_uint16(tok);
   if (!tok.can_encode()) tok.encode("", what);  // refuses, saying why
@@ -143,14 +175,8 @@ void tokenize_file(const std::string& in, const std::string& tokenizer, const st
   const BpeTokenizer tok = BpeTokenizer::load(tokenizer);
   check_uint16(tok);
   if (!tok.can_encode()) tok.encode("", "--tokenize " + in);  // refuses, saying why
-  std::string text;
-  {
-    std::ifstream f(in, std::ios::binary);
-    std::ostringstream ss;
-    if (!(ss << f.rdbuf()) && fs::file_size(in, ec) != 0)
-      throw tg::InputError("--tokenize " + in + " cannot be read; expected a readable text file; check its permissions");
-    text = ss.str();
-  }
+  const Mapped file(in);  // never read whole into memory
+  const std::string_view text(file.data ? file.data : "", file.size);
   if (text.empty()) throw tg::InputError("--tokenize " + in + " is empty; expected a text to tokenize; check the path");
   const std::string what = "--tokenize " + in;
   const double mb = (double)text.size() / 1e6;

@@ -14,6 +14,7 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace data {
@@ -22,7 +23,7 @@ class BpeTokenizer;
 
 // The byte offset of character int(n * 0.9) of the UTF-8 text (n its code points; Python's
 // int() of the double product, as prepare.py). The text must be valid UTF-8.
-size_t split_offset(const std::string& text);
+size_t split_offset(std::string_view text);
 
 struct SplitIds {
   std::vector<int32_t> train, val;
@@ -31,7 +32,7 @@ struct SplitIds {
 // The two parts of the text, encoded on every core. progress (optional) gets the bytes done.
 // Throws tg::InputError for invalid UTF-8 (byte offset in the whole text), a tokenizer that
 // cannot encode, or one too large for uint16 ids.
-SplitIds encode_split(const std::string& text, const BpeTokenizer& tok, const std::string& what,
+SplitIds encode_split(std::string_view text, const BpeTokenizer& tok, const std::string& what,
                       const std::function<void(size_t)>& progress = nullptr);
 
 // Throws tg::InputError when tok's ids do not fit uint16 (more than 65536 tokens).
@@ -49,8 +50,9 @@ std::string cached_tokens(const std::string& text, const std::string& text_sha25
 // train_gpt --tokenize IN --tokenizer T --out DIR: IN's two parts as llm.c shards
 // DIR/<stem>_train.bin and DIR/<stem>_val.bin (stem: IN's name without its extension). Every
 // check (IN readable, UTF-8, T a tokenizer that encodes, of at most 65536 tokens) comes before
-// anything is written. On log: a progress line (rewritten in place) for texts of 16 MiB and up,
-// then what was written.
+// anything is written. IN is memory-mapped, not read into memory; the shards are written 1 MiB
+// at a time. On log: a progress line (rewritten in place) for texts of 16 MiB and up, then what
+// was written.
 void tokenize_file(const std::string& in, const std::string& tokenizer, const std::string& out_dir, std::ostream& log);
 
 }  // namespace data
