@@ -19,6 +19,8 @@ train_gpt's ids, from each format, to hash the same, with no Python.
                   Unicode class table (data/unicode_classes.inc) against both libraries,
                   code point by code point; time both libraries (MB/s, one thread)
 Tiny Shakespeare is read from --data (never committed). make tokenizer-check runs --check.
+Another version of `tokenizers` may train other merges: after --train, run --expect too (the
+two libraries must still agree on every corpus).
 Needs: pip install tokenizers tiktoken (and unicodedata2==16.0.0 for --hostile).
 """
 import argparse
