@@ -212,12 +212,13 @@ TEST_BINS := $(BUILD)/test_cpu $(GEMM_AVX512_EMU) $(if $(NVCC),$(BUILD)/test_gpu
 # command line), built by clang++ with ASan and UBSan from the few sources it reads with
 FUZZ_SRCS := tests/fuzz/fuzz_readers.cpp model/run/config.cpp model/formats/checkpoint.cpp model/formats/safetensors.cpp \
              model/formats/json_io.cpp model/formats/ckpt_io.cpp model/formats/ckpt_lookup.cpp model/net/gpt.cpp \
-             model/formats/init_from.cpp model/formats/hf_export.cpp data/dataset.cpp data/tokens.cpp data/sha256.cpp
+             model/formats/init_from.cpp model/formats/hf_export.cpp data/dataset.cpp data/tokens.cpp data/sha256.cpp \
+             data/bpe.cpp data/bpe_files.cpp data/tokenize.cpp
 FUZZ_BIN := $(if $(FUZZ_OK),$(BUILD)/fuzz_readers,)
 
-.PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop plot clean deps gpu-bundle gpu-profile
+.PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop tokenizer-check plot clean deps gpu-bundle gpu-profile
 BENCH_GPU_BINS := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_step,)
-all: train_gpt $(if $(NVCC),train_gpt_emu $(BUILD)/gpu_profile $(BUILD)/kernel_occupancy $(BUILD)/bench_gpu_emu,) $(TEST_BINS) $(FUZZ_BIN) $(BUILD)/bench_cpu $(BUILD)/bench_gemm $(BENCH_GPU_BINS)
+all: train_gpt $(if $(NVCC),train_gpt_emu $(BUILD)/gpu_profile $(BUILD)/kernel_occupancy $(BUILD)/bench_gpu_emu,) $(TEST_BINS) $(FUZZ_BIN) $(BUILD)/bench_cpu $(BUILD)/bench_gemm $(BUILD)/bench_bpe $(BENCH_GPU_BINS)
 
 $(BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
@@ -374,6 +375,11 @@ endif
 $(BUILD)/bench_cpu: tests/bench/bench_cpu.cpp $(HOST_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
 
+# GPT-2's BPE encoder, MB/s, one thread and every core (tests/bench/bench_bpe.cpp); make bench
+# runs tiktoken beside it on the same texts
+$(BUILD)/bench_bpe: tests/bench/bench_bpe.cpp $(HOST_OBJS)
+	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
+
 # the float products of one CPU step on their exact shapes: Eigen against kernels/cpu/gemm.cpp
 $(BUILD)/bench_gemm: tests/bench/bench_gemm.cpp $(HOST_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(LDLIBS)
@@ -488,10 +494,14 @@ sanitize:
 	@TG_DATA=$(DATA_FILE) TG_TRAIN_GPT=build-san/train_gpt_host ASAN_OPTIONS=abort_on_error=0 \
 	  UBSAN_OPTIONS=print_stacktrace=1 bash tests/run_all.sh build-san/test_cpu
 
-# on a GPU machine: the attention kernels (flash, naive, PyTorch SDPA when python3 has torch)
-# and a training step against T; on a CPU machine: the CPU training step
-bench: train_gpt $(BUILD)/bench_cpu $(BUILD)/bench_gemm $(BENCH_GPU_BINS)
+# GPT-2's BPE encoder beside tiktoken; on a GPU machine: the attention kernels (flash, naive,
+# PyTorch SDPA when python3 has torch) and a training step against T; on a CPU machine: the CPU
+# training step
+bench: train_gpt $(BUILD)/bench_cpu $(BUILD)/bench_gemm $(BUILD)/bench_bpe $(BENCH_GPU_BINS)
 	@$(MAKE) data
+	$(BUILD)/bench_bpe --data $(DATA_FILE)
+	@$(PYTHON) tests/interop/tokenizer_check.py --data $(DATA_FILE) --bench 2>/dev/null || \
+	  echo "(tiktoken's side skipped: pip install tiktoken tokenizers)"
 ifneq ($(GPU_CC),)
 	$(BUILD)/bench_gpu $(BENCH_ARGS)
 	$(BUILD)/bench_step
@@ -513,6 +523,13 @@ PYTHON ?= python3
 interop: train_gpt
 	@$(MAKE) data
 	@$(PYTHON) tests/interop/hf_export_check.py --train-gpt ./train_gpt --data $(DATA_FILE)
+
+# ---- GPT-2's tokenizer (data/bpe.h) against Hugging Face tokenizers and tiktoken, live: the Unicode
+# class table code point by code point, the ids' hashes that tests/cpu/test_bpe.cpp compares with
+# (tests/interop/bpe/expected.json), both libraries' MB/s (pip install tokenizers tiktoken)
+tokenizer-check:
+	@$(MAKE) data
+	@$(PYTHON) tests/interop/tokenizer_check.py --data $(DATA_FILE) --check
 
 # ---- loss curves: make plot RUNS="out/a out/b" [PLOT=out/loss.svg] --------------------------
 PLOT ?= out/loss.svg

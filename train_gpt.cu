@@ -18,10 +18,13 @@
 #include <iostream>
 #include <sstream>
 
+#include "data/bpe.h"
 #include "data/dataset.h"
 #include "data/errors.h"
+#include "data/tokenize.h"
 #include "data/tokens.h"
 #include "model/formats/checkpoint.h"
+#include "model/formats/ckpt_io.h"
 #include "model/formats/ckpt_lookup.h"
 #include "model/formats/hf_export.h"
 #include "model/formats/init_from.h"
@@ -55,20 +58,23 @@ std::string data_flag(const tg::ParsedArgs& args) { return given(args, "data") ?
 // --init-from: the weights read, and the model flags of args.config set from them (those given
 // checked against the file).
 std::unique_ptr<tg::InitSource> read_init(tg::ParsedArgs& args) {
+  args.config.init_from = tg::resolve_init_path(args.config.init_from);  // a model name: the Hugging Face cache's
   auto s = std::make_unique<tg::InitSource>(tg::read_init_source(args.config.init_from, given(args, "n-head") ? args.config.n_head : 0));
   tg::apply_init_model(args.config, args.given, *s);
   return s;
 }
 
 // The config a sample runs with: without --prompt, the default prompt (a newline) becomes the
-// vocabulary's first character when the text has no newline (tok.default_prompt()). A prompt
-// that is not UTF-8 or has characters outside the vocabulary fails now, not after training.
-tg::Config sampling_config(const tg::Config& c, const tg::ParsedArgs& args, const data::CharTokenizer& tok) {
+// vocabulary's first character when the text has no newline (tok.default_prompt()); a model of
+// tokens (of V, bpe its tokenizer or null) starts from <|endoftext|> (an empty prompt). A prompt
+// that is not UTF-8, has characters outside the vocabulary or cannot be encoded fails now, not
+// after training.
+tg::Config sampling_config(const tg::Config& c, const tg::ParsedArgs& args, const data::CharTokenizer& tok,
+                           const data::BpeTokenizer* bpe = nullptr, int V = 0) {
   tg::Config s = c;
-  if (tok.itos.empty()) {  // token data: samples start from end-of-text, there is no encoder for a prompt
-    if (given(args, "prompt") && s.sample_tokens > 0)
-      throw tg::InputError("--prompt with token data; expected no prompt (a model of GPT-2 tokens samples from "
-                           "<|endoftext|>, train_gpt has no GPT-2 encoder); drop --prompt");
+  if (tok.itos.empty()) {  // a model of tokens
+    if (!given(args, "prompt")) s.prompt = "";
+    if (s.sample_tokens > 0) tg::token_prompt(s, V, bpe);
     return s;
   }
   if (!given(args, "prompt") && s.prompt == "\n") s.prompt = tok.default_prompt();
@@ -99,7 +105,7 @@ double data_bytes(const data::Dataset& ds) { return 4.0 * (double)(ds.train.size
 
 // --attention check: both attention paths on the first training batch, per layer. Writes nothing.
 int attention_check(const tg::Config& c) {
-  const data::Dataset ds = data::load_dataset(c.data, c.block_size);
+  const data::Dataset ds = data::load_dataset(c.data, c.block_size, c.tokenizer);
   const tg::ModelConfig m = tg::model_config(c, ds.vocab_size(), ds.padded_vocab());
   const tg::RunShape run = tg::run_shape(c);
   std::unique_ptr<tg::Backend> be = tg::make_backend(c.device, m, run, nullptr);
@@ -129,6 +135,27 @@ int plot(int argc, char** argv) {
   return 0;
 }
 
+// train_gpt --tokenize IN.txt --tokenizer T --out DIR: the text as llm.c shards (data/tokenize.h).
+int tokenize(int argc, char** argv) {
+  std::string in, tokenizer, out;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i], v;
+    const size_t eq = a.find('=');
+    if (eq != std::string::npos) v = a.substr(eq + 1), a = a.substr(0, eq);
+    else if (i + 1 < argc) v = argv[++i];
+    std::string* to = a == "--tokenize" ? &in : a == "--tokenizer" ? &tokenizer : a == "--out" ? &out : nullptr;
+    if (!to || v.empty())
+      throw tg::InputError("--tokenize: " + tg::printable(a) + (to ? " has no value" : " is not one of its flags") +
+                           "; expected train_gpt --tokenize IN.txt --tokenizer DIR|FILE --out DIR; see README");
+    *to = v;
+  }
+  if (tokenizer.empty() || out.empty())
+    throw tg::InputError(std::string("--tokenize without ") + (tokenizer.empty() ? "--tokenizer" : "--out") +
+                         "; expected train_gpt --tokenize IN.txt --tokenizer DIR|FILE --out DIR; pass it");
+  data::tokenize_file(in, tokenizer, out, std::cerr);
+  return 0;
+}
+
 // The checkpoint --ckpt names: a ckpt-<step> directory, or a run directory's newest intact one.
 std::string checkpoint_of(const tg::Config& flags) {
   const std::string dir = tg::pick_checkpoint(flags.ckpt, std::cerr);
@@ -146,17 +173,21 @@ int sample_from_checkpoint(const tg::ParsedArgs& args) {
   const tg::Config& flags = args.config;
   tg::Config c;
   data::CharTokenizer tok;
+  std::shared_ptr<const data::BpeTokenizer> bpe;  // a model of tokens: --tokenizer, else the run's
+  int V = 0;
   std::unique_ptr<tg::Backend> be;
   for (int attempt = 1; !be; ++attempt) {
     const std::string dir = checkpoint_of(flags);
     try {
       const tg::ckpt::CheckpointInfo info = tg::ckpt::checkpoint_info(dir);
-      const tg::ModelConfig m = tg::checkpoint_model(dir, info, data_flag(args), tok, std::cerr);
+      const tg::ModelConfig m = tg::checkpoint_model(dir, info, data_flag(args), tok, std::cerr, &bpe);
+      if (!flags.tokenizer.empty()) bpe = std::make_shared<const data::BpeTokenizer>(data::BpeTokenizer::load(flags.tokenizer));
+      V = m.vocab_size;
       c = info.config;  // the flags of sampling and of the device are this command's
       for (const char* flag : {"prompt", "sample-tokens", "temperature", "top-k", "top-p", "seed", "device", "precision"})
         tg::copy_flag(c, flags, flag);
       c.batch_size = 1;  // no training batch: the smallest activations
-      c = sampling_config(c, args, tok);
+      c = sampling_config(c, args, tok, bpe.get(), V);
       std::string note;
       be = backend_from(c, m, note, dir, 0);
       std::cerr << "sampling from " << dir << " (step " << info.step << ")" << std::endl;
@@ -168,11 +199,8 @@ int sample_from_checkpoint(const tg::ParsedArgs& args) {
       throw;
     }
   }
-  if (data::is_token_data(c.data)) {  // GPT-2 tokens: no character vocabulary
-    std::unique_ptr<data::Gpt2Tokenizer> tokenizer;
-    if (!flags.tokenizer.empty())
-      tokenizer = std::make_unique<data::Gpt2Tokenizer>(data::Gpt2Tokenizer::load(flags.tokenizer));
-    tg::sample_tokens(*be, c, data::kGpt2Vocab, tokenizer.get(), std::cout);
+  if (tok.itos.empty()) {  // a model of tokens: no character vocabulary
+    tg::sample_tokens(*be, c, V, bpe.get(), std::cout);
   } else {
     tg::sample(*be, c, tok, std::cout);
   }
@@ -190,10 +218,19 @@ int export_checkpoint(const tg::ParsedArgs& args) {
   const std::string dir = checkpoint_of(flags);
   const tg::ckpt::CheckpointInfo info = tg::ckpt::checkpoint_info(dir);
   data::CharTokenizer tok;
-  const tg::ModelConfig m = tg::checkpoint_model(dir, info, data_flag(args), tok, std::cerr);
+  std::shared_ptr<const data::BpeTokenizer> bpe;
+  const tg::ModelConfig m = tg::checkpoint_model(dir, info, data_flag(args), tok, std::cerr, &bpe);
   const tg::ckpt::Checkpoint ck = tg::ckpt::load_checkpoint(dir, tg::param_table(m));
   tg::export_hf(flags.export_hf, m, info.config.gelu, ck.params.data(), tok.chars());
-  std::cout << "wrote " << flags.export_hf << " (config.json, model.safetensors" << (tok.chars().empty() ? "" : ", train_gpt_vocab.json")
+  // the run's tokenizer beside the weights, when it is in Hugging Face's files
+  std::string extra = tok.chars().empty() ? "" : ", train_gpt_vocab.json";
+  if (bpe)
+    for (const auto& [name, bytes] : bpe->files())
+      if (name == "vocab.json" || name == "merges.txt" || name == "tokenizer.json") {
+        tg::ckpt::write_file_atomic((fs::path(flags.export_hf) / name).string(), bytes);
+        extra += ", " + name;
+      }
+  std::cout << "wrote " << flags.export_hf << " (config.json, model.safetensors" << extra
             << ") from " << dir << " (step " << info.step << "): load it with transformers.GPT2LMHeadModel.from_pretrained(\""
             << flags.export_hf << "\")" << std::endl;
   return 0;
@@ -265,7 +302,11 @@ int train_run(tg::ParsedArgs args) {
   // --init-from: the model's shape from the file before the run is planned (a resumed run has
   // its own; one resumed from step 0, before its first checkpoint, reads the file again below)
   std::unique_ptr<tg::InitSource> init;
-  if (!args.config.init_from.empty() && !args.config.resume) init = read_init(args);
+  if (!args.config.init_from.empty() && !args.config.resume) {
+    init = read_init(args);
+    // a Hugging Face directory's tokenizer (or a run's): the data becomes its tokens
+    if (args.config.tokenizer.empty()) args.config.tokenizer = tg::init_tokenizer(init->path);
+  }
   // data parallel: rank 0 alone holds the lock and writes; every rank plans (reads) first
   const bool writer = tg::dist::rank() == 0;
   tg::RunDir dir(args.config.out_dir, writer);
@@ -274,20 +315,10 @@ int train_run(tg::ParsedArgs args) {
   tg::dist::barrier();
   const tg::Config& c = start.config;
   const data::Dataset& ds = start.data;
-  const tg::Config sampling = sampling_config(c, args, ds.tok);
-  // --tokenizer (token data): read now, so that a bad file fails before training
-  std::unique_ptr<data::Gpt2Tokenizer> tokenizer;
-  if (!args.config.tokenizer.empty()) {
-    if (!ds.tokens)
-      throw tg::InputError("--tokenizer with the text " + ds.path + "; expected token data (llm.c shards or nanoGPT's "
-                           "train.bin / val.bin) for a GPT-2 tokenizer; drop --tokenizer (a text is its own vocabulary)");
-    tokenizer = std::make_unique<data::Gpt2Tokenizer>(data::Gpt2Tokenizer::load(args.config.tokenizer));
-    if ((int)tokenizer->tokens.size() < ds.vocab_size())
-      throw tg::InputError("--tokenizer " + args.config.tokenizer + " holds " + std::to_string(tokenizer->tokens.size()) +
-                           " tokens, fewer than the data's " + std::to_string(ds.vocab_size()) +
-                           "; expected llm.c's gpt2_tokenizer.bin; pass that file");
-  }
-  // (token data: GPT-2's V padded as llm.c pads it, data::Dataset::padded_vocab)
+  // the tokenizer (--tokenizer, or --init-from's) came with the data (ds.bpe): token data's ids
+  // are below its vocabulary, a text is in its tokens
+  const tg::Config sampling = sampling_config(c, args, ds.tok, ds.bpe.get(), ds.vocab_size());
+  // (a model of tokens: V padded as llm.c pads it, data::Dataset::padded_vocab)
   const tg::ModelConfig m = tg::model_config(c, ds.vocab_size(), ds.padded_vocab());
   const auto table = tg::param_table(m);
   const size_t n_params = tg::param_count(table);
@@ -311,7 +342,9 @@ int train_run(tg::ParsedArgs args) {
   std::cout << tg::describe(c) << "\n"
             << "data: " << ds.path << (ds.tokens ? " (" + ds.tokens->format + ")" : std::string()) << ", vocab "
             << m.vocab_size << (m.vp() != m.vocab_size ? " (padded to " + std::to_string(m.vp()) + ")" : std::string())
-            << ", train " << ds.train_size() << " tokens, val " << ds.val_size() << " tokens\n"
+            << ", train " << ds.train_size() << " tokens, val " << ds.val_size() << " tokens"
+            << (ds.bpe ? "\ntokenizer: " + ds.bpe->origin() + (ds.note.empty() ? std::string() : " (" + ds.note + ")") : std::string())
+            << "\n"
             << "parameters: " << n_params << " (" << (n_params - table[1].numel) << " without position embeddings)\n"
             << "device: " << be->device_name() << " | attention: " << tg::name(c.attention) << be->attention_note() << " | precision: " << be->precision() << " | memory: "
             << be->memory_bytes() / (1 << 20) << " MiB" << optimizer_memory(*be, n_params) << std::endl;
@@ -338,7 +371,7 @@ int train_run(tg::ParsedArgs args) {
   if (sampling.sample_tokens > 0 && writer) {
     std::cout << "---- sample (" << sampling.sample_tokens << (ds.tokens ? " tokens" : " characters") << ", temperature "
               << sampling.temperature << ", top-k " << sampling.top_k << ") ----" << std::endl;
-    if (ds.tokens) tg::sample_tokens(*be, sampling, m.vocab_size, tokenizer.get(), std::cout);
+    if (ds.tokens) tg::sample_tokens(*be, sampling, m.vocab_size, ds.bpe.get(), std::cout);
     else tg::sample(*be, sampling, ds.tok, std::cout);
     if (tg::stop_requested()) {
       std::fprintf(stderr, "interrupted while sampling: the run itself is complete\n");
@@ -350,6 +383,8 @@ int train_run(tg::ParsedArgs args) {
 
 int run(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--plot") return plot(argc, argv);
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--tokenize" || std::string(argv[i]).rfind("--tokenize=", 0) == 0) return tokenize(argc, argv);
   // the default preset follows the backend that will train: shakespeare-char needs a GPU
   const tg::CudaDevices gpus = tg::cuda_devices();
   tg::ParsedArgs args = tg::parse_args(argc, argv, gpus.count > 0 && !gpus.emulated ? "shakespeare-char" : "baby");

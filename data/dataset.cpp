@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "data/bpe.h"
 #include "data/sha256.h"
+#include "data/tokenize.h"
 #include "data/tokens.h"
 #include "kernels/philox.h"
 #include "data/errors.h"
@@ -209,16 +211,19 @@ std::string CharTokenizer::decode(const int32_t* ids, size_t n) const {
   return s;
 }
 
-Dataset load_dataset(const std::string& path, int block_size) {
+Dataset load_dataset(const std::string& path, int block_size, const std::string& tokenizer) {
   const std::string p = quoted(path);
   if (block_size < 1)
     throw tg::InputError("block_size " + std::to_string(block_size) + " is not valid; expected >= 1; "
                          "pass a positive --block-size");
+  std::shared_ptr<const BpeTokenizer> bpe;
+  if (!tokenizer.empty()) bpe = std::make_shared<const BpeTokenizer>(BpeTokenizer::load(tokenizer));
   if (is_token_data(path)) {
     Dataset d;
     d.path = path;
-    d.tokens = load_token_data(path, block_size);
+    d.tokens = load_token_data(path, block_size, bpe ? bpe->vocab_size() : kGpt2Vocab, "", bpe != nullptr);
     d.sha256 = d.tokens->fingerprint;
+    d.bpe = bpe;
     return d;
   }
   struct stat st;
@@ -260,6 +265,15 @@ Dataset load_dataset(const std::string& path, int block_size) {
   Dataset d;
   d.path = path;
   d.sha256 = sha256_hex(text.data(), text.size());
+  if (bpe) {  // the text in the tokenizer's ids, split as prepare.py, cached
+    const std::string dir = cached_tokens(text, d.sha256, *bpe, "data file " + p, d.note);
+    std::string().swap(text);
+    d.tokens = load_token_data(dir, block_size, bpe->vocab_size(), "data file " + p + " in " + bpe->origin() + "'s tokens");
+    const std::string key = d.sha256 + " " + bpe->sha256();
+    d.sha256 = sha256_hex(key.data(), key.size());  // the text and the tokenizer
+    d.bpe = bpe;
+    return d;
+  }
   // one decoding pass: the code points give the vocabulary and, by rank, the ids
   const std::vector<char32_t> cps =
       utf8_decode(text, "data file " + p, "convert it to UTF-8 (e.g. iconv -f LATIN1 -t UTF-8) or pass another --data PATH");

@@ -32,7 +32,8 @@
 
 namespace data {
 
-struct TokenData;  // data/tokens.h
+struct TokenData;     // data/tokens.h
+class BpeTokenizer;   // data/bpe.h
 
 // The code points of the UTF-8 text s. Throws tg::InputError naming the byte offset (and
 // line) of the first invalid sequence and its byte; what says what s is ("--prompt"), fix how
@@ -81,8 +82,12 @@ struct Dataset {
   std::vector<int32_t> train;  // first int(n * 0.9) tokens (floor, as Python int()); empty for token data
   std::vector<int32_t> val;    // the rest
   std::shared_ptr<const TokenData> tokens;  // token data, memory-mapped; null for a text
+  // --tokenizer: the tokens' tokenizer (token data, or a text in its tokens); null without
+  std::shared_ptr<const BpeTokenizer> bpe;
+  std::string note;  // what loading did, for the log ("tokenized ... once", "reusing ...")
 
-  // V: the text's characters, or GPT-2's 50257 for token data.
+  // V: the text's characters; for token data the tokenizer's vocabulary, or GPT-2's 50257
+  // without one.
   int vocab_size() const;
   // The model's Vp: V for a text (no padding: the character-level model as it always was),
   // V rounded up to a multiple of 128 for token data (llm.c's padding: 50304).
@@ -97,11 +102,13 @@ struct Dataset {
 
 // Reads the data at path: token data (data/tokens.h: a directory, a glob or an llm.c .bin
 // shard) is mapped and checked; anything else is a text file, which is read, tokenized and
-// split as below. Throws
+// split as below. With tokenizer (a path, data/bpe.h), token data's ids must be below its
+// vocabulary size, and a text becomes token data: its BPE ids, split and cached as
+// data/tokenize.h says. Throws
 // tg::InputError when the file is missing, is a directory, is unreadable, is empty, is not
 // valid UTF-8 (naming the byte offset), or is too short: each split must hold at least
 // block_size + 1 tokens (one window of T + 1).
-Dataset load_dataset(const std::string& path, int block_size);
+Dataset load_dataset(const std::string& path, int block_size, const std::string& tokenizer = "");
 
 // Training batch for a step: x, y (B, T) from B windows of tokens, window b starting at
 // uniform_below(stream_words(seed, kStreamBatch, b, step, 0).v[0], n - T).

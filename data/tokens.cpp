@@ -122,7 +122,11 @@ std::string file_fingerprint(const std::string& path) {
   return sha256_hex(bytes.data(), bytes.size());
 }
 
-void check_split(const TokenSplit& s, const std::string& name, const std::string& spec, int block_size) {
+void check_split(const TokenSplit& s, const std::string& name, const std::string& spec, int block_size,
+                 const std::string& what) {
+  if (!what.empty() && s.size() < (size_t)block_size + 1)
+    bad(what + " is too short: its " + name + " split has " + std::to_string(s.size()) + " tokens; expected at least " +
+        std::to_string(block_size + 1) + " (block_size + 1); pass a longer text with --data PATH or a smaller --block-size");
   if (s.files().empty())
     bad("--data " + spec + " has no " + name + " shard; expected llm.c shards with \"val\" in the validation files' names (fineweb_val_000000.bin) and training files without it; add the missing split");
   if (s.size() < (size_t)block_size + 1)
@@ -173,15 +177,25 @@ void TokenSplit::read(size_t start, size_t n, int32_t* out) const {
       i = 0;
     }
     const uint16_t t = files_[fi]->tokens[i];
-    if (t >= vocab) {
-      const bool shard = files_[fi]->map_bytes != 2 * files_[fi]->count;
-      bad("token file " + files_[fi]->path + " holds token id " + std::to_string(t) + " at token " + std::to_string(i) +
-          " (byte offset " + std::to_string((shard ? 1024 : 0) + 2 * i) + "); expected ids below the vocabulary size " +
-          std::to_string(vocab) + " (GPT-2); the file is damaged or not GPT-2 tokens: regenerate it");
-    }
+    if (t >= vocab) bad_id(*files_[fi], i);
     out[k] = t;
     ++i;
   }
+}
+
+void TokenSplit::bad_id(const TokenFile& f, size_t i) const {
+  const bool shard = f.map_bytes != 2 * f.count;
+  bad("token file " + f.path + " holds token id " + std::to_string(f.tokens[i]) + " at token " + std::to_string(i) +
+      " (byte offset " + std::to_string((shard ? 1024 : 0) + 2 * i) + "); expected ids below the vocabulary size " +
+      std::to_string(vocab) + (vocab == kGpt2Vocab ? " (GPT-2)" : " (the tokenizer's)") +
+      "; the file is damaged or not tokens of this tokenizer: regenerate it, or pass the tokenizer it was made with");
+}
+
+void TokenSplit::check_ends() const {
+  const size_t k = 1 << 19;  // tokens: 1 MiB
+  for (const auto& f : files_)
+    for (size_t i = 0; i < f->count; i = (i + 1 == k && f->count > 2 * k) ? f->count - k : i + 1)
+      if (f->tokens[i] >= vocab) bad_id(*f, i);
 }
 
 bool is_token_data(const std::string& spec) {
@@ -191,8 +205,10 @@ bool is_token_data(const std::string& spec) {
   return spec.size() > 4 && spec.compare(spec.size() - 4, 4, ".bin") == 0;
 }
 
-std::shared_ptr<TokenData> load_token_data(const std::string& spec, int block_size) {
+std::shared_ptr<TokenData> load_token_data(const std::string& spec, int block_size, int vocab, const std::string& what,
+                                           bool ends) {
   auto d = std::make_shared<TokenData>();
+  d->train.vocab = d->val.vocab = vocab;
   std::vector<std::string> paths;
   std::error_code ec;
   if (fs::is_directory(spec, ec)) {
@@ -236,8 +252,13 @@ std::shared_ptr<TokenData> load_token_data(const std::string& spec, int block_si
     std::sort(paths.begin(), paths.end());
     for (const std::string& p : paths) (is_val_name(p) ? d->val : d->train).add(open_shard(p));
   }
-  check_split(d->train, "training", spec, block_size);
-  check_split(d->val, "validation", spec, block_size);
+  check_split(d->train, "training", spec, block_size, what);
+  check_split(d->val, "validation", spec, block_size, what);
+  if (!what.empty()) d->format = "its BPE tokens, cached";
+  if (ends) {  // a tokenizer's data: ids made with another one are refused now, before a run begins
+    d->train.check_ends();
+    d->val.check_ends();
+  }
   std::string fp;
   for (const TokenSplit* s : {&d->train, &d->val})
     for (const auto& f : s->files())
@@ -261,6 +282,10 @@ Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) bad("cannot open --tokenizer " + path + "; expected llm.c's gpt2_tokenizer.bin; check the path");
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse(bytes, path);
+}
+
+Gpt2Tokenizer Gpt2Tokenizer::parse(const std::string& bytes, const std::string& path) {
   const std::string fix = "; pass llm.c's gpt2_tokenizer.bin (written by its train_gpt2.py)";
   if (bytes.size() < 1024)
     bad("--tokenizer " + path + " is " + std::to_string(bytes.size()) + " bytes, shorter than its 1024-byte header; expected a header of 256 uint32 then the token table" + fix);

@@ -17,8 +17,9 @@
 // end-of-text token within a shard). Files are memory-mapped, never read whole.
 //
 // Vocabulary: GPT-2's 50257 ids; the model pads it to 50304 (model/net/gpt.h padded_vocab_for).
-// Every token is checked as a batch reads it: an id >= 50257 is refused (InputError) naming the
-// file and the token's position, never read past.
+// Every token is checked as a batch reads it: an id >= 50257 (or the --tokenizer's vocabulary
+// size) is refused (InputError) naming the file and the token's position, never read past. With
+// a --tokenizer the first and last MiB of every file are checked at start too.
 //
 // Fingerprint (what a run records as its data's "sha256", checked on --resume): the sha256 of,
 // for each file of each split in order, its split, base name, byte size, and the sha256 of its
@@ -60,10 +61,15 @@ class TokenSplit {
   // position of a token >= vocab.
   void read(size_t start, size_t n, int32_t* out) const;
   void add(std::unique_ptr<TokenFile> f);
+  // Checks the first and last MiB of each file (every token of a file under 2 MiB): an id >=
+  // vocab throws as read() does. Cheap (memory-mapped), so a tokenizer that is not the data's
+  // is refused before anything is written; the middle of larger files is checked as read.
+  void check_ends() const;
   const std::vector<std::unique_ptr<TokenFile>>& files() const { return files_; }
   int vocab = kGpt2Vocab;
 
  private:
+  [[noreturn]] void bad_id(const TokenFile& f, size_t i) const;
   std::vector<std::unique_ptr<TokenFile>> files_;
   std::vector<size_t> starts_;  // first token of each file in the sequence
   size_t total_ = 0;
@@ -83,7 +89,11 @@ bool is_token_data(const std::string& spec);
 // and val.bin, a missing split, a bad magic or version, a header count that disagrees with the
 // file size (truncated or extended), an odd-sized nanoGPT file, a split too short for one
 // window of block_size + 1 tokens.
-std::shared_ptr<TokenData> load_token_data(const std::string& spec, int block_size);
+// vocab: the ids' bound (the tokenizer's vocabulary, GPT-2's by default); what, when given,
+// names the data in messages in place of "--data <spec>" (a cache of a text's tokens); ends:
+// check the ends of every file now (TokenSplit::check_ends: --data with --tokenizer).
+std::shared_ptr<TokenData> load_token_data(const std::string& spec, int block_size, int vocab = kGpt2Vocab,
+                                           const std::string& what = "", bool ends = false);
 
 // Batches from token data, as train_batch / eval_batch (data/dataset.h) do from a vector:
 // the same Philox window starts, so a batch is a pure function of (seed, step, row).
@@ -101,6 +111,8 @@ struct Gpt2Tokenizer {
   // Throws tg::InputError for a missing file, a bad magic or version, a vocabulary size of 0 or
   // above 1 << 20, a zero length, a truncated table or bytes after it.
   static Gpt2Tokenizer load(const std::string& path);
+  // The same from the file's bytes; path names it in messages.
+  static Gpt2Tokenizer parse(const std::string& bytes, const std::string& path);
   // The bytes of ids (UTF-8 as GPT-2 decodes them; a token may end inside a character).
   // Throws tg::InputError for an id outside the table.
   std::string decode(const int32_t* ids, size_t n) const;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "../../data/bpe.h"
 #include "../../data/errors.h"
 #include "../../data/tokens.h"
 
@@ -15,7 +16,7 @@ namespace fs = std::filesystem;
 // The text at path (data_flag when given, else the run's recorded path), and in mismatch
 // what differs from the run's recorded sha256 ("" when it matches or none was recorded).
 data::Dataset load_recorded(const ckpt::CheckpointInfo& info, const std::string& data_flag, std::ostream& warn,
-                            std::string& mismatch) {
+                            std::string& mismatch, const std::string& tokenizer) {
   std::string path = data_flag;
   if (path.empty()) path = info.data_path;
   if (path.empty()) {
@@ -24,7 +25,7 @@ data::Dataset load_recorded(const ckpt::CheckpointInfo& info, const std::string&
   }
   data::Dataset d;
   try {
-    d = data::load_dataset(path, info.config.block_size);
+    d = data::load_dataset(path, info.config.block_size, tokenizer);
   } catch (const InputError& e) {
     if (!data_flag.empty()) throw;
     throw InputError(std::string("the run's data: ") + e.what() + " (a copy with sha256 " + info.data_sha256 +
@@ -46,9 +47,18 @@ std::string pick_checkpoint(const std::string& dir, std::ostream& warn) {
   return found;
 }
 
-data::Dataset checkpoint_data(const ckpt::CheckpointInfo& info, const std::string& data_flag, std::ostream& warn) {
+std::string run_tokenizer(const std::string& dir, const Config& c) {
+  std::error_code ec;
+  for (const fs::path& p : {fs::path(dir) / "tokenizer", fs::path(dir).parent_path() / "tokenizer"})
+    if (fs::is_directory(p, ec)) return p.string();
+  if (!c.tokenizer.empty() && fs::exists(c.tokenizer, ec)) return c.tokenizer;
+  return "";
+}
+
+data::Dataset checkpoint_data(const ckpt::CheckpointInfo& info, const std::string& data_flag, std::ostream& warn,
+                              const std::string& tokenizer) {
   std::string mismatch;
-  data::Dataset d = load_recorded(info, data_flag, warn, mismatch);
+  data::Dataset d = load_recorded(info, data_flag, warn, mismatch, tokenizer);
   if (!mismatch.empty())
     throw InputError("the data differs from the run's: " + mismatch +
                      "; expected the text the run trained on; restore it, or pass --data PATH of a copy");
@@ -79,14 +89,25 @@ data::CharTokenizer checkpoint_tokenizer(const std::string& dir, const ckpt::Che
 }
 
 ModelConfig checkpoint_model(const std::string& dir, const ckpt::CheckpointInfo& info, const std::string& data_flag,
-                             data::CharTokenizer& tok, std::ostream& warn) {
+                             data::CharTokenizer& tok, std::ostream& warn,
+                             std::shared_ptr<const data::BpeTokenizer>* bpe) {
   const Config& c = info.config;
-  if (!data::is_token_data(c.data)) {
+  if (!data::is_token_data(c.data) && c.tokenizer.empty()) {
     tok = checkpoint_tokenizer(dir, info, data_flag, warn);
     return model_config(c, tok.vocab_size());
   }
-  if (!data_flag.empty()) checkpoint_data(info, data_flag, warn);  // the run's data (its fingerprint)
-  return model_config(c, data::kGpt2Vocab, padded_vocab_for(data::kGpt2Vocab));
+  // a model of tokens: its tokenizer's vocabulary, GPT-2's without one
+  const std::string tp = run_tokenizer(dir, c);
+  if (tp.empty() && !data::is_token_data(c.data))
+    throw InputError("checkpoint " + dir + " is a model of a text in BPE tokens, but its run's tokenizer (" + c.tokenizer +
+                     ") is gone and the run directory keeps no copy; expected the run directory's tokenizer/; restore it "
+                     "or the tokenizer the run was given");
+  std::shared_ptr<const data::BpeTokenizer> t;
+  if (!tp.empty()) t = std::make_shared<const data::BpeTokenizer>(data::BpeTokenizer::load(tp));
+  if (bpe) *bpe = t;
+  if (!data_flag.empty()) checkpoint_data(info, data_flag, warn, tp);  // the run's data (its fingerprint)
+  const int V = t ? t->vocab_size() : data::kGpt2Vocab;
+  return model_config(c, V, padded_vocab_for(V));
 }
 
 }  // namespace tg

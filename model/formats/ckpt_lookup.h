@@ -3,6 +3,7 @@
 // model its config describes. Read by sampling, the Hugging Face export, --init-from and the run
 // directory (model/run/run_dir.h).
 #pragma once
+#include <memory>
 #include <ostream>
 #include <string>
 
@@ -22,7 +23,14 @@ std::string pick_checkpoint(const std::string& dir, std::ostream& warn);
 // it recorded; checked against the sha256 it recorded (a format-1 checkpoint has none: its
 // config's path, unchecked, said on warn). Throws InputError when it is missing or its
 // contents differ.
-data::Dataset checkpoint_data(const ckpt::CheckpointInfo& info, const std::string& data_flag, std::ostream& warn);
+// tokenizer: the run's (run_tokenizer below), "" for none.
+data::Dataset checkpoint_data(const ckpt::CheckpointInfo& info, const std::string& data_flag, std::ostream& warn,
+                              const std::string& tokenizer = "");
+
+// The tokenizer of the run that wrote the checkpoint or run directory dir: the copy the run
+// directory keeps (<run>/tokenizer/, model/run/run_dir.h), else the --tokenizer its config
+// names when that still exists, else "".
+std::string run_tokenizer(const std::string& dir, const Config& c);
 
 // The tokenizer a checkpoint samples with: the vocabulary it holds (no data file needed), or,
 // in a checkpoint written before train_gpt stored it, that of the run's text (checkpoint_data:
@@ -33,15 +41,17 @@ data::CharTokenizer checkpoint_tokenizer(const std::string& dir, const ckpt::Che
                                          const std::string& data_flag, std::ostream& warn);
 
 // The model a checkpoint holds (from its config), and its character vocabulary in tok (none for
-// token data: GPT-2's 50257 ids, padded as llm.c pads them). data_flag ("" = none): a --data
+// a model of tokens: the run's tokenizer's vocabulary, or GPT-2's 50257 ids without one, padded
+// as llm.c pads them; that tokenizer in bpe when asked for). data_flag ("" = none): a --data
 // given is checked to be the run's (checkpoint_tokenizer, checkpoint_data), never ignored.
 ModelConfig checkpoint_model(const std::string& dir, const ckpt::CheckpointInfo& info, const std::string& data_flag,
-                             data::CharTokenizer& tok, std::ostream& warn);
+                             data::CharTokenizer& tok, std::ostream& warn,
+                             std::shared_ptr<const data::BpeTokenizer>* bpe = nullptr);
 
 // The text at path (data_flag when given, else the run's recorded path), and in mismatch
 // what differs from the run's recorded sha256 ("" when it matches or none was recorded): what
 // checkpoint_data and --resume (model/run/run_dir.cpp) read.
 data::Dataset load_recorded(const ckpt::CheckpointInfo& info, const std::string& data_flag, std::ostream& warn,
-                            std::string& mismatch);
+                            std::string& mismatch, const std::string& tokenizer = "");
 
 }  // namespace tg

@@ -2,10 +2,12 @@
 #include "init_from.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -433,8 +435,61 @@ InitSource read_checkpoint(const std::string& path, std::ostream& warn) {
 
 }  // namespace
 
-InitSource read_init_source(const std::string& path, int n_head, std::ostream& warn) {
+std::string resolve_init_path(const std::string& path) {
   std::error_code ec;
+  if (path.empty() || fs::exists(path, ec)) return path;
+  const bool name = path.find_first_of("\\") == std::string::npos && path.find('/') == path.rfind('/') &&
+                    path[0] != '.' && path.back() != '/' && fs::path(path).extension().empty();
+  if (!name) return path;  // a path that does not exist: read_init_source says so
+  std::string hub;
+  if (const char* e = std::getenv("HF_HUB_CACHE"); e && *e) hub = e;
+  else if (const char* h = std::getenv("HF_HOME"); h && *h) hub = std::string(h) + "/hub";
+  else if (const char* home = std::getenv("HOME"); home && *home) hub = std::string(home) + "/.cache/huggingface/hub";
+  // the cache's folder: models--<org>--<name>; GPT-2 also lives as openai-community/gpt2
+  std::vector<std::string> repos = {path};
+  if (path.find('/') == std::string::npos) repos.push_back("openai-community/" + path);
+  for (const std::string& repo : repos) {
+    std::string folder = "models--" + repo;
+    for (size_t at; (at = folder.find('/')) != std::string::npos;) folder.replace(at, 1, "--");
+    const fs::path snaps = fs::path(hub) / folder / "snapshots";
+    // the snapshot refs/main names, else the newest one holding model.safetensors
+    std::string main_ref;
+    try {
+      main_ref = ckpt::read_file((fs::path(hub) / folder / "refs" / "main").string(), 256);
+    } catch (const InputError&) {
+    }
+    while (!main_ref.empty() && std::isspace((unsigned char)main_ref.back())) main_ref.pop_back();
+    if (!main_ref.empty() && fs::exists(snaps / main_ref / "model.safetensors", ec)) return (snaps / main_ref).string();
+    fs::path best;
+    fs::file_time_type newest{};
+    for (const auto& e : fs::directory_iterator(snaps, ec)) {
+      if (!fs::exists(e.path() / "model.safetensors", ec)) continue;
+      const auto t = fs::last_write_time(e.path(), ec);
+      if (best.empty() || t > newest) best = e.path(), newest = t;
+    }
+    if (!best.empty()) return best.string();
+  }
+  throw InputError("--init-from " + printable(path, 200) + " is neither a path nor a model in the Hugging Face cache (" +
+                   hub + "/models--" + printable(path, 100) + "/snapshots/*/model.safetensors); expected a downloaded model; "
+                   "get it with: huggingface-cli download " + printable(path, 100) +
+                   " model.safetensors config.json vocab.json merges.txt tokenizer.json (or pass the directory holding them)");
+}
+
+std::string init_tokenizer(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  const fs::path dir = fs::is_directory(p, ec) ? p : (p.parent_path().empty() ? fs::path(".") : p.parent_path());
+  if (fs::exists(dir / "tokenizer.json", ec) || (fs::exists(dir / "vocab.json", ec) && fs::exists(dir / "merges.txt", ec)))
+    return dir.string();
+  if (fs::is_directory(dir / "tokenizer", ec) && fs::exists(dir / "run.cfg", ec)) return (dir / "tokenizer").string();
+  if (fs::exists(dir / "state.bin", ec) && fs::is_directory(dir.parent_path() / "tokenizer", ec))
+    return (dir.parent_path() / "tokenizer").string();
+  return "";
+}
+
+InitSource read_init_source(const std::string& given_path, int n_head, std::ostream& warn) {
+  std::error_code ec;
+  const std::string path = resolve_init_path(given_path);
   if (path.empty()) bad_file(path, "is empty", "a path");
   if (!fs::exists(path, ec)) bad_file(path, "does not exist", "a file or directory");
   if (fs::is_directory(path, ec)) {

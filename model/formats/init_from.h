@@ -52,7 +52,19 @@ struct InitSource {
   std::vector<float> params;  // laid out by param_table(model)
 };
 
-// Reads the weights at path (any of the three kinds). n_head: --n-head when given (0 if not),
+// --init-from NAME, a model name (no '/', nothing of that name here: "gpt2", "openai-community/
+// gpt2" is a name too when no such path exists): the newest snapshot of it in the Hugging Face
+// cache, <hub>/models--<org>--<name>/snapshots/<hash>/ with <hub> $HF_HUB_CACHE, else
+// $HF_HOME/hub, else ~/.cache/huggingface/hub. An existing path is returned as it is. Throws
+// InputError, saying in one line how to get the model, when the name is not in the cache.
+std::string resolve_init_path(const std::string& path);
+
+// The tokenizer beside the weights at path (a resolved --init-from): the Hugging Face
+// directory's tokenizer.json or vocab.json + merges.txt (its directory), or a train_gpt run's
+// kept tokenizer/; "" when there is none.
+std::string init_tokenizer(const std::string& path);
+
+// Reads the weights at path (any of the three kinds; a model name as resolve_init_path). n_head: --n-head when given (0 if not),
 // for a model.safetensors without config.json. A damaged newer checkpoint of a run directory,
 // skipped for an older one, is named on warn.
 InitSource read_init_source(const std::string& path, int n_head = 0, std::ostream& warn = std::cerr);

@@ -113,9 +113,9 @@ const std::vector<Flag>& flags() {
       {"sample", Kind::Bool, TG_FIELD(sample), "only generate text from the checkpoint --ckpt (no training)", kFree},
       {"ckpt", Kind::Str, TG_FIELD(ckpt), "with --sample or --export-hf: a ckpt-<step> directory, or a run's --out-dir (its newest)", kFree},
       {"export-hf", Kind::Str, TG_FIELD(export_hf), "with --ckpt: write that checkpoint into this new directory as Hugging Face's GPT-2 (config.json, model.safetensors)", kFree},
-      {"tokenizer", Kind::Str, TG_FIELD(tokenizer), "llm.c's gpt2_tokenizer.bin: token data's sample printed as text (default: token ids)", kFree},
+      {"tokenizer", Kind::Str, TG_FIELD(tokenizer), "a byte-level BPE: a Hugging Face GPT-2 directory (vocab.json + merges.txt, or tokenizer.json), tiktoken's gpt2.tiktoken, or llm.c's gpt2_tokenizer.bin (decoding only); a --data text is trained in its tokens, a --prompt encoded, samples printed as text (default: --init-from's, else none)", kFree},
       {"top-p", Kind::Real, TG_FIELD(top_p), "sample from the most likely characters holding this probability (1 = all)", kFree},
-      {"init-from", Kind::Str, TG_FIELD(init_from), "a new run starts from these weights: a Hugging Face GPT-2 model.safetensors (or its directory), llm.c's gpt2_124M.bin, or a train_gpt checkpoint or run; the model's shape comes from the file", kFixed},
+      {"init-from", Kind::Str, TG_FIELD(init_from), "a new run starts from these weights: a Hugging Face GPT-2 model.safetensors (or its directory; a model name such as gpt2 is found in the Hugging Face cache), llm.c's gpt2_124M.bin, or a train_gpt checkpoint or run; the model's shape comes from the file, its tokenizer from the directory", kFixed},
       {"logits", Kind::Str, TG_FIELD(logits), "with --init-from: only print the model's logits for these comma-separated token ids (one line of V numbers per position) and exit", kFree},
   };
   return table;
@@ -421,8 +421,10 @@ std::string usage() {
        "       train_gpt --export-hf DIR --ckpt RUN               a checkpoint for Hugging Face transformers\n"
        "       train_gpt --init-from PATH [--data ...]            a new run from GPT-2's (or another run's) weights\n"
        "       train_gpt --logits 464,3290 --init-from PATH       a model's logits for token ids (one line per position)\n"
+       "       train_gpt --tokenize IN.txt --tokenizer T --out DIR  a text as llm.c token shards (90/10 split)\n"
        "Trains a GPT (nanoGPT's architecture) on a text, character-level (tiny Shakespeare by default),\n"
-       "or on GPT-2 token data (llm.c .bin shards, nanoGPT train.bin / val.bin).\n"
+       "or on GPT-2 token data (llm.c .bin shards, nanoGPT train.bin / val.bin), or on a text in the BPE\n"
+       "tokens of --tokenizer (GPT-2's, or any byte-level BPE in its formats).\n"
        "Flags override the preset's values, in any order; --name=value works too.\n\n";
   for (const Flag& f : flags()) {
     std::string n = std::string("--") + f.name;

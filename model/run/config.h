@@ -61,7 +61,7 @@ struct Config {
   bool sample = false;  // --sample: only generate text, from the checkpoint --ckpt
   std::string ckpt;     // a ckpt-<step> directory, or a run's --out-dir (its newest checkpoint)
   std::string export_hf;  // --export-hf DIR: only write the checkpoint --ckpt for Hugging Face (model/formats/hf_export.h)
-  std::string tokenizer;  // --tokenizer: llm.c's gpt2_tokenizer.bin, to print token data's samples as text
+  std::string tokenizer;  // --tokenizer: a byte-level BPE (data/bpe.h): a text in its tokens, --prompt, samples as text
   std::string init_from;  // --init-from PATH: a new run's weights (and model shape) from a file (model/formats/init_from.h)
   std::string logits;     // --logits IDS: with --init-from, only print the model's logits for these token ids
 };

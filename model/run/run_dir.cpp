@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../data/bpe.h"
 #include "../../data/errors.h"
 #include "../../data/tokens.h"
 #include "../formats/ckpt_io.h"
@@ -32,6 +33,7 @@ namespace {
 const char* const kLockFile = "train_gpt.lock";
 const char* const kRunFile = "run.cfg";
 const char* const kMetricsFile = "metrics.jsonl";
+const char* const kTokenizerDir = "tokenizer";
 
 std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
 
@@ -273,7 +275,7 @@ RunStart RunDir::plan_new(const Config& flags, std::ostream& warn) {
                           : "continue it with train_gpt --resume --out-dir " + dir_ + ", or pass another --out-dir"));
   RunStart st;
   st.config = flags;
-  st.data = data::load_dataset(flags.data, flags.block_size);
+  st.data = data::load_dataset(flags.data, flags.block_size, flags.tokenizer);
   if (!k.holds_run()) return st;
   // a run killed before its first checkpoint: the same flags and data start it again
   const RunFile rf = read_run_file(dir_);
@@ -355,7 +357,7 @@ RunStart RunDir::plan_resume(const ParsedArgs& args, std::ostream& out, std::ost
   }
   c.world = flags.world;
   std::string mismatch;
-  st.data = load_recorded(info, data_given ? flags.data : "", warn, mismatch);
+  st.data = load_recorded(info, data_given ? flags.data : "", warn, mismatch, run_tokenizer(dir_, c));
   if (!mismatch.empty() && data_given) conflicts.push_back("--data " + mismatch);
   if (!conflicts.empty())
     throw InputError("--resume: flags that would change the model or the data of the run in " + dir_ + ": " +
@@ -399,6 +401,14 @@ void RunDir::begin(const RunStart& start) {
   data_sha256_ = start.data.sha256;
   data_path_ = fs::absolute(start.data.path).lexically_normal().string();
   vocab_ = start.data.tok.chars();
+  // the tokenizer's files, as read: --sample --ckpt needs nothing else (ckpt_lookup.h run_tokenizer)
+  if (start.data.bpe && !start.resumed) {
+    const std::string tdir = join(dir_, kTokenizerDir);
+    std::error_code ec;
+    fs::remove_all(tdir, ec);
+    fs::create_directories(tdir, ec);
+    for (const auto& [name, bytes] : start.data.bpe->files()) ckpt::write_file_atomic(join(tdir, name), bytes);
+  }
   ckpt::write_file_atomic(join(dir_, kRunFile), run_file_text(start.config, data_path_, data_sha256_));
   const std::string path = join(dir_, kMetricsFile);
   if (start.resumed) ckpt::write_file_atomic(path, metrics_resumed_at(path, start.progress.step, start.unlogged));

@@ -8,6 +8,9 @@
 //                       written before the first step, so a run killed before its first
 //                       checkpoint can be started again or resumed from step 0
 //   metrics.jsonl       one JSON object per logged step
+//   tokenizer/          a run of BPE tokens: its tokenizer's files as --tokenizer gave them
+//                       (vocab.json + merges.txt, tokenizer.json, x.tiktoken or
+//                       gpt2_tokenizer.bin), written with run.cfg; sampling and --resume read it
 //   ckpt-<step>/        checkpoints (model/formats/checkpoint.h); ckpt-<step>.tmp/ while one is written
 // A directory "holds a run" when it has any of run.cfg, metrics.jsonl or a ckpt-* entry.
 //

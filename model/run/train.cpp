@@ -545,11 +545,35 @@ std::string sample(Backend& be, const Config& c, const data::CharTokenizer& tok,
                     [&](const int32_t* ids, size_t n) { return tok.decode(ids, n); }, out);
 }
 
-std::string sample_tokens(Backend& be, const Config& c, int V, const data::Gpt2Tokenizer* tok, std::ostream& out) {
-  const int32_t start = tok && tok->eot >= 0 ? tok->eot : data::kGpt2Vocab - 1;  // <|endoftext|>
-  if (tok && (int)tok->tokens.size() < V)
-    throw InputError("--tokenizer holds " + std::to_string(tok->tokens.size()) + " tokens but the data has " +
-                     std::to_string(V) + "; expected llm.c's GPT-2 tokenizer (50257 tokens); pass gpt2_tokenizer.bin");
+std::vector<int32_t> token_prompt(const Config& c, int V, const data::BpeTokenizer* tok) {
+  if (tok && tok->vocab_size() < V)
+    throw InputError("the tokenizer " + tok->origin() + " holds " + std::to_string(tok->vocab_size()) +
+                     " tokens but the model has " + std::to_string(V) + "; expected the tokenizer the model was trained "
+                     "with; pass that --tokenizer");
+  std::vector<int32_t> start = {tok && tok->eot() >= 0 ? tok->eot() : data::kGpt2Vocab - 1};  // <|endoftext|>
+  if (!c.prompt.empty()) {
+    if (!tok || !tok->can_encode())
+      throw InputError(std::string("--prompt with token data and ") + (tok ? "llm.c's tokenizer file, which only decodes" : "no tokenizer") +
+                       "; expected a tokenizer that encodes; pass --tokenizer DIR of a Hugging Face GPT-2 directory "
+                       "(vocab.json + merges.txt, or tokenizer.json) or tiktoken's gpt2.tiktoken, or drop --prompt "
+                       "(the sample then starts from <|endoftext|>)");
+    start = tok->encode(c.prompt, "--prompt");
+    for (int32_t id : start)
+      if (id >= V)
+        throw InputError("--prompt encodes to token id " + std::to_string(id) + ", outside the model's " + std::to_string(V) +
+                         " tokens; expected the tokenizer the model was trained with; pass that --tokenizer");
+    if (start.empty())
+      throw InputError("--prompt is empty; expected at least one character to start the sample from; pass --prompt TEXT "
+                       "or drop it (the sample then starts from <|endoftext|>)");
+  }
+  if (start[0] >= V)
+    throw InputError("the tokenizer " + (tok ? tok->origin() : std::string()) + " has no <|endoftext|> below the model's " +
+                     std::to_string(V) + " tokens to start the sample from; expected a --prompt; pass --prompt TEXT");
+  return start;
+}
+
+std::string sample_tokens(Backend& be, const Config& c, int V, const data::BpeTokenizer* tok, std::ostream& out) {
+  const std::vector<int32_t> start = token_prompt(c, V, tok);
   if (c.sample_tokens <= 0) return "";
   // with the tokenizer: the tokens' bytes; without: the ids, space-separated
   auto decode = [&](const int32_t* ids, size_t n) -> std::string {
@@ -558,8 +582,8 @@ std::string sample_tokens(Backend& be, const Config& c, int V, const data::Gpt2T
     for (size_t i = 0; i < n; ++i) s += (i ? " " : "") + std::to_string(ids[i]);
     return s;
   };
-  out << decode(&start, 1) << std::flush;
-  return sample_ids(be, c, {start}, V,
+  out << decode(start.data(), start.size()) << std::flush;
+  return sample_ids(be, c, start, V,
                     [&](const int32_t* ids, size_t n) { return (tok || n > 1 ? "" : " ") + decode(ids, n); }, out);
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../../data/dataset.h"
+#include "../../data/bpe.h"
 #include "../../data/tokens.h"
 #include "../net/backend.h"
 #include "config.h"
@@ -93,10 +94,14 @@ TrainSummary train(Backend& be, const Config& c, const data::Dataset& ds, std::o
 // ends it early.
 std::string sample(Backend& be, const Config& c, const data::CharTokenizer& tok, std::ostream& out);
 
-// The same for a model trained on token data (data/tokens.h) of V tokens: starts from the
-// end-of-text token (50256, or the tokenizer's eot) and draws from the first V logits (never a
-// padded id). With tok (--tokenizer) prints the tokens' text, without it their ids. --prompt does
-// not apply (there is no GPT-2 encoder here).
-std::string sample_tokens(Backend& be, const Config& c, int V, const data::Gpt2Tokenizer* tok, std::ostream& out);
+// The same for a model of tokens (token data, data/tokens.h, or a text in BPE tokens) of V
+// tokens: starts from the ids of c.prompt when it is not empty (tok must encode it: a byte-level
+// BPE, data/bpe.h), else from the end-of-text token (the tokenizer's, or 50256), and draws
+// from the first V logits (never a padded id). With tok prints the tokens' text, without it
+// their ids. Throws InputError for a prompt without a tokenizer that encodes, one that is not
+// UTF-8, or one whose ids reach V.
+std::string sample_tokens(Backend& be, const Config& c, int V, const data::BpeTokenizer* tok, std::ostream& out);
+// The ids sample_tokens starts from, and its refusals, without sampling.
+std::vector<int32_t> token_prompt(const Config& c, int V, const data::BpeTokenizer* tok);
 
 }  // namespace tg

@@ -299,7 +299,11 @@ TEST_CASE("cli: training on llm.c shards: V 50257 padded to 50304, samples as id
   CHECK(other_data.code == 2);  // other shards: refused, not ignored
   Run prompt = run_train_gpt("--sample --ckpt " + out.string() + " --prompt hi");
   CHECK(prompt.code == 2);
-  CHECK(prompt.err.find("--prompt with token data") != std::string::npos);
+  CHECK(prompt.err.find("--prompt with token data and no tokenizer") != std::string::npos);
+  Run prompt_llmc = run_train_gpt("--sample --ckpt " + out.string() + " --prompt hi --tokenizer " +
+                                  (s.dir / "tok" / "gpt2_tokenizer.bin").string());
+  CHECK(prompt_llmc.code == 2);
+  CHECK(prompt_llmc.err.find("llm.c's tokenizer file, which only decodes") != std::string::npos);
   write(s.dir / "fineweb_train_000002.bin", shard_bytes(some_tokens(200, 99)));
   const std::string metrics = slurp((out / "metrics.jsonl").string());
   Run changed = run_train_gpt("--resume --max-iters 8 --out-dir " + out.string());
@@ -314,9 +318,10 @@ TEST_CASE("cli: training on llm.c shards: V 50257 padded to 50304, samples as id
   CHECK(bad.err.find("is truncated") != std::string::npos);
   CHECK(std::count(bad.err.begin(), bad.err.end(), '\n') == 1);
   CHECK(!fs::exists(out2));
-  // --tokenizer with a text is refused
+  // a text with llm.c's tokenizer file is refused: it decodes only (tests/cpu/test_bpe_cli.cpp: a BPE that encodes)
   Run text_tok = run_train_gpt("--device cpu --max-iters 1 --data " + data_path() + " --tokenizer " +
                                (s.dir / "tok" / "gpt2_tokenizer.bin").string() + " --out-dir " + (s.dir / "run3").string());
   CHECK(text_tok.code == 2);
-  CHECK(text_tok.err.find("--tokenizer with the text") != std::string::npos);
+  CHECK(text_tok.err.find("only decodes") != std::string::npos);
+  CHECK(!fs::exists(s.dir / "run3"));
 }

@@ -2,8 +2,10 @@
 // safetensors header and its tensors, the config text (then validate(), and a round trip; and
 // with its first value stretched past kMaxConfigValue, which must be refused), the command line, a text's UTF-8 (the character vocabulary, then an encode / decode round
 // trip), an llm.c token shard (written to a file beside a valid validation shard, loaded and
-// batched), llm.c's tokenizer file (loaded, then decoding), and --init-from's readers of llm.c's
-// model file and of a Hugging Face model.safetensors (beside a fixed config.json). The first
+// batched), llm.c's tokenizer file (loaded, then decoding), --init-from's readers of llm.c's
+// model file and of a Hugging Face model.safetensors (beside a fixed config.json), and the
+// byte-level BPE readers (vocab.json NUL merges.txt, tokenizer.json, a tiktoken rank file; then
+// an encode / decode round trip). The first
 // byte picks the reader, the rest is its input. InputError is
 // the answer to bad bytes; any other exception (thrown on), crash or sanitizer report is a
 // finding. Shared by the libFuzzer target (fuzz_readers.cpp) and the CPU suite, which replays
@@ -23,6 +25,7 @@
 #include "../../model/formats/safetensors.h"
 #include "../../data/dataset.h"
 #include "../../data/tokens.h"
+#include "../../data/bpe.h"
 
 #include <unistd.h>
 
@@ -36,7 +39,7 @@ namespace fuzz {
 
 enum Reader : uint8_t {
   kState = 0, kSafetensors = 1, kConfigText = 2, kArgs = 3, kText = 4, kShard = 5, kTokenizer = 6, kLlmcModel = 7, kHfModel = 8,
-  kReaders = 9
+  kBpeVocab = 9, kBpeJson = 10, kTiktoken = 11, kReaders = 12
 };
 
 // A directory of this process for the readers that read files, removed at exit.
@@ -157,6 +160,21 @@ inline void read_one(const uint8_t* data, size_t size, bool refusals = false) {
         tg::read_init_source(dir);
         break;
       }
+      case kBpeVocab:  // vocab.json, a NUL byte, merges.txt
+      case kBpeJson:
+      case kTiktoken: {
+        const size_t nul = in.find('\0');
+        const data::BpeTokenizer t =
+            data[0] % kReaders == kBpeVocab ? data::BpeTokenizer::from_vocab_merges(in.substr(0, nul), nul == std::string::npos ? "" : in.substr(nul + 1), "fuzz/vocab.json")
+            : data[0] % kReaders == kBpeJson ? data::BpeTokenizer::from_tokenizer_json(in, "fuzz/tokenizer.json")
+                                             : data::BpeTokenizer::from_tiktoken(in, "fuzz/x.tiktoken");
+        for (const std::string& text : {std::string("Hello world, it's 12 o'clock \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x91\x8d\n\n  x"),
+                                       std::string(300, 'a') + "  \t"}) {
+          const std::vector<int32_t> ids = t.encode(text);
+          if (t.decode(ids.data(), ids.size()) != text) throw std::logic_error("a BPE does not round trip");
+        }
+        break;
+      }
       case kTokenizer: {
         const std::string path = scratch_dir() + "/gpt2_tokenizer.bin";
         write_file(path, in);
@@ -212,12 +230,31 @@ inline std::vector<std::string> seeds() {
   pieces.push_back({"lm_head.weight", table()[0].shape, params.data(), table()[0].numel});
   std::string hf;
   tg::ckpt::write_safetensors_pieces([&](const void* d, size_t k) { hf.append((const char*)d, k); }, pieces, {});
+  // byte-level BPEs: every byte a token (GPT-2's alphabet), "a b" merged, the end of text last
+  std::string vocab = "{", tiktoken;
+  int extra = 0;
+  for (int b = 0; b < 256; ++b) {
+    const bool self = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    const unsigned cp = self ? (unsigned)b : 256u + (unsigned)extra++;
+    std::string ch = cp < 0x80 ? std::string(1, (char)cp) : std::string{(char)(0xC0 | (cp >> 6)), (char)(0x80 | (cp & 0x3F))};
+    if (ch == "\"" || ch == "\\") ch = "\\" + ch;
+    vocab += "\"" + ch + "\": " + std::to_string(b) + ", ";
+    static const char* b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    tiktoken += std::string{b64[b >> 2], b64[(b & 3) << 4], '=', '='} + " " + std::to_string(b) + "\n";
+  }
+  vocab += "\"ab\": 256, \"\u0120a\": 257, \"<|endoftext|>\": 258}";
+  tiktoken += "YWI= 256\nIGE= 257\n";
+  const std::string merges = "#version: 0.2\na b\n\u0120 a\n";
+  const std::string json = "{\"model\": {\"type\": \"BPE\", \"vocab\": " + vocab + ", \"merges\": [\"a b\", [\"\u0120\", \"a\"]]}, "
+                           "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}, \"normalizer\": null, "
+                           "\"added_tokens\": [{\"id\": 258, \"content\": \"<|endoftext|>\", \"special\": true}]}";
   return {std::string(1, (char)kState) + state, std::string(1, (char)kSafetensors) + weights,
           std::string(1, (char)kConfigText) + tg::config_to_text(c), std::string(1, (char)kArgs) + args,
           std::string(1, (char)kText) + "First Citizen:\n\xce\xb1\xce\xb2 caf\xc3\xa9 \xe6\x97\xa5",
           std::string(1, (char)kShard) + shard_bytes({50256, 15496, 11, 995, 0, 50256, 1, 2}),
           std::string(1, (char)kTokenizer) + tokenizer, std::string(1, (char)kLlmcModel) + llmc,
-          std::string(1, (char)kHfModel) + hf};
+          std::string(1, (char)kHfModel) + hf, std::string(1, (char)kBpeVocab) + vocab + '\0' + merges,
+          std::string(1, (char)kBpeJson) + json, std::string(1, (char)kTiktoken) + tiktoken};
 }
 
 // An input refused by one check of the readers, and what its message says: seeds that start
