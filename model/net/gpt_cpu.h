@@ -1,15 +1,17 @@
-// model/net/gpt_cpu.h: the GPT forward / backward / AdamW call sequence on the CPU reference
-// (kernels/cpu). Templated on the scalar: float trains, double is what the whole-model
-// gradient check runs. The CUDA backend follows the same sequence with the same names.
+// model/net/gpt_cpu.h: the GPT on the CPU reference (kernels/cpu): the call sequence of
+// model/net/gpt_net.h over the CPU's ops, its memory, and AdamW. Templated on the scalar: float
+// trains, double is what the whole-model gradient check runs.
 #pragma once
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <vector>
 
 #include "../../kernels/gelu_form.h"
 #include "../../kernels/philox.h"
 #include "gpt.h"
+#include "gpt_net.h"
 #include "run_shape.h"
 
 namespace tg {
@@ -37,7 +39,7 @@ template <typename T>
 using Buffer = std::vector<T, Aligned64<T>>;
 
 // Threads. forward and backward cut the batch into S = min(run.slices or the OpenMP threads, b)
-// slices of whole sequences and run the call sequence below on each slice, in one parallel
+// slices of whole sequences and run the call sequence (model/net/gpt_net.h) on each slice, in one parallel
 // region, one slice per thread: every op of the network works on rows (or on sequences, for
 // attention) independently, so a slice needs nothing from another and there is no barrier
 // between ops. Dropout masks stay keyed by the sequence's place in the batch (DropoutKey::row0
@@ -49,8 +51,10 @@ template <typename T>
 class GPTCpu {
  public:
   GPTCpu(const ModelConfig& m, const RunShape& run);
+  GPTCpu(const GPTCpu&) = delete;
+  GPTCpu& operator=(const GPTCpu&) = delete;
 
-  const ModelConfig& model() const { return m_; }
+  const ModelConfig& model() const { return model_; }
   const RunShape& run() const { return run_; }
   std::vector<ParamSpec> table;
   Buffer<T> params, grads, m, v;  // flat, in table order; m, v: AdamW moments (of this rank's shard, model/net/shards.h)
@@ -75,17 +79,19 @@ class GPTCpu {
   // (the same result for any split); a tensor the shard boundary cuts keeps its decay.
   void update(float lr, int t, double norm);
   // Logits of the last forward: (b, t, Vp) (ModelConfig::vp(); the first V of each row are the vocabulary).
-  const T* logits() const { return acts_.logits.data(); }
+  const T* logits() const { return buf_.acts.logits; }
   // The qkv (B, T, 3C) of layer li in the last forward (the input of its attention).
-  const T* layer_qkv(int li) const { return acts_.h[li].qkv.data(); }
+  const T* layer_qkv(int li) const { return buf_.acts.h[li].qkv; }
   // The outputs of the dropout sites in the last forward, (B, T, C) each: the embedding, and
   // layer li's attention and MLP projections.
-  const T* encoded() const { return acts_.encoded.data(); }
-  const T* layer_attproj(int li) const { return acts_.h[li].attproj.data(); }
-  const T* layer_fcproj(int li) const { return acts_.h[li].fcproj.data(); }
-  size_t memory_bytes() const { return (size_t)bytes_needed(m_, run_); }
-  // Bytes the constructor allocates for a model and run shape (parameters, gradients, AdamW
-  // state, activations and their gradients, the decode_step KV cache): checked before allocating.
+  const T* encoded() const { return buf_.acts.encoded; }
+  const T* layer_attproj(int li) const { return buf_.acts.h[li].attproj; }
+  const T* layer_fcproj(int li) const { return buf_.acts.h[li].fcproj; }
+  size_t memory_bytes() const { return (size_t)bytes_needed(model_, run_); }
+  // Bytes the constructor allocates for a model and run shape: parameters, gradients (and the
+  // slices' partial gradients), AdamW state, and the table of buffers (model/net/gpt_net.h:
+  // activations and their gradients, the decode_step KV cache), counted by that table itself;
+  // checked before allocating.
   static double bytes_needed(const ModelConfig& m, const RunShape& run);
 
   // Incremental decoding with a KV cache (evaluation: no dropout). The cache holds the keys
@@ -98,7 +104,7 @@ class GPTCpu {
   // each head, softmax(q K^T / sqrt(HS)) V in T, c_proj, the MLP, ln_f and the lm head. It
   // returns the (V) logits of that position, equal (to rounding) to the last row of the
   // logits of forward() over the window; they stay valid until the next decode call. The
-  // embedding is cpu::encoder_forward with Tn = 1 on the wpe pointer shifted to row pos.
+  // embedding is the encoder op with t = 1 on the wpe pointer shifted to row pos.
   //
   // Cropping, as nanoGPT's generate(): the model sees at most block_size tokens, positions
   // counted from the start of the window. When the window is full (pos == block_size), it
@@ -109,7 +115,7 @@ class GPTCpu {
   // copied into the cache and whose last row gives the logits (it overwrites the activations
   // and logits() of the last forward), when the run shape holds it (B >= 1, T >= block_size);
   // otherwise decode_reset() and the window replayed one row at a time. The two agree to
-  // rounding.
+  // rounding. (The window's logic: net::decode_step, model/net/gpt_net.h.)
   // Precondition: 0 <= token < vocab_size.
   void decode_reset();
   const T* decode_step(int32_t token);
@@ -117,50 +123,36 @@ class GPTCpu {
   // the window is full).
   int decode_pos() const { return (int)window_.size(); }
 
+  // Records the ops of the passes that follow into trace (null: none), for the test that both
+  // backends issue the same sequence; only a batch run as one slice is recorded.
+  void set_trace(net::OpTrace* trace) { trace_ = trace; }
+
  private:
-  struct Layer {
-    Buffer<T> ln1, ln1_mean, ln1_rstd, qkv, atty, att, lse, attproj, res2;
-    Buffer<T> ln2, ln2_mean, ln2_rstd, fch, fch_gelu, fcproj, res3;
+  struct FreeArena {
+    void operator()(char* p) const { std::free(p); }
   };
-  struct Acts {
-    Buffer<T> encoded;  // (B, T, C) after the embedding dropout
-    std::vector<Layer> h;
-    Buffer<T> lnf, lnf_mean, lnf_rstd, logits, losses, dlogits;
-  };
-  struct Scratch {  // gradients of activations, reused by every layer
-    Buffer<T> dres, dln, dbtc, datty, dqkv, dfch, dfch_gelu;
-  };
-  struct Decode {  // the KV cache and the one-row activations of decode_step
-    Buffer<T> k, v;  // (L, NH, block_size, HS)
-    Buffer<T> x, ln, mean, rstd, qkv, atty, proj, fch, fch_gelu, logits;
-  };
-  // The dropout key of a site for a slice whose first sequence is b0 of the batch.
-  philox::DropoutKey key(uint32_t layer, uint32_t site, int b0) const;
-  static int slices(const RunShape& run);  // S for a batch of run.B
   // Runs body(s, S, b0, b1) for the slices s of a batch of b (sequences b0 .. b1 - 1), in
   // parallel; false when a body returned false (a stop was requested).
   template <typename F>
   bool for_each_slice(int b, F&& body);
-  bool forward_slice(int b0, int b1, const int32_t* targets, int accum);
-  bool backward_slice(int b0, int b1, GPTParams<T>& gs);  // gradients added into gs
-  void decode_row(int32_t token);  // one row at position window_.size() - 1
-  void decode_prime();             // the cache and logits for all of window_ (see decode_step)
+  static int slices(const RunShape& run);  // S for a batch of run.B
+  // The pass over sequences b0 .. b1 - 1 of the last forward.
+  net::Pass pass(int b0, int b1) const;
 
-  ModelConfig m_;
+  ModelConfig model_;
   RunShape run_;
-  Acts acts_;
-  Scratch d_;
-  std::vector<int32_t> inp_;  // (B, T) tokens of the last forward
-  int b_ = 0, t_ = 0;         // shape of the last forward
+  std::unique_ptr<char, FreeArena> arena_;  // the table of buffers, one 64-byte aligned allocation
+  net::Buffers<T, T> buf_{};
+  int b_ = 0, t_ = 0;  // shape of the last forward
   bool train_ = false;
   uint32_t step_ = 0;
-  int micro_ = 0;
-  Decode dec_;
+  int micro_ = 0, accum_ = 1;
   int slices_ = 1;
   size_t shard_begin_ = 0, shard_count_ = 0;  // the parameters update() updates (m and v hold them)
   std::vector<Buffer<T>> gpart_;   // partial gradients of slices 1 .. S - 1, as grads
   std::vector<GPTParams<T>> Gpart_;  // views of gpart_
   std::vector<int32_t> window_;  // tokens whose keys and values are in the cache, position order
+  net::OpTrace* trace_ = nullptr;
 };
 
 }  // namespace tg

@@ -6,8 +6,9 @@
 // layernorm statistics, softmax and the loss in fp32).
 //
 // Memory: everything the step touches is carved from ONE device allocation made by the
-// constructor, from the size table carve() (which bytes_needed() runs without allocating, so
-// the two cannot disagree), plus the op scratch and the cuBLAS workspace of the gpu::Context.
+// constructor: the training state (carve()) and the table of buffers (net::buffer_table), which
+// bytes_needed() runs without allocating, so the two cannot disagree; plus the op scratch and the
+// cuBLAS workspace of the gpu::Context.
 // Nothing is allocated after the constructor. One stream (ctx.stream); the step enqueues work
 // and synchronises only in read_stats(), where the loss and the gradient norm are read (the
 // tokens are staged in pinned host memory, so their copies do not wait for the stream either).
@@ -21,6 +22,7 @@
 #include "../../kernels/gelu_form.h"
 #include "../../kernels/philox.h"
 #include "gpt.h"
+#include "gpt_net.h"
 #include "run_shape.h"
 
 namespace tg {
@@ -40,7 +42,7 @@ class GPTCuda {
   GPTCuda(const GPTCuda&) = delete;
   GPTCuda& operator=(const GPTCuda&) = delete;
 
-  const ModelConfig& model() const { return m_; }
+  const ModelConfig& model() const { return model_; }
   const RunShape& run() const { return run_; }
   const gpu::Context& ctx() const { return ctx_; }
   std::vector<ParamSpec> table;
@@ -68,12 +70,12 @@ class GPTCuda {
   // The fp32 gradients on the device (n_params floats, table order), for the data-parallel
   // all-reduce (model/net/backend_cuda.cu), enqueued on ctx().stream; after it, grads_changed()
   // recomputes the squared norm that update() clips by and read_stats() reads.
-  float* device_grads() { return buf_.grads; }
+  float* device_grads() { return st_.grads; }
   void grads_changed();
   // ZeRO-1: the device's master weights (padded, table order), the squared norm of this rank's
   // shard of the gradients written where read_stats() reads the norm (returned: the device
   // float, for the ranks' sum), and the T copy of the weights refreshed after they were gathered.
-  float* device_params() { return buf_.params; }
+  float* device_params() { return st_.params; }
   float* shard_norm_squared();
   void params_changed();
   size_t shard_count() const { return shard_count_; }
@@ -111,59 +113,33 @@ class GPTCuda {
   };
   LayerView layer(int li) const;
   // The embedding after its dropout, (B, T, C).
-  const T* encoded() const { return acts_.encoded; }
+  const T* encoded() const { return buf_.acts.encoded; }
   // The backward's scratch for the gradients of the attention's input, dqkv (B, T, 3C), and of
   // its output, datty (B, T, C): unused between two calls, so --attention check writes there.
-  T* dqkv_scratch() const { return d_.dqkv; }
-  T* datty_scratch() const { return d_.datty; }
+  T* dqkv_scratch() const { return buf_.d.dqkv; }
+  T* datty_scratch() const { return buf_.d.datty; }
+
+  // Records the ops of the calls that follow into trace (null: none), for the test that both
+  // backends issue the same sequence.
+  void set_trace(net::OpTrace* trace) { trace_ = trace; }
 
  private:
-  struct Layer {
-    T *ln1, *qkv, *atty, *attproj, *res2, *ln2, *fch, *fch_gelu, *fcproj, *res3;
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
-    gpu::AttentionSaved<T> saved;
-  };
-  struct Acts {
-    int32_t *inp, *targets;  // (B, T)
-    uint32_t *order_keys, *order_vals;  // (B*T) gpu::encoder_backward_order of inp (a training forward's)
-    T* encoded;              // (B, T, C) after the embedding dropout
-    std::vector<Layer> h;
-    T *lnf, *logits, *dlogits;
-    float *lnf_mean, *lnf_rstd, *losses;
-    float* stats;  // [0] mean loss, [1] squared gradient norm, [2] clip factor
-  };
-  struct Scratch {  // gradients of activations, reused by every layer
-    T *dres, *dln, *dbtc, *datty, *dqkv, *dfch, *dfch_gelu;
-  };
-  struct Decode {  // the KV cache and the one-row activations of decode_step
-    T *k, *v;      // (L, NH, block_size, HS) each
-    T *x, *ln, *qkv, *atty, *proj, *fch, *fch_gelu, *logits;
-    float *mean, *rstd;
-    int32_t* token;
-  };
-  // Every device pointer of the step: the size table carve() fills them.
-  struct Buffers {
+  // The training state, carved before the table of buffers.
+  struct State {
     float *params, *grads, *m, *v;  // fp32 master weights, gradients (n_params, ZeRO-1: padded), AdamW moments (the shard)
     T* params_t;                    // the weights the forward reads: params itself when T is float
     gpu::AdamWTensor* tensors;      // (at most table.size()) the tensors' parts in the shard, with their weight decay
-    Acts acts;
-    Scratch d;
-    Decode dec;
   };
-  class Carver;
-  // The size table: points every buffer into one allocation (or, with a counting Carver,
-  // only sums the bytes).
-  static void carve(Buffers& b, Carver& a, const ModelConfig& m, const RunShape& run, size_t n_params,
-                    size_t n_tensors);
-  philox::DropoutKey key(uint32_t layer, uint32_t site) const;
+  // Points the state and the table of buffers into one allocation (or, with a counting
+  // net::Carver, only sums the bytes).
+  static void carve(State& st, net::Buffers<T, float>& b, net::Carver& a, const ModelConfig& m, const RunShape& run,
+                    size_t n_params, size_t n_tensors);
   // Copies n tokens (and n targets, when not null) through the pinned staging buffer to the
   // device, ordered on the stream; with order, also the encoder backward's order of x
-  // (acts_.order_keys, acts_.order_vals).
+  // (the table's order_keys, order_vals).
   void upload_tokens(const int32_t* x, const int32_t* targets, int n, int32_t* dx, int32_t* dtargets, bool order);
-  void decode_row(int32_t token);  // one position: window_.size() - 1
-  void decode_prime();             // the caches and logits for all of window_
 
-  ModelConfig m_;
+  ModelConfig model_;
   RunShape run_;
   gpu::Context ctx_;
   char* arena_ = nullptr;
@@ -171,20 +147,17 @@ class GPTCuda {
   // ZeRO-1 (model/net/shards.h RankShard): the shard [shard_begin_, shard_begin_ + shard_count_) this
   // rank updates (all n_params unsharded); params and grads padded to padded_ elements (0 unsharded)
   size_t shard_begin_ = 0, shard_count_ = 0, padded_ = 0;
-  int n_tensors_ = 0;       // tensors (parts of tensors) in the shard: buf_.tensors
+  int n_tensors_ = 0;       // tensors (parts of tensors) in the shard: st_.tensors
   int32_t* host_tokens_ = nullptr;  // pinned (4, B, T): inputs, targets, the encoder order's keys and vals
   std::vector<uint32_t> order_counts_;  // (V + 1) work space of gpu::encoder_backward_order
   cudaEvent_t tokens_copied_ = nullptr;  // recorded after the copies out of host_tokens_
-  Buffers buf_{};
-  GPTParams<T> P;      // views of params_t_
-  GPTParams<float> G;  // views of grads_
-  Acts& acts_ = buf_.acts;
-  Scratch& d_ = buf_.d;
-  int b_ = 0, t_ = 0;
-  bool train_ = false;
-  uint32_t step_ = 0;
-  int micro_ = 0;
+  State st_{};
+  net::Buffers<T, float> buf_{};
+  GPTParams<T> P;      // views of st_.params_t
+  GPTParams<float> G;  // views of st_.grads
+  net::Pass pass_;     // of the last forward
   std::vector<int32_t> window_;  // the tokens whose keys and values are cached, position order
+  net::OpTrace* trace_ = nullptr;
 };
 
 // Bytes of the largest op scratch the run needs (every op's <op>_scratch_bytes).

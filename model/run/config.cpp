@@ -62,6 +62,31 @@ void apply_preset(Config& c, const std::string& name) {
 namespace {
 
 enum class Kind { Int, Real, Str, Bool, Seed, Choice };
+template <typename T>
+constexpr Kind kind_of() {
+  if constexpr (std::is_same_v<T, int>) return Kind::Int;
+  else if constexpr (std::is_same_v<T, double>) return Kind::Real;
+  else if constexpr (std::is_same_v<T, std::string>) return Kind::Str;
+  else if constexpr (std::is_same_v<T, bool>) return Kind::Bool;
+  else if constexpr (std::is_same_v<T, uint64_t>) return Kind::Seed;
+  else {
+    static_assert(std::is_enum_v<T>, "a config field is an int, double, string, bool, uint64_t or enum");
+    return Kind::Choice;
+  }
+}
+
+// An integer flag's range for validate(): lo to hi (hi = LLONG_MAX: none), and what its message
+// adds to "lo to hi" / "at least lo".
+struct Bounds {
+  bool on = false;
+  long long lo = 0, hi = LLONG_MAX;
+  const char* note = "";
+};
+constexpr Bounds None{};
+constexpr Bounds Range(long long lo, long long hi, const char* note = "") { return Bounds{true, lo, hi, note}; }
+constexpr Bounds AtLeast(long long lo, const char* note = "") { return Bounds{true, lo, LLONG_MAX, note}; }
+constexpr bool Fixed = true, Free = false;      // cannot / can change on --resume
+constexpr bool Always = false, Added = true;    // an older saved config may lack it
 
 struct Flag {
   const char* name;
@@ -69,58 +94,23 @@ struct Flag {
   size_t offset;  // of the field inside Config
   const char* help;
   bool fixed;     // cannot change on --resume (the model or the data)
+  int usage;      // its place in --help
+  Bounds bounds;
 };
-constexpr bool kFixed = true, kFree = false;
 
-#define TG_FIELD(f) offsetof(Config, f)
+// The flags of TG_CONFIG_FIELDS (model/run/config.h), in --help order.
 const std::vector<Flag>& flags() {
-  static const std::vector<Flag> table = {
-      {"data", Kind::Str, TG_FIELD(data), "text file, or token data: llm.c .bin shards (a directory or a glob) or nanoGPT's directory of train.bin / val.bin (default data/tinyshakespeare/input.txt)", kFixed},
-      {"preset", Kind::Str, TG_FIELD(preset), "shakespeare-char | baby | gpt2-124m (default: shakespeare-char when training on a GPU, else baby)", kFixed},
-      {"device", Kind::Choice, TG_FIELD(device), "auto | cpu | cuda (default auto)", kFree},
-      {"attention", Kind::Choice, TG_FIELD(attention), "flash | naive | check (default flash; check compares both on one batch and exits)", kFree},
-      {"precision", Kind::Choice, TG_FIELD(precision), "auto | bf16 | fp32 on a GPU (default auto: bf16 on compute capability 8.0+); the CPU runs fp32", kFree},
-      {"n-layer", Kind::Int, TG_FIELD(n_layer), "transformer blocks", kFixed},
-      {"n-head", Kind::Int, TG_FIELD(n_head), "attention heads", kFixed},
-      {"n-embd", Kind::Int, TG_FIELD(n_embd), "embedding width C (divisible by n-head)", kFixed},
-      {"block-size", Kind::Int, TG_FIELD(block_size), "context length T", kFixed},
-      {"batch-size", Kind::Int, TG_FIELD(batch_size), "sequences per micro-batch B (of each rank under mpirun -np N)", kFixed},
-      {"grad-accum", Kind::Int, TG_FIELD(grad_accum), "micro-batches accumulated per optimizer step (tokens per step = B x T x this x ranks; default 1)", kFixed},
-      {"zero", Kind::Int, TG_FIELD(zero), "0 | 1: under mpirun, 1 shards the AdamW state over the ranks (ZeRO-1: each rank keeps 1/N of m and v; the same results); a no-op on one rank (default 0)", kFree},
-      {"dropout", Kind::Real, TG_FIELD(dropout), "dropout probability in [0, 1)", kFree},
-      {"bias", Kind::Bool, TG_FIELD(bias), "biases in linear and layernorm layers (--bias, --bias=false)", kFixed},
-      {"gelu", Kind::Choice, TG_FIELD(gelu), "tanh | erf: the MLP's GELU, tanh approximation (GPT-2, llm.c; default) or exact (nanoGPT)", kFixed},
-      {"max-iters", Kind::Int, TG_FIELD(max_iters), "optimizer steps", kFree},
-      {"lr", Kind::Real, TG_FIELD(lr), "peak learning rate", kFree},
-      {"min-lr", Kind::Real, TG_FIELD(min_lr), "learning rate at the end of the cosine decay", kFree},
-      {"warmup-iters", Kind::Int, TG_FIELD(warmup_iters), "linear warmup steps", kFree},
-      {"lr-decay-iters", Kind::Int, TG_FIELD(lr_decay_iters), "step where the cosine decay reaches min-lr", kFree},
-      {"weight-decay", Kind::Real, TG_FIELD(weight_decay), "AdamW decoupled weight decay (2-D weights only)", kFree},
-      {"beta1", Kind::Real, TG_FIELD(beta1), "AdamW beta1", kFree},
-      {"beta2", Kind::Real, TG_FIELD(beta2), "AdamW beta2", kFree},
-      {"grad-clip", Kind::Real, TG_FIELD(grad_clip), "clip the global gradient norm to this (0 = off)", kFree},
-      {"eval-interval", Kind::Int, TG_FIELD(eval_interval), "evaluate every this many steps (0 = only at the end)", kFree},
-      {"eval-iters", Kind::Int, TG_FIELD(eval_iters), "batches per evaluation", kFree},
-      {"log-interval", Kind::Int, TG_FIELD(log_interval), "log every this many steps", kFree},
-      {"ckpt-interval", Kind::Int, TG_FIELD(ckpt_interval), "checkpoint every this many steps (0 = only at the end)", kFree},
-      {"resume", Kind::Bool, TG_FIELD(resume), "continue the run in --out-dir from its newest complete checkpoint", kFree},
-      {"seed", Kind::Seed, TG_FIELD(seed), "seed of init, batches and dropout", kFixed},
-      {"out-dir", Kind::Str, TG_FIELD(out_dir), "where metrics.jsonl goes (default out/<preset>)", kFree},
-      {"sample-tokens", Kind::Int, TG_FIELD(sample_tokens), "characters to generate at the end (0 = none)", kFree},
-      {"prompt", Kind::Str, TG_FIELD(prompt), "text the sample starts from (default a newline; the first character of the vocabulary when the text has none)", kFree},
-      {"temperature", Kind::Real, TG_FIELD(temperature), "sampling temperature (> 0)", kFree},
-      {"top-k", Kind::Int, TG_FIELD(top_k), "sample from the k most likely characters (0 = all)", kFree},
-      {"sample", Kind::Bool, TG_FIELD(sample), "only generate text from the checkpoint --ckpt (no training)", kFree},
-      {"ckpt", Kind::Str, TG_FIELD(ckpt), "with --sample or --export-hf: a ckpt-<step> directory, or a run's --out-dir (its newest)", kFree},
-      {"export-hf", Kind::Str, TG_FIELD(export_hf), "with --ckpt: write that checkpoint into this new directory as Hugging Face's GPT-2 (config.json, model.safetensors)", kFree},
-      {"tokenizer", Kind::Str, TG_FIELD(tokenizer), "a byte-level BPE: a Hugging Face GPT-2 directory (vocab.json + merges.txt, or tokenizer.json), tiktoken's gpt2.tiktoken, or llm.c's gpt2_tokenizer.bin (decoding only); a --data text is trained in its tokens, a --prompt encoded, samples printed as text (default: --init-from's, else none)", kFree},
-      {"top-p", Kind::Real, TG_FIELD(top_p), "sample from the most likely characters holding this probability (1 = all)", kFree},
-      {"init-from", Kind::Str, TG_FIELD(init_from), "a new run starts from these weights: a Hugging Face GPT-2 model.safetensors (or its directory; a model name such as gpt2 is found in the Hugging Face cache), llm.c's gpt2_124M.bin, or a train_gpt checkpoint or run; the model's shape comes from the file, its tokenizer from the directory", kFixed},
-      {"logits", Kind::Str, TG_FIELD(logits), "with --init-from: only print the model's logits for these comma-separated token ids (one line of V numbers per position) and exit", kFree},
-  };
+  static const std::vector<Flag> table = [] {
+    std::vector<Flag> t;
+#define TG_CONFIG_FLAG(type, field, def, flag, usage, resume, saved, bounds, help)              \
+    if (*flag) t.push_back(Flag{flag, kind_of<type>(), offsetof(Config, field), help, resume, usage, bounds});
+    TG_CONFIG_FIELDS(TG_CONFIG_FLAG)
+#undef TG_CONFIG_FLAG
+    std::stable_sort(t.begin(), t.end(), [](const Flag& a, const Flag& b) { return a.usage < b.usage; });
+    return t;
+  }();
   return table;
 }
-#undef TG_FIELD
 
 const Flag* find_flag(const std::string& name) {
   for (const Flag& f : flags())
@@ -342,16 +332,19 @@ void validate(const Config& c) {
   check_string_sizes(c);
   auto flag_is = [](const char* flag, double v) { return std::string("--") + flag + " is " + num_text(v); };
   const std::string help = "see train_gpt --help";
-  require(c.n_layer >= 1 && (uint32_t)c.n_layer < philox::kMaxLayer, flag_is("n-layer", c.n_layer),
-          "1 to " + std::to_string(philox::kMaxLayer - 1), help);
-  require(c.n_head >= 1, flag_is("n-head", c.n_head), "at least 1", help);
-  require(c.n_embd >= 1 && c.n_embd <= 65536, flag_is("n-embd", c.n_embd), "1 to 65536", help);
+  // the integer flags' ranges of TG_CONFIG_FIELDS
+  for (const Flag& f : flags()) {
+    if (!f.bounds.on) continue;
+    const long long v = *reinterpret_cast<const int*>(reinterpret_cast<const char*>(&c) + f.offset);
+    const Bounds& b = f.bounds;
+    std::string expected = b.hi == LLONG_MAX ? "at least " + std::to_string(b.lo)
+                                             : std::to_string(b.lo) + " to " + std::to_string(b.hi);
+    if (*b.note) expected += std::string(" ") + b.note;
+    require(v >= b.lo && v <= b.hi, flag_is(f.name, (double)v), expected, help);
+  }
   require(c.n_embd % c.n_head == 0,
           "--n-embd " + std::to_string(c.n_embd) + " is not divisible by --n-head " + std::to_string(c.n_head),
           "n-embd a multiple of n-head (the head dim is n-embd / n-head)", "change one of them");
-  require(c.block_size >= 1 && c.block_size <= (1 << 20), flag_is("block-size", c.block_size), "1 to 1048576", help);
-  require(c.batch_size >= 1 && c.batch_size <= (1 << 20), flag_is("batch-size", c.batch_size), "1 to 1048576", help);
-  require(c.grad_accum >= 1 && c.grad_accum <= 65536, flag_is("grad-accum", c.grad_accum), "1 to 65536", help);
   require(c.zero == 0 || c.zero == 1, flag_is("zero", c.zero), "0 (every rank holds the whole AdamW state) or 1 (sharded over the ranks)", help);
   require(c.world >= 1 && c.world <= 65536, "the number of ranks is " + std::to_string(c.world), "1 to 65536",
           "run fewer ranks (mpirun -np N)");
@@ -363,14 +356,11 @@ void validate(const Config& c) {
   // the kernels keep an element when a 32-bit word >= round(p 2^32) and scale by (float)(1 / (1 - p))
   require(philox::dropout_threshold(c.dropout) < UINT32_MAX && std::isfinite((float)(1.0 / (1.0 - c.dropout))),
           flag_is("dropout", c.dropout), "a probability below 1 - 2^-32 (the kernels' 32-bit threshold)", help);
-  require(c.max_iters >= 0 && (uint32_t)c.max_iters < philox::kMaxStep, flag_is("max-iters", c.max_iters),
-          "0 to " + std::to_string(philox::kMaxStep - 1), help);
   // the update runs in float: lr must stay a finite float above 0
   require(c.lr > 0 && is_normal_float(c.lr), flag_is("lr", c.lr),
           "a learning rate > 0 that is a normal float (" + num_text(FLT_MIN) + " to " + num_text(FLT_MAX) + ")", help);
   require(c.min_lr >= 0 && c.min_lr <= c.lr, "--min-lr " + num_text(c.min_lr) + " with --lr " + num_text(c.lr),
           "0 <= min-lr <= lr", "lower --min-lr");
-  require(c.warmup_iters >= 0, flag_is("warmup-iters", c.warmup_iters), "at least 0", help);
   require(c.lr_decay_iters > c.warmup_iters,
           "--lr-decay-iters " + std::to_string(c.lr_decay_iters) + " with --warmup-iters " + std::to_string(c.warmup_iters),
           "lr-decay-iters > warmup-iters (the cosine runs between them)", "raise --lr-decay-iters or lower --warmup-iters");
@@ -383,17 +373,11 @@ void validate(const Config& c) {
           "a value in [0, 1) that stays below 1 in float (at most 0.99999994)", help);
   require(c.grad_clip >= 0 && std::isfinite(c.grad_clip), flag_is("grad-clip", c.grad_clip),
           "at least 0 (0 turns clipping off)", help);
-  require(c.eval_interval >= 0, flag_is("eval-interval", c.eval_interval), "at least 0 (0 = only at the end)", help);
-  require(c.eval_iters >= 1, flag_is("eval-iters", c.eval_iters), "at least 1", help);
-  require(c.log_interval >= 1, flag_is("log-interval", c.log_interval), "at least 1", help);
-  require(c.ckpt_interval >= 0, flag_is("ckpt-interval", c.ckpt_interval), "at least 0 (0 = only at the end)", help);
-  require(c.sample_tokens >= 0, flag_is("sample-tokens", c.sample_tokens), "at least 0", help);
   // logits / temperature in double: below 1e-6 the largest logits overflow
   require(c.temperature >= 1e-6 && std::isfinite(c.temperature), flag_is("temperature", c.temperature),
           "a temperature from 1e-6 up", help);
   require(c.sample_tokens == 0 || !c.prompt.empty(), "--prompt is empty", "at least one character to start the sample from",
           "pass --prompt TEXT (the default is a newline) or --sample-tokens 0");
-  require(c.top_k >= 0, flag_is("top-k", c.top_k), "at least 0 (0 = no top-k cut)", help);
   require(c.top_p > 0 && c.top_p <= 1, flag_is("top-p", c.top_p), "a probability in (0, 1]", help);
   require(!c.data.empty(), "--data is empty", "the path of a text file", "pass --data PATH");
   require(!c.sample || !c.ckpt.empty(), "--sample without --ckpt", "the checkpoint to sample from",
@@ -474,27 +458,12 @@ bool fixed_on_resume(const std::string& flag) {
 
 namespace {
 
-// Calls f(name, field) for every field of Config, in declaration order. The size check makes
-// a field added to Config (and forgotten here) a compile error on x86-64 Linux (libstdc++).
-static_assert(sizeof(void*) != 8 || sizeof(Config) == 488,
-              "Config changed: add the new field to each_field (model/run/config.cpp), then update this size");
+// Calls f(name, field) for every field of Config, in declaration order (TG_CONFIG_FIELDS).
 template <typename C, typename F>
 void each_field(C& c, F&& f) {
-  f("preset", c.preset); f("data", c.data); f("device", c.device); f("attention", c.attention);
-  f("precision", c.precision);
-  f("out_dir", c.out_dir);
-  f("n_layer", c.n_layer); f("n_head", c.n_head); f("n_embd", c.n_embd); f("block_size", c.block_size);
-  f("bias", c.bias); f("dropout", c.dropout); f("gelu", c.gelu);
-  f("batch_size", c.batch_size); f("grad_accum", c.grad_accum); f("world", c.world); f("zero", c.zero); f("max_iters", c.max_iters); f("lr", c.lr); f("min_lr", c.min_lr);
-  f("warmup_iters", c.warmup_iters); f("lr_decay_iters", c.lr_decay_iters);
-  f("weight_decay", c.weight_decay); f("beta1", c.beta1); f("beta2", c.beta2); f("grad_clip", c.grad_clip);
-  f("eval_interval", c.eval_interval); f("eval_iters", c.eval_iters); f("log_interval", c.log_interval);
-  f("ckpt_interval", c.ckpt_interval); f("resume", c.resume);
-  f("seed", c.seed);
-  f("sample_tokens", c.sample_tokens); f("prompt", c.prompt); f("temperature", c.temperature);
-  f("top_k", c.top_k); f("top_p", c.top_p);
-  f("sample", c.sample); f("ckpt", c.ckpt); f("export_hf", c.export_hf); f("tokenizer", c.tokenizer);
-  f("init_from", c.init_from); f("logits", c.logits);
+#define TG_CONFIG_EACH(type, field, ...) f(#field, c.field);
+  TG_CONFIG_FIELDS(TG_CONFIG_EACH)
+#undef TG_CONFIG_EACH
 }
 
 void check_string_sizes(const Config& c) {
@@ -673,12 +642,16 @@ Config config_from_text(const std::string& text) {
       bad_config("names " + printable(name) + " twice", "each field once");
     pos = nl + 1;
   }
-  // fields added after checkpoints were first written: an older config has no line for them
-  // and reads as the run it was (GELU: the tanh form, the only one then; no accumulation; one rank;
-  // no --tokenizer, no --export-hf, no --init-from, no --logits)
-  for (const auto& [name, value] : {std::pair<const char*, const char*>{"gelu", "tanh"}, {"grad_accum", "1"}, {"world", "1"}, {"zero", "0"},
-                                    {"tokenizer", ""}, {"export_hf", ""}, {"init_from", ""}, {"logits", ""}})
-    values.emplace(name, value);
+  // fields added after checkpoints were first written (Added): an older config has no line for
+  // them and reads as the run it was, with their defaults (GELU: the tanh form, the only one then;
+  // no accumulation; one rank; no --tokenizer, no --export-hf, no --init-from, no --logits)
+  {
+    const Config defaults;
+#define TG_CONFIG_ADDED(type, field, def, flag, usage, resume, saved, ...) \
+    if (saved) values.emplace(#field, value_text(defaults.field));
+    TG_CONFIG_FIELDS(TG_CONFIG_ADDED)
+#undef TG_CONFIG_ADDED
+  }
   Config c;
   each_field(c, FieldReader{values});
   if (!values.empty())

@@ -25,45 +25,105 @@ enum class Attention { Flash, Naive, Check };
 inline const char* name(Attention a) { return a == Attention::Naive ? "naive" : a == Attention::Check ? "check" : "flash"; }
 inline AttentionPath attention_path(Attention a) { return a == Attention::Naive ? AttentionPath::Naive : AttentionPath::Flash; }
 
-// The flags' enums (--device, --attention, --precision, --gelu) are parsed once, by parse_args
-// and config_from_text; the saved config spells them as the flags do (name()).
+// Every field of a run's config, one entry each: the struct Config, the flags (their parsing,
+// --help, what --resume may change), the saved config (config_to_text, config_from_text) and the
+// bounds validate() checks follow from it. Adding a flag is one entry here plus the code that
+// uses it (and, when it reaches the network, RunShape and run_shape()).
+//
+//   X(type, field, default, flag, usage, resume, saved, bounds, help)
+//     type, field, default  the field of Config; its saved name is the field's
+//     flag                  its command-line name, or "" for a field that is not a flag
+//     usage                 its place in --help (ascending)
+//     resume                Fixed: it fixes the model or the data the run sees and cannot change on
+//                           --resume; Free: it can
+//     saved                 Always; or Added: a saved config written before it existed lacks it and
+//                           reads as the default
+//     bounds                an integer flag's range, checked by validate() (Range(lo, hi, note),
+//                           AtLeast(lo, note)); None: validate()'s own checks, or none
+//     help                  its line in --help
+// The entries are in the saved config's order. The enums (--device, --attention, --precision,
+// --gelu) are parsed once; the saved config spells them as the flags do (name()).
+#define TG_CONFIG_FIELDS(X)                                                                                          \
+  X(std::string, preset, "", "preset", 20, Fixed, Always, None,                                                    \
+    "shakespeare-char | baby | gpt2-124m (default: shakespeare-char when training on a GPU, else baby)")            \
+  X(std::string, data, "data/tinyshakespeare/input.txt", "data", 10, Fixed, Always, None,                          \
+    "text file, or token data: llm.c .bin shards (a directory or a glob) or nanoGPT's directory of train.bin / "    \
+    "val.bin (default data/tinyshakespeare/input.txt)")                                                             \
+  X(Device, device, Device::Auto, "device", 30, Free, Always, None, "auto | cpu | cuda (default auto)")             \
+  X(Attention, attention, Attention::Flash, "attention", 40, Free, Always, None,                                   \
+    "flash | naive | check (default flash; check compares both on one batch and exits)")                            \
+  X(Precision, precision, Precision::Auto, "precision", 50, Free, Always, None,                                     \
+    "auto | bf16 | fp32 on a GPU (default auto: bf16 on compute capability 8.0+); the CPU runs fp32")               \
+  X(std::string, out_dir, "", "out-dir", 310, Free, Always, None, "where metrics.jsonl goes (default out/<preset>)") \
+  /* model (nanoGPT's GPTConfig) */                                                                                 \
+  X(int, n_layer, 0, "n-layer", 60, Fixed, Always, Range(1, philox::kMaxLayer - 1), "transformer blocks")          \
+  X(int, n_head, 0, "n-head", 70, Fixed, Always, AtLeast(1), "attention heads")                                    \
+  X(int, n_embd, 0, "n-embd", 80, Fixed, Always, Range(1, 65536), "embedding width C (divisible by n-head)")       \
+  X(int, block_size, 0, "block-size", 90, Fixed, Always, Range(1, 1 << 20), "context length T")                   \
+  X(bool, bias, false, "bias", 140, Fixed, Always, None, "biases in linear and layernorm layers (--bias, --bias=false)") \
+  X(double, dropout, 0.0, "dropout", 130, Free, Always, None, "dropout probability in [0, 1)")                     \
+  X(GeluForm, gelu, GeluForm::Tanh, "gelu", 150, Fixed, Added, None,                                               \
+    "tanh | erf: the MLP's GELU, tanh approximation (GPT-2, llm.c; default) or exact (nanoGPT)")                    \
+  /* training (nanoGPT's train.py) */                                                                               \
+  X(int, batch_size, 0, "batch-size", 100, Fixed, Always, Range(1, 1 << 20),                                       \
+    "sequences per micro-batch B (of each rank under mpirun -np N)")                                                \
+  X(int, grad_accum, 1, "grad-accum", 110, Fixed, Added, Range(1, 65536),                                          \
+    "micro-batches accumulated per optimizer step (tokens per step = B x T x this x ranks; default 1)")            \
+  /* data-parallel ranks (mpirun -np N, model/run/dist.h): a step is world x grad_accum micro-batches */            \
+  X(int, world, 1, "", 0, Free, Added, None, "")                                                                   \
+  X(int, zero, 0, "zero", 120, Free, Added, None,                                                                  \
+    "0 | 1: under mpirun, 1 shards the AdamW state over the ranks (ZeRO-1: each rank keeps 1/N of m and v; the "    \
+    "same results); a no-op on one rank (default 0)")                                                               \
+  X(int, max_iters, 0, "max-iters", 160, Free, Always, Range(0, philox::kMaxStep - 1), "optimizer steps")          \
+  X(double, lr, 0, "lr", 170, Free, Always, None, "peak learning rate")                                            \
+  X(double, min_lr, 0, "min-lr", 180, Free, Always, None, "learning rate at the end of the cosine decay")          \
+  X(int, warmup_iters, 0, "warmup-iters", 190, Free, Always, AtLeast(0), "linear warmup steps")                    \
+  X(int, lr_decay_iters, 0, "lr-decay-iters", 200, Free, Always, None, "step where the cosine decay reaches min-lr") \
+  X(double, weight_decay, 0.1, "weight-decay", 210, Free, Always, None, "AdamW decoupled weight decay (2-D weights only)") \
+  X(double, beta1, 0.9, "beta1", 220, Free, Always, None, "AdamW beta1")                                           \
+  X(double, beta2, 0.99, "beta2", 230, Free, Always, None, "AdamW beta2")                                          \
+  X(double, grad_clip, 1.0, "grad-clip", 240, Free, Always, None, "clip the global gradient norm to this (0 = off)") \
+  X(int, eval_interval, 0, "eval-interval", 250, Free, Always, AtLeast(0, "(0 = only at the end)"),                \
+    "evaluate every this many steps (0 = only at the end)")                                                         \
+  X(int, eval_iters, 0, "eval-iters", 260, Free, Always, AtLeast(1), "batches per evaluation")                     \
+  X(int, log_interval, 1, "log-interval", 270, Free, Always, AtLeast(1), "log every this many steps")              \
+  X(int, ckpt_interval, 250, "ckpt-interval", 280, Free, Always, AtLeast(0, "(0 = only at the end)"),              \
+    "checkpoint every this many steps (0 = only at the end)")                                                       \
+  X(bool, resume, false, "resume", 290, Free, Always, None,                                                        \
+    "continue the run in --out-dir from its newest complete checkpoint")                                            \
+  X(uint64_t, seed, 1337, "seed", 300, Fixed, Always, None, "seed of init, batches and dropout")                   \
+  /* sampling at the end (nanoGPT's sample.py) */                                                                   \
+  X(int, sample_tokens, 500, "sample-tokens", 320, Free, Always, AtLeast(0),                                       \
+    "characters to generate at the end (0 = none)")                                                                 \
+  X(std::string, prompt, "\n", "prompt", 330, Free, Always, None,                                                  \
+    "text the sample starts from (default a newline; the first character of the vocabulary when the text has none)") \
+  X(double, temperature, 0.8, "temperature", 340, Free, Always, None, "sampling temperature (> 0)")                \
+  X(int, top_k, 200, "top-k", 350, Free, Always, AtLeast(0, "(0 = no top-k cut)"),                                 \
+    "sample from the k most likely characters (0 = all)")                                                           \
+  X(double, top_p, 1.0, "top-p", 400, Free, Always, None,                                                          \
+    "sample from the most likely characters holding this probability (1 = all)")                                   \
+  X(bool, sample, false, "sample", 360, Free, Always, None, "only generate text from the checkpoint --ckpt (no training)") \
+  X(std::string, ckpt, "", "ckpt", 370, Free, Always, None,                                                        \
+    "with --sample or --export-hf: a ckpt-<step> directory, or a run's --out-dir (its newest)")                    \
+  X(std::string, export_hf, "", "export-hf", 380, Free, Added, None,                                               \
+    "with --ckpt: write that checkpoint into this new directory as Hugging Face's GPT-2 (config.json, "            \
+    "model.safetensors)")                                                                                           \
+  X(std::string, tokenizer, "", "tokenizer", 390, Free, Added, None,                                               \
+    "a byte-level BPE: a Hugging Face GPT-2 directory (vocab.json + merges.txt, or tokenizer.json), tiktoken's "    \
+    "gpt2.tiktoken, or llm.c's gpt2_tokenizer.bin (decoding only); a --data text is trained in its tokens, a "      \
+    "--prompt encoded, samples printed as text (default: --init-from's, else none)")                               \
+  X(std::string, init_from, "", "init-from", 410, Fixed, Added, None,                                              \
+    "a new run starts from these weights: a Hugging Face GPT-2 model.safetensors (or its directory; a model name "  \
+    "such as gpt2 is found in the Hugging Face cache), llm.c's gpt2_124M.bin, or a train_gpt checkpoint or run; "   \
+    "the model's shape comes from the file, its tokenizer from the directory")                                     \
+  X(std::string, logits, "", "logits", 420, Free, Added, None,                                                     \
+    "with --init-from: only print the model's logits for these comma-separated token ids (one line of V numbers " \
+    "per position) and exit")
+
 struct Config {
-  // where and how
-  std::string preset;             // "shakespeare-char", "baby" or "gpt2-124m"
-  std::string data = "data/tinyshakespeare/input.txt";
-  Device device = Device::Auto;           // auto | cpu | cuda
-  Attention attention = Attention::Flash;  // flash | naive | check (both paths on one batch, compared)
-  Precision precision = Precision::Auto;   // auto (bf16 on a GPU of compute capability 8.0 or newer, else fp32) | bf16 | fp32
-  std::string out_dir;            // default out/<preset>
-  // model (nanoGPT's GPTConfig)
-  int n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;
-  bool bias = false;
-  double dropout = 0.0;
-  GeluForm gelu = GeluForm::Tanh;  // the MLP's GELU: tanh (GPT-2, llm.c) | erf (exact: nanoGPT's nn.GELU())
-  // training (nanoGPT's train.py)
-  int batch_size = 0, max_iters = 0;
-  int grad_accum = 1;  // micro-batches of batch_size per optimizer step and rank (--grad-accum)
-  int world = 1;       // data-parallel ranks (mpirun -np N, model/run/dist.h; not a flag): a step is world x grad_accum micro-batches
-  int zero = 0;        // --zero 1: ZeRO-1, each rank keeps and updates one shard of the AdamW state (model/net/shards.h); 0: every rank all of it
-  double lr = 0, min_lr = 0;
-  int warmup_iters = 0, lr_decay_iters = 0;
-  double weight_decay = 0.1, beta1 = 0.9, beta2 = 0.99, grad_clip = 1.0;
-  int eval_interval = 0, eval_iters = 0, log_interval = 1;
-  int ckpt_interval = 250;  // checkpoint every this many steps (0 = only at the end)
-  bool resume = false;     // continue from the newest complete checkpoint in out_dir
-  uint64_t seed = 1337;
-  // sampling at the end (nanoGPT's sample.py)
-  int sample_tokens = 500;
-  std::string prompt = "\n";
-  double temperature = 0.8;
-  int top_k = 200;
-  double top_p = 1.0;
-  bool sample = false;  // --sample: only generate text, from the checkpoint --ckpt
-  std::string ckpt;     // a ckpt-<step> directory, or a run's --out-dir (its newest checkpoint)
-  std::string export_hf;  // --export-hf DIR: only write the checkpoint --ckpt for Hugging Face (model/formats/hf_export.h)
-  std::string tokenizer;  // --tokenizer: a byte-level BPE (data/bpe.h): a text in its tokens, --prompt, samples as text
-  std::string init_from;  // --init-from PATH: a new run's weights (and model shape) from a file (model/formats/init_from.h)
-  std::string logits;     // --logits IDS: with --init-from, only print the model's logits for these token ids
+#define TG_CONFIG_FIELD(type, field, def, ...) type field = def;
+  TG_CONFIG_FIELDS(TG_CONFIG_FIELD)
+#undef TG_CONFIG_FIELD
 };
 
 // What a command line asks for: training (the default), or one of the modes that train nothing.
@@ -124,10 +184,9 @@ std::string describe(const Config& c);
 constexpr size_t kMaxConfigString = 256 << 10;
 constexpr size_t kMaxConfigValue = 3 * kMaxConfigString;
 
-// Every field of c as "name=value\n" lines, in Config's declaration order (names as in
-// Config: n_layer, prompt, ...). Ints and the seed in decimal, bools true/false, doubles
+// Every field of c as "name=value\n" lines, in Config's declaration order (TG_CONFIG_FIELDS; names
+// as in Config: n_layer, prompt, ...). Ints and the seed in decimal, bools true/false, doubles
 // with %.17g (round-trip exact); string bytes outside printable ASCII, and '%', as %XX.
-// A field added to Config must be added to each_field (model/run/config.cpp).
 std::string config_to_text(const Config& c);
 // The inverse. Throws InputError for a malformed line or value, a value longer than
 // kMaxConfigValue, an unknown, repeated or missing field. It does not validate().

@@ -128,6 +128,45 @@ TEST_CASE("cli: decimal numbers in every spelling people use are accepted") {
   CHECK(parse({}).out_dir == "out/baby");
 }
 
+// The integer flags' ranges come from their entries (TG_CONFIG_FIELDS, model/run/config.h):
+// both ends accepted, one past either refused with the entry's range in the message.
+TEST_CASE("cli: an integer flag's range is its entry's: both ends accepted, one past refused") {
+  struct Row {
+    const char* flag;
+    long long lo, hi;  // hi -1: no upper end
+    const char* expected;
+  };
+  const std::vector<Row> rows = {
+      {"n-layer", 1, 127, "expected 1 to 127"},
+      {"n-head", 1, -1, "expected at least 1"},
+      {"block-size", 1, 1 << 20, "expected 1 to 1048576"},
+      {"batch-size", 1, 1 << 20, "expected 1 to 1048576"},
+      {"grad-accum", 1, 65536, "expected 1 to 65536"},
+      {"max-iters", 0, (1 << 22) - 1, "expected 0 to 4194303"},
+      {"warmup-iters", 0, -1, "expected at least 0"},
+      {"eval-interval", 0, -1, "expected at least 0 (0 = only at the end)"},
+      {"eval-iters", 1, -1, "expected at least 1"},
+      {"log-interval", 1, -1, "expected at least 1"},
+      {"ckpt-interval", 0, -1, "expected at least 0 (0 = only at the end)"},
+      {"sample-tokens", 0, -1, "expected at least 0"},
+      {"top-k", 0, -1, "expected at least 0 (0 = no top-k cut)"},
+  };
+  for (const Row& r : rows) {
+    const std::string flag = std::string("--") + r.flag;
+    CAPTURE(flag);
+    auto error = [&](long long v) {
+      const std::string value = std::to_string(v);
+      return parse_error({flag.c_str(), value.c_str()});
+    };
+    CHECK(error(r.lo) == "");
+    CHECK(error(r.lo - 1).find(flag + " is " + std::to_string(r.lo - 1) + "; " + r.expected) != std::string::npos);
+    if (r.hi >= 0) {
+      CHECK(error(r.hi) == "");
+      CHECK(error(r.hi + 1).find(flag + " is " + std::to_string(r.hi + 1) + "; " + r.expected) != std::string::npos);
+    }
+  }
+}
+
 TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
   struct Row {
     std::vector<const char*> args;

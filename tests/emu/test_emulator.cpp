@@ -313,7 +313,8 @@ TEST_CASE("emulator: a read one element past a buffer is reported, naming the ke
 }
 
 TEST_CASE("emulator: a region carved from one allocation cannot spill into the next") {
-  // two regions of 100 floats with a gap between them, as model/net/gpt_cuda.cu's Carver lays them
+  // two regions of 100 floats with a gap between them, as net::Carver (model/net/gpt_net.h) lays
+  // them for model/net/gpt_cuda.cu
   const ChildResult r = in_child([] {
     char* arena = nullptr;
     const size_t region = 100 * sizeof(float), second = 1024 + gpu::kRegionGapBytes + 1024;

@@ -468,6 +468,71 @@ TG_GPU_TEST("gpu model: the flash path saves less than naive, and the size table
   CHECK(g.memory_bytes() == naive);
 }
 
+namespace {
+
+// The first op where two traces part (or where the shorter ends), "" when they are the same.
+std::string first_difference(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i)
+    if (i >= a.size() || i >= b.size() || a[i] != b[i])
+      return "op " + std::to_string(i) + ": cpu '" + (i < a.size() ? a[i] : "(end)") + "', cuda '" +
+             (i < b.size() ? b[i] : "(end)") + "'";
+  return "";
+}
+
+}  // namespace
+
+// Both backends issue the same sequence of ops (model/net/gpt_net.h): names, sizes, = or +=,
+// dropout keys, for a training forward and backward (a second micro-batch, with dropout), an
+// evaluation forward, and KV-cache decoding past block_size (rows, then a re-primed window).
+// A backend that adds, drops, reorders or reshapes an op, or keys a mask otherwise, fails here.
+TG_GPU_TEST("gpu model: the CPU and CUDA backends issue the same ops, forward, backward and decode") {
+  const ModelConfig m = tiny_model(true);  // block_size 19
+  for (gpu::AttentionPath path : {gpu::AttentionPath::Flash, gpu::AttentionPath::Naive}) {
+    CAPTURE(tg::name(path));
+    tg::RunShape rs;
+    rs.B = 2; rs.T = m.block_size;  // the run shape holds a whole window: decoding re-primes by one forward
+    rs.dropout = 0.1;
+    rs.attention = path;
+    rs.slices = 1;  // the CPU records a batch run as one slice
+    tg::GPTCpu<float> cpu(m, rs);
+    tg::GPTCuda<float> cuda(m, rs);
+    tg::init_params(cpu.params.data(), cpu.table, 3);
+    cuda.upload_state(cpu.params.data(), nullptr, nullptr);
+    const int B = rs.B, T = rs.T;
+    const std::vector<int32_t> x = random_tokens((size_t)B * T, m.vocab_size, 5),
+                               y = random_tokens((size_t)B * T, m.vocab_size, 6);
+    tg::net::OpTrace on_cpu, on_cuda;
+    cpu.set_trace(&on_cpu);
+    cuda.set_trace(&on_cuda);
+    cpu.forward(x.data(), y.data(), B, T, true, 7, 1, 2);
+    cuda.forward(x.data(), y.data(), B, T, true, 7, 1, 2);
+    cpu.backward(true);
+    cuda.backward(true);
+    cpu.forward(x.data(), y.data(), B, T - 4, false, 0);
+    cuda.forward(x.data(), y.data(), B, T - 4, false, 0);
+    cpu.decode_reset();
+    cuda.decode_reset();
+    for (int i = 0; i < m.block_size + 2; ++i) {
+      cpu.decode_step(x[i]);
+      cuda.decode_step(x[i]);
+    }
+    (void)cuda.read_stats();
+    INFO(first_difference(on_cpu.ops, on_cuda.ops));
+    CHECK(on_cpu.ops == on_cuda.ops);
+    // and the trace holds what it is to hold: 2 training dropouts per layer plus the embedding's,
+    // forward and backward each, keyed with p > 0; a re-primed window
+    const auto count = [&](const std::string& what) {
+      size_t n = 0;
+      for (const std::string& op : on_cpu.ops) n += op.find(what) != std::string::npos;
+      return n;
+    };
+    CHECK(count("dropout_forward = 2 19 64 key(seed 1337 step 7") == (size_t)(2 * m.n_layer + 1));
+    CHECK(count("dropout_backward = 2 19 64 key(seed 1337 step 7") == (size_t)(2 * m.n_layer + 1));
+    CHECK(count("attention_decode_prime") == (size_t)(2 * m.n_layer));
+    CHECK(count("attention_decode_forward") == (size_t)(m.block_size * m.n_layer));
+  }
+}
+
 #ifndef TG_SIMT_EMULATION
 // The step whose kernels tests/emu/test_kernel_counters.cpp holds to their counters under the
 // emulator, on the GPU: .ci/gpu_check.sh counters runs this case under Nsight Compute.
