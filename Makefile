@@ -542,4 +542,5 @@ clean:
 
 -include $(HOST_OBJS:.o=.d) $(CPU_DOUBLE_OBJS:.o=.d) $(CUDA_OBJS:.o=.d) $(TEST_CPU_OBJS:.o=.d) $(TEST_GPU_OBJS:.o=.d) $(TEST_EMU_OBJS:.o=.d) $(BENCH_GPU_OBJS:.o=.d) $(BUILD)/train_gpt.d \
   $(BUILD)/simde/kernels/cpu/gemm.d
--include $(EMU_CUDA_OBJS:.o=.d) $(EMU_LIB_OBJS:.o=.d) $(EMU_BUILD)/train_gpt.d
+-include $(EMU_CUDA_OBJS:.o=.d) $(EMU_LIB_OBJS:.o=.d) $(EMU_BUILD)/train_gpt.d $(EMU_BUILD)/tests/emu/gpu_profile.d \
+  $(EMU_BUILD)/tests/bench/bench_attention.d
