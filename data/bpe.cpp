@@ -16,6 +16,7 @@
 #include <queue>
 #include <string_view>
 
+#include "data/dataset.h"
 #include "data/errors.h"
 #include "data/sha256.h"
 
@@ -51,41 +52,6 @@ const std::array<uint8_t, 0x10000>& bmp_classes() {
   return t;
 }
 
-// The code point at p[i] and its length in bytes; 0 for an invalid sequence (the Unicode
-// standard's table 3-7: no overlong forms, surrogates, nor code points past U+10FFFF).
-inline int decode_at(const unsigned char* p, size_t n, size_t i, char32_t& cp) {
-  const unsigned c = p[i];
-  if (c < 0x80) {
-    cp = c;
-    return 1;
-  }
-  int len;
-  unsigned lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    len = 2;
-    cp = c & 0x1F;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    len = 3;
-    cp = c & 0x0F;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    len = 4;
-    cp = c & 0x07;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + (size_t)len > n) return 0;
-  for (int k = 1; k < len; ++k) {
-    const unsigned b = p[i + (size_t)k];
-    if (b < (k == 1 ? lo : 0x80u) || b > (k == 1 ? hi : 0xBFu)) return 0;
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  return len;
-}
-
 [[noreturn]] void bad_utf8(const unsigned char* p, size_t at, size_t base, const std::string& what) {
   char hex[8];
   std::snprintf(hex, sizeof hex, "0x%02x", (unsigned)p[at]);
@@ -112,8 +78,8 @@ struct Cursor {
       return (CharClass)bmp[c];
     }
     char32_t cp;
-    len = decode_at(p, n, i, cp);
-    if (len == 0) bad_utf8(p, i, base, what);
+    len = utf8_char(p, n, i, cp);
+    if (len <= 0) bad_utf8(p, i, base, what);
     return cp < 0x10000 ? (CharClass)bmp[cp] : class_by_search(cp);
   }
   // the end of the run of characters of class k starting at i
@@ -166,8 +132,8 @@ void check_utf8(const char* p, size_t n, const std::string& what) {
       ++i;
       continue;
     }
-    const int len = decode_at(u, n, i, cp);
-    if (len == 0) bad_utf8(u, i, 0, what);
+    const int len = utf8_char(u, n, i, cp);
+    if (len <= 0) bad_utf8(u, i, 0, what);
     i += (size_t)len;
   }
 }

@@ -72,40 +72,12 @@ std::vector<char32_t> utf8_decode(const std::string& s, const std::string& what,
   std::vector<char32_t> out;
   out.reserve(n);
   for (size_t i = 0; i < n;) {
-    const unsigned c = p[i];
-    if (c < 0x80) {
-      out.push_back(c);
-      ++i;
-      continue;
-    }
-    // the lead byte gives the length and the range of the second byte (no overlong forms,
-    // no surrogates D800..DFFF, nothing past U+10FFFF), as the Unicode standard's table 3-7
-    int len = 0;
-    unsigned lo = 0x80, hi = 0xBF;
     char32_t cp = 0;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-      cp = c & 0x1F;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      cp = c & 0x0F;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      cp = c & 0x07;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      bad(i, c < 0xC0 ? "(a continuation byte where a character begins)" : "(a byte that never occurs in UTF-8)");
-    }
-    for (int k = 1; k < len; ++k) {
-      if (i + (size_t)k >= n) bad(i, "(a character cut short by the end of the text)");
-      const unsigned b = p[i + (size_t)k];
-      if (b < (k == 1 ? lo : 0x80u) || b > (k == 1 ? hi : 0xBFu))
-        bad(i, "(an invalid or overlong sequence, a surrogate or a code point past U+10FFFF)");
-      cp = (cp << 6) | (b & 0x3F);
-    }
+    const int len = utf8_char(p, n, i, cp);
+    if (len == 0 && (p[i] < 0xC2 || p[i] > 0xF4))
+      bad(i, p[i] < 0xC0 ? "(a continuation byte where a character begins)" : "(a byte that never occurs in UTF-8)");
+    if (len == 0) bad(i, "(an invalid or overlong sequence, a surrogate or a code point past U+10FFFF)");
+    if (len < 0) bad(i, "(a character cut short by the end of the text)");
     out.push_back(cp);
     i += (size_t)len;
   }

@@ -43,6 +43,43 @@ std::vector<char32_t> utf8_decode(const std::string& s, const std::string& what 
 // The UTF-8 bytes of code point c (a scalar value: below 0x110000, not a surrogate).
 void utf8_append(std::string& out, char32_t c);
 
+// The code point at p[i] of the n bytes at p, and its length in bytes; 0 for an invalid
+// sequence: the Unicode standard's table 3-7 (the lead byte gives the length and the range of
+// the second byte: no overlong forms, no surrogates D800..DFFF, nothing past U+10FFFF); -1 for
+// a sequence right so far that the end of the n bytes cuts short.
+inline int utf8_char(const unsigned char* p, size_t n, size_t i, char32_t& cp) {
+  const unsigned c = p[i];
+  if (c < 0x80) {
+    cp = c;
+    return 1;
+  }
+  int len;
+  unsigned lo = 0x80, hi = 0xBF;
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+    cp = c & 0x1F;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    cp = c & 0x0F;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    cp = c & 0x07;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  for (int k = 1; k < len; ++k) {
+    if (i + (size_t)k >= n) return -1;
+    const unsigned b = p[i + (size_t)k];
+    if (b < (k == 1 ? lo : 0x80u) || b > (k == 1 ? hi : 0xBFu)) return 0;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  return len;
+}
+
 // Character-level tokenizer as nanoGPT's shakespeare_char/prepare.py: the vocabulary is the
 // sorted set of distinct code points of the text; id() and itos map between them and ids.
 // Filled by from_text() or from_chars(); a default-constructed tokenizer has no vocabulary.
