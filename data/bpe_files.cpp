@@ -139,6 +139,22 @@ int32_t eot_of(const std::unordered_map<std::string, int32_t>& ids) {
   return it == ids.end() ? -1 : it->second;
 }
 
+// Calls f(line, s) for each line of text that is not empty (1-based line numbers, a trailing '\r'
+// dropped): the line loop of merges.txt and of tiktoken's rank files.
+template <typename F>
+void for_each_line(const std::string& text, F&& f) {
+  size_t line = 0;
+  for (size_t at = 0; at < text.size();) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    std::string s = text.substr(at, end - at);
+    at = end + 1;
+    ++line;
+    if (!s.empty() && s.back() == '\r') s.pop_back();
+    if (!s.empty()) f(line, s);
+  }
+}
+
 }  // namespace
 
 // The readers, with access to BpeTokenizer's members.
@@ -191,22 +207,15 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const std::string& vocab_json, cons
   }
   std::vector<std::pair<std::string, std::string>> merges;
   std::vector<std::string> where;
-  size_t line = 0;
-  for (size_t at = 0; at < merges_txt.size();) {
-    size_t end = merges_txt.find('\n', at);
-    if (end == std::string::npos) end = merges_txt.size();
-    std::string s = merges_txt.substr(at, end - at);
-    at = end + 1;
-    ++line;
-    if (!s.empty() && s.back() == '\r') s.pop_back();
-    if (s.empty() || (s.rfind("#version", 0) == 0 && merges.empty())) continue;
+  for_each_line(merges_txt, [&](size_t line, const std::string& s) {
+    if (s.rfind("#version", 0) == 0 && merges.empty()) return;
     const size_t sp = s.find(' ');
     if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() || s.find(' ', sp + 1) != std::string::npos)
       bad(origin + ": merges.txt line " + std::to_string(line) + " is \"" + tg::printable(s) +
           "\"; expected two tokens separated by one space" + fix_hf(origin));
     merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
     where.push_back("merges.txt line " + std::to_string(line));
-  }
+  });
   BpeTokenizer t = BpeFiles::from_vocab(v, merges, where, {}, origin);
   t.files_ = {{"vocab.json", vocab_json}, {"merges.txt", merges_txt}};
   return t;
@@ -288,15 +297,7 @@ BpeTokenizer BpeTokenizer::from_tiktoken(const std::string& text, const std::str
   t.origin_ = origin;
   t.ranks_ = Ranks::Tiktoken;
   std::vector<std::pair<int64_t, std::string>> entries;
-  size_t line = 0;
-  for (size_t at = 0; at < text.size();) {
-    size_t end = text.find('\n', at);
-    if (end == std::string::npos) end = text.size();
-    std::string s = text.substr(at, end - at);
-    at = end + 1;
-    ++line;
-    if (!s.empty() && s.back() == '\r') s.pop_back();
-    if (s.empty()) continue;
+  for_each_line(text, [&](size_t line, const std::string& s) {
     auto refuse = [&](const std::string& why) {
       bad(origin + " line " + std::to_string(line) + " (\"" + tg::printable(s) + "\") " + why + fix);
     };
@@ -322,7 +323,7 @@ BpeTokenizer BpeTokenizer::from_tiktoken(const std::string& text, const std::str
     if (num.size() > 9 || num.find_first_not_of("0123456789") != std::string::npos) refuse("has a rank that is not a number below 10^9");
     entries.emplace_back(std::stoll(num), bytes);
     if (entries.size() > kMaxVocab) refuse("is past " + std::to_string(kMaxVocab) + " tokens");
-  }
+  });
   if (entries.empty()) bad(origin + " holds no token; expected one line per token" + fix);
   t.tokens_.assign(entries.size(), std::string());
   std::vector<char> seen(entries.size(), 0);
