@@ -12,7 +12,7 @@
 //             B = inp    read col-major is X^T (C, N),  ld C   -> op(B) = N;          n = N
 //             D = out    col-major (OC, N), ld OC, i.e. Y row-major.
 //             The bias (length OC = the rows of D) is the cuBLASLt BIAS epilogue (added in
-//             fp32 before the one rounding to T).
+//             fp32 before the one rounding to T; the plans exclude split-K, see make_plan).
 //   dX:       dX^T (C, N) += W^T (C, OC) dY^T (OC, N).
 //             A = weight col-major is W^T (C, OC), ld C   -> op N;  m = C, k = OC
 //             B = dout   col-major is dY^T (OC, N), ld OC -> op N;  n = N
@@ -34,8 +34,12 @@
 // for 16-byte minimum alignments, with a placeholder bias pointer aligned to exactly 16 bytes
 // (the heuristic reads the bias pointer's alignment from its value), so it is valid for every
 // call of its shape. Otherwise, or when the heuristic offers no algorithm, the forward
-// broadcasts the bias into out and runs cublasGemmEx with beta = 1: the same math, one
-// rounding to T as well.
+// broadcasts the bias into out and runs cublasGemmEx with beta = 1: the same math, but for
+// T = bf16 cuBLAS on an H100 rounds X W^T to T before adding the bias, as it does for dX += dY W
+// (two roundings where the Lt path has one; seen for every algorithm it has, and the same in
+// PyTorch's bf16 autograd, which rounds dY W before adding it to the gradient it accumulates).
+// CUBLAS_COMPUTE_32F_PEDANTIC rounds once there but measured 10-20 times slower for dX on the
+// H100, so it is not used. The emulated cuBLAS does the same (tests/emu/cublas_emu.cpp).
 //
 // dbias, deterministically (no atomics): dbias_partial_kernel sums blocks of kBiasRows rows
 // per column into ctx.scratch (float, (ceil(N / kBiasRows), OC)), then dbias_finish_kernel
@@ -182,6 +186,14 @@ void make_plan(const Context& ctx, LtPlan& p, bool bias, int N, int C, int OC) {
        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
     if (st == CUBLAS_STATUS_SUCCESS) st = cublasLtMatmulPreferenceSetAttribute(pref, a, &al, sizeof(al));
+  // no split-K: on an H100 (cuBLASLt 13.1) the split-K algorithms the heuristic picks for small
+  // N (N = 7 to 300 with C, OC of 65 to 200) round X W^T to bf16 before the bias epilogue adds
+  // the bias (errors up to 250 ulp of the result where they cancel); without them the result is
+  // rounded once (0.5 ulp), and for train_gpt's shapes the heuristic picked no split-K anyway
+  const uint32_t no_split = CUBLASLT_REDUCTION_SCHEME_NONE;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_split,
+                                              sizeof(no_split));
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   if (st == CUBLAS_STATUS_SUCCESS)

@@ -5,7 +5,12 @@
 // The arithmetic is not ours: every GEMM is handed to the reference BLAS (Debian's libblas,
 // column-major sgemm_) with the same meaning. Operands stored as bf16 are widened to fp32
 // (exact), the fp32 result is rounded once to the output type (round to nearest even), as
-// CUBLAS_COMPUTE_32F specifies (fp32 accumulation); with CUBLAS_COMPUTE_32F_FAST_TF32, or the
+// CUBLAS_COMPUTE_32F specifies (fp32 accumulation), except where C is bf16 and beta != 0: then
+// alpha op(A) op(B) is rounded to bf16 first, beta C added in fp32 and the sum rounded again, as
+// cuBLAS 13.1 does on an H100 (every cublasGemmEx and cublasLtMatmul algorithm measured there,
+// for all the shapes of tests/gpu/test_matmul_gpu.cu and train_gpt's: up to a quarter of the
+// elements agree only with the two roundings, none with neither; CUBLAS_COMPUTE_32F_PEDANTIC
+// rounds once but is 10-20 times slower, so train_gpt does not ask for it); with CUBLAS_COMPUTE_32F_FAST_TF32, or the
 // handle's math mode CUBLAS_TF32_TENSOR_OP_MATH, fp32 inputs are first rounded to TF32 (10
 // mantissa bits), as the tensor cores would. A strided-batched call is a loop over the batch
 // at the documented strides. cuBLASLt's D = epilogue(alpha op(A) op(B) + beta C): BIAS adds
@@ -144,7 +149,11 @@ struct Gemm {
   void run() const {
     for (int b = 0; b < D.batch; ++b) {
       const std::vector<float> a = widen(A, b, tf32), bm = widen(B, b, tf32);
-      std::vector<float> c = beta != 0 ? widen(C, b, false) : std::vector<float>((size_t)m * n, 0.f);
+      // a start value in bf16: the product is rounded to bf16 before beta C is added (below)
+      const bool round_product = beta != 0 && D.type == CUDA_R_16BF;
+      const std::vector<float> start = round_product ? widen(C, b, false) : std::vector<float>();
+      const float beta_gemm = round_product ? 0.f : beta;
+      std::vector<float> c = beta_gemm != 0 ? widen(C, b, false) : std::vector<float>((size_t)m * n, 0.f);
       const char opa = ta ? 'T' : 'N', opb = tb ? 'T' : 'N';
       const int lda = (int)std::max<int64_t>(1, A.rows), ldb = (int)std::max<int64_t>(1, B.rows),
                 ldc = std::max(1, m);
@@ -159,14 +168,15 @@ struct Gemm {
             }
             float& cij = c[(size_t)j * m + i];
             const float dot = tensor_core_dot(0.f, row.data(), 1, col.data(), 1, k, block);
-            cij = alpha * dot + (beta != 0 ? beta * cij : 0.f);
+            cij = alpha * dot + (beta_gemm != 0 ? beta_gemm * cij : 0.f);
           }
       } else if (m > 0 && n > 0) {
-        sgemm_(&opa, &opb, &m, &n, &k, &alpha, a.data(), &lda, bm.data(), &ldb, &beta, c.data(), &ldc, 1, 1);
+        sgemm_(&opa, &opb, &m, &n, &k, &alpha, a.data(), &lda, bm.data(), &ldb, &beta_gemm, c.data(), &ldc, 1, 1);
       }
       for (int j = 0; j < n; ++j)
         for (int i = 0; i < m; ++i) {
           float v = c[(size_t)j * m + i];
+          if (round_product) v = __bfloat162float(__float2bfloat16(v)) + beta * start[(size_t)j * m + i];
           if (bias) v += load(bias, bias_type, (size_t)i);
           if (gelu) v = 0.5f * v * (1.f + std::tanh(0.7978845608028654f * (v + 0.044715f * v * v * v)));
           store(const_cast<void*>(D.ptr), D.type, D.index(b, i, j), v);
@@ -278,6 +288,7 @@ struct LtLayout {
 struct LtPreference {
   uint64_t workspace = 0;
   uint32_t align[4] = {256, 256, 256, 256};  // A, B, C, D
+  uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_MASK;  // accepted; the stand-in never splits K
 };
 // What the heuristic's algo remembers (in cublasLtMatmulAlgo_t::data).
 struct AlgoData {
@@ -524,6 +535,7 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
   bool ok = false;
   switch (attr) {
     case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: ok = emu::read_attr(x.workspace, buf, size); break;
+    case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK: ok = emu::read_attr(x.reduction_mask, buf, size); break;
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: ok = emu::read_attr(x.align[0], buf, size); break;
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: ok = emu::read_attr(x.align[1], buf, size); break;
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: ok = emu::read_attr(x.align[2], buf, size); break;

@@ -9,7 +9,9 @@
 // Tolerances. Both operands are rounded to their storage type first, so only the stand-in's
 // arithmetic is measured: an fp32 sum of k products is within (k + 2) u32 sum |terms| of the
 // exact value, and a bf16 output adds u_bf16 |ref| (u32 = 2^-24, u_bf16 = 2^-8); the bound
-// is twice that. A transposed or mis-strided operand moves elements by O(1) of their size.
+// is twice that; with a bf16 C and beta != 0 the product is rounded to bf16 before beta C is
+// added (as cuBLAS does on an H100: tests/emu/cublas_emu.cpp), which adds u_bf16 |alpha| sum
+// |products|. A transposed or mis-strided operand moves elements by O(1) of their size.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -144,9 +146,13 @@ void check_gemm(cublasHandle_t h, const GemmCase& g) {
           mag += std::fabs(x * y);
         }
         const size_t ci = (size_t)(b * g.sc) + at(false, g.ldc, i, j);
+        const double prod = mag;
         ref = g.alpha * ref + g.beta * C0[ci];
         mag = std::fabs(g.alpha) * mag + std::fabs(g.beta * C0[ci]);
-        const double bound = 2 * ((g.c == CUDA_R_16BF ? kUbf16 : 0) * std::fabs(ref) + (g.k + 2) * kU32 * mag);
+        // with a bf16 C and beta != 0 the product is rounded to bf16 before beta C is added
+        const double product_rounding = g.c == CUDA_R_16BF && g.beta != 0 ? kUbf16 * std::fabs(g.alpha) * prod : 0;
+        const double bound =
+            2 * ((g.c == CUDA_R_16BF ? kUbf16 : 0) * std::fabs(ref) + product_rounding + (g.k + 2) * kU32 * mag);
         touched[ci] = true;
         if (!(std::fabs(got[ci] - ref) <= bound)) {
           if (bad++ == 0) MESSAGE("C[" << ci << "] = " << got[ci] << ", expected " << ref << " +- " << bound);
@@ -215,6 +221,30 @@ TEST_CASE("cuBLAS stand-in: invalid arguments get the documented statuses") {
   CHECK(r.exit_code == 0);
   CHECK(r.err.find("cublasGemmEx: operand A") != std::string::npos);
   CHECK(r.err.find("ends 4 bytes past the end of its allocation") != std::string::npos);
+}
+
+TEST_CASE("cuBLAS stand-in: with a bf16 C and beta = 1 the product is rounded to bf16 before C is added") {
+  // A B = 1 + 3 2^-9 rounds to 1 + 2^-7 in bf16; with C = -1 one rounding gives 3 2^-9 (exact in
+  // bf16), the two that cuBLAS does on an H100 give 2^-7. Through cublasGemmEx and cublasLtMatmul.
+  const std::vector<double> a = {1.0, 3.0 / 512}, b = {1.0, 1.0}, c0 = {-1.0};
+  Dev dA(CUDA_R_16BF, a), dB(CUDA_R_16BF, b), dC(CUDA_R_16BF, c0);
+  REQUIRE(dA.download() == a);
+  cublasHandle_t h = nullptr;
+  REQUIRE(cublasCreate(&h) == CUBLAS_STATUS_SUCCESS);
+  const float one = 1.f, zero = 0.f;
+  REQUIRE(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &one, dA.ptr, CUDA_R_16BF, 1, dB.ptr, CUDA_R_16BF, 2,
+                       &one, dC.ptr, CUDA_R_16BF, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  CHECK(dC.download()[0] == 1.0 / 128);
+  // beta = 0: one rounding of the product (1 + 3 2^-9 rounds to 1 + 2^-7)
+  REQUIRE(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &one, dA.ptr, CUDA_R_16BF, 1, dB.ptr, CUDA_R_16BF, 2,
+                       &zero, dC.ptr, CUDA_R_16BF, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  CHECK(dC.download()[0] == 1.0 + 1.0 / 128);
+  // a float C keeps the one rounding
+  Dev fC(CUDA_R_32F, c0);
+  REQUIRE(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 1, 1, 2, &one, dA.ptr, CUDA_R_16BF, 1, dB.ptr, CUDA_R_16BF, 2,
+                       &one, fC.ptr, CUDA_R_32F, 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  CHECK(fC.download()[0] == 3.0 / 512);
+  cublasDestroy(h);
 }
 
 TEST_CASE("cuBLAS stand-in: TF32 only when asked for, with the inputs rounded to 10 mantissa bits") {
