@@ -26,7 +26,7 @@
 #   sanitize     compute-sanitizer racecheck, initcheck and synccheck on the reduced flash
 #                matrix, memcheck on the reduced suite (each tool only if it fits)
 #   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle)
-#   train_naive  the naive path's 5000 iterations
+#   train_naive  the naive path: 1000 iterations (its ms/iteration; the flash run has the loss)
 #
 # What survives: $OUT (default out/gpu_window) gets two files, rewritten after every step, so that
 # a command killed at its limit still brings everything back: summary.txt (the table below) and
@@ -74,10 +74,13 @@ parse_libs() {
 doctest_counts() {
   sed -nE 's/^\[doctest\] test cases: *([0-9]+) \| *([0-9]+) passed \| *([0-9]+) failed \| *([0-9]+) skipped.*/\2 passed, \3 failed, \4 skipped of \1/p' "$1" 2>/dev/null | tail -n1
 }
-# compute-sanitizer's closing line ("ERROR SUMMARY: N errors"), or how the run ended without one
+# compute-sanitizer's closing line ("ERROR SUMMARY: N errors"; racecheck's is "RACECHECK
+# SUMMARY: N hazards displayed (E errors, W warnings)"), or how the run ended without one
 sanitizer_result() {
   local r
   r=$(grep -Eo 'ERROR SUMMARY: [0-9]+ errors?' "$1" 2>/dev/null | tail -n1 | sed 's/ERROR SUMMARY: //')
+  [ -n "$r" ] || r=$(sed -nE 's/.*RACECHECK SUMMARY: ([0-9]+) hazards? displayed \(([0-9]+ errors?), ([0-9]+ warnings?)\).*/\2, \3 (\1 hazards)/p' \
+    "$1" 2>/dev/null | tail -n1)
   if [ -n "$r" ]; then echo "$r"; elif grep -q '^\[doctest\] test cases' "$1" 2>/dev/null; then echo "no sanitizer summary"
   else echo "no summary (stopped?)"; fi
 }
@@ -273,6 +276,7 @@ window() {
     SAN_FLASH=(-tc="flash attention bf16: O*")
     SAN_SUITE=(-tc="gpu layernorm*,gpu gelu*")
     # expected seconds on this machine (2 cores, the emulator), and the limits
+    NAIVE_ARGS=()
     EXP=([facts]=5 [libs]=5 [suite]=60 [attention]=30 [train_flash]=40 [nanogpt]=40 [sanitize]=60 [counters]=40 [train_naive]=30)
   else
     TRAIN=$BUNDLE/bin/train_gpt TEST=$BUNDLE/bin/test_gpu BENCH=$BUNDLE/bin/bench_gpu
@@ -284,7 +288,9 @@ window() {
     NANOGPT_FROM=100
     SAN_FLASH=(-tc="flash attention bf16: O*,flash attention float*,flash attention backward*")
     SAN_SUITE=(-tce="*20 steps*,*same seed twice*")
-    EXP=([facts]=10 [libs]=5 [suite]=90 [attention]=60 [train_flash]=90 [nanogpt]=120 [sanitize]=60 [counters]=90 [train_naive]=100)
+    NAIVE_ARGS=(--max-iters 1000 --eval-interval 500)
+    # seconds each took in the first window on an H100 (docs/BENCHMARKS.md), rounded up
+    EXP=([facts]=10 [libs]=5 [suite]=120 [attention]=40 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=30 [train_naive]=30)
   fi
   export NANOGPT_FROM
   export TG_DATA_FILE=$BUNDLE/data/input.txt
@@ -459,10 +465,12 @@ step_attention() {
 # train_flash, train_naive: shakespeare-char with the bundle's data
 train_run() {
   local path=$1 name=train_$1 dir=$RUNS/$1
+  local -a extra=()
+  [ "$path" = naive ] && extra=("${NAIVE_ARGS[@]}")
   lib_env
   start_sampler "$LOGS/$name.mem"
   bounded "$TRAIN" --preset shakespeare-char --device cuda --precision bf16 --attention "$path" --data "$TG_DATA_FILE" \
-    --out-dir "$dir" --sample-tokens "$SAMPLE_TOKENS" "${TINY[@]}"
+    --out-dir "$dir" --sample-tokens "$SAMPLE_TOKENS" "${TINY[@]}" "${extra[@]}"
   local rc=$?
   stop_sampler
   cp "$dir/metrics.jsonl" "$LOGS/$name.metrics.jsonl" 2>/dev/null

@@ -111,8 +111,8 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
         "iter 260: loss 1.9, time 20.00ms, mfu 20.00%\n");
   write(d / "nanogpt.mem", "500\n2500\n2400\n");
   write(d / "sanitize_racecheck.log",
-        "[doctest] test cases:  6 |  6 passed | 0 failed | 39 skipped\n========= RACECHECK SUMMARY: 0 hazards displayed\n"
-        "========= ERROR SUMMARY: 0 errors\n");
+        "[doctest] test cases:  6 |  6 passed | 0 failed | 39 skipped\n"
+        "========= RACECHECK SUMMARY: 2 hazards displayed (0 errors, 2 warnings)\n");
   write(d / "sanitize_initcheck.log", "[doctest] test cases:  6 |  6 passed | 0 failed | 39 skipped\n");
 
   const cli::Run r = cli::run_exe("bash", ".ci/gpu_check.sh summarize " + d.string());
@@ -147,7 +147,7 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
   CHECK(row(t, "nanogpt").find("stopped at the time limit; last iteration logged 260, 20.00 ms/iteration (median from "
                                "iteration 100), best val loss 1.4697 (step 250), peak device memory 2500 MiB (nvidia-smi); train_gpt flash / nanoGPT ms per "
                                "iteration 0.35") != std::string::npos);
-  CHECK(row(t, "sanitize").find("memcheck skipped; racecheck: 0 errors (6 passed, 0 failed, 39 skipped); initcheck: "
+  CHECK(row(t, "sanitize").find("memcheck skipped; racecheck: 0 errors, 2 warnings (2 hazards) (6 passed, 0 failed, 39 skipped); initcheck: "
                                 "no sanitizer summary") != std::string::npos);
   CHECK(row(t, "counters").find("skipped") != std::string::npos);
   CHECK(row(t, "counters").find("needs about 90 s, 20 s left") != std::string::npos);
