@@ -179,14 +179,19 @@ BENCH_GPU_OBJS := $(BENCH_GPU_SRCS:%.cu=$(BUILD)/%.o)
 # the SIMT emulator's header forced in first; its runtime, cuBLAS / cuBLASLt (over the reference
 # BLAS) and NCCL (over MPI: tests/emu/nccl_emu.cpp) stand-ins linked in place of NVIDIA's
 # libraries; AddressSanitizer and UndefinedBehaviorSanitizer on, every report fatal. Needs the
-# CUDA headers only, no GPU.
+# CUDA headers only, no GPU. -g1: the line tables that the sanitizers' and the race checker's
+# reports name file:line from, without the variables' debug information (-g took a third longer
+# to compile).
 EMU_BUILD := $(BUILD)/emu
-EMU_FLAGS := -std=c++17 -O2 -g -fno-omit-frame-pointer -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I. $(JSON_INC) \
+EMU_FLAGS := -std=c++17 -O2 -g1 -fno-omit-frame-pointer -fopenmp -Wall -Wextra -Wno-unknown-pragmas -I. $(JSON_INC) \
   -DTG_SIMT_EMULATION -DTG_HAVE_NCCL -Itests/emu/include -I$(CUDA_HOME)/include \
   -fsanitize=address,undefined -fno-sanitize-recover=all
 EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp tests/emu/hw_rounding.cpp tests/emu/cuda_runtime_emu.cpp tests/emu/cublas_emu.cpp \
   tests/emu/nccl_emu.cpp tests/emu/access_hook.cpp tests/emu/kernel_profiler.cpp tests/emu/race_checker.cpp)
 EMU_CUDA_OBJS := $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o)
+# the emulator itself at -O3: its fibers, barriers and memory hook are most of an emulated test's
+# time (-O3 took 9% off two flash and counter cases: 19.4-20.0 s to 17.7-17.8 s)
+$(EMU_LIB_OBJS): EMU_FLAGS += -O3
 # The kernel files carry the memory hook (tests/emu/access_hook.h): GCC's ThreadSanitizer
 # instrumentation in place of AddressSanitizer's (the hook does AddressSanitizer's check), with
 # no runtime linked; vectorisation and store merging off, so every access keeps the width the
@@ -234,6 +239,11 @@ $(BUILD)/%.o: %.cu
 
 # (COLD_OPT: see COLD_SRCS above)
 $(COLD_SRCS:%.cpp=$(BUILD)/%.o) $(BUILD)/host_cold.o $(BUILD)/train_gpt.o: CXXFLAGS += $(COLD_OPT)
+
+# the CPU tests' own files: -O1 (the code they test is built at -O3 as everywhere): their compile
+# took 100 s of CPU in a fresh build at -O3, mostly doctest's expansion, and -O1 compiles them in
+# about 60% of that
+$(TEST_CPU_OBJS): CXXFLAGS += -O1
 
 # AdamW's loop vectorises only when std::sqrt need not set errno (its argument is never
 # negative there); the rest of the build keeps errno semantics (no vector libm calls)
@@ -302,6 +312,11 @@ $(BUILD)/test_gemm_avx512: $(BUILD)/tests/cpu/main.o $(BUILD)/tests/cpu/test_gem
 
 $(BUILD)/test_gpu: $(TEST_GPU_OBJS) $(CUDA_OBJS) $(HOST_OBJS) $(CPU_DOUBLE_OBJS)
 	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(NVCC_LDLIBS)
+
+# the emulated suite's own files (tests/gpu, tests/emu/test_*) at -O1, as the CPU suite's: the
+# kernels, the emulator and the CPU reference they call keep their -O2 / -O3 (and the two test
+# files with kernels of their own keep the kernel files' flags, EMU_HOOK_FLAGS)
+$(TEST_EMU_OBJS): EMU_FLAGS += -O1
 
 $(EMU_BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -467,21 +482,35 @@ train:
 	./train_gpt --preset $(PRESET) --data $(DATA_FILE) --out-dir $(OUT_DIR) $(ARGS)
 
 # ---- tests: every suite, one closing line ---------------------------------------------------
+# (the fuzz target first: one 50-second compile, which as the last job left a core idle)
 test:
 	@$(MAKE) deps
 	@$(MAKE) data
-	@$(MAKE) $(BUILD_J) train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS) $(FUZZ_BIN)
+	@$(MAKE) $(BUILD_J) $(FUZZ_BIN) train_gpt $(if $(NVCC),train_gpt_emu,) $(TEST_BINS)
 	@$(MAKE) test-run
 
 # The runs of make test: every test binary, and the emulated kernel and model tests again in the
 # emulator's hardware-rounding mode (tests/emu/hw_rounding.h: tensor cores truncating in blocks of
 # 4 products, the device math functions moved by their documented ulps; the run-twice determinism
 # case is left out there: it checks the schedule, not the rounding), side by side.
-TEST_RUNS := $(TEST_BINS) $(if $(NVCC),"TG_EMU_HW_ROUNDING=4 $(BUILD)/test_emu --no-skipped-summary --test-case=gpu*$(comma)*--attention?check* --test-case-exclude=*same?seed?twice*",)
+#
+# The emulated suite runs as two parts, EMU_PART's cases and the rest (each case in exactly one:
+# the same patterns included, then excluded; tests/run_all.sh counts a part's skipped cases), so
+# that the runs fill both cores of a 2-core machine. They start longest first, as cores free up
+# (tests/run_all.sh): the rest (178 s on the 2-vCPU machine) then the CPU suite (80 s) on one
+# core, EMU_PART (130 s) then the hardware-rounding run (130 s) on the other.
+EMU_PART := racecheck*$(comma)flash?attention?mask*$(comma)flash?attention?backward*$(comma)flash?attention?float*$(comma)flash?attention?bf16*$(comma)kernel?counters:?a?flash*
+TEST_RUNS := $(if $(NVCC),"$(BUILD)/test_emu --no-skipped-summary --test-case-exclude=$(EMU_PART)" \
+  "$(BUILD)/test_emu --no-skipped-summary --test-case=$(EMU_PART)" \
+  "TG_EMU_HW_ROUNDING=4 $(BUILD)/test_emu --no-skipped-summary --test-case=gpu*$(comma)*--attention?check* --test-case-exclude=*same?seed?twice*",) \
+  $(filter-out $(BUILD)/test_emu,$(TEST_BINS))
 comma := ,
 
+# OMP_WAIT_POLICY=passive: the runs share the cores, and OpenMP's threads spinning at a barrier
+# while another run holds the core made the CPU suite 2-10x slower (the KV-cache case: 29 s
+# spinning, 3.4 s passive)
 test-run:
-	@TG_DATA=$(DATA_FILE) TG_TRAIN_GPT=./train_gpt TG_TRAIN_GPT_EMU=./train_gpt_emu TG_FUZZ=$(FUZZ_BIN) TG_FUZZ_SECONDS=$(FUZZ_SECONDS) \
+	@OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive} TG_DATA=$(DATA_FILE) TG_TRAIN_GPT=./train_gpt TG_TRAIN_GPT_EMU=./train_gpt_emu TG_FUZZ=$(FUZZ_BIN) TG_FUZZ_SECONDS=$(FUZZ_SECONDS) \
 	  TG_KERNEL_RESOURCES=$(BUILD)/kernel_resources.txt TG_KERNEL_ARCHS="$(ARCH)" bash tests/run_all.sh $(TEST_RUNS)
 
 # The CPU suite and a CPU-only train_gpt built by the host compiler with AddressSanitizer and

@@ -6,6 +6,11 @@
 # (default: the number of cores); each one's output is printed whole when it ends. Exits non-zero
 # when anything failed, or when a run crashed or printed no doctest summary (that counts as one
 # failure).
+#
+# A run given --no-skipped-summary (part of a binary's cases, chosen by a filter) prints no skipped
+# count, since doctest would count the cases its filter leaves out; its skipped cases are counted
+# here instead: those its filter matches that are marked skip (the same command with --count
+# --no-skip, less with --count).
 set -u
 jobs=${TG_TEST_JOBS:-$(nproc)}
 dir=$(mktemp -d)
@@ -36,6 +41,12 @@ for run in "$@"; do
   p=$(sed -E 's/.*\| *([0-9]+) passed.*/\1/' <<<"$line")
   f=$(sed -E 's/.*\| *([0-9]+) failed.*/\1/' <<<"$line")
   s=$(sed -nE 's/.*\| *([0-9]+) skipped.*/\1/p' <<<"$line")
+  if [[ " $run " == *" --no-skipped-summary "* ]]; then
+    read -ra cmd <<<"$run"
+    count() { env "${cmd[@]}" --count "$@" 2>/dev/null | sed -nE 's/.*passing the current filters: *([0-9]+).*/\1/p' | tail -n1; }
+    all=$(count --no-skip); unskipped=$(count)
+    s=$(( ${all:-0} - ${unskipped:-0} ))
+  fi
   passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + ${s:-0}))
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
     echo "!! $run exited with $rc although no test case failed: counted as 1 failure"

@@ -299,7 +299,7 @@ unsigned char* new_stack() {
 template <typename F>
 void arrive(Barrier& b, const char* op, F&& on_last) {
   if (b.arrived == 0) b.op = op;
-  else if (std::strcmp(b.op, op) != 0)
+  else if (b.op != op && std::strcmp(b.op, op) != 0)  // (one literal: one pointer, mostly)
     device_fault(cudaErrorLaunchFailure,
                  std::string("threads of one barrier group reached different operations: ") + b.op + " and " + op);
   if (++b.arrived == b.expected) {
