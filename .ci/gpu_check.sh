@@ -206,9 +206,48 @@ parse_sanitize() {
 parse_counters() {
   local d=$1 n e
   [ -f "$d/counters.log" ] || return 0
-  n=$(awk -F'","' 'NR > 1 && $5 != "" {k[$1]} END {print length(k)}' "$d/counters_ncu.csv" 2>/dev/null)
+  n=$(awk -F'","' '/^"[0-9]/ && $5 != "" {k[$1]} END {print length(k)}' "$d/counters_ncu.csv" 2>/dev/null)
   e=$(grep -c '^emulated' "$d/counters_emulated.txt" 2>/dev/null)
-  echo "ncu: ${n:-0} kernel launches profiled (counters_ncu.csv); emulated: ${e:-0} kernel lines (counters_emulated.txt)"
+  echo "ncu: ${n:-0} kernel launches profiled (counters_ncu.csv); emulated: ${e:-0} kernel lines (counters_emulated.txt)$(counters_agree "$d")"
+}
+
+# For the kernels both count (by base name, template arguments dropped): whether ncu's global load
+# and store requests and sectors per launch equal the emulator's.
+counters_agree() {
+  [ -s "$1/counters_ncu.csv" ] && [ -s "$1/counters_emulated.txt" ] || return 0
+  awk -F'","' -v emu="$1/counters_emulated.txt" '
+    function base(s,   p, n) {
+      sub(/^"/, "", s); gsub(/<unnamed>/, "anon", s); sub(/^void /, "", s); sub(/[<(].*/, "", s)
+      n = split(s, p, "::"); return p[n]
+    }
+    BEGIN {
+      while ((getline line < emu) > 0) {
+        if (line !~ /^emulated /) continue
+        split(line, f, " [|] ")
+        name = f[1]; sub(/^emulated /, "", name); sub(/[< ].*/, "", name)
+        split(f[2], a, " "); el[name] += a[2]
+        split(f[3], a, " "); eg[name, 1] += a[3]; eg[name, 2] += a[5]
+        split(f[4], a, " "); eg[name, 3] += a[3]; eg[name, 4] += a[5]
+      }
+    }
+    /^"[0-9]/ && $5 != "" {
+      k = base($5); if (!((k, $1) in id)) { id[k, $1] = 1; nl[k]++ }
+      v = $15; gsub(/[",]/, "", v)
+      if ($13 == "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum") ng[k, 1] += v
+      if ($13 == "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum") ng[k, 2] += v
+      if ($13 == "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum") ng[k, 3] += v
+      if ($13 == "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum") ng[k, 4] += v
+    }
+    END {
+      for (k in el) {
+        if (!(k in nl)) continue
+        total++; ok = 1
+        for (i = 1; i <= 4; i++) if (eg[k, i] * nl[k] != ng[k, i] * el[k]) ok = 0
+        if (ok) same++; else differ = differ (differ ? ", " : "") k
+      }
+      if (total) printf "; per launch, global requests and sectors equal the emulated ones for %d of %d kernels%s", \
+        same, total, differ ? " (differ: " differ ")" : ""
+    }' "$1/counters_ncu.csv" 2>/dev/null
 }
 
 summarize() {

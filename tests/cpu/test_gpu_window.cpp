@@ -158,3 +158,56 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
   CHECK(bad.err.find("not a window's log folder") != std::string::npos);
   fs::remove_all(d);
 }
+
+TEST_CASE("GPU window: the counters row compares ncu's global requests and sectors per launch with the emulator's") {
+  const fs::path d = cli::fresh_dir("tg_gpu_window_counters");
+  fs::create_directories(d);
+  write(d / "header.txt", "commit abc1234 (bundle), 2026-11-26 10:00 UTC, deadline 540 s, on the GPU\n");
+  write(d / "steps.tsv", "counters\tok\t17\t30\t\n");
+  write(d / "counters.log", "[doctest] test cases: 1 | 1 passed | 0 failed | 45 skipped\n");
+  // ncu's CSV as it prints it: a header, numbers with thousands separators, names with template
+  // arguments and <unnamed>; gelu_kernel launched twice (IDs 0 and 1), flash_kernel once
+  const std::string hdr =
+      "\"ID\",\"Process ID\",\"Process Name\",\"Host Name\",\"Kernel Name\",\"Context\",\"Stream\",\"Block Size\","
+      "\"Grid Size\",\"Device\",\"CC\",\"Section Name\",\"Metric Name\",\"Metric Unit\",\"Metric Value\"\n";
+  auto row_of = [](int id, const std::string& kernel, const std::string& metric, const std::string& value) {
+    return "\"" + std::to_string(id) + "\",\"9\",\"test_gpu\",\"127.0.0.1\",\"" + kernel +
+           "\",\"1\",\"13\",\"(256, 1, 1)\",\"(8, 1, 1)\",\"0\",\"9.0\",\"Command line profiler metrics\",\"" + metric +
+           "\",\"\",\"" + value + "\"\n";
+  };
+  const std::string gelu = "void gpu::<unnamed>::gelu_kernel<__nv_bfloat16, 8>(T1 *, const T1 *, int)";
+  const std::string flash = "void flash::<unnamed>::flash_kernel<64, 1>(flash::Params)";
+  std::string csv = "==PROF== Connected to process 9\n" + hdr;
+  for (int id : {0, 1}) {
+    csv += row_of(id, gelu, "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "384");
+    csv += row_of(id, gelu, "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "3,072");
+    csv += row_of(id, gelu, "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum", "192");
+    csv += row_of(id, gelu, "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum", "3,072");
+    csv += row_of(id, gelu, "gpu__time_duration.sum", "5,000");
+  }
+  csv += row_of(2, flash, "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "576");
+  csv += row_of(2, flash, "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "10,368");
+  csv += row_of(2, flash, "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum", "864");
+  csv += row_of(2, flash, "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum", "6,240");
+  write(d / "counters_ncu.csv", csv);
+  // the emulator's lines: gelu in two instantiations (summed), one launch each; flash's load
+  // sectors 9216 where ncu counted 10368
+  write(d / "counters_emulated.txt",
+        "emulated gelu_kernel<__nv_bfloat16, 8, false> | launches 1 | global ld 384 req 3072 sectors | global st 192 "
+        "req 3072 sectors | shared ld 0 wavefronts 0 conflicts | shared st 0 wavefronts 0 conflicts | efficiency 1.0000\n"
+        "emulated gelu_kernel<__nv_bfloat16, 8, true> | launches 1 | global ld 384 req 3072 sectors | global st 192 "
+        "req 3072 sectors | shared ld 0 wavefronts 0 conflicts | shared st 0 wavefronts 0 conflicts | efficiency 1.0000\n"
+        "emulated flash_kernel | launches 1 | global ld 576 req 9216 sectors | global st 864 req 6240 sectors | shared "
+        "ld 10368 wavefronts 0 conflicts | shared st 2304 wavefronts 0 conflicts | efficiency 0.8012\n"
+        "emulated loss_kernel | launches 1 | global ld 4 req 16 sectors | global st 1 req 1 sectors | shared ld 64 "
+        "wavefronts 0 conflicts | shared st 32 wavefronts 0 conflicts | efficiency 0.9485\n");
+  const cli::Run r = cli::run_exe("bash", ".ci/gpu_check.sh summarize " + d.string());
+  INFO("stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  REQUIRE(r.code == 0);
+  // loss_kernel: not profiled by ncu, so not compared; gelu: (384, 3072, 192, 3072) a launch on
+  // both sides; the header line is not a launch
+  CHECK(row(r.out, "counters").find("ncu: 3 kernel launches profiled (counters_ncu.csv); emulated: 4 kernel lines "
+                                    "(counters_emulated.txt); per launch, global requests and sectors equal the "
+                                    "emulated ones for 1 of 2 kernels (differ: flash_kernel)") != std::string::npos);
+  fs::remove_all(d);
+}
