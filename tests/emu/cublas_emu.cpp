@@ -8,9 +8,9 @@
 // CUBLAS_COMPUTE_32F specifies (fp32 accumulation), except where C is bf16 and beta != 0: then
 // alpha op(A) op(B) is rounded to bf16 first, beta C added in fp32 and the sum rounded again, as
 // cuBLAS 13.1 does on an H100 (every cublasGemmEx and cublasLtMatmul algorithm measured there,
-// for all the shapes of tests/gpu/test_matmul_gpu.cu and train_gpt's: up to a quarter of the
-// elements agree only with the two roundings, none with neither; CUBLAS_COMPUTE_32F_PEDANTIC
-// rounds once but is 10-20 times slower, so train_gpt does not ask for it); with CUBLAS_COMPUTE_32F_FAST_TF32, or the
+// at the shapes of tests/gpu/test_matmul_gpu.cu and train_gpt's: up to a quarter of the elements
+// agree only with the two roundings; CUBLAS_COMPUTE_32F_PEDANTIC rounds once but is 10-20 times
+// slower, so train_gpt does not ask for it); with CUBLAS_COMPUTE_32F_FAST_TF32, or the
 // handle's math mode CUBLAS_TF32_TENSOR_OP_MATH, fp32 inputs are first rounded to TF32 (10
 // mantissa bits), as the tensor cores would. A strided-batched call is a loop over the batch
 // at the documented strides. cuBLASLt's D = epilogue(alpha op(A) op(B) + beta C): BIAS adds
