@@ -183,9 +183,8 @@ int sample_from_checkpoint(const tg::ParsedArgs& args) {
       const tg::ModelConfig m = tg::checkpoint_model(dir, info, data_flag(args), tok, std::cerr, &bpe);
       if (!flags.tokenizer.empty()) bpe = std::make_shared<const data::BpeTokenizer>(data::BpeTokenizer::load(flags.tokenizer));
       V = m.vocab_size;
-      c = info.config;  // the flags of sampling and of the device are this command's
-      for (const char* flag : {"prompt", "sample-tokens", "temperature", "top-k", "top-p", "seed", "device", "precision"})
-        tg::copy_flag(c, flags, flag);
+      c = info.config;  // the flags --sample reads are this command's (sampling, the device)
+      for (const std::string& flag : tg::mode_flags(tg::Mode::Sample)) tg::copy_flag(c, flags, flag);
       c.batch_size = 1;  // no training batch: the smallest activations
       c = sampling_config(c, args, tok, bpe.get(), V);
       std::string note;
@@ -381,6 +380,24 @@ int train_run(tg::ParsedArgs args) {
   return 0;
 }
 
+// One line on stderr naming the flags given that the mode does not read, and which modes read
+// each (rank 0's, under mpirun).
+void warn_ignored(const tg::ParsedArgs& args, tg::Mode mode) {
+  const std::vector<std::string> ignored = tg::ignored_flags(args);
+  if (ignored.empty() || tg::dist::rank() != 0) return;
+  auto mode_name = [](tg::Mode m) { return m == tg::Mode::Train ? std::string("training") : tg::mode_flag(m); };
+  std::string list;
+  for (const std::string& flag : ignored) {
+    std::string readers;
+    for (tg::Mode m : tg::modes_reading(flag)) readers += (readers.empty() ? "" : ", ") + mode_name(m);
+    list += (list.empty() ? "--" : ", --") + flag + " (read by " + readers + ")";
+  }
+  const bool one = ignored.size() == 1;
+  std::cerr << "warning: " << (mode == tg::Mode::Train ? "when training" : "with " + mode_name(mode))
+            << (one ? ", this flag does nothing: " : ", these flags do nothing: ") << list << "; drop "
+            << (one ? "it" : "them") << std::endl;
+}
+
 int run(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--plot") return plot(argc, argv);
   for (int i = 1; i < argc; ++i)
@@ -394,6 +411,7 @@ int run(int argc, char** argv) {
   if (tg::dist::active() && mode != tg::Mode::Train)
     throw tg::InputError(std::string(tg::mode_flag(mode)) + " under mpirun with " + std::to_string(tg::dist::world()) +
                          " ranks; expected one process (ranks are for training); run it without mpirun");
+  warn_ignored(args, mode);
   switch (mode) {
     case tg::Mode::Sample: return sample_from_checkpoint(args);
     case tg::Mode::ExportHf: return export_checkpoint(args);

@@ -75,35 +75,120 @@ constexpr Kind kind_of() {
   }
 }
 
-// An integer flag's range for validate(): lo to hi (hi = LLONG_MAX: none), and what its message
-// adds to "lo to hi" / "at least lo".
+// The values validate() accepts for a flag (TG_CONFIG_FIELDS' bounds column): lo to hi, each end
+// open or closed; an integer's ends are closed, hi = +inf: none. A double must be finite, and
+// with as_float stay in range once rounded to float, as the kernels take it.
 struct Bounds {
   bool on = false;
-  long long lo = 0, hi = LLONG_MAX;
-  const char* note = "";
+  double lo = 0, hi = INFINITY;
+  bool lo_open = false, hi_open = false;
+  bool as_float = false;
+  const char* note = "";           // added to the generated "lo to hi" / "at least lo"
+  const char* expected = nullptr;  // the message's "expected ..." instead
+  constexpr Bounds says(const char* e) const {
+    Bounds b = *this;
+    b.expected = e;
+    return b;
+  }
+  constexpr Bounds in_float() const {
+    Bounds b = *this;
+    b.as_float = true;
+    return b;
+  }
+  bool holds(double v) const {
+    auto in = [&](double x) {
+      return std::isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+    };
+    return in(v) && (!as_float || in((double)(float)v));
+  }
+  std::string expected_text() const {
+    if (expected) return expected;
+    std::string e = hi == INFINITY ? "at least " + std::to_string((long long)lo)
+                                   : std::to_string((long long)lo) + " to " + std::to_string((long long)hi);
+    return *note ? e + " " + note : e;
+  }
 };
 constexpr Bounds None{};
-constexpr Bounds Range(long long lo, long long hi, const char* note = "") { return Bounds{true, lo, hi, note}; }
-constexpr Bounds AtLeast(long long lo, const char* note = "") { return Bounds{true, lo, LLONG_MAX, note}; }
-constexpr bool Fixed = true, Free = false;      // cannot / can change on --resume
-constexpr bool Always = false, Added = true;    // an older saved config may lack it
+constexpr Bounds Range(long long lo, long long hi, const char* note = "") {
+  return Bounds{true, (double)lo, (double)hi, false, false, false, note};
+}
+constexpr Bounds AtLeast(long long lo, const char* note = "") {
+  return Bounds{true, (double)lo, INFINITY, false, false, false, note};
+}
+// ends: "[)", "(]", "[]" or "()"
+constexpr Bounds Reals(double lo, double hi, const char* ends, const char* expected) {
+  return Bounds{true, lo, hi, ends[0] == '(', ends[1] == ')', false, "", expected};
+}
+constexpr bool Fixed = true, Free = false;    // cannot / can change on --resume
+constexpr bool Always = false, Added = true;  // an older saved config may lack it
+// the modes that read a flag
+constexpr unsigned InTrain = 1, InSample = 2, InExport = 4, InLogits = 8;
+
+unsigned mode_bit(Mode m) {
+  switch (m) {
+    case Mode::Sample: return InSample;
+    case Mode::ExportHf: return InExport;
+    case Mode::Logits: return InLogits;
+    case Mode::Train:
+    case Mode::AttentionCheck: break;
+  }
+  return InTrain;
+}
+
+// The values of an enum flag (0 .. n - 1, each spelled by name(): the first whose name repeats
+// an earlier one's is past the end, since name() spells an unknown value as the default's), and
+// what its error says: "--gelu is 'relu'; expected tanh or erf; pass one of them".
+struct Choices {
+  std::vector<std::string> names;
+  std::string expected;
+  int index(const std::string& v) const {
+    for (size_t i = 0; i < names.size(); ++i)
+      if (v == names[i]) return (int)i;
+    return -1;
+  }
+};
+template <typename E>
+const Choices& choices_of() {
+  static_assert(sizeof(E) == sizeof(int), "an enum field is stored as an int");
+  static const Choices c = [] {
+    Choices ch;
+    for (int i = 0;; ++i) {
+      const std::string n = name((E)i);
+      if (ch.index(n) >= 0) break;
+      ch.names.push_back(n);
+    }
+    for (size_t i = 0; i < ch.names.size(); ++i)
+      ch.expected += (i == 0 ? "" : i + 1 == ch.names.size() ? " or " : ", ") + ch.names[i];
+    return ch;
+  }();
+  return c;
+}
+template <typename T>
+const Choices* choices_for() {
+  if constexpr (std::is_enum_v<T>) return &choices_of<T>();
+  else return nullptr;
+}
 
 struct Flag {
   const char* name;
   Kind kind;
   size_t offset;  // of the field inside Config
   const char* help;
-  bool fixed;     // cannot change on --resume (the model or the data)
-  int usage;      // its place in --help
+  unsigned modes;  // the modes that read it (InTrain | ...)
+  bool fixed;      // cannot change on --resume (the model or the data)
+  int usage;       // its place in --help
   Bounds bounds;
+  const Choices* choices;  // an enum's values, else null
 };
 
 // The flags of TG_CONFIG_FIELDS (model/run/config.h), in --help order.
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = [] {
     std::vector<Flag> t;
-#define TG_CONFIG_FLAG(type, field, def, flag, usage, resume, saved, bounds, help)              \
-    if (*flag) t.push_back(Flag{flag, kind_of<type>(), offsetof(Config, field), help, resume, usage, bounds});
+#define TG_CONFIG_FLAG(type, field, def, flag, usage, modes, resume, saved, bounds, help)                   \
+    if (*flag)                                                                                             \
+      t.push_back(Flag{flag, kind_of<type>(), offsetof(Config, field), help, modes, resume, usage, bounds, \
+                       choices_for<type>()});
     TG_CONFIG_FIELDS(TG_CONFIG_FLAG)
 #undef TG_CONFIG_FLAG
     std::stable_sort(t.begin(), t.end(), [](const Flag& a, const Flag& b) { return a.usage < b.usage; });
@@ -116,39 +201,6 @@ const Flag* find_flag(const std::string& name) {
   for (const Flag& f : flags())
     if (name == f.name) return &f;
   return nullptr;
-}
-
-// The values of a Kind::Choice flag (an enum of int, 0 .. n - 1 in names' order), and what its
-// error says: "--gelu is 'relu'; expected tanh or erf; pass ...".
-struct Choices {
-  const char* flag;
-  std::vector<std::string> names;
-  const char* expected;
-  const char* fix;
-  // the enum's value v names, -1 for none
-  int index(const std::string& v) const {
-    for (size_t i = 0; i < names.size(); ++i)
-      if (v == names[i]) return (int)i;
-    return -1;
-  }
-};
-static_assert(sizeof(Device) == sizeof(int) && sizeof(Attention) == sizeof(int) && sizeof(Precision) == sizeof(int) &&
-                  sizeof(GeluForm) == sizeof(int),
-              "a Kind::Choice field is stored as an int");
-
-const Choices& choices(const std::string& flag) {
-  static const std::vector<Choices> all = {
-      {"device", {name(Device::Auto), name(Device::Cpu), name(Device::Cuda)}, "auto, cpu or cuda", "pass one of them"},
-      {"attention", {name(Attention::Flash), name(Attention::Naive), name(Attention::Check)}, "flash, naive or check",
-       "pass one of them"},
-      {"precision", {name(Precision::Auto), name(Precision::BF16), name(Precision::FP32)}, "auto, bf16 or fp32",
-       "pass one of them"},
-      {"gelu", {name(GeluForm::Tanh), name(GeluForm::Erf)}, "tanh or erf",
-       "pass --gelu tanh (GPT-2's approximation) or --gelu erf (the exact form)"},
-  };
-  for (const Choices& c : all)
-    if (flag == c.flag) return c;
-  throw std::logic_error("no choices for --" + flag);
 }
 
 // Edits (insertions, deletions, substitutions, swaps of neighbours) that turn a into b.
@@ -248,9 +300,10 @@ void set_value(Config& c, const Flag& f, const std::string& v) {
       break;
     case Kind::Str: *reinterpret_cast<std::string*>(field) = v; break;
     case Kind::Choice: {
-      const Choices& ch = choices(f.name);
-      const int i = ch.index(v);
-      if (i < 0) throw InputError("--" + std::string(f.name) + " is '" + printable(v) + "'; expected " + ch.expected + "; " + ch.fix);
+      const int i = f.choices->index(v);
+      if (i < 0)
+        throw InputError("--" + std::string(f.name) + " is '" + printable(v) + "'; expected " + f.choices->expected +
+                         "; pass one of them");
       std::memcpy(field, &i, sizeof i);
       break;
     }
@@ -271,8 +324,6 @@ std::string num_text(double x) {
   return s.str();
 }
 
-// x as a float is neither 0, a denormal nor infinite.
-bool is_normal_float(double x) { return std::isnormal((float)x); }
 
 }  // namespace
 
@@ -332,53 +383,32 @@ void validate(const Config& c) {
   check_string_sizes(c);
   auto flag_is = [](const char* flag, double v) { return std::string("--") + flag + " is " + num_text(v); };
   const std::string help = "see train_gpt --help";
-  // the integer flags' ranges of TG_CONFIG_FIELDS
+  // each flag's bounds (TG_CONFIG_FIELDS)
   for (const Flag& f : flags()) {
     if (!f.bounds.on) continue;
-    const long long v = *reinterpret_cast<const int*>(reinterpret_cast<const char*>(&c) + f.offset);
-    const Bounds& b = f.bounds;
-    std::string expected = b.hi == LLONG_MAX ? "at least " + std::to_string(b.lo)
-                                             : std::to_string(b.lo) + " to " + std::to_string(b.hi);
-    if (*b.note) expected += std::string(" ") + b.note;
-    require(v >= b.lo && v <= b.hi, flag_is(f.name, (double)v), expected, help);
+    const char* field = reinterpret_cast<const char*>(&c) + f.offset;
+    const double v = f.kind == Kind::Int ? *reinterpret_cast<const int*>(field) : *reinterpret_cast<const double*>(field);
+    require(f.bounds.holds(v), flag_is(f.name, v), f.bounds.expected_text(), help);
   }
   require(c.n_embd % c.n_head == 0,
           "--n-embd " + std::to_string(c.n_embd) + " is not divisible by --n-head " + std::to_string(c.n_head),
           "n-embd a multiple of n-head (the head dim is n-embd / n-head)", "change one of them");
-  require(c.zero == 0 || c.zero == 1, flag_is("zero", c.zero), "0 (every rank holds the whole AdamW state) or 1 (sharded over the ranks)", help);
   require(c.world >= 1 && c.world <= 65536, "the number of ranks is " + std::to_string(c.world), "1 to 65536",
           "run fewer ranks (mpirun -np N)");
   require((double)c.batch_size * c.grad_accum * c.world <= 4294967296.0 / std::max(1, c.n_head),
           "--batch-size " + std::to_string(c.batch_size) + " with --grad-accum " + std::to_string(c.grad_accum) +
               (c.world > 1 ? " on " + std::to_string(c.world) + " ranks" : ""),
           "batch-size x grad-accum x ranks x n-head below 2^32 (the dropout masks' row index)", "lower one of them");
-  require(c.dropout >= 0.0 && c.dropout < 1.0, flag_is("dropout", c.dropout), "a probability in [0, 1)", help);
   // the kernels keep an element when a 32-bit word >= round(p 2^32) and scale by (float)(1 / (1 - p))
   require(philox::dropout_threshold(c.dropout) < UINT32_MAX && std::isfinite((float)(1.0 / (1.0 - c.dropout))),
           flag_is("dropout", c.dropout), "a probability below 1 - 2^-32 (the kernels' 32-bit threshold)", help);
-  // the update runs in float: lr must stay a finite float above 0
-  require(c.lr > 0 && is_normal_float(c.lr), flag_is("lr", c.lr),
-          "a learning rate > 0 that is a normal float (" + num_text(FLT_MIN) + " to " + num_text(FLT_MAX) + ")", help);
   require(c.min_lr >= 0 && c.min_lr <= c.lr, "--min-lr " + num_text(c.min_lr) + " with --lr " + num_text(c.lr),
           "0 <= min-lr <= lr", "lower --min-lr");
   require(c.lr_decay_iters > c.warmup_iters,
           "--lr-decay-iters " + std::to_string(c.lr_decay_iters) + " with --warmup-iters " + std::to_string(c.warmup_iters),
           "lr-decay-iters > warmup-iters (the cosine runs between them)", "raise --lr-decay-iters or lower --warmup-iters");
-  require(c.weight_decay >= 0 && std::isfinite((float)c.weight_decay), flag_is("weight-decay", c.weight_decay),
-          "at least 0, a finite float", help);
-  // AdamW takes the betas as floats: one that rounds to 1 makes its bias correction 1 / 0
-  require(c.beta1 >= 0 && (float)c.beta1 < 1, flag_is("beta1", c.beta1),
-          "a value in [0, 1) that stays below 1 in float (at most 0.99999994)", help);
-  require(c.beta2 >= 0 && (float)c.beta2 < 1, flag_is("beta2", c.beta2),
-          "a value in [0, 1) that stays below 1 in float (at most 0.99999994)", help);
-  require(c.grad_clip >= 0 && std::isfinite(c.grad_clip), flag_is("grad-clip", c.grad_clip),
-          "at least 0 (0 turns clipping off)", help);
-  // logits / temperature in double: below 1e-6 the largest logits overflow
-  require(c.temperature >= 1e-6 && std::isfinite(c.temperature), flag_is("temperature", c.temperature),
-          "a temperature from 1e-6 up", help);
   require(c.sample_tokens == 0 || !c.prompt.empty(), "--prompt is empty", "at least one character to start the sample from",
           "pass --prompt TEXT (the default is a newline) or --sample-tokens 0");
-  require(c.top_p > 0 && c.top_p <= 1, flag_is("top-p", c.top_p), "a probability in (0, 1]", help);
   require(!c.data.empty(), "--data is empty", "the path of a text file", "pass --data PATH");
   require(!c.sample || !c.ckpt.empty(), "--sample without --ckpt", "the checkpoint to sample from",
           "pass --ckpt out/<run> (its newest checkpoint) or --ckpt out/<run>/ckpt-<step>");
@@ -588,7 +618,7 @@ struct FieldReader {
   template <typename E, std::enable_if_t<std::is_enum_v<E>, int> = 0>
   void operator()(const char* name, E& out) {
     const std::string& v = take(name);
-    const Choices& ch = choices(name);
+    const Choices& ch = choices_of<E>();
     const int i = ch.index(v);
     if (i < 0) bad(name, v, ch.expected);
     out = (E)i;
@@ -647,7 +677,7 @@ Config config_from_text(const std::string& text) {
   // no accumulation; one rank; no --tokenizer, no --export-hf, no --init-from, no --logits)
   {
     const Config defaults;
-#define TG_CONFIG_ADDED(type, field, def, flag, usage, resume, saved, ...) \
+#define TG_CONFIG_ADDED(type, field, def, flag, usage, modes, resume, saved, ...) \
     if (saved) values.emplace(#field, value_text(defaults.field));
     TG_CONFIG_FIELDS(TG_CONFIG_ADDED)
 #undef TG_CONFIG_ADDED
@@ -693,6 +723,29 @@ Mode mode(const Config& c) {
   if (!c.logits.empty()) return Mode::Logits;
   if (c.attention == Attention::Check) return Mode::AttentionCheck;
   return Mode::Train;
+}
+
+std::vector<std::string> mode_flags(Mode m) {
+  std::vector<std::string> names;
+  for (const Flag& f : flags())
+    if (f.modes & mode_bit(m)) names.push_back(f.name);
+  return names;
+}
+
+std::vector<Mode> modes_reading(const std::string& flag) {
+  std::vector<Mode> modes;
+  const Flag* f = find_flag(flag);
+  for (Mode m : {Mode::Train, Mode::Sample, Mode::ExportHf, Mode::Logits})
+    if (f && (f->modes & mode_bit(m))) modes.push_back(m);
+  return modes;
+}
+
+std::vector<std::string> ignored_flags(const ParsedArgs& a) {
+  const unsigned bit = mode_bit(mode(a.config));
+  std::vector<std::string> names;
+  for (const std::string& g : a.given)
+    if (!(find_flag(g)->modes & bit)) names.push_back(g);
+  return names;
 }
 
 const char* mode_flag(Mode m) {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -165,6 +166,73 @@ TEST_CASE("cli: an integer flag's range is its entry's: both ends accepted, one 
       CHECK(error(r.hi + 1).find(flag + " is " + std::to_string(r.hi + 1) + "; " + r.expected) != std::string::npos);
     }
   }
+}
+
+// The double flags' bounds come from their entries too (Reals, model/run/config.h): each end
+// accepted or refused as the entry writes it ("[)": lo in, hi out), and .in_float() checked
+// again on the value rounded to float.
+TEST_CASE("cli: a double flag's bounds are its entry's: closed ends accepted, open ends and beyond refused") {
+  struct Row {
+    const char* flag;
+    const char* in;   // accepted (an end when the entry's is closed)
+    const char* out;  // refused: past an end, or at an open one
+    const char* expected;
+  };
+  const std::vector<Row> rows = {
+      {"dropout", "0", "1", "expected a probability in [0, 1)"},
+      {"dropout", "0", "-1e-300", "expected a probability in [0, 1)"},
+      {"top-p", "1", "0", "expected a probability in (0, 1]"},
+      {"top-p", "1", "1.0000000001", "expected a probability in (0, 1]"},
+      {"grad-clip", "0", "-1e-300", "expected at least 0 (0 turns clipping off)"},
+      {"temperature", "1e-6", "9.99999e-7", "expected a temperature from 1e-6 up"},
+      {"weight-decay", "0", "-1e-300", "expected at least 0, a finite float"},
+      {"weight-decay", "3.4e38", "3.5e38", "expected at least 0, a finite float"},  // inf in float
+      {"beta1", "0", "-1e-300", "stays below 1 in float"},
+      {"beta1", "0.99999994", "0.99999998", "stays below 1 in float"},  // rounds to 1.0f
+      {"lr", "1.1754944e-38", "1.1e-38", "a normal float"},            // FLT_MIN; a denormal
+      {"lr", "3.4e38", "3.5e38", "a normal float"},
+  };
+  for (const Row& r : rows) {
+    const std::string flag = std::string("--") + r.flag;
+    CAPTURE(flag);
+    CAPTURE(r.out);
+    std::vector<const char*> in = {flag.c_str(), r.in}, out = {flag.c_str(), r.out};
+    if (std::string(r.flag) == "lr") in.insert(in.end(), {"--min-lr", "0"}), out.insert(out.end(), {"--min-lr", "0"});
+    CHECK(parse_error(in) == "");
+    const std::string e = parse_error(out);
+    CHECK(e.find(flag + " is ") != std::string::npos);
+    CHECK(e.find(r.expected) != std::string::npos);
+  }
+}
+
+// Which modes read a flag is its entry's (TG_CONFIG_FIELDS' modes): --sample takes those of
+// its own over the checkpoint's config, and a flag given to a mode that does not read it is named.
+TEST_CASE("cli: the modes that read a flag; the flags given that a mode ignores") {
+  auto has = [](const std::vector<std::string>& v, const char* s) { return std::find(v.begin(), v.end(), s) != v.end(); };
+  const std::vector<std::string> sample = mode_flags(Mode::Sample);
+  for (const char* f : {"sample", "ckpt", "data", "tokenizer", "prompt", "sample-tokens", "temperature", "top-k",
+                        "top-p", "seed", "device", "precision"})
+    CHECK(has(sample, f));
+  CHECK(sample.size() == 12);
+  CHECK(mode_flags(Mode::ExportHf) == std::vector<std::string>{"data", "ckpt", "export-hf"});
+  CHECK(mode_flags(Mode::AttentionCheck) == mode_flags(Mode::Train));  // a training command line
+  for (const char* f : {"sample", "ckpt", "export-hf", "logits"}) CHECK(!has(mode_flags(Mode::Train), f));
+  for (const char* f : {"logits", "init-from", "n-head", "gelu", "device"}) CHECK(has(mode_flags(Mode::Logits), f));
+  CHECK(modes_reading("ckpt") == std::vector<Mode>{Mode::Sample, Mode::ExportHf});
+  CHECK(modes_reading("max-iters") == std::vector<Mode>{Mode::Train});
+  // every flag is read by some mode
+  for (const std::string& f : flag_names()) CHECK(!modes_reading(f).empty());
+
+  auto ignored = [](std::vector<const char*> args) {
+    args.insert(args.begin(), "train_gpt");
+    return ignored_flags(parse_args((int)args.size(), args.data(), "baby"));
+  };
+  CHECK(ignored({"--sample", "--ckpt", "x", "--max-iters", "5", "--top-k", "1", "--n-layer", "2"}) ==
+        std::vector<std::string>{"n-layer", "max-iters"});
+  CHECK(ignored({"--ckpt", "x", "--max-iters", "5"}) == std::vector<std::string>{"ckpt"});
+  CHECK(ignored({"--attention", "check", "--max-iters", "5", "--lr", "1e-3"}).empty());
+  CHECK(ignored({"--export-hf", "x", "--ckpt", "y", "--device", "cpu"}) == std::vector<std::string>{"device"});
+  CHECK(ignored({"--max-iters", "5", "--prompt", "x"}).empty());
 }
 
 TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
@@ -586,11 +654,15 @@ TEST_CASE("cli: kill -9 at random instants, then --resume: bitwise the uninterru
 TEST_CASE("cli: --attention check prints both paths' differences per layer and writes nothing") {
   const fs::path out = fresh_dir("tg_cli_check");
   Run r = run_train_gpt("--device cpu --attention check --n-layer 3 --n-head 2 --n-embd 16 --block-size 33 "
-                        "--batch-size 2 --dropout 0.2 --out-dir " + out.string() + " --data " + data_path());
+                        "--batch-size 2 --dropout 0.2 --out-dir " + out.string() + " --data " + data_path() +
+                        " --ckpt nowhere");
   CAPTURE(r.out);
   CAPTURE(r.err);
   REQUIRE(r.code == 0);
   CHECK(!fs::exists(out));
+  // a flag the mode does not read: one line says so, and the check goes on
+  CHECK(r.err.find("warning: with --attention check, this flag does nothing: --ckpt (read by --sample, "
+                   "--export-hf); drop it\n") != std::string::npos);
   // one row per layer: O, dQ, dK, dV relative differences, all at fp32 rounding level (the
   // two paths sum in different orders; 1e-5 is ~100 float ulps, far below a wrong mask's O(1))
   std::istringstream lines(r.out);
