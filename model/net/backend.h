@@ -58,9 +58,11 @@ class Backend {
   // rank's shard of m and v. Without sharding gather_state() does nothing.
   virtual bool sharded() const { return false; }
   virtual void gather_state() {}
-  // Clips the gradients to the run's global norm (when grad_clip > 0; norm is grad_norm()) and
-  // applies AdamW with learning rate lr as update number t (1-based): GPTCpu::update and
-  // GPTCuda::update, the twins.
+  // Clips the gradients to the run's global norm (when grad_clip > 0; norm is grad_norm(), as
+  // both backends require) and applies AdamW with learning rate lr as update number t
+  // (1-based): GPTCpu::update and GPTCuda::update, the twins. GPTCuda clips by its own copy of
+  // the norm, on the device (where grad_norm() read it from), so that its update is queued
+  // without waiting for the host; BackendCuda checks that the norm given is that one.
   virtual void update(float lr, int t, double norm) = 0;
   // Mean loss of one batch x, y (B, T), no dropout, no gradients.
   virtual float eval_loss(const int32_t* x, const int32_t* y) = 0;

@@ -3,6 +3,7 @@
 // (init_params, copied to the device), so both backends begin from identical weights.
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 
 #include "../../data/errors.h"
@@ -126,8 +127,12 @@ class CudaBackend final : public Backend {
   }
   double grad_norm() override { return norm_; }
   // Clips by the norm on the device and applies AdamW; ZeRO-1: to this rank's shard, then one
-  // ncclAllGather (in place) of the weights and their T copy refreshed.
-  void update(float lr, int t, double) override {
+  // ncclAllGather (in place) of the weights and their T copy refreshed. The device's norm is
+  // grad_norm()'s: a caller passing another would have it silently ignored, so that is refused.
+  void update(float lr, int t, double norm) override {
+    if (!(norm == norm_ || (std::isnan(norm) && std::isnan(norm_))))
+      throw std::logic_error("BackendCuda::update: the norm given (" + std::to_string(norm) +
+                             ") is not grad_norm()'s (" + std::to_string(norm_) + "), which the device clips by");
     gpt_.update(lr, t);
     if (!sharded()) return;
 #ifdef TG_HAVE_NCCL

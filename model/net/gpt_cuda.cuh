@@ -63,7 +63,9 @@ class GPTCuda {
   // added to them when accumulate), and their squared global norm (read_stats().norm_squared).
   void backward(bool accumulate = false);
   // Clips (by the norm of the last backward, when grad_clip > 0) and applies AdamW with lr as
-  // update number t (1-based); refreshes the T copy of the weights.
+  // update number t (1-based); refreshes the T copy of the weights. Unlike GPTCpu::update it
+  // takes no norm: the one it clips by is on the device (read_stats().norm_squared), so the
+  // update follows the backward on the stream with no wait for the host.
   void update(float lr, int t);
   // Waits for the stream and reads the loss and the squared gradient norm.
   StepStats read_stats();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "../../kernels/attention_naive.cuh"
@@ -169,6 +170,9 @@ TG_GPU_TEST("gpu model: grad-accum 2 with dropout tracks the CPU backend (masks 
     const double nc = cpu->grad_norm(), ng = gpu_be->grad_norm();
     CHECK(std::fabs(ng - nc) <= 1e-4 * nc);
     cpu->update((float)c.lr, s + 1, nc);
+    // the GPU clips by its own copy of grad_norm() (on the device): another norm is refused,
+    // before anything changes, not silently ignored
+    if (s == 0) CHECK_THROWS_AS(gpu_be->update((float)c.lr, s + 1, 2 * ng), std::logic_error);
     gpu_be->update((float)c.lr, s + 1, ng);
   }
   const std::vector<float> wc = cpu->params(), wg = gpu_be->params();
