@@ -221,7 +221,7 @@ FUZZ_SRCS := tests/fuzz/fuzz_readers.cpp model/run/config.cpp model/formats/chec
              data/bpe.cpp data/bpe_files.cpp data/tokenize.cpp
 FUZZ_BIN := $(if $(FUZZ_OK),$(BUILD)/fuzz_readers,)
 
-.PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop tokenizer-check plot clean deps gpu-bundle gpu-profile
+.PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop tokenizer-check plot clean deps gpu-bundle gpu-profile hopper-ptx-check
 BENCH_GPU_BINS := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_step,)
 all: train_gpt $(if $(NVCC),train_gpt_emu $(BUILD)/gpu_profile $(BUILD)/kernel_occupancy $(BUILD)/bench_gpu_emu,) $(TEST_BINS) $(FUZZ_BIN) $(BUILD)/bench_cpu $(BUILD)/bench_gemm $(BUILD)/bench_bpe $(BENCH_GPU_BINS)
 
@@ -379,6 +379,21 @@ gpu-profile: $(BUILD)/gpu_profile $(BUILD)/kernel_resources.txt
 	$(BUILD)/gpu_profile --preset shakespeare-char --attention flash --check
 	$(BUILD)/gpu_profile --preset shakespeare-char --attention naive
 	$(BUILD)/gpu_profile --preset gpt2-124m --attention flash
+
+# make hopper-ptx-check: kernels/hopper_ptx.cuh's wrappers through nvcc and ptxas for sm_90a, every
+# instruction they wrap found in the PTX; and for sm_80, where they are left out (about 2 s; not
+# part of make test, which emulates them: tests/emu/test_hopper.cpp)
+HOPPER_PTX_OPS := mbarrier.init mbarrier.arrive.shared mbarrier.arrive.expect_tx mbarrier.expect_tx mbarrier.complete_tx \
+  mbarrier.try_wait.parity fence.mbarrier_init fence.proxy.async wgmma.fence wgmma.commit_group wgmma.wait_group \
+  $(foreach n,8 16 32 64 128 256,wgmma.mma_async.sync.aligned.m64n$(n)k16.f32.bf16.bf16)
+hopper-ptx-check: tests/emu/hopper_ptx_check.cu kernels/hopper_ptx.cuh
+	@mkdir -p $(BUILD)/hopper
+	$(NVCC) -std=c++17 -arch=sm_90a -ptx $< -o $(BUILD)/hopper/check_sm90a.ptx
+	$(NVCC) -std=c++17 -arch=sm_90a -cubin $< -o $(BUILD)/hopper/check_sm90a.cubin
+	@for op in $(HOPPER_PTX_OPS); do grep -q "$$op" $(BUILD)/hopper/check_sm90a.ptx || { echo "hopper-ptx-check: $$op missing from the sm_90a PTX"; exit 1; }; done
+	$(NVCC) -std=c++17 -arch=sm_80 -ptx $< -o $(BUILD)/hopper/check_sm80.ptx
+	@! grep -q "wgmma\|mbarrier" $(BUILD)/hopper/check_sm80.ptx || { echo "hopper-ptx-check: Hopper PTX in the sm_80 build"; exit 1; }
+	@echo "hopper-ptx-check: $(words $(HOPPER_PTX_OPS)) instructions in the sm_90a PTX, none for sm_80"
 
 # build/kernel_occupancy [FILE]: plain g++, no emulator, no sanitizers
 $(BUILD)/tests/emu/occupancy.o: CXXFLAGS += -I$(CUDA_HOME)/include
