@@ -187,7 +187,7 @@ EMU_FLAGS := -std=c++17 -O2 -g1 -fno-omit-frame-pointer -fopenmp -Wall -Wextra -
   -DTG_SIMT_EMULATION -DTG_HAVE_NCCL -Itests/emu/include -I$(CUDA_HOME)/include \
   -fsanitize=address,undefined -fno-sanitize-recover=all
 EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp tests/emu/hw_rounding.cpp tests/emu/cuda_runtime_emu.cpp tests/emu/cublas_emu.cpp \
-  tests/emu/nccl_emu.cpp tests/emu/access_hook.cpp tests/emu/kernel_profiler.cpp tests/emu/race_checker.cpp)
+  tests/emu/nccl_emu.cpp tests/emu/access_hook.cpp tests/emu/kernel_profiler.cpp tests/emu/race_checker.cpp tests/emu/hopper_emu.cpp)
 EMU_CUDA_OBJS := $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o)
 # the emulator itself at -O3: its fibers, barriers and memory hook are most of an emulated test's
 # time (-O3 took 9% off two flash and counter cases: 19.4-20.0 s to 17.7-17.8 s)
@@ -326,8 +326,9 @@ $(EMU_BUILD)/kernels/%.o: kernels/%.cu
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_HOOK_FLAGS) -x c++ -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
 
-# (the profiler's and the race checker's tests hold kernels of their own, hooked like the kernel files)
-$(EMU_BUILD)/tests/emu/test_kernel_profiler.o $(EMU_BUILD)/tests/emu/test_race_checker.o: $(EMU_BUILD)/%.o: %.cpp
+# (the profiler's, the race checker's and the Hopper instructions' tests hold kernels of their own,
+# hooked like the kernel files)
+$(EMU_BUILD)/tests/emu/test_kernel_profiler.o $(EMU_BUILD)/tests/emu/test_race_checker.o $(EMU_BUILD)/tests/emu/test_hopper.o: $(EMU_BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_HOOK_FLAGS) $(DOCTEST_INC) -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
 
@@ -384,7 +385,7 @@ gpu-profile: $(BUILD)/gpu_profile $(BUILD)/kernel_resources.txt
 # instruction they wrap found in the PTX; and for sm_80, where they are left out (about 2 s; not
 # part of make test, which emulates them: tests/emu/test_hopper.cpp)
 HOPPER_PTX_OPS := mbarrier.init mbarrier.arrive.shared mbarrier.arrive.expect_tx mbarrier.expect_tx mbarrier.complete_tx \
-  mbarrier.try_wait.parity fence.mbarrier_init fence.proxy.async wgmma.fence wgmma.commit_group wgmma.wait_group \
+  mbarrier.try_wait.parity mbarrier.test_wait.parity fence.mbarrier_init fence.proxy.async wgmma.fence wgmma.commit_group wgmma.wait_group \
   $(foreach n,8 16 32 64 128 256,wgmma.mma_async.sync.aligned.m64n$(n)k16.f32.bf16.bf16)
 hopper-ptx-check: tests/emu/hopper_ptx_check.cu kernels/hopper_ptx.cuh
 	@mkdir -p $(BUILD)/hopper

@@ -9,8 +9,10 @@
 //     tx-count 0, phase 0. arrive takes one pending arrival; expect_tx adds to tx-count;
 //     complete_tx (what a bulk copy does as its bytes land) takes from it. The current phase
 //     completes when pending arrivals reach 0 and tx-count is 0: the phase parity flips and
-//     pending arrivals are reset to the expected count. try_wait.parity(P) is true once the
-//     phase of parity P has completed, i.e. while the current phase's parity is not P.
+//     pending arrivals are reset to the expected count. test_wait.parity(P) and try_wait.parity(P)
+//     are true once the phase of parity P has completed, i.e. while the current phase's parity
+//     is not P (so P = 1 passes on a fresh mbarrier: the phase before phase 0 counts as done);
+//     try_wait may first wait a while, test_wait answers at once.
 //   - wgmma (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions"):
 //     a warpgroup (4 consecutive warps, the first a multiple of 4) computes
 //     D (64 x N, fp32) = A (64 x 16, bf16) B (16 x N, bf16) + (accumulate ? D : 0), A from
@@ -144,6 +146,23 @@ __device__ __forceinline__ bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t
   uint32_t done;
   asm volatile(
       "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(smem_u32(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+#else
+  (void)bar, (void)parity;
+  __trap();
+  return false;
+#endif
+}
+
+// Whether the phase of parity `parity` has completed, answered at once.
+__device__ __forceinline__ bool mbarrier_test_wait_parity(uint64_t* bar, uint32_t parity) {
+#if TG_HOPPER_PTX
+  uint32_t done;
+  asm volatile(
+      "{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
       : "=r"(done)
       : "r"(smem_u32(bar)), "r"(parity)
       : "memory");

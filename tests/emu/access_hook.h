@@ -26,7 +26,9 @@
 // The PTX wrappers the engine emulates (ldmatrix, cp.async, mma.sync) report their accesses
 // from the engine: an ldmatrix.x4 is one 16-byte shared read per lane (the row that lane
 // addresses), a cp.async.cg 16 is a 16-byte global read and a 16-byte shared write at issue,
-// and the shared write again (CpAsyncLand) when the issuing thread's wait_group lands it.
+// and the shared write again (CpAsyncLand) when the issuing thread's wait_group lands it. A
+// wgmma's shared operands are 16-byte reads as it is issued (AsyncRead) and again as its
+// wgmma.wait_group retires it (AsyncReadDone), given as the warpgroup's first thread.
 //
 // Only accesses made while a CUDA thread runs, to device memory (cudaMalloc, cudaMallocHost) or
 // shared memory (the launch's dynamic shared memory, the static __shared__ arrays), reach the
@@ -49,6 +51,8 @@ enum class AccessKind : uint8_t {
   LdMatrix,  // one row (16 bytes) of ldmatrix.x4, read for the lane that gave its address
   CpAsync,   // cp.async.cg 16: the global read, and the shared write, as issued
   CpAsyncLand,  // the same shared write as it lands (cp.async.wait_group retires its group)
+  AsyncRead,    // a 16-byte chunk of a wgmma shared operand, read by the async proxy from issue ...
+  AsyncReadDone,  // ... until the wgmma.wait_group that retires the operation (the same chunk)
 };
 
 struct Access {

@@ -33,6 +33,7 @@ __global__ void hopper_ptx_check_kernel(float* out, uint32_t bytes) {
   if (threadIdx.x == 0) gpu::hopper::mbarrier_arrive_expect_tx(&bar, 0);
   else gpu::hopper::mbarrier_arrive(&bar);
   gpu::hopper::mbarrier_wait_parity(&bar, 0);
+  if (gpu::hopper::mbarrier_test_wait_parity(&bar, 1)) out[0] = 1.f;
   tile[threadIdx.x] = (unsigned char)threadIdx.x;
   gpu::hopper::fence_proxy_async();
   __syncthreads();

@@ -165,6 +165,7 @@ void KernelProfiler::cta_begin() {
 
 void KernelProfiler::access(const Access& a) {
   if (!kernel_ || !a.thread || a.kind == AccessKind::CpAsyncLand) return;  // counted at issue
+  if (a.kind == AccessKind::AsyncRead || a.kind == AccessKind::AsyncReadDone) return;  // wgmma: not counted yet
   log_[(size_t)a.thread->linear].push_back(Entry{a.pc, a.addr, a.size, flags_of(a)});
   if (a.space == Space::Global) {
     auto& set = a.write ? written_sectors_ : read_sectors_;

@@ -15,7 +15,9 @@
 //     and cp.async included) in four of 8; a phase takes as many wavefronts as the most distinct
 //     4-byte words any bank holds in it (the same word is a broadcast); bank conflicts =
 //     wavefronts - phases. An ldmatrix.x4 is four phases of eight 16-byte rows;
-//   - tensor work: mma.sync m16n8k16 instructions (warp-level: 4096 FLOPs each), cp.async bytes;
+//   - tensor work: mma.sync m16n8k16 instructions (warp-level: 4096 FLOPs each) and wgmma
+//     m64nNk16 (warpgroup-level: 2048 N FLOPs each; its shared operands are not counted as
+//     traffic), cp.async bytes;
 //     the cuBLAS / cuBLASLt stand-ins' GEMMs (2 m n k FLOPs per batch entry, bytes of A, B, C, D).
 // Accesses keep the widths of the source (the kernel files are compiled without
 // vectorisation); the hardware's compiler may merge neighbouring accesses that g++ keeps apart,

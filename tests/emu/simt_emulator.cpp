@@ -47,7 +47,9 @@
 //     thread's cp.async.wait_group retires its group: reading a tile before waiting, or
 //     refilling a stage that another warp still reads, yields NaN. Source and destination must
 //     be 16-byte aligned, the destination inside dynamic shared memory, and the source (even
-//     when src-size is 0) inside device memory.
+//     when src-size is 0) inside device memory;
+//   - the Hopper mbarrier and wgmma instructions: tests/emu/hopper_emu.cpp (on the rendezvous,
+//     blocking and CTA-start hooks of tests/emu/emu_internal.h).
 //
 // What it counts and checks: every load and store of the kernel files passes the memory hook
 // (tests/emu/access_hook.h) with its thread and source line; the kernel profiler
@@ -175,14 +177,6 @@ inline void context_switch(Context& from, Context& to) { swapcontext(&from.uc, &
 #endif
 
 // ---- the state of a CTA -----------------------------------------------------------------------
-// A barrier of `expected` arrivals; `op` names the operation the first arrival reached (all
-// must reach the same one).
-struct Barrier {
-  int expected = 0, arrived = 0;
-  uint64_t gen = 0;
-  const char* op = nullptr;
-};
-
 struct Copy {
   unsigned char* dst;
   const unsigned char* src;
@@ -341,6 +335,7 @@ void run_cta(bool descending) {
   }
   e.cta_bar = Barrier{};
   e.cta_bar.expected = nthreads;
+  hopper_cta_begin(nthreads);
   for (int t = 0; t < nthreads; ++t) {
     Fiber& f = e.fibers[t];
     f.linear = t;
@@ -593,6 +588,17 @@ void syncthreads() {
     if (g_observed) notify_barrier();
   });
 }
+
+void rendezvous(Barrier& b, const char* op, const std::function<void()>& on_last) { arrive(b, op, on_last); }
+
+void block_until_next(Barrier& b) {
+  Fiber& f = cur();
+  f.waiting = &b;
+  f.wait_gen = b.gen;
+  yield(false);
+}
+
+Thread& cta_thread(int linear) { return eng().fibers[(size_t)linear]; }
 
 uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane, const char* op) {
   if (mask != 0xffffffffu)
