@@ -50,7 +50,7 @@ bool RaceChecker::ordered(const Stamp& e, int thread) const {
   return e.thread / 32 == thread / 32 && e.collective != collective_[(size_t)(thread / 32)];
 }
 
-void RaceChecker::hazard(const char* what, uintptr_t a, const Stamp& e, const Access& now) {
+void RaceChecker::hazard(const char* what, uintptr_t a, const Stamp& e, const Access& now, bool ordering_helps) {
   auto tid = [this](int t) {
     return "(" + std::to_string(t % bx_) + "," + std::to_string(t / bx_ % by_) + "," + std::to_string(t / (bx_ * by_)) +
            ") [warp " + std::to_string(t / 32) + " lane " + std::to_string(t % 32) + "]";
@@ -62,7 +62,7 @@ void RaceChecker::hazard(const char* what, uintptr_t a, const Stamp& e, const Ac
                     source_line(now.pc);
   if (e.thread >= 0)
     msg += (e.thread == now.thread->linear ? std::string(", after its own ") : ", after thread " + tid(e.thread) + " at ") +
-           source_line(e.pc) + (e.barrier == barrier_ ? " with no __syncthreads between" : "");
+           source_line(e.pc) + (e.barrier == barrier_ && ordering_helps ? " with no __syncthreads between" : "");
   std::fprintf(stderr, "SIMT emulator: %s\n", msg.c_str());
   device_fault(cudaErrorLaunchFailure, msg);
 }
@@ -154,6 +154,12 @@ void RaceChecker::access(const Access& a) {
   for (uint32_t i = 0; i < a.size; ++i) {
     const uintptr_t b = a.addr + i;
     Cell& c = cell(b);
+    if (a.kind == AccessKind::AsyncReadDone) {  // a wgmma retired: it reads this byte no more
+      if (c.async_reads) --c.async_reads;
+      continue;
+    }
+    if (a.write && c.async_reads)
+      hazard("write to a wgmma operand before the wgmma.wait_group that retires it", b, c.async_reader, a, false);
     if (a.kind == AccessKind::CpAsyncLand) {  // the copy's bytes arrive: a write now, by the issuer
       c.in_flight = Stamp{};
       c.write = now;
@@ -176,6 +182,11 @@ void RaceChecker::access(const Access& a) {
     } else {
       if (!c.written) hazard("initcheck: read of shared memory nothing wrote since the block began", b, Stamp{}, a);
       if (!ordered(c.write, t)) hazard("read-after-write hazard", b, c.write, a);
+      if (a.kind == AccessKind::AsyncRead) {  // in flight until its retire; not a thread's read
+        ++c.async_reads;
+        c.async_reader = now;
+        continue;
+      }
       if (c.read1.thread < 0 || c.read1.thread == t) c.read1 = now;
       else c.read2 = now;
     }

@@ -12,6 +12,11 @@
 //   - a cp.async destination touched in flight: the 16 bytes a cp.async.cg writes land when the
 //     issuing thread's cp.async.wait_group retires its group; any access to them before that,
 //     by any thread (the issuer included), reads or overwrites what the copy will change;
+//   - a wgmma operand overwritten in flight: the async proxy reads a wgmma's shared operands
+//     between its issue and the wgmma.wait_group that retires it; any write to them in between,
+//     by any thread (a cp.async landing included), changes what it multiplies. Its reads at issue
+//     are checked as reads of the warpgroup's first thread (initcheck, and a write that no
+//     __syncthreads, or program order of that thread, orders before them);
 //   - initcheck: a read of a shared byte that nothing wrote since the CTA began (shared memory
 //     has no initial value; the emulator fills it with 0xFF, NaN in fp32 and bf16), and a
 //     kernel's read of device memory that nothing wrote since the checker began (a kernel, a
@@ -72,13 +77,18 @@ class RaceChecker : public Observer {
     uint64_t cta = 0;  // the CTA the rest belongs to (older: as if empty)
     Stamp write, read1, read2;  // the last write; two reads since it, by different threads
     Stamp in_flight;            // a cp.async issued to this byte and not landed
+    Stamp async_reader;         // the last wgmma issued that reads this byte
+    uint32_t async_reads = 0;   // wgmma operations reading it, issued and not retired
     bool written = false;       // written since the CTA began
   };
 
  private:
   Cell& cell(uintptr_t a);
   bool ordered(const Stamp& earlier, int thread) const;
-  [[noreturn]] void hazard(const char* what, uintptr_t a, const Stamp& earlier, const Access& now);
+  // ordering_helps: the earlier access is a thread's, which a __syncthreads would order (not an
+  // operation still in flight)
+  [[noreturn]] void hazard(const char* what, uintptr_t a, const Stamp& earlier, const Access& now,
+                           bool ordering_helps = true);
 
   // Global memory within one launch: per byte, the CTA (its ordinal in the launch, from 1) that
   // last wrote it and the one that first read it, kSeveral set when other CTAs read it too.

@@ -24,6 +24,7 @@
 #include "../../kernels/hopper_ptx.cuh"
 #include "child_process.h"
 #include "emu_internal.h"
+#include "race_checker.h"
 
 namespace {
 
@@ -465,6 +466,16 @@ __global__ void wgmma_misuse_kernel(int* out) {
   out[t] = (int)d[0];
 }
 
+tg_test::ChildResult run_checked(void (*kernel)(int*), int threads) {
+  return tg_test::in_child([kernel, threads] {
+    emu::RaceChecker checker;
+    int* out = nullptr;
+    cudaMalloc(&out, 256 * sizeof(int));
+    gpu::launch(kernel, 1, threads, 4096, nullptr, out);
+    return cudaDeviceSynchronize() == cudaSuccess ? 0 : 3;
+  });
+}
+
 }  // namespace
 
 TEST_CASE("hopper: wgmma misuse is a fault: an incomplete warpgroup, no wgmma.fence, a descriptor past shared memory") {
@@ -480,4 +491,19 @@ TEST_CASE("hopper: wgmma misuse is a fault: an incomplete warpgroup, no wgmma.fe
   INFO("child stderr: " << past.err);
   CHECK(past.exit_code == 3);
   CHECK(has(past.err, "past the 4096 bytes of dynamic shared memory"));
+}
+
+TEST_CASE("racecheck: a wgmma operand overwritten before its wait_group, or written unordered before its issue, is a hazard") {
+  const tg_test::ChildResult early = run_checked(wgmma_misuse_kernel<3>, 128);
+  INFO("child stderr: " << early.err);
+  CHECK(early.exit_code == 3);
+  CHECK(has(early.err, "write to a wgmma operand before the wgmma.wait_group that retires it"));
+  CHECK(has(early.err, "tests/emu/test_hopper.cpp"));
+  const tg_test::ChildResult unordered = run_checked(wgmma_misuse_kernel<5>, 128);
+  INFO("child stderr: " << unordered.err);
+  CHECK(unordered.exit_code == 3);
+  CHECK(has(unordered.err, "read-after-write hazard"));
+  const tg_test::ChildResult after = run_checked(wgmma_misuse_kernel<4>, 128);
+  INFO("child stderr: " << after.err);
+  CHECK(after.exit_code == 0);
 }
