@@ -90,17 +90,14 @@ __global__ void mbarrier_kernel(int* out) {
     o[8] = gpu::hopper::mbarrier_test_wait_parity(&bar, 0);  // phase 2 in progress: 0
   }
   __syncthreads();
-  // phase 2: warp 1 waits (try_wait spins until the phase completes); warp 0 arrives twice, with
-  // a flag written before its arrivals that the waiters then read
-  __shared__ int flag;
+  // phase 2: warp 1 waits (try_wait spins until the phase completes); warp 0 arrives twice
   if (t == 0) {
-    flag = 7;
     gpu::hopper::mbarrier_arrive(&bar);
     gpu::hopper::mbarrier_arrive(&bar);
   }
   if (t >= 32) {
     gpu::hopper::mbarrier_wait_parity(&bar, 0);
-    if (t == 32) o[12] = flag;
+    if (t == 32) o[12] = 6 + gpu::hopper::mbarrier_test_wait_parity(&bar, 0);  // complete when the wait returns: 7
   }
   __syncthreads();
   if (t == 0) o[9] = gpu::hopper::mbarrier_test_wait_parity(&bar, 0);  // phase 2 complete: 1
