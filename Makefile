@@ -154,12 +154,17 @@ CUDA_SRCS := $(wildcard kernels/*.cu) $(wildcard model/*/*.cu)
 # instead of 63 s. The two flash files, the heavy ones, stay separate so that make -j builds them
 # beside it, longest first: the flash backward, cuda_ops, the flash forward (make starts
 # prerequisites in the order listed). UNITY=0 compiles every file on its own.
-CUDA_HEAVY := kernels/flash_attn_bwd.cu kernels/flash_attn_fwd.cu
+# The Hopper kernels compile apart too, for sm_90a alone (HOPPER_GENCODE: their instructions
+# exist nowhere else), whatever ARCH is.
+HOPPER_SRCS := kernels/flash_attn_hopper.cu
+HOPPER_OBJS := $(HOPPER_SRCS:%.cu=$(BUILD)/%.o)
+HOPPER_GENCODE := -gencode arch=compute_90a,code=sm_90a
+CUDA_HEAVY := kernels/flash_attn_bwd.cu kernels/flash_attn_fwd.cu $(HOPPER_SRCS)
 CUDA_LIGHT := $(filter-out $(CUDA_HEAVY),$(CUDA_SRCS))
 ifeq ($(UNITY),0)
   CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
 else
-  CUDA_OBJS := $(BUILD)/kernels/flash_attn_bwd.o $(BUILD)/cuda_ops.o $(BUILD)/kernels/flash_attn_fwd.o
+  CUDA_OBJS := $(BUILD)/kernels/flash_attn_bwd.o $(BUILD)/cuda_ops.o $(BUILD)/kernels/flash_attn_fwd.o $(HOPPER_OBJS)
 endif
 # The CPU reference in double (the tests' gradient checks and fp64 references): the sources
 # below compiled a second time with TG_CPU_DOUBLE, which instantiates double in place of float,
@@ -236,6 +241,10 @@ $(BUILD)/double/%.o: %.cpp
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) -MMD -MP -c $< -o $@
+
+$(HOPPER_OBJS): $(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out -gencode arch=%,$(NVCCFLAGS)) $(HOPPER_GENCODE) -MMD -MP -c $< -o $@
 
 # (COLD_OPT: see COLD_SRCS above)
 $(COLD_SRCS:%.cpp=$(BUILD)/%.o) $(BUILD)/host_cold.o $(BUILD)/train_gpt.o: CXXFLAGS += $(COLD_OPT)
@@ -361,9 +370,11 @@ $(CUDA_OBJS): override NVCC := bash tests/emu/kernel_resources.sh nvcc $(NVCC)
 $(filter-out $(patsubst %.ptxas,%.o,$(wildcard $(CUDA_OBJS:.o=.ptxas))),$(CUDA_OBJS)): FORCE
 
 $(BUILD)/kernel_resources.txt: $(CUDA_OBJS) tests/emu/kernel_resources.sh
-	bash tests/emu/kernel_resources.sh table "$(ARCH)" $(CUDA_OBJS) > $@.tmp || { rm -f $@.tmp; exit 1; }
+	bash tests/emu/kernel_resources.sh table "$(ARCH)" $(filter-out $(HOPPER_OBJS),$(CUDA_OBJS)) > $@.tmp || { rm -f $@.tmp; exit 1; }
+	bash tests/emu/kernel_resources.sh table 90a $(HOPPER_OBJS) > $(BUILD)/kernel_resources_hopper.txt
 	mv $@.tmp $@
 	@echo "[make] $@: $$(grep -vc '^#' $@) kernels x architectures ($(foreach a,$(ARCH),sm_$(a))), $$(grep -v '^#' $@ | grep -Evc 'spill_stores=0 spill_loads=0 stack=0 smem=[0-9]+ lmem=0') with spills or local memory"
+	@echo "[make] $(BUILD)/kernel_resources_hopper.txt: $$(grep -vc '^#' $(BUILD)/kernel_resources_hopper.txt) kernels (sm_90a), $$(grep -v '^#' $(BUILD)/kernel_resources_hopper.txt | grep -Evc 'spill_stores=0 spill_loads=0 stack=0 smem=[0-9]+ lmem=0') with spills or local memory"
 
 # the emulated suite reads the table (tests/emu/test_occupancy.cpp) and links the calculator
 $(BUILD)/test_emu: $(EMU_BUILD)/tests/emu/occupancy.o | $(BUILD)/kernel_resources.txt

@@ -1,0 +1,225 @@
+// kernels/flash_attn_hopper.cu: the flash-attention forward with dropout on Hopper's wgmma
+// (contract in kernels/flash_attn_hopper.cuh; the algorithm is kernels/flash_attn_fwd.cu's,
+// FlashAttention-2's algorithm 1, and its CPU twin cpu::attention_tiled_forward is the spec).
+//
+// Per (Q_i, bh) one CTA of two consumer warpgroups (256 threads), each owning 64 query rows
+// (Br = 128); key tiles of Bc = 64 rows stream through two shared stages with cp.async (tile
+// j+1 in flight while tile j is used), as in the mma.sync kernel. What changes is the matrix
+// engine: per key tile and warpgroup
+//   S (64 x Bc) = Q K^T    HS/16 wgmma m64n64k16, A = Q and B = K from shared memory
+//   O (64 x HS) += P V     Bc/16 wgmma m64n{HS}k16, A = P from registers, B = V from shared
+//                          memory (MN-major: V is stored key-major, the wgmma's k)
+// each group waited for at once (wgmma.wait_group 0). The accumulators of a wgmma m64nNk16 give
+// each warp of the warpgroup 16 rows in exactly the layout of mma.m16n8k16's C fragments over
+// N / 8 n-tiles (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts": warp w holds rows
+// 16w .. 16w+15, element 2h + c of n-tile j is row 16w + 8h + g, column 8j + 2t + c), so the
+// masking, the online softmax, the dropout (one Philox call per 4 columns, keyed by position)
+// and the output are the mma.sync kernel's own functions (kernels/flash_attn_common.cuh): the
+// keep decisions are the same bytes by construction, and so is every other step but the sums
+// inside the two products.
+//
+// Shared memory: Q_i [Br][HS], then two stages of K_j [Bc][HS] and V_j [Bc][HS], bf16, each tile
+// stored as HS / 64 column blocks of [rows][64] (128-byte rows) with the 128-byte swizzle: the
+// 16-byte chunk k of row r sits at chunk k ^ (r % 8) (sw128_offset), the layout wgmma reads
+// through a descriptor with swizzle mode 128B, and the one in which the 8 rows of a core matrix
+// fall in 8 different bank groups. The tiles start on 1024-byte boundaries (the swizzle's
+// period). Descriptors (kernels/hopper_ptx.cuh, make_smem_desc):
+//   Q, K (K-major): rows 8 apart by SBO = 1024 bytes; k-step kk starts at column block kk / 4,
+//                   32 (kk % 4) bytes into the row (inside one 128-byte swizzle row);
+//   V (MN-major):   keys 8 apart by SBO = 1024, column blocks of 64 apart by LBO = Bc 128 bytes;
+//                   k-step kk starts at key 16 kk (2048 kk bytes).
+// cp.async writes through the generic proxy and wgmma reads through the async proxy: each
+// thread fences (fence.proxy.async) after its copies land, before the barrier that precedes the
+// wgmmas.
+//
+// Built for sm_90a alone (the Makefile's HOPPER_GENCODE): the instructions exist nowhere else.
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "flash_attn.cuh"
+#include "flash_attn_common.cuh"
+#include "flash_attn_hopper.cuh"
+#include "hopper_ptx.cuh"
+
+namespace gpu {
+
+bool flash_attn_hopper_head_size(int HS) { return HS == 64 || HS == 128; }
+
+bool flash_attn_hopper_device(const Context& ctx) { return ctx.cc_major == 9 && ctx.cc_minor == 0; }
+
+namespace flash {
+namespace {
+
+template <int HS>
+struct HopperFwdTile {
+  static constexpr int kWarpgroups = 2;
+  static constexpr int kThreads = 128 * kWarpgroups;
+  static constexpr int kBr = 64 * kWarpgroups;  // query rows
+  static constexpr int kBc = 64;                // keys per tile
+  static constexpr int kQBytes = kBr * HS * 2;
+  static constexpr int kKVBytes = kBc * HS * 2;  // one K or V tile
+  // Q_i, two stages of K_j and V_j, and the slack that aligns them to 1024 bytes
+  static constexpr size_t kSmemBytes = 1024 + kQBytes + 4 * kKVBytes;
+};
+
+// Byte offset of 16-byte chunk k (0 .. HS/8 - 1) of row r in a tile of R rows stored as column
+// blocks of [R][64] bf16 with the 128-byte swizzle (R a multiple of 8, the tile 1024-aligned).
+__host__ __device__ constexpr uint32_t sw128_offset(int R, int r, int k) {
+  return (uint32_t)((k / 8) * R * 128 + r * 128 + (((k % 8) ^ (r % 8)) << 4));
+}
+
+// Rows row0 .. row0+R-1 of a (T, HS) slice at g (row stride ld elements) into the swizzled tile
+// at s, asynchronously (cp.async, consecutive threads on consecutive chunks of a row); rows >= Tn
+// zero-filled.
+template <int R, int HS, int NThreads>
+__device__ __forceinline__ void load_tile_sw128(unsigned char* s, const bf16* g, long long ld, int row0, int Tn) {
+  constexpr int kChunks = HS / 8;
+  constexpr int kTotal = R * kChunks;
+  static_assert(kTotal % NThreads == 0, "tile chunks must divide evenly among the threads");
+#pragma unroll
+  for (int it = 0; it < kTotal / NThreads; ++it) {
+    const int c = it * NThreads + (int)threadIdx.x;
+    const int r = c / kChunks, k = c % kChunks;
+    const int row = row0 + r;
+    const bool valid = row < Tn;
+    const bf16* src = g + (long long)(valid ? row : 0) * ld + k * 8;  // row 0 exists: T >= 1
+    cp_async_16(s + sw128_offset(R, r, k), src, valid);
+  }
+}
+
+// The descriptors of the three operands (see the header comment).
+template <int R>
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int row0, int kk) {
+  const uint32_t addr = tile + (uint32_t)((kk / 4) * R * 128 + row0 * 128 + (kk % 4) * 32);
+  return hopper::make_smem_desc(addr, 16, 1024, hopper::Swizzle::B128);
+}
+template <int Bc>
+__device__ __forceinline__ uint64_t desc_v(uint32_t tile, int kk) {
+  return hopper::make_smem_desc(tile + (uint32_t)(kk * 2048), Bc * 128, 1024, hopper::Swizzle::B128);
+}
+
+// grid (B*NH, ceil(T / Br)), query tiles last-first (the longest CTAs start first). Causal.
+template <int HS, bool IsDropout>
+__global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1) flash_fwd_hopper_kernel(const FwdParams<bf16> p) {
+  using Tile = HopperFwdTile<HS>;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, NThreads = Tile::kThreads;
+  unsigned char* const raw = dynamic_smem<unsigned char>();
+  unsigned char* const sQ = raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);
+  unsigned char* const sK = sQ + Tile::kQBytes;      // [2][Bc][HS]
+  unsigned char* const sV = sK + 2 * Tile::kKVBytes;  // [2][Bc][HS]
+  const uint32_t aQ = smem_u32(sQ), aK = smem_u32(sK), aV = smem_u32(sV);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wg = warp / 4;
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * Br;  // first query row of Q_i
+  const int iwg0 = i0 + 64 * wg;                      // first row of this warpgroup
+  const int iw0 = iwg0 + 16 * (warp % 4);             // first row of this warp
+  const int i_g = iw0 + lane / 4;                     // row of this lane's elements 0, 1 (2, 3: +8)
+  const bf16* Q = p.qkv + (long long)b * p.T * p.ld_qkv + (long long)h * HS;
+  const bf16* K = Q + p.C;
+  const bf16* V = Q + 2LL * p.C;
+
+  // causal: key tiles past the last query row of Q_i are wholly above the diagonal
+  const int j_end = min(p.T, i0 + Br);
+  const int n_j = (j_end + Bc - 1) / Bc;
+
+  load_tile_sw128<Br, HS, NThreads>(sQ, Q, p.ld_qkv, i0, p.T);
+  load_tile_sw128<Bc, HS, NThreads>(sK, K, p.ld_qkv, 0, p.T);
+  load_tile_sw128<Bc, HS, NThreads>(sV, V, p.ld_qkv, 0, p.T);
+  cp_async_commit();
+
+  float o[HS / 8][4];
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float(&o_flat)[HS / 2] = reinterpret_cast<float(&)[HS / 2]>(o);
+
+  for (int jt = 0; jt < n_j; ++jt) {
+    const int j0 = jt * Bc, stage = jt % 2;
+    if (jt + 1 < n_j) {
+      load_tile_sw128<Bc, HS, NThreads>(sK + (1 - stage) * Tile::kKVBytes, K, p.ld_qkv, j0 + Bc, p.T);
+      load_tile_sw128<Bc, HS, NThreads>(sV + (1 - stage) * Tile::kKVBytes, V, p.ld_qkv, j0 + Bc, p.T);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    hopper::fence_proxy_async();  // this thread's landed copies, visible to the wgmmas' reads
+    __syncthreads();
+    // a warpgroup whose 64 rows all lie above this tile's first key has nothing unmasked here
+    // (the condition is the warpgroup's: its four warps issue the wgmmas together)
+    if (j0 <= iwg0 + 63) {
+      const uint32_t tK = aK + stage * Tile::kKVBytes, tV = aV + stage * Tile::kKVBytes;
+      // S_ij = Q_i K_j^T (raw; the 1/sqrt(HS) is folded into scale_log2)
+      float s[Bc / 8][4];
+      float(&s_flat)[Bc / 2] = reinterpret_cast<float(&)[Bc / 2]>(s);
+      hopper::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk)
+        hopper::wgmma_bf16_ss<Bc, 0, 0>(s_flat, desc_kmajor<Br>(aQ, 64 * wg, kk), desc_kmajor<Bc>(tK, 0, kk), kk > 0);
+      hopper::wgmma_commit_group();
+      hopper::wgmma_wait_group<0>();
+      if (j0 + Bc > p.T || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), p.T);
+      // m_new = max(m_i, rowmax S_ij), P~_ij = exp(S_ij - m_new), l_i = e^(m_i - m_new) l_i + rowsum(P~_ij)
+      online_softmax_update(s, o, m, l, p.scale_log2);
+      // P~_ij o M_ij
+      if constexpr (IsDropout) apply_dropout<Bc / 8, true>(s, p, bh, i_g, j0, lane);
+      // O_i += (P~_ij o M_ij) V_j: P as wgmma A fragments, k-step kk = columns 16kk .. 16kk+15
+      // (the m16n8k16 A layout: n-tiles 2kk and 2kk+1, rows g and g+8)
+      uint32_t a[Bc / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk) {
+        a[kk][0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+        a[kk][1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+        a[kk][2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[kk][3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      }
+      hopper::wgmma_fence();  // o was rescaled and a written by ordinary code since the last wgmma
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk) hopper::wgmma_bf16_rs<HS, 1>(o_flat, a[kk], desc_v<Bc>(tV, kk), true);
+      hopper::wgmma_commit_group();
+      hopper::wgmma_wait_group<0>();
+    }
+    __syncthreads();  // every warpgroup is done with this stage before it is refilled
+  }
+  // O_i = diag(l_i)^-1 O_i s, lse_i = m_i + log(l_i)
+  write_out_lse(p, o, m, l, bh, b, h, i_g, lane);
+}
+
+template <int HS, bool IsDropout>
+void run_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p) {
+  using Tile = HopperFwdTile<HS>;
+  const long long tiles = ceil_div(p.T, Tile::kBr);
+  if (tiles > 65535) throw std::invalid_argument("flash_attn_forward_hopper: T too large for the grid");
+  launch(flash_fwd_hopper_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles), Tile::kThreads,
+         Tile::kSmemBytes, ctx.stream, p);
+}
+
+}  // namespace
+}  // namespace flash
+
+void flash_attn_forward_hopper(const Context& ctx, bf16* out, float* lse, const bf16* qkv,
+                               const philox::DropoutKey& key, int B, int Tn, int C, int NH, uint8_t* mask) {
+  if (NH >= 1 && C >= 1 && C % NH == 0 && !flash_attn_hopper_head_size(C / NH))
+    throw std::invalid_argument("flash_attn_forward_hopper: head size " + std::to_string(C / NH) +
+                                " (C / NH); the Hopper kernels take 64 and 128");
+  const int HS = flash::check_shape(B, Tn, C, NH, "flash_attn_forward_hopper");
+  if (!flash_attn_hopper_device(ctx))
+    throw std::invalid_argument("flash_attn_forward_hopper: the device is compute capability " +
+                                std::to_string(ctx.cc_major) + "." + std::to_string(ctx.cc_minor) +
+                                "; the Hopper kernels run on 9.0 only");
+  if (!out || !lse || !qkv) throw std::invalid_argument("flash_attn_forward_hopper: null buffer");
+  flash::check_aligned(qkv, 16, "flash_attn_forward_hopper", "qkv");  // cp.async moves 16 bytes
+  flash::check_aligned(out, 4, "flash_attn_forward_hopper", "out");   // bf16x2 stores
+  flash::FwdParams<bf16> p{};
+  flash::fill_fwd_params(p, qkv, out, lse, mask, key, B, Tn, C, NH);
+  const bool dropout = key.threshold != 0 || mask != nullptr;  // as flash_attn_forward: the dump by the dropout path
+  if (HS == 64) {
+    BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd_hopper<64, kDropout>(ctx, p); });
+  } else {
+    BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd_hopper<128, kDropout>(ctx, p); });
+  }
+}
+
+}  // namespace gpu
