@@ -72,6 +72,10 @@ struct FwdParams {
   long long ld_out;        // C: row stride of out / dout in elements
 };
 
+// The Hopper forward (kernels/flash_attn_hopper.cu) on params p of head size 64 or 128, with
+// or without the dropout path: what flash_attn_forward<bf16> runs when flash_attn_hopper_chosen.
+void launch_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p, bool dropout);
+
 template <typename Act>
 struct BwdParams : FwdParams<Act> {
   const Act* dout;  // (B, T, C) upstream gradient dO

@@ -41,6 +41,7 @@
 
 #include "flash_attn.cuh"
 #include "flash_attn_common.cuh"
+#include "flash_attn_hopper.cuh"
 
 namespace gpu {
 
@@ -307,9 +308,15 @@ void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, co
   const bool dropout = key.threshold != 0 || mask != nullptr;
   // the one place where the runtime flags become template parameters
   // (causal only: see flash::check_causal)
-  FLASH_HEADDIM_SWITCH(pad.HSp, kHS, [&] {
-    BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd<T, kHS, /*IsCausal=*/true, kDropout>(ctx, p); });
-  });
+  bool hopper = false;
+  if constexpr (std::is_same_v<T, bf16>) hopper = flash_attn_hopper_chosen(ctx, HS);
+  if (hopper) {
+    if constexpr (std::is_same_v<T, bf16>) flash::launch_fwd_hopper(ctx, p, dropout);
+  } else {
+    FLASH_HEADDIM_SWITCH(pad.HSp, kHS, [&] {
+      BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd<T, kHS, /*IsCausal=*/true, kDropout>(ctx, p); });
+    });
+  }
   if (pad.active()) flash::copy_heads(ctx, out, HS, out_k, pad.HSp, rows, NH);
 }
 

@@ -34,6 +34,7 @@
 //
 // Built for sm_90a alone (the Makefile's HOPPER_GENCODE): the instructions exist nowhere else.
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -47,6 +48,15 @@ namespace gpu {
 bool flash_attn_hopper_head_size(int HS) { return HS == 64 || HS == 128; }
 
 bool flash_attn_hopper_device(const Context& ctx) { return ctx.cc_major == 9 && ctx.cc_minor == 0; }
+
+bool flash_attn_hopper_chosen(const Context& ctx, int HS) {
+  const char* v = std::getenv("TG_FLASH_HOPPER");
+  const std::string s = v ? v : "";
+  if (!s.empty() && s != "0" && s != "1")
+    throw std::invalid_argument("TG_FLASH_HOPPER is '" + s + "'; expected 1 (the Hopper forward on compute capability "
+                                "9.0) or 0; set one of them, or unset it");
+  return s == "1" && flash_attn_hopper_device(ctx) && flash_attn_hopper_head_size(flash_attn_tile_head_size(HS));
+}
 
 namespace flash {
 namespace {
@@ -197,6 +207,15 @@ void run_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p) {
 }
 
 }  // namespace
+
+void launch_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p, bool dropout) {
+  if (p.HS == 64) {
+    BOOL_SWITCH(dropout, kDropout, [&] { run_fwd_hopper<64, kDropout>(ctx, p); });
+  } else {
+    BOOL_SWITCH(dropout, kDropout, [&] { run_fwd_hopper<128, kDropout>(ctx, p); });
+  }
+}
+
 }  // namespace flash
 
 void flash_attn_forward_hopper(const Context& ctx, bf16* out, float* lse, const bf16* qkv,
@@ -214,12 +233,8 @@ void flash_attn_forward_hopper(const Context& ctx, bf16* out, float* lse, const 
   flash::check_aligned(out, 4, "flash_attn_forward_hopper", "out");   // bf16x2 stores
   flash::FwdParams<bf16> p{};
   flash::fill_fwd_params(p, qkv, out, lse, mask, key, B, Tn, C, NH);
-  const bool dropout = key.threshold != 0 || mask != nullptr;  // as flash_attn_forward: the dump by the dropout path
-  if (HS == 64) {
-    BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd_hopper<64, kDropout>(ctx, p); });
-  } else {
-    BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd_hopper<128, kDropout>(ctx, p); });
-  }
+  // as flash_attn_forward: with the mask dump the dropout path runs, threshold 0 or not
+  flash::launch_fwd_hopper(ctx, p, key.threshold != 0 || mask != nullptr);
 }
 
 }  // namespace gpu

@@ -4,8 +4,8 @@
 // kernels/flash_attn_hopper.cu.
 //
 // Status: executed and checked under the emulator only (tests/gpu/test_flash_attn_gpu.cu, the
-// "hopper" cases); not yet chosen by flash_attn_forward at run time, which waits for the kernel
-// to be checked on an H100.
+// "hopper" cases). flash_attn_forward<bf16> runs it in place of the mma.sync forward only when
+// asked (TG_FLASH_HOPPER=1, flash_attn_hopper_chosen) until it has passed on an H100.
 #pragma once
 #include <cstdint>
 
@@ -20,6 +20,12 @@ bool flash_attn_hopper_head_size(int HS);
 // Whether the Hopper kernels can run on ctx's device: compute capability 9.0 (their code is
 // built for sm_90a alone, which runs on 9.0 and nothing else).
 bool flash_attn_hopper_device(const Context& ctx);
+
+// Whether flash_attn_forward<bf16> runs the Hopper forward for heads of size HS on ctx's device:
+// TG_FLASH_HOPPER=1 in the environment (read at each call; unset or 0: no; another value throws
+// std::invalid_argument), compute capability 9.0, and a tile head size
+// (flash_attn_tile_head_size) of 64 or 128.
+bool flash_attn_hopper_chosen(const Context& ctx, int HS);
 
 // As flash_attn_forward<bf16> with causal = true: out (B, T, C) and lse (B, NH, T) overwritten,
 // mask (B, NH, T, T) the keep decisions when not null (entries above the diagonal untouched).
