@@ -197,6 +197,297 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1) flash_fwd_hopp
   write_out_lse(p, o, m, l, bh, b, h, i_g, lane);
 }
 
+// ---- the backward: the dK / dV and dQ kernels of kernels/flash_attn_bwd.cu (same algorithm,
+// same tiles, same order of every sum over tiles) with their five products on wgmma. Each CTA is
+// one warpgroup (its four warps own 16 rows each, as the mma.sync kernels' four warps do), so the
+// masking, keep-bit and output helpers are theirs. Operands (all tiles swizzled as above):
+//   dK / dV kernel (64 keys; Br queries a tile: 64, 32 for HS = 128):
+//     S^T  = K Q^T      A = K (K-major), B = Q (K-major)          wgmma m64n{Br}k16 ss
+//     dV  += Pd^T dO    A = P^T o M^T from registers, B = dO (MN-major)    m64n{HS}k16 rs
+//     dP^T = V dO^T     A = V (K-major), B = dO (K-major)          m64n{Br}k16 ss
+//     dK  += dS^T Q     A = dS^T from registers, B = Q (MN-major)  m64n{HS}k16 rs
+//   dQ kernel (64 queries, 64 keys a tile):
+//     S = Q K^T, dP = dO V^T (ss), dQ += dS K (rs, B = K MN-major).
+// The masks: the dK / dV kernel's keep bits come from the shared tile make_mask_tile writes (one
+// Philox call per 4 keys of a query), the dQ kernel's from dropout_keep_bits, as in flash_attn_bwd.cu.
+
+// P (K/8 n-tiles of a warp's accumulators) as the wgmma A fragments of k-steps of 16 columns;
+// element (nt, e) enters as 0 unless bit 4nt+e of keep is set (Masked).
+template <int K, bool Masked>
+__device__ __forceinline__ void pack_a(uint32_t (&a)[K / 16][4], const float (&p)[K / 8][4], uint32_t keep) {
+  auto el = [&](int nt, int e) -> float {
+    if constexpr (Masked) return ((keep >> (4 * nt + e)) & 1u) ? p[nt][e] : 0.f;
+    return p[nt][e];
+  };
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    a[kk][0] = pack_bf16x2(el(2 * kk, 0), el(2 * kk, 1));
+    a[kk][1] = pack_bf16x2(el(2 * kk, 2), el(2 * kk, 3));
+    a[kk][2] = pack_bf16x2(el(2 * kk + 1, 0), el(2 * kk + 1, 1));
+    a[kk][3] = pack_bf16x2(el(2 * kk + 1, 2), el(2 * kk + 1, 3));
+  }
+}
+
+// acc (the warpgroup's 64 x N) = A B^T over HS: A the 64 rows of tile a (RA rows) from row0, B the
+// N rows of tile b; both K-major. Waits for the result.
+template <int HS, int N, int RA, int RB>
+__device__ __forceinline__ void wg_gemm_ss(float (&acc)[N / 8][4], uint32_t a, int row0, uint32_t b) {
+  float(&flat)[N / 2] = reinterpret_cast<float(&)[N / 2]>(acc);
+  hopper::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < HS / 16; ++kk)
+    hopper::wgmma_bf16_ss<N, 0, 0>(flat, desc_kmajor<RA>(a, row0, kk), desc_kmajor<RB>(b, 0, kk), kk > 0);
+  hopper::wgmma_commit_group();
+  hopper::wgmma_wait_group<0>();
+}
+
+// acc (64 x HS) += A B: A (64 x K) from the registers a, B the K rows x HS of tile b (K rows,
+// MN-major). Waits for the result.
+template <int K, int HS>
+__device__ __forceinline__ void wg_gemm_rs(float (&acc)[HS / 8][4], const uint32_t (&a)[K / 16][4], uint32_t b) {
+  float(&flat)[HS / 2] = reinterpret_cast<float(&)[HS / 2]>(acc);
+  hopper::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) hopper::wgmma_bf16_rs<HS, 1>(flat, a[kk], desc_v<K>(b, kk), true);
+  hopper::wgmma_commit_group();
+  hopper::wgmma_wait_group<0>();
+}
+
+template <int HS>
+struct HopperDkvTile {
+  static constexpr int kThreads = 128;  // one warpgroup
+  static constexpr int kBc = 64;
+  static constexpr int kBr = HS == 128 ? 32 : 64;
+  static constexpr int kMaskStride = kBr + 4;
+  static constexpr int kKVBytes = kBc * HS * 2, kQBytes = kBr * HS * 2;
+  static constexpr int kTileBytes = 2 * kKVBytes + 4 * kQBytes;  // K, V; two stages of Q, dO
+  static constexpr size_t kSmemBytes = 1024 + kTileBytes + 4 * kBr * sizeof(float) + (size_t)kBc * kMaskStride;
+};
+
+// grid (B*NH, ceil(T / Bc)). Causal.
+template <int HS, bool IsDropout>
+__global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv_hopper_kernel(const BwdParams<bf16> p) {
+  using Tile = HopperDkvTile<HS>;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, MS = Tile::kMaskStride, NThreads = Tile::kThreads;
+  unsigned char* const raw = dynamic_smem<unsigned char>();
+  unsigned char* const sK = raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);  // K_j  [Bc][HS]
+  unsigned char* const sV = sK + Tile::kKVBytes;                                  // V_j  [Bc][HS]
+  unsigned char* const sQ = sV + Tile::kKVBytes;                                  // Q_i  [2][Br][HS]
+  unsigned char* const sdO = sQ + 2 * Tile::kQBytes;                              // dO_i [2][Br][HS]
+  float* sL = reinterpret_cast<float*>(sK + Tile::kTileBytes);  // lse_i log2(e) [2][Br]
+  float* sD = sL + 2 * Br;                                       // D_i [2][Br]
+  uint8_t* sM = reinterpret_cast<uint8_t*>(sD + 2 * Br);         // M_ij^T [Bc][MS]
+  const uint32_t aK = smem_u32(sK), aV = smem_u32(sV), aQ = smem_u32(sQ), adO = smem_u32(sdO);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int j0 = blockIdx.y * Bc;  // first key of K_j
+  const int jw0 = j0 + 16 * warp;  // first key of this warp
+  const int k_g = jw0 + g;         // key of this lane's elements 0, 1 (2, 3: +8)
+  const long long qkv_b = (long long)b * p.T * p.ld_qkv;
+  const bf16* Q = p.qkv + qkv_b + (long long)h * HS;
+  const bf16* K = Q + p.C;
+  const bf16* V = Q + 2LL * p.C;
+  const bf16* dO = p.dout + (long long)b * p.T * p.ld_out + (long long)h * HS;
+  const float* lse = p.lse + (long long)bh * p.T;
+  const float* Dg = p.D + (long long)bh * p.T;
+
+  // causal: query tiles that end before j0 see only keys after their queries
+  const int it0 = j0 / Br;
+  const int n_it = (p.T + Br - 1) / Br;
+
+  auto load_q_tile = [&](int it, int stage) {
+    const int i0 = it * Br;
+    load_tile_sw128<Br, HS, NThreads>(sQ + stage * Tile::kQBytes, Q, p.ld_qkv, i0, p.T);
+    load_tile_sw128<Br, HS, NThreads>(sdO + stage * Tile::kQBytes, dO, p.ld_out, i0, p.T);
+    for (int r = threadIdx.x; r < Br; r += NThreads) {
+      const int i = i0 + r;
+      sL[stage * Br + r] = i < p.T ? lse[i] * kLog2e : INFINITY;
+      sD[stage * Br + r] = i < p.T ? Dg[i] : 0.f;
+    }
+  };
+  load_tile_sw128<Bc, HS, NThreads>(sK, K, p.ld_qkv, j0, p.T);
+  load_tile_sw128<Bc, HS, NThreads>(sV, V, p.ld_qkv, j0, p.T);
+  load_q_tile(it0, 0);
+  cp_async_commit();
+
+  float dk[HS / 8][4], dv[HS / 8][4];
+  zero(dk);
+  zero(dv);
+  for (int it = it0; it < n_it; ++it) {
+    const int i0 = it * Br, stage = (it - it0) % 2;
+    if (it + 1 < n_it) {
+      load_q_tile(it + 1, 1 - stage);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    if constexpr (IsDropout) make_mask_tile<Br, Bc, MS, NThreads>(sM, p.key, bh, i0, j0);
+    hopper::fence_proxy_async();
+    __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
+    const uint32_t tQ = aQ + stage * Tile::kQBytes, tdO = adO + stage * Tile::kQBytes;
+    const float* sLi = sL + stage * Br;
+    const float* sDi = sD + stage * Br;
+    // S_ij^T = K_j Q_i^T (raw), masked
+    float st[Br / 8][4];
+    wg_gemm_ss<HS, Br, Bc, Br>(st, aK, 0, tQ);
+    if (i0 + Br > p.T || i0 < jw0 + 15) mask_scores_t<Br / 8, true>(st, k_g, i0 + 2 * t, p.T);
+    // P_ij^T = exp(S_ij^T - lse_i) (lse of the column's query)
+#pragma unroll
+    for (int nt = 0; nt < Br / 8; ++nt) {
+      const float2 L = *reinterpret_cast<const float2*>(sLi + 8 * nt + 2 * t);
+      st[nt][0] = exp2f(fmaf(st[nt][0], p.scale_log2, -L.x));
+      st[nt][1] = exp2f(fmaf(st[nt][1], p.scale_log2, -L.y));
+      st[nt][2] = exp2f(fmaf(st[nt][2], p.scale_log2, -L.x));
+      st[nt][3] = exp2f(fmaf(st[nt][3], p.scale_log2, -L.y));
+    }
+    // dV_j += (P_ij o M_ij)^T dO_i   (the scale s is applied once, at the end)
+    const uint32_t bits = IsDropout ? keep_bits_from_tile<Br / 8, MS>(sM, warp, lane) : ~0u;
+    {
+      uint32_t a[Br / 16][4];
+      pack_a<Br, IsDropout>(a, st, bits);
+      wg_gemm_rs<Br, HS>(dv, a, tdO);
+    }
+    // dPd_ij^T = V_j dO_i^T
+    float dpt[Br / 8][4];
+    wg_gemm_ss<HS, Br, Bc, Br>(dpt, aV, 0, tdO);
+    // dP = dPd o M s, dS_ij^T = P_ij^T o (dP_ij^T - D_i), in place in dpt
+#pragma unroll
+    for (int nt = 0; nt < Br / 8; ++nt) {
+      const float2 Dq = *reinterpret_cast<const float2*>(sDi + 8 * nt + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float dp = dpt[nt][e];
+        if constexpr (IsDropout) dp = ((bits >> (4 * nt + e)) & 1u) ? dp * p.dropout_scale : 0.f;
+        dpt[nt][e] = st[nt][e] * (dp - ((e % 2) ? Dq.y : Dq.x));
+      }
+    }
+    // dK_j += dS_ij^T Q_i   (the 1/sqrt(HS) is applied once, at the end)
+    {
+      uint32_t a[Br / 16][4];
+      pack_a<Br, false>(a, dpt, 0u);
+      wg_gemm_rs<Br, HS>(dk, a, tQ);
+    }
+    __syncthreads();  // every warp is done with this stage and the keep bits
+  }
+  // dqkv[K_j] += dK_j / sqrt(HS), dqkv[V_j] += dV_j s
+  bf16* dqkv_b = p.dqkv + qkv_b;
+  add_to_dqkv(dqkv_b, p.ld_qkv, (long long)p.C + (long long)h * HS, dk, p.scale, k_g, p.T, lane);
+  add_to_dqkv(dqkv_b, p.ld_qkv, 2LL * p.C + (long long)h * HS, dv, p.dropout_scale, k_g, p.T, lane);
+}
+
+template <int HS>
+struct HopperDqTile {
+  static constexpr int kThreads = 128;  // one warpgroup
+  static constexpr int kBr = 64, kBc = 64;
+  static constexpr int kTileBytes = kBr * HS * 2;  // Q_i, dO_i, and each K_j, V_j stage
+  static constexpr size_t kSmemBytes = 1024 + 6 * (size_t)kTileBytes;
+};
+
+// grid (B*NH, ceil(T / Br)); query tiles last-first. Causal.
+template <int HS, bool IsDropout>
+__global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_hopper_kernel(const BwdParams<bf16> p) {
+  using Tile = HopperDqTile<HS>;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, NThreads = Tile::kThreads, TB = Tile::kTileBytes;
+  unsigned char* const raw = dynamic_smem<unsigned char>();
+  unsigned char* const sQ = raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);  // Q_i  [Br][HS]
+  unsigned char* const sdO = sQ + TB;                                             // dO_i [Br][HS]
+  unsigned char* const sK = sdO + TB;                                             // K_j  [2][Bc][HS]
+  unsigned char* const sV = sK + 2 * TB;                                          // V_j  [2][Bc][HS]
+  const uint32_t aQ = smem_u32(sQ), adO = smem_u32(sdO), aK = smem_u32(sK), aV = smem_u32(sV);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * Br;
+  const int iw0 = i0 + 16 * warp;
+  const int i_g = iw0 + lane / 4;
+  const long long qkv_b = (long long)b * p.T * p.ld_qkv;
+  const bf16* Q = p.qkv + qkv_b + (long long)h * HS;
+  const bf16* K = Q + p.C;
+  const bf16* V = Q + 2LL * p.C;
+  const bf16* dO = p.dout + (long long)b * p.T * p.ld_out + (long long)h * HS;
+
+  const int j_end = min(p.T, i0 + Br);
+  const int n_j = (j_end + Bc - 1) / Bc;
+
+  load_tile_sw128<Br, HS, NThreads>(sQ, Q, p.ld_qkv, i0, p.T);
+  load_tile_sw128<Br, HS, NThreads>(sdO, dO, p.ld_out, i0, p.T);
+  load_tile_sw128<Bc, HS, NThreads>(sK, K, p.ld_qkv, 0, p.T);
+  load_tile_sw128<Bc, HS, NThreads>(sV, V, p.ld_qkv, 0, p.T);
+  cp_async_commit();
+
+  // lse_i log2(e) and D_i of the lane's rows (+inf past T: P = 0 there)
+  float lse2[2], Di[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i_g + 8 * r;
+    lse2[r] = i < p.T ? p.lse[(long long)bh * p.T + i] * kLog2e : INFINITY;
+    Di[r] = i < p.T ? p.D[(long long)bh * p.T + i] : 0.f;
+  }
+
+  float dq[HS / 8][4];
+  zero(dq);
+  for (int jt = 0; jt < n_j; ++jt) {
+    const int j0 = jt * Bc, stage = jt % 2;
+    if (jt + 1 < n_j) {
+      load_tile_sw128<Bc, HS, NThreads>(sK + (1 - stage) * TB, K, p.ld_qkv, j0 + Bc, p.T);
+      load_tile_sw128<Bc, HS, NThreads>(sV + (1 - stage) * TB, V, p.ld_qkv, j0 + Bc, p.T);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    hopper::fence_proxy_async();
+    __syncthreads();
+    const uint32_t tK = aK + stage * TB, tV = aV + stage * TB;
+    // S_ij = Q_i K_j^T (raw), masked; P_ij = exp(S_ij - lse_i)
+    float s[Bc / 8][4];
+    wg_gemm_ss<HS, Bc, Br, Bc>(s, aQ, 0, tK);
+    if (j0 + Bc > p.T || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), p.T);
+#pragma unroll
+    for (int nt = 0; nt < Bc / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(fmaf(s[nt][e], p.scale_log2, -lse2[e / 2]));
+    // dPd_ij = dO_i V_j^T
+    float dp[Bc / 8][4];
+    wg_gemm_ss<HS, Bc, Br, Bc>(dp, adO, 0, tV);
+    // dP_ij = dPd_ij o M_ij s (the forward's keep bits), dS_ij = P_ij o (dP_ij - D_i), in place
+    const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(p.key, bh, i_g, j0, lane) : ~0u;
+#pragma unroll
+    for (int nt = 0; nt < Bc / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float d = dp[nt][e];
+        if constexpr (IsDropout) d = ((bits >> (4 * nt + e)) & 1u) ? d * p.dropout_scale : 0.f;
+        dp[nt][e] = s[nt][e] * (d - Di[e / 2]);
+      }
+    // dQ_i += dS_ij K_j   (the 1/sqrt(HS) is applied once, at the end)
+    {
+      uint32_t a[Bc / 16][4];
+      pack_a<Bc, false>(a, dp, 0u);
+      wg_gemm_rs<Bc, HS>(dq, a, tK);
+    }
+    __syncthreads();
+  }
+  // dqkv[Q_i] += dQ_i / sqrt(HS)
+  add_to_dqkv(p.dqkv + qkv_b, p.ld_qkv, (long long)h * HS, dq, p.scale, i_g, p.T, lane);
+}
+
+template <int HS, bool IsDropout>
+void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
+  using Kv = HopperDkvTile<HS>;
+  using Dq = HopperDqTile<HS>;
+  const long long kv_tiles = ceil_div(p.T, Kv::kBc), q_tiles = ceil_div(p.T, Dq::kBr);
+  if (kv_tiles > 65535 || q_tiles > 65535) throw std::invalid_argument("flash_attn_backward: T too large for the grid");
+  launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)kv_tiles), Kv::kThreads,
+         Kv::kSmemBytes, ctx.stream, p);
+  launch(flash_bwd_dq_hopper_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)q_tiles), Dq::kThreads,
+         Dq::kSmemBytes, ctx.stream, p);
+}
+
 template <int HS, bool IsDropout>
 void run_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p) {
   using Tile = HopperFwdTile<HS>;
@@ -207,6 +498,14 @@ void run_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p) {
 }
 
 }  // namespace
+
+void launch_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p, bool dropout) {
+  if (p.HS == 64) {
+    BOOL_SWITCH(dropout, kDropout, [&] { run_bwd_hopper<64, kDropout>(ctx, p); });
+  } else {
+    BOOL_SWITCH(dropout, kDropout, [&] { run_bwd_hopper<128, kDropout>(ctx, p); });
+  }
+}
 
 void launch_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p, bool dropout) {
   if (p.HS == 64) {

@@ -93,7 +93,7 @@ class CudaBackend final : public Backend {
     std::string note;
     if (tile != HS && tile != 0) note = "head size " + std::to_string(HS) + " padded to " + std::to_string(tile) + " in the flash kernels";
     if (std::is_same<T, gpu::bf16>::value && gpu::flash_attn_hopper_chosen(gpt_.ctx(), HS))
-      note += std::string(note.empty() ? "" : "; ") + "forward on Hopper wgmma, backward on mma.sync";
+      note += std::string(note.empty() ? "" : "; ") + "Hopper wgmma kernels";
     return note.empty() ? "" : " (" + note + ")";
   }
 

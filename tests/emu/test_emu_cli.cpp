@@ -144,12 +144,12 @@ TEST_CASE("train_gpt_emu: head sizes the flash tiles do not have run padded, or 
   fs::remove_all(out);
 }
 
-// TG_FLASH_HOPPER=1 runs the flash forward on the Hopper kernel (kernels/flash_attn_hopper.cuh)
-// on compute capability 9.0, the emulator's default device, and the start-up line says so; under
-// the emulator its O and lse are the mma.sync kernel's bit for bit (the same products, in the same
-// order per k-step of 16), so the whole run is the same bits. On an A100 it stays on mma.sync, and
+// TG_FLASH_HOPPER=1 runs the flash forward and backward on the Hopper kernels
+// (kernels/flash_attn_hopper.cuh) on compute capability 9.0, the emulator's default device, and
+// the start-up line says so; under the emulator their outputs are the mma.sync kernels' bit for
+// bit (the same products, in the same order per k-step of 16), so the whole run is the same bits. On an A100 it stays on mma.sync, and
 // a value other than 0 or 1 is refused.
-TEST_CASE("train_gpt_emu: TG_FLASH_HOPPER=1 runs the forward on Hopper wgmma, the same bits as mma.sync here") {
+TEST_CASE("train_gpt_emu: TG_FLASH_HOPPER=1 runs the flash kernels on Hopper wgmma, the same bits as mma.sync here") {
   // head size 64 (one of the Hopper kernel's); two query tiles of its 128 rows at T = 160
   const std::string common = " --device cuda --precision bf16 --eval-interval 2 --log-interval 1 --sample-tokens 0 "
                              "--dropout 0.1 --n-layer 1 --n-head 1 --n-embd 64 --block-size 160 --batch-size 2 "
@@ -162,7 +162,7 @@ TEST_CASE("train_gpt_emu: TG_FLASH_HOPPER=1 runs the forward on Hopper wgmma, th
   REQUIRE(mma.code == 0);
   REQUIRE(hop.code == 0);
   CHECK(mma.out.find("attention: flash |") != std::string::npos);
-  CHECK(hop.out.find("attention: flash (forward on Hopper wgmma, backward on mma.sync) |") != std::string::npos);
+  CHECK(hop.out.find("attention: flash (Hopper wgmma kernels) |") != std::string::npos);
   const std::map<int, double> a = train_losses(out / "mma"), b = train_losses(out / "hopper");
   CHECK(a.size() == 3);
   CHECK(a == b);

@@ -38,7 +38,9 @@
 // naive GPU path saves P, not lse.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -283,19 +285,47 @@ std::vector<std::pair<Shape, bool>> cases() {
   return cs;
 }
 
+// TG_FLASH_HOPPER=1 for the scope (flash_attn_forward / _backward then run the Hopper kernels on
+// compute capability 9.0); the previous value restored at its end.
+struct HopperKernels {
+  std::string before;
+  bool had = false;
+  HopperKernels() {
+    if (const char* v = std::getenv("TG_FLASH_HOPPER")) had = true, before = v;
+    setenv("TG_FLASH_HOPPER", "1", 1);
+  }
+  ~HopperKernels() {
+    if (had) setenv("TG_FLASH_HOPPER", before.c_str(), 1);
+    else unsetenv("TG_FLASH_HOPPER");
+  }
+};
+
 // Checks flash (bf16) against the fp64 reference with the ratio rule; returns false on failure.
+// hopper: on the Hopper kernels, the keep decisions also checked byte for byte against the CPU's
+// (through the mask hook), and the outputs left in *hopper_out.
 bool check_bf16_case(const gpu::Context& ctx, const Shape& s, bool causal, double p, uint64_t salt, double qs = 1,
-                     double ks = 1) {
-  const std::string where = describe(s, causal, p);
+                     double ks = 1, Result* hopper_out = nullptr) {
+  const bool hopper = hopper_out != nullptr;
+  const std::string where = describe(s, causal, p) + (hopper ? " (hopper)" : "");
   const philox::DropoutKey key = attn_key(p);
   const std::vector<double> qkv = tg_test::round_to<gpu::bf16>(make_qkv(s, salt, qs, ks));
   const std::vector<double> dout = tg_test::round_to<gpu::bf16>(random_vector(s.nout(), salt + 1));
-  const Result ref = cpu_reference(s, qkv, dout, key, causal, false);
-  const Result fl = run_flash<gpu::bf16>(ctx, s, qkv, dout, key, causal, false);
+  const Result ref = cpu_reference(s, qkv, dout, key, causal, hopper);
+  const Result fl = [&] {
+    std::unique_ptr<HopperKernels> on(hopper ? new HopperKernels : nullptr);
+    return run_flash<gpu::bf16>(ctx, s, qkv, dout, key, causal, hopper);
+  }();
   const Result nv = run_naive<gpu::bf16>(ctx, s, qkv, dout, key, causal);
   const double u = gpu::unit_roundoff<gpu::bf16>();
   bool ok = all_finite(fl.out) && all_finite(fl.lse) && all_finite(fl.dqkv);
   if (!ok) MESSAGE(where << ": NaN or Inf in the flash outputs");
+  if (hopper) {
+    size_t diff = 0;
+    for (size_t i = 0; i < ref.mask.size(); ++i) diff += fl.mask[i] != ref.mask[i];
+    if (diff) MESSAGE(where << ": " << diff << " mask entries differ from the CPU mask");
+    ok &= diff == 0;
+    *hopper_out = fl;
+  }
   ok &= ratio_rule("O", fl.out, nv.out, ref.out, 2, u * max_abs(ref.out), where);
   ok &= ratio_rule("lse", fl.lse, plain_lse_f32(s, qkv, causal), ref.lse, 2, 64 * kU32 * (1 + max_abs(ref.lse)), where);
   const char* names[3] = {"dQ", "dK", "dV"};
@@ -456,69 +486,36 @@ TG_GPU_TEST("flash attention float: SIMT path within the derived fp32 tolerance 
   }
 }
 
-// The Hopper forward (wgmma, kernels/flash_attn_hopper.cuh) against the same fp64 spec: O and
-// lse by the ratio rule of 1 against the naive bf16 path; the keep decisions byte for byte the
-// CPU's, through its mask hook (with p = 0.17 and p = 0 alike); and beside the mma.sync flash
-// forward on the same inputs, within a bf16 rounding of O (the two differ only in the order of
-// the sums inside their matrix products).
-namespace {
-
-Result run_flash_hopper(const gpu::Context& ctx, const Shape& s, const std::vector<double>& qkv,
-                        const philox::DropoutKey& key, bool want_mask) {
-  DeviceArray<gpu::bf16> d_qkv(qkv), d_out(std::vector<double>(s.nout(), -7.0));
-  DeviceArray<float> d_lse(std::vector<double>(s.nlse(), -7.0));
-  DeviceArray<uint8_t> d_mask(want_mask ? s.natt() : 0);
-  if (want_mask) cudaCheck(cudaMemset(d_mask.ptr, kSentinel, s.natt()));
-  cudaCheck(cudaDeviceSynchronize());
-  gpu::flash_attn_forward_hopper(ctx, d_out.ptr, d_lse.ptr, d_qkv.ptr, key, s.B, s.Tn, s.C(), s.NH,
-                                 want_mask ? d_mask.ptr : nullptr);
-  Result r;
-  r.out = d_out.download();
-  r.lse = d_lse.download();
-  if (want_mask) {
-    r.mask.resize(s.natt());
-    cudaCheck(cudaDeviceSynchronize());
-    cudaCheck(cudaMemcpy(r.mask.data(), d_mask.ptr, s.natt(), cudaMemcpyDeviceToHost));
-  }
-  return r;
-}
-
-}  // namespace
-
-TG_HOPPER_TEST("flash attention hopper (wgmma) forward: O, lse by the ratio rule, masks byte for byte the CPU's") {
+// The Hopper kernels (wgmma, kernels/flash_attn_hopper.cuh, through flash_attn_forward / _backward
+// with TG_FLASH_HOPPER=1) against the same fp64 spec: O, lse, dQ, dK, dV by the ratio rules of the
+// bf16 case above, the keep decisions byte for byte the CPU's (the mask hook); and beside the
+// mma.sync kernels on the same inputs: O within a bf16 rounding, lse to the fp32 sums' few ulp
+// (the two differ only in the order of the sums inside their matrix products; under the emulator
+// not at all), the gradients' largest difference reported.
+TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the ratio rules, masks the CPU's") {
   uint64_t salt = 80000;
-  for (int Tn : tg_test::device_sizes<int>({1, 17, 64, 129, 255}, {17, 129}))
+  for (int Tn : tg_test::device_sizes<int>({1, 17, 64, 129, 255}, {1, 17, 129}))
     for (int HS : {64, 128})
       for (double p : {0.0, 0.17}) {
         const Shape s{Tn <= 129 ? 2 : 1, Tn, 2, HS};
         const std::string where = describe(s, true, p) + " (hopper)";
-        const philox::DropoutKey key = attn_key(p, 5);
         tg_test::TestContext tc(scratch_for(s, sizeof(gpu::bf16)), gpu::Precision::BF16);
-        const std::vector<double> qkv = tg_test::round_to<gpu::bf16>(make_qkv(s, salt += 10));
+        Result hw;
+        CHECK_MESSAGE(check_bf16_case(tc.ctx, s, true, p, salt += 10, 1, 1, &hw), where);
+        // the same inputs on the mma.sync kernels
+        const philox::DropoutKey key = attn_key(p);
+        const std::vector<double> qkv = tg_test::round_to<gpu::bf16>(make_qkv(s, salt));
         const std::vector<double> dout = tg_test::round_to<gpu::bf16>(random_vector(s.nout(), salt + 1));
-        const Result ref = cpu_reference(s, qkv, dout, key, true, true);
-        const Result hw = run_flash_hopper(tc.ctx, s, qkv, key, true);
-        const Result nv = run_naive<gpu::bf16>(tc.ctx, s, qkv, dout, key, true);
-        const Result fa2 = run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, true, false);
+        const Result mma = run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, true, false);
         const double u = gpu::unit_roundoff<gpu::bf16>();
-        bool ok = all_finite(hw.out) && all_finite(hw.lse);
-        ok &= ratio_rule("O", hw.out, nv.out, ref.out, 2, u * max_abs(ref.out), where);
-        ok &= ratio_rule("lse", hw.lse, plain_lse_f32(s, qkv, true), ref.lse, 2, 64 * kU32 * (1 + max_abs(ref.lse)),
-                         where);
-        size_t diff = 0;
-        for (size_t i = 0; i < ref.mask.size(); ++i) diff += hw.mask[i] != ref.mask[i];
-        CHECK_MESSAGE(diff == 0, where << ": " << diff << " mask entries differ from the CPU mask");
-        // beside the mma.sync kernel: one bf16 rounding of O apart at most (each rounds its own
-        // fp32 O), lse to the fp32 sums' few ulp
-        CHECK_MESSAGE(max_abs_diff(hw.out, fa2.out) <= 2 * u * max_abs(fa2.out), where << ": O beside mma.sync");
-        CHECK_MESSAGE(max_abs_diff(hw.lse, fa2.lse) <= 64 * kU32 * (1 + max_abs(fa2.lse)), where << ": lse beside mma.sync");
-        MESSAGE(where << ": max |O hopper - O mma.sync| = " << max_abs_diff(hw.out, fa2.out)
-                      << ", max |lse hopper - lse mma.sync| = " << max_abs_diff(hw.lse, fa2.lse));
-        CHECK_MESSAGE(ok, where);
+        CHECK_MESSAGE(max_abs_diff(hw.out, mma.out) <= 2 * u * max_abs(mma.out), where << ": O beside mma.sync");
+        CHECK_MESSAGE(max_abs_diff(hw.lse, mma.lse) <= 64 * kU32 * (1 + max_abs(mma.lse)), where << ": lse beside mma.sync");
+        MESSAGE(where << ": largest difference from the mma.sync kernels: O " << max_abs_diff(hw.out, mma.out) << ", lse "
+                      << max_abs_diff(hw.lse, mma.lse) << ", dqkv " << max_abs_diff(hw.dqkv, mma.dqkv));
       }
 }
 
-TG_HOPPER_TEST("flash attention hopper (wgmma) forward: head sizes other than 64 and 128 are refused") {
+TG_HOPPER_TEST("flash attention hopper (wgmma): head sizes other than 64 and 128 are refused") {
   tg_test::TestContext tc(0, gpu::Precision::BF16);
   const philox::DropoutKey key = attn_key(0.0);
   for (int HS : {32, 40, 96, 256}) {
