@@ -297,8 +297,20 @@ __global__ void wgmma_kernel(WgmmaArgs p) {
 // Runs one m64nNk16 wgmma on operands laid out as given and checks every thread's accumulators
 // against the ISA's D fragment (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts",
 // wgmma .m64nNk16 D: thread 32w + 4g + q holds d[4j + 2h + c] = D[16w + 8h + g][8j + 2q + c]).
+struct WgmmaShape {
+  int N, TransA, TransB;
+  bool RegA;
+  void (*kernel)(WgmmaArgs);
+};
 template <int N, int TransA, int TransB, bool RegA>
-void check_wgmma(Swizzle sa, Swizzle sb, int kofs_a, int kofs_b, bool accumulate, unsigned seed) {
+WgmmaShape shape() {
+  return {N, TransA, TransB, RegA, wgmma_kernel<N, TransA, TransB, RegA>};
+}
+
+void check_wgmma(const WgmmaShape& shape, Swizzle sa, Swizzle sb, int kofs_a, int kofs_b, bool accumulate,
+                 unsigned seed) {
+  const int N = shape.N, TransA = shape.TransA, TransB = shape.TransB;
+  const bool RegA = shape.RegA;
   const Placement pa = place(TransA != 0, sa, 64, 0, kofs_a);
   const Placement pb = place(TransB != 0, sb, N, extent(pa), kofs_b);
   const int bytes = (int)(pb.origin + extent(pb));
@@ -336,7 +348,7 @@ void check_wgmma(Swizzle sa, Swizzle sb, int kofs_a, int kofs_b, bool accumulate
   REQUIRE(cudaMemcpy(d_image, image.data(), image.size(), cudaMemcpyHostToDevice) == cudaSuccess);
   REQUIRE(cudaMemcpy(d_frag, frag.data(), frag.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
   const WgmmaArgs args{d_image, bytes, d_frag, descriptor(pa), descriptor(pb), accumulate ? 1 : 0, d_out, d_early};
-  auto kernel = wgmma_kernel<N, TransA, TransB, RegA>;
+  auto kernel = shape.kernel;
   if (bytes > 48 * 1024) REQUIRE(cudaFuncSetAttribute((const void*)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess);
   gpu::launch(kernel, 1, 128, (size_t)bytes, nullptr, args);
   const std::vector<float> out = download(d_out, (size_t)(64 * N)), early = download(d_early, (size_t)(64 * N));
@@ -368,24 +380,24 @@ void check_wgmma(Swizzle sa, Swizzle sb, int kofs_a, int kofs_b, bool accumulate
 }  // namespace
 
 TEST_CASE("hopper: wgmma m64nNk16 bf16, K-major operands in every swizzle mode (PTX ISA: wgmma, Matrix Descriptor Format, Shared Memory Matrix Layout)") {
-  check_wgmma<8, 0, 0, false>(Swizzle::None, Swizzle::None, 0, 0, false, 1);
-  check_wgmma<16, 0, 0, false>(Swizzle::B32, Swizzle::B32, 0, 0, true, 2);
-  check_wgmma<64, 0, 0, false>(Swizzle::B64, Swizzle::B64, 16, 0, true, 3);       // A's k 16..31 of a 64 B row
-  check_wgmma<128, 0, 0, false>(Swizzle::B128, Swizzle::B128, 16, 32, false, 4);  // k steps inside 128 B rows
-  check_wgmma<256, 0, 0, false>(Swizzle::B128, Swizzle::B128, 48, 48, true, 5);
+  check_wgmma(shape<8, 0, 0, false>(), Swizzle::None, Swizzle::None, 0, 0, false, 1);
+  check_wgmma(shape<16, 0, 0, false>(), Swizzle::B32, Swizzle::B32, 0, 0, true, 2);
+  check_wgmma(shape<64, 0, 0, false>(), Swizzle::B64, Swizzle::B64, 16, 0, true, 3);       // A's k 16..31 of a 64 B row
+  check_wgmma(shape<128, 0, 0, false>(), Swizzle::B128, Swizzle::B128, 16, 32, false, 4);  // k steps inside 128 B rows
+  check_wgmma(shape<256, 0, 0, false>(), Swizzle::B128, Swizzle::B128, 48, 48, true, 5);
 }
 
 TEST_CASE("hopper: wgmma m64nNk16 bf16, MN-major (transposed) operands (PTX ISA: wgmma imm-trans-a / imm-trans-b, Shared Memory Matrix Layout)") {
-  check_wgmma<64, 0, 1, false>(Swizzle::B128, Swizzle::B128, 0, 0, true, 6);  // P V: V stored (keys, head dims)
-  check_wgmma<32, 1, 1, false>(Swizzle::None, Swizzle::B64, 0, 0, false, 7);
-  check_wgmma<16, 1, 0, false>(Swizzle::B32, Swizzle::None, 0, 0, true, 8);
-  check_wgmma<256, 1, 1, false>(Swizzle::B128, Swizzle::B32, 0, 0, true, 9);
+  check_wgmma(shape<64, 0, 1, false>(), Swizzle::B128, Swizzle::B128, 0, 0, true, 6);  // P V: V stored (keys, head dims)
+  check_wgmma(shape<32, 1, 1, false>(), Swizzle::None, Swizzle::B64, 0, 0, false, 7);
+  check_wgmma(shape<16, 1, 0, false>(), Swizzle::B32, Swizzle::None, 0, 0, true, 8);
+  check_wgmma(shape<256, 1, 1, false>(), Swizzle::B128, Swizzle::B32, 0, 0, true, 9);
 }
 
 TEST_CASE("hopper: wgmma m64nNk16 bf16 with A from registers (PTX ISA: wgmma, Register Fragments: A of .m64nNk16)") {
-  check_wgmma<64, 0, 0, true>(Swizzle::None, Swizzle::B128, 0, 16, true, 10);
-  check_wgmma<128, 0, 1, true>(Swizzle::None, Swizzle::B128, 0, 0, false, 11);
-  check_wgmma<8, 0, 1, true>(Swizzle::None, Swizzle::None, 0, 0, true, 12);
+  check_wgmma(shape<64, 0, 0, true>(), Swizzle::None, Swizzle::B128, 0, 16, true, 10);
+  check_wgmma(shape<128, 0, 1, true>(), Swizzle::None, Swizzle::B128, 0, 0, false, 11);
+  check_wgmma(shape<8, 0, 1, true>(), Swizzle::None, Swizzle::None, 0, 0, true, 12);
 }
 
 namespace {
