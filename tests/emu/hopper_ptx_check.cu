@@ -20,7 +20,7 @@ __device__ void every_shape(float* out, uint64_t desc_a, uint64_t desc_b, const 
 
 }  // namespace
 
-__global__ void hopper_ptx_check_kernel(float* out, uint32_t bytes) {
+__global__ void hopper_ptx_check_kernel(float* out, uint32_t bytes, const __grid_constant__ CUtensorMap map) {
   __shared__ alignas(1024) unsigned char tile[64 * 256 * 2];
   __shared__ uint64_t bar;
   if (threadIdx.x == 0) {
@@ -32,6 +32,7 @@ __global__ void hopper_ptx_check_kernel(float* out, uint32_t bytes) {
   gpu::hopper::mbarrier_complete_tx(&bar, bytes);
   if (threadIdx.x == 0) gpu::hopper::mbarrier_arrive_expect_tx(&bar, 0);
   else gpu::hopper::mbarrier_arrive(&bar);
+  if (threadIdx.x == 0) gpu::hopper::tma_load_2d(tile, &map, 0, (int)bytes, &bar);
   gpu::hopper::mbarrier_wait_parity(&bar, 0);
   if (gpu::hopper::mbarrier_test_wait_parity(&bar, 1)) out[0] = 1.f;
   tile[threadIdx.x] = (unsigned char)threadIdx.x;

@@ -516,3 +516,178 @@ TEST_CASE("racecheck: a wgmma operand overwritten before its wait_group, or writ
   INFO("child stderr: " << after.err);
   CHECK(after.exit_code == 0);
 }
+
+// ---- TMA ---------------------------------------------------------------------------------------
+namespace {
+
+// A bf16 tensor of dim1 rows of dim0 elements, rows `pitch` bytes apart, element (x, y) = 1 + x +
+// 100 y (never 0, the fill, nor 0xFFFF, the emulator's in-flight poison).
+struct Tensor2d {
+  int dim0, dim1, pitch;
+  uint16_t* dev = nullptr;
+  uint16_t at(int x, int y) const { return x < 0 || y < 0 || x >= dim0 || y >= dim1 ? 0 : (uint16_t)(1 + x + 100 * y); }
+  void upload() {
+    std::vector<uint16_t> h((size_t)(pitch / 2 * dim1), 0);
+    for (int y = 0; y < dim1; ++y)
+      for (int x = 0; x < dim0; ++x) h[(size_t)(y * (pitch / 2) + x)] = at(x, y);
+    dev = device_alloc<uint16_t>(h.size());
+    REQUIRE(cudaMemcpy(dev, h.data(), h.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  CUtensorMap map(int box0, int box1, CUtensorMapSwizzle swizzle) const {
+    CUtensorMap m;
+    const cuuint64_t dims[2] = {(cuuint64_t)dim0, (cuuint64_t)dim1}, strides[1] = {(cuuint64_t)pitch};
+    const cuuint32_t box[2] = {(cuuint32_t)box0, (cuuint32_t)box1}, ones[2] = {1, 1};
+    REQUIRE(cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dev, dims, strides, box, ones,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS);
+    return m;
+  }
+};
+
+// Two boxes on one mbarrier: a 64 x 16 box with the 128B swizzle at (60, 30) to shared byte 0 and
+// an 8 x 5 box without swizzle at (-3, -2) to byte 2048; then the raw shared bytes to out.
+// MODE 1: thread 5 reads the first box before waiting (a race).
+template <int MODE>
+__global__ void tma_kernel(const CUtensorMap wide, const CUtensorMap narrow, uint16_t* out) {
+  __shared__ uint64_t bar;
+  unsigned char* s = gpu::dynamic_smem<unsigned char>();
+  const int t = threadIdx.x;
+  if (t == 0) {
+    gpu::hopper::mbarrier_init(&bar, 1);
+    gpu::hopper::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (t == 0) {
+    gpu::hopper::mbarrier_arrive_expect_tx(&bar, 64 * 16 * 2 + 8 * 5 * 2);
+    gpu::hopper::tma_load_2d(s, &wide, 60, 30, &bar);
+    gpu::hopper::tma_load_2d(s + 2048, &narrow, -3, -2, &bar);
+  }
+  __syncthreads();
+  uint16_t early = 0;
+  if (MODE == 1 && t == 5) std::memcpy(&early, s + 16, 2);
+  gpu::hopper::mbarrier_wait_parity(&bar, 0);
+  for (int i = t; i < (2048 + 80) / 2; i += blockDim.x) {
+    uint16_t v;
+    std::memcpy(&v, s + 2 * i, 2);
+    out[i] = (uint16_t)(v + early);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("hopper: a TMA 2-D load lands its box row after row, swizzled, zeros outside the tensor (PTX ISA: cp.async.bulk.tensor, Tensor Access Modes)") {
+  Tensor2d a{100, 37, 208};
+  a.upload();
+  const CUtensorMap wide = a.map(64, 16, CU_TENSOR_MAP_SWIZZLE_128B), narrow = a.map(8, 5, CU_TENSOR_MAP_SWIZZLE_NONE);
+  uint16_t* d_out = device_alloc<uint16_t>((2048 + 80) / 2);
+  gpu::launch(tma_kernel<0>, 1, 128, 4096, nullptr, wide, narrow, d_out);
+  const std::vector<uint16_t> h = download(d_out, (2048 + 80) / 2);
+  int bad = 0;
+  std::string first;
+  auto expect = [&](uint32_t addr, uint16_t want) {
+    if (h[addr / 2] != want && bad++ == 0)
+      first = "shared byte " + std::to_string(addr) + ": " + std::to_string(h[addr / 2]) + ", want " + std::to_string(want);
+  };
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 64; ++c) expect(swizzled((uint32_t)(128 * r + 2 * c), Swizzle::B128), a.at(60 + c, 30 + r));
+  for (int r = 0; r < 5; ++r)
+    for (int c = 0; c < 8; ++c) expect((uint32_t)(2048 + 16 * r + 2 * c), a.at(-3 + c, -2 + r));
+  INFO(first);
+  CHECK(bad == 0);
+  cudaFree(d_out);
+  cudaFree(a.dev);
+}
+
+TEST_CASE("hopper: cuTensorMapEncodeTiled's stand-in refuses what the driver refuses") {
+  Tensor2d a{100, 37, 200};  // a row pitch that is not a multiple of 16
+  a.upload();
+  CUtensorMap m;
+  const cuuint64_t dims[2] = {100, 37}, strides[1] = {200};
+  const cuuint32_t box[2] = {64, 16}, ones[2] = {1, 1};
+  CHECK(cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.dev, dims, strides, box, ones,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_ERROR_INVALID_VALUE);
+  const cuuint64_t strides_ok[1] = {208};
+  const cuuint32_t wide_box[2] = {128, 16};  // 256 bytes: wider than the 128B swizzle
+  CHECK(cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.dev, dims, strides_ok, wide_box, ones,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_ERROR_INVALID_VALUE);
+  cudaFree(a.dev);
+}
+
+TEST_CASE("racecheck: a TMA destination read before a wait on its mbarrier is a hazard") {
+  const tg_test::ChildResult early = tg_test::in_child([] {
+    emu::RaceChecker checker;
+    Tensor2d a{100, 37, 208};
+    a.upload();
+    const CUtensorMap wide = a.map(64, 16, CU_TENSOR_MAP_SWIZZLE_128B), narrow = a.map(8, 5, CU_TENSOR_MAP_SWIZZLE_NONE);
+    uint16_t* d_out = nullptr;
+    cudaMalloc(&d_out, 2048 + 80);
+    gpu::launch(tma_kernel<1>, 1, 128, 4096, nullptr, wide, narrow, d_out);
+    return cudaDeviceSynchronize() == cudaSuccess ? 0 : 3;
+  });
+  INFO("child stderr: " << early.err);
+  CHECK(early.exit_code == 3);
+  CHECK(has(early.err, "access to a TMA destination by a thread that has not seen its mbarrier phase complete"));
+}
+
+namespace {
+
+// Q (64 x 64) and K (64 x 64) by TMA with the 128B swizzle, then S = Q K^T by four wgmma k-steps on
+// K-major 128B descriptors, each step's start 32 bytes further along the swizzled rows: the
+// layout a TMA box lands in is the one the descriptor reads (as a Hopper attention kernel uses
+// them).
+__global__ void tma_wgmma_kernel(const CUtensorMap q, const CUtensorMap k, float* out) {
+  __shared__ uint64_t bar;
+  unsigned char* s = gpu::dynamic_smem<unsigned char>();
+  const int t = threadIdx.x;
+  if (t == 0) gpu::hopper::mbarrier_init(&bar, 1);
+  __syncthreads();
+  if (t == 0) {
+    gpu::hopper::mbarrier_arrive_expect_tx(&bar, 2 * 64 * 64 * 2);
+    gpu::hopper::tma_load_2d(s, &q, 0, 0, &bar);
+    gpu::hopper::tma_load_2d(s + 8192, &k, 0, 0, &bar);
+  }
+  gpu::hopper::mbarrier_wait_parity(&bar, 0);
+  const uint32_t base = gpu::hopper::smem_u32(s);
+  float d[32];
+  gpu::hopper::wgmma_fence();
+  for (int step = 0; step < 4; ++step)
+    gpu::hopper::wgmma_bf16_ss<64>(d, gpu::hopper::make_smem_desc(base + 32 * step, 0, 1024, Swizzle::B128),
+                                   gpu::hopper::make_smem_desc(base + 8192 + 32 * step, 0, 1024, Swizzle::B128), step > 0);
+  gpu::hopper::wgmma_commit_group();
+  gpu::hopper::wgmma_wait_group<0>();
+  for (int r = 0; r < 32; ++r) out[32 * t + r] = d[r];
+}
+
+}  // namespace
+
+TEST_CASE("hopper: TMA boxes with the 128B swizzle feed wgmma K-major 128B descriptors, k-steps 32 bytes apart") {
+  // Q[i][c] = (i + 2c) % 7 - 3, K[j][c] = (3i + c) % 5 - 2 as bf16: exact products and sums
+  std::vector<uint16_t> hq(64 * 64), hk(64 * 64);
+  auto qv = [](int i, int c) { return (float)((i + 2 * c) % 7 - 3); };
+  auto kv = [](int j, int c) { return (float)((3 * j + c) % 5 - 2); };
+  for (int i = 0; i < 64; ++i)
+    for (int c = 0; c < 64; ++c) hq[(size_t)(64 * i + c)] = bf16_bits(qv(i, c)), hk[(size_t)(64 * i + c)] = bf16_bits(kv(i, c));
+  uint16_t* dq = device_alloc<uint16_t>(hq.size());
+  uint16_t* dk = device_alloc<uint16_t>(hk.size());
+  REQUIRE(cudaMemcpy(dq, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(dk, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+  const Tensor2d tq{64, 64, 128, dq}, tk{64, 64, 128, dk};
+  const CUtensorMap mq = tq.map(64, 64, CU_TENSOR_MAP_SWIZZLE_128B), mk = tk.map(64, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+  float* d_out = device_alloc<float>(128 * 32);
+  gpu::launch(tma_wgmma_kernel, 1, 128, 16384, nullptr, mq, mk, d_out);
+  const std::vector<float> h = download(d_out, 128 * 32);
+  int bad = 0;
+  for (int t = 0; t < 128; ++t)
+    for (int r = 0; r < 32; ++r) {
+      const int row = 16 * (t / 32) + 8 * (r / 2 % 2) + t % 32 / 4, col = 8 * (r / 4) + 2 * (t % 4) + r % 2;
+      float want = 0.f;
+      for (int c = 0; c < 64; ++c) want += qv(row, c) * kv(col, c);
+      bad += h[(size_t)(32 * t + r)] != want;
+    }
+  CHECK(bad == 0);
+  cudaFree(dq);
+  cudaFree(dk);
+  cudaFree(d_out);
+}
