@@ -199,6 +199,44 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
 #endif
 }
 
+// ---- warp-level ------------------------------------------------------------------------------
+// stmatrix.x4 (PTX ISA, "Data Movement and Conversion Instructions: stmatrix"), ldmatrix's
+// inverse: lanes 8m .. 8m+7 give the row addresses of 8x8 matrix m; register r[m] of lane l holds
+// M_m[l/4][2(l%4), +1] (plain) or M_m[2(l%4), +1][l/4] (.trans).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+#if TG_HOPPER_PTX
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+#else
+  (void)addr, (void)r;
+  __trap();
+#endif
+}
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+#if TG_HOPPER_PTX
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+#else
+  (void)addr, (void)r;
+  __trap();
+#endif
+}
+// elect.sync over the full warp (PTX ISA, "Parallel Synchronization and Communication
+// Instructions: elect.sync"): true in exactly one lane.
+__device__ __forceinline__ bool elect_one() {
+#if TG_HOPPER_PTX
+  uint32_t pred;
+  asm volatile("{\n.reg .b32 lane;\n.reg .pred p;\nelect.sync lane|p, 0xffffffff;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(pred));
+  return pred != 0;
+#else
+  __trap();
+  return false;
+#endif
+}
+
 // ---- proxies -----------------------------------------------------------------------------------
 __device__ __forceinline__ void fence_proxy_async() {
 #if TG_HOPPER_PTX

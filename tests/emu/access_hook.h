@@ -55,6 +55,7 @@ enum class AccessKind : uint8_t {
   CpAsyncLand,  // the same shared write as it lands (cp.async.wait_group retires its group)
   AsyncRead,    // a 16-byte chunk of a wgmma shared operand, read by the async proxy from issue ...
   AsyncReadDone,  // ... until the wgmma.wait_group that retires the operation (the same chunk)
+  StMatrix,       // one row (16 bytes) of stmatrix.x4, written for the lane that gave its address
   BulkCopy,       // a TMA box: its global reads, and its shared writes (16-byte chunks), as issued
   BulkCopyLand,   // the same shared writes as the box lands (a wait on its mbarrier)
 };

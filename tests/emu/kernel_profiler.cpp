@@ -327,7 +327,11 @@ std::string KernelProfiler::report(bool sites, double min_efficiency) const {
          fmt("%.3f", (double)k.cp_async_bytes / 1e6) + "\n";
     if (!sites) continue;
     for (const SiteCounters& site : k.sites) {
-      const char* what = site.kind == AccessKind::LdMatrix ? "ldmatrix" : site.kind == AccessKind::CpAsync ? "cp.async" : site.write ? "store" : "load";
+      const char* what = site.kind == AccessKind::LdMatrix   ? "ldmatrix"
+                         : site.kind == AccessKind::StMatrix ? "stmatrix"
+                         : site.kind == AccessKind::CpAsync  ? "cp.async"
+                         : site.write                        ? "store"
+                                                             : "load";
       if (site.space == Space::Shared && site.shared.conflicts() > 0)
         r += "    shared " + std::string(what) + " " + std::to_string(site.width) + " B at " + source_line(site.pc) +
              ": " + std::to_string(site.shared.requests) + " requests, " + std::to_string(site.shared.wavefronts) +

@@ -691,3 +691,51 @@ TEST_CASE("hopper: TMA boxes with the 128B swizzle feed wgmma K-major 128B descr
   cudaFree(dk);
   cudaFree(d_out);
 }
+
+namespace {
+
+// Element (row, col) of 8x8 matrix m of warp w: distinct, never 0.
+__host__ __device__ inline uint16_t st_value(int w, int m, int row, int col) { return (uint16_t)(1 + col + 8 * row + 64 * m + 256 * w); }
+
+// Each warp stores four 8x8 matrices with stmatrix.x4 (matrix m's rows 16 bytes apart at byte
+// 512 w + 128 m, or .trans: the same places) from the fragments the ISA gives each lane; lanes
+// elected by elect.sync count themselves in out[64 + w].
+template <bool Trans>
+__global__ void stmatrix_kernel(uint16_t* out, int* elected) {
+  unsigned char* s = gpu::dynamic_smem<unsigned char>();
+  const int t = threadIdx.x, w = t / 32, l = t % 32, g = l / 4, q = l % 4;
+  uint32_t r[4];
+  for (int m = 0; m < 4; ++m)
+    r[m] = Trans ? st_value(w, m, 2 * q, g) | (uint32_t)st_value(w, m, 2 * q + 1, g) << 16
+                 : st_value(w, m, g, 2 * q) | (uint32_t)st_value(w, m, g, 2 * q + 1) << 16;
+  const uint32_t row = gpu::hopper::smem_u32(s) + 512 * w + 128 * (l / 8) + 16 * (l % 8);  // matrix l / 8, row l % 8
+  if (Trans) gpu::hopper::stmatrix_x4_trans(row, r);
+  else gpu::hopper::stmatrix_x4(row, r);
+  if (gpu::hopper::elect_one()) elected[w] += 1 + l;
+  __syncthreads();
+  for (int i = t; i < 512; i += blockDim.x) std::memcpy(&out[i], s + 2 * i, 2);
+}
+
+}  // namespace
+
+TEST_CASE("hopper: stmatrix.x4 stores the fragments ldmatrix loads, plain and .trans; elect.sync elects one lane (PTX ISA: stmatrix, elect.sync)") {
+  for (const bool trans : {false, true}) {
+    uint16_t* d_out = device_alloc<uint16_t>(512);
+    int* d_elected = device_alloc<int>(2);
+    cudaMemset(d_elected, 0, 2 * sizeof(int));
+    gpu::launch(trans ? stmatrix_kernel<true> : stmatrix_kernel<false>, 1, 64, 1024, nullptr, d_out, d_elected);
+    const std::vector<uint16_t> h = download(d_out, 512);
+    const std::vector<int> e = download(d_elected, 2);
+    int bad = 0;
+    for (int w = 0; w < 2; ++w)
+      for (int m = 0; m < 4; ++m)
+        for (int row = 0; row < 8; ++row)
+          for (int col = 0; col < 8; ++col) bad += h[(size_t)(256 * w + 64 * m + 8 * row + col)] != st_value(w, m, row, col);
+    INFO(".trans " << trans);
+    CHECK(bad == 0);
+    CHECK(e[0] == 1);  // one lane of each warp, lane 0 (the emulator's choice)
+    CHECK(e[1] == 1);
+    cudaFree(d_out);
+    cudaFree(d_elected);
+  }
+}
