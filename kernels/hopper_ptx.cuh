@@ -21,6 +21,13 @@
 //     the first wgmma that touches registers other code accessed, commit_group closes a group
 //     of issued wgmmas, wait_group N waits until at most N groups are pending; only then may the
 //     accumulators be read and the shared operands be overwritten.
+//   - TMA (PTX ISA, "Data Movement and Conversion Instructions: cp.async.bulk.tensor"): one
+//     thread copies a box of a 2-D tensor, described by a CUtensorMap (cuTensorMapEncodeTiled:
+//     element type, global address, dimensions, row stride in bytes, box size, swizzle), from
+//     global to shared memory at the box's coordinates (innermost first, in elements). The box
+//     lands as boxDim[1] rows of boxDim[0] elements, row after row, the swizzle applied to the
+//     shared addresses; elements outside the tensor read as zero. Its bytes complete_tx on the
+//     mbarrier given: the box is there once a phase that expected those bytes has completed.
 //   - fence.proxy.async: makes this thread's earlier shared-memory writes of the generic proxy
 //     (ordinary stores) visible to the async proxy (wgmma's operand reads, bulk copies).
 //
@@ -44,9 +51,10 @@
 // of the shared address: bits [4, 4 + log2(W/16)) are XORed with the bits above bit 7 of the
 // same count (the pattern repeats every 8 W bytes: a swizzled tile starts on such a boundary).
 #pragma once
-#include <cstdint>
-
+#include <cuda.h>  // CUtensorMap (made on the host by the driver's cuTensorMapEncodeTiled)
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace gpu {
 namespace hopper {
@@ -169,6 +177,61 @@ __device__ __forceinline__ bool mbarrier_test_wait_parity(uint64_t* bar, uint32_
   return done != 0;
 #else
   (void)bar, (void)parity;
+  __trap();
+  return false;
+#endif
+}
+
+// ---- TMA -------------------------------------------------------------------------------------
+// The box of *map at (c0, c1) (c0 innermost) -> dst (128-byte aligned; 1024 with a swizzle),
+// its bytes completing on *bar. map: a kernel parameter (const __grid_constant__ CUtensorMap) or
+// global memory.
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+#if TG_HOPPER_PTX
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(map), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+      : "memory");
+#else
+  (void)dst, (void)map, (void)c0, (void)c1, (void)bar;
+  __trap();
+#endif
+}
+
+// ---- warp-level ------------------------------------------------------------------------------
+// stmatrix.x4 (PTX ISA, "Data Movement and Conversion Instructions: stmatrix"), ldmatrix's
+// inverse: lanes 8m .. 8m+7 give the row addresses of 8x8 matrix m; register r[m] of lane l holds
+// M_m[l/4][2(l%4), +1] (plain) or M_m[2(l%4), +1][l/4] (.trans).
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+#if TG_HOPPER_PTX
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]),
+               "r"(r[2]), "r"(r[3])
+               : "memory");
+#else
+  (void)addr, (void)r;
+  __trap();
+#endif
+}
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) {
+#if TG_HOPPER_PTX
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+#else
+  (void)addr, (void)r;
+  __trap();
+#endif
+}
+// elect.sync over the full warp (PTX ISA, "Parallel Synchronization and Communication
+// Instructions: elect.sync"): true in exactly one lane.
+__device__ __forceinline__ bool elect_one() {
+#if TG_HOPPER_PTX
+  uint32_t pred;
+  asm volatile("{\n.reg .b32 lane;\n.reg .pred p;\nelect.sync lane|p, 0xffffffff;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(pred));
+  return pred != 0;
+#else
   __trap();
   return false;
 #endif

@@ -33,15 +33,28 @@
 //     touched; code that waits and then issues more wgmma touches them in practice). Products
 //     of bf16 are exact in fp32; the 16 are added to the accumulator in k order with fmaf, or as
 //     the tensor cores round in the hardware-rounding mode (tests/emu/hw_rounding.h).
+//   - TMA ("Data Movement and Conversion Instructions: cp.async.bulk.tensor"), the 2-D tile
+//     load into shared memory with mbarrier::complete_tx::bytes: the tensor map is what this
+//     file's stand-in of the driver's cuTensorMapEncodeTiled made (the same arguments and checks;
+//     interleave none, element strides 1, zero fill, a swizzle as wide as the box's inner
+//     dimension). At issue the box is read from global memory (elements outside the tensor are
+//     zeros) and its shared bytes are poisoned (0xFF); it lands, row after row with the swizzle
+//     applied to the shared addresses, and completes its bytes on the mbarrier, when a thread
+//     test- or try-waits on that mbarrier (at issue when one already waits): a kernel reading
+//     the box without waiting sees NaN, and the race checker names the access;
 //   - the race checker (tests/emu/race_checker.h) sees each 16-byte chunk of a shared operand as
 //     an async-proxy read at issue (AccessKind::AsyncRead, as the warpgroup's first thread) and
 //     again as it retires (AsyncReadDone): a write to it in between is a hazard.
 //
 // Not emulated yet: the matrix base offset field (a non-zero one faults), scale-a / scale-b of
-// -1, other types and shapes, TMA (cp.async.bulk.tensor), and ordering by mbarrier phases in the
-// race checker (accesses ordered only by an mbarrier look unordered to it).
+// -1, other types and shapes, TMA stores and other ranks, multicast, and ordering by mbarrier
+// phases in the race checker (accesses ordered only by an mbarrier look unordered to it; a TMA
+// box, once landed, is ordered before every thread's access).
+#include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -59,10 +72,20 @@ namespace {
 
 constexpr int kWarpgroup = 128;
 
+// A TMA box issued and not landed: its bytes, taken from global memory at issue.
+struct BulkCopy {
+  std::vector<unsigned char> data;  // row after row, unswizzled
+  uint32_t dst = 0;                 // shared offset of the box
+  uint32_t row_bytes = 0, width = 0;  // bytes of a box row; the swizzle width (0: none)
+  const void* pc = nullptr;
+};
+
 struct Mbarrier {
   Barrier phase;  // gen: phases completed (its parity is the current phase's); op names a wait
   uint32_t expected = 0, pending = 0;
   int64_t tx = 0;
+  std::vector<BulkCopy> copies;  // TMA boxes that complete on it, not landed yet
+  int waiters = 0;               // threads blocked in try_wait on it
 };
 
 // One mma_async as issued by a warpgroup.
@@ -105,6 +128,12 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
+// A shared address under the swizzle of `width` bytes (32, 64, 128; 0: none): within each 128-byte
+// line, the 16-byte chunk c of a width-byte segment moves to c XOR (line mod width / 16).
+uint32_t swizzle(uint32_t addr, uint32_t width) {
+  return width ? addr ^ ((addr >> 7) & (width / 16 - 1)) << 4 : addr;
+}
+
 // ---- mbarrier ----------------------------------------------------------------------------------
 Mbarrier& mbarrier_at(const void* p, const char* op, bool init) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -125,6 +154,22 @@ void mbarrier_maybe_complete(Mbarrier& m) {
   if (m.pending == 0 && m.tx == 0) {
     m.pending = m.expected;
     ++m.phase.gen;
+  }
+}
+
+// The TMA boxes of m land: their bytes are written (swizzled) and complete on m.
+void land_copies(Mbarrier& m, const void* bar) {
+  std::vector<BulkCopy> copies = std::move(m.copies);
+  m.copies.clear();
+  for (const BulkCopy& c : copies) {
+    if (g_observed) notify_bulk_landing(bar, m.phase.gen + 1);  // there once the current phase completes
+    for (uint32_t i = 0; i < (uint32_t)c.data.size(); i += 16) {
+      const uint32_t addr = swizzle(c.dst + i, c.width);
+      std::memcpy(g_smem + addr, c.data.data() + i, 16);
+      if (g_observed) engine_access(c.pc, g_smem + addr, 16, true, AccessKind::BulkCopyLand);
+    }
+    m.tx -= (int64_t)c.data.size();
+    if (m.pending == 0) mbarrier_maybe_complete(m);
   }
 }
 
@@ -177,9 +222,7 @@ uint32_t operand_offset(uint64_t desc, bool mn_major, int mn, int k) {
     const uint32_t per_row = width / 2;
     off = (mn / per_row) * lbo + (k / 8) * sbo + (k % 8) * width + (mn % per_row) * 2;
   }
-  off += start;
-  if (width) off ^= ((off >> 7) & (width / 16 - 1)) << 4;  // the 16-byte chunk XOR the row in the pattern
-  return off;
+  return swizzle(off + start, width);
 }
 
 // Checks one shared operand (mn_extent x 16) at issue and lists the 16-byte chunks it reads.
@@ -287,14 +330,84 @@ void mbarrier_complete_tx(void* bar, uint32_t bytes) {
 }
 
 bool mbarrier_test_wait_parity(void* bar, uint32_t parity) {
-  const Mbarrier& m = mbarrier_at(bar, "mbarrier.test_wait.parity", false);
-  return (m.phase.gen & 1) != (parity & 1);
+  Mbarrier& m = mbarrier_at(bar, "mbarrier.test_wait.parity", false);
+  land_copies(m, bar);
+  const bool done = (m.phase.gen & 1) != (parity & 1);
+  if (done && g_observed) notify_mbarrier_observed(bar, m.phase.gen);
+  return done;
 }
 
 bool mbarrier_try_wait_parity(void* bar, uint32_t parity) {
   Mbarrier& m = mbarrier_at(bar, "mbarrier.try_wait.parity", false);
-  while ((m.phase.gen & 1) == (parity & 1)) block_until_next(m.phase);
+  land_copies(m, bar);
+  while ((m.phase.gen & 1) == (parity & 1)) {
+    ++m.waiters;
+    block_until_next(m.phase);
+    --m.waiters;
+  }
+  if (g_observed) notify_mbarrier_observed(bar, m.phase.gen);
   return true;
+}
+
+// ---- TMA ---------------------------------------------------------------------------------------
+namespace {
+// What the stand-in of cuTensorMapEncodeTiled keeps in a CUtensorMap's 128 opaque bytes.
+struct MapFields {
+  uint64_t magic;
+  uint64_t address;
+  uint64_t dim[5];
+  uint64_t stride[4];  // bytes, of dimensions 1 .. rank - 1
+  uint32_t box[5];
+  uint32_t rank, elem_bytes, width;  // width: swizzle bytes, 0 for none
+};
+static_assert(sizeof(MapFields) <= sizeof(CUtensorMap), "the fields fit the opaque map");
+constexpr uint64_t kMapMagic = 0x54474d4150454d55ull;
+
+CUresult refuse(CUresult r, const std::string& why) {
+  std::fprintf(stderr, "SIMT emulator: cuTensorMapEncodeTiled: %s\n", why.c_str());
+  return r;
+}
+}  // namespace
+
+void tma_load_2d(void* dst, const void* map, int c0, int c1, void* bar) {
+  const char* op = "cp.async.bulk.tensor.2d (TMA load)";
+  const void* pc = __builtin_return_address(0);
+  MapFields f;
+  std::memcpy(&f, map, sizeof f);
+  if (f.magic != kMapMagic) device_fault(cudaErrorLaunchFailure, std::string(op) + " with a CUtensorMap that cuTensorMapEncodeTiled did not make");
+  if (f.rank != 2) device_fault(cudaErrorLaunchFailure, std::string(op) + " with a tensor map of rank " + std::to_string(f.rank));
+  const uint32_t row_bytes = f.box[0] * f.elem_bytes, bytes = row_bytes * f.box[1];
+  const uintptr_t d = reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(g_smem);
+  if (d % 128 != 0) device_fault(cudaErrorMisalignedAddress, std::string(op) + ": shared destination not 128-byte aligned");
+  if (d + bytes > g_smem_bytes)
+    device_fault(cudaErrorIllegalAddress, std::string(op) + ": the " + std::to_string(bytes) + "-byte box at shared byte " +
+                                              std::to_string(d) + " runs past the dynamic shared memory");
+  Mbarrier& m = mbarrier_at(bar, op, false);
+  BulkCopy c;
+  c.data.assign(bytes, 0);  // outside the tensor: zeros
+  c.dst = (uint32_t)d;
+  c.row_bytes = row_bytes;
+  c.width = f.width;
+  c.pc = pc;
+  for (uint32_t r = 0; r < f.box[1]; ++r) {
+    const long long y = (long long)c1 + r;
+    if (y < 0 || y >= (long long)f.dim[1]) continue;
+    const long long x0 = std::max<long long>(c0, 0), x1 = std::min<long long>((long long)c0 + f.box[0], (long long)f.dim[0]);
+    if (x0 >= x1) continue;
+    const unsigned char* src = reinterpret_cast<const unsigned char*>(f.address + (uint64_t)y * f.stride[0] + (uint64_t)x0 * f.elem_bytes);
+    const uint32_t n = (uint32_t)(x1 - x0) * f.elem_bytes;
+    std::string why;
+    if (!device_range_ok(src, n, &why)) device_fault(cudaErrorIllegalAddress, std::string(op) + ": source " + why);
+    std::memcpy(c.data.data() + r * row_bytes + (x0 - c0) * f.elem_bytes, src, n);
+    if (g_observed) engine_access(pc, src, n, false, AccessKind::BulkCopy);
+  }
+  for (uint32_t i = 0; i < bytes; i += 16) {  // in flight: undefined until it lands
+    const uint32_t addr = swizzle(c.dst + i, c.width);
+    std::memset(g_smem + addr, 0xFF, 16);
+    if (g_observed) engine_access(pc, g_smem + addr, 16, true, AccessKind::BulkCopy);
+  }
+  m.copies.push_back(std::move(c));
+  if (m.waiters) land_copies(m, bar);  // a thread already waits on it: nothing else would land the box
 }
 
 void wgmma_fence() {
@@ -367,3 +480,51 @@ void wgmma_wait_group(int n) {
 }
 
 }  // namespace emu
+
+// The driver's cuTensorMapEncodeTiled, with its argument meaning and its checks (cuda.h's
+// account of them), for what the emulator's TMA copies: interleave none, element strides 1, the
+// zero fill, and a swizzle whose width is the box's inner dimension in bytes. What it cannot
+// emulate is refused with CUDA_ERROR_NOT_SUPPORTED, a broken rule with CUDA_ERROR_INVALID_VALUE,
+// each said on stderr.
+extern "C" CUresult cuTensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
+                                           const cuuint64_t* dim, const cuuint64_t* strides, const cuuint32_t* box,
+                                           const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
+                                           CUtensorMapSwizzle swizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill oob) {
+  using emu::refuse;
+  static const uint32_t kBytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};  // UINT8 .. TFLOAT32_FTZ
+  if (!map || !dim || !box || !element_strides || (rank > 1 && !strides)) return refuse(CUDA_ERROR_INVALID_VALUE, "a null argument");
+  if ((unsigned)type >= sizeof kBytes / sizeof kBytes[0]) return refuse(CUDA_ERROR_NOT_SUPPORTED, "packed data types are not emulated");
+  if (rank < 1 || rank > 5) return refuse(CUDA_ERROR_INVALID_VALUE, "rank " + std::to_string(rank) + " (1 .. 5)");
+  if (reinterpret_cast<uintptr_t>(address) % 16 != 0) return refuse(CUDA_ERROR_INVALID_VALUE, "global address not 16-byte aligned");
+  if (!emu::device_range_ok(address, 1, nullptr)) return refuse(CUDA_ERROR_INVALID_VALUE, "global address outside device memory");
+  if (interleave != CU_TENSOR_MAP_INTERLEAVE_NONE) return refuse(CUDA_ERROR_NOT_SUPPORTED, "interleaved layouts are not emulated");
+  if (oob != CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) return refuse(CUDA_ERROR_NOT_SUPPORTED, "only the zero fill is emulated");
+  emu::MapFields f{};
+  f.magic = emu::kMapMagic;
+  f.address = reinterpret_cast<uint64_t>(address);
+  f.rank = rank;
+  f.elem_bytes = kBytes[type];
+  for (cuuint32_t i = 0; i < rank; ++i) {
+    if (dim[i] == 0 || dim[i] > (1ull << 32)) return refuse(CUDA_ERROR_INVALID_VALUE, "globalDim[" + std::to_string(i) + "] not in 1 .. 2^32");
+    if (box[i] == 0 || box[i] > 256) return refuse(CUDA_ERROR_INVALID_VALUE, "boxDim[" + std::to_string(i) + "] not in 1 .. 256");
+    if (element_strides[i] == 0 || element_strides[i] > 8) return refuse(CUDA_ERROR_INVALID_VALUE, "elementStrides not in 1 .. 8");
+    if (i > 0 && element_strides[i] != 1) return refuse(CUDA_ERROR_NOT_SUPPORTED, "element strides other than 1 are not emulated");
+    f.dim[i] = dim[i];
+    f.box[i] = box[i];
+    if (i + 1 < rank) {
+      if (strides[i] % 16 != 0 || strides[i] >= (1ull << 40))
+        return refuse(CUDA_ERROR_INVALID_VALUE, "globalStrides[" + std::to_string(i) + "] not a multiple of 16 below 2^40");
+      f.stride[i] = strides[i];
+    }
+  }
+  const uint32_t inner = box[0] * f.elem_bytes;
+  if (inner % 16 != 0) return refuse(CUDA_ERROR_INVALID_VALUE, "boxDim[0] times the element size not a multiple of 16 bytes");
+  f.width = swizzle == CU_TENSOR_MAP_SWIZZLE_32B ? 32 : swizzle == CU_TENSOR_MAP_SWIZZLE_64B ? 64 : swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 128 : 0;
+  if (swizzle != CU_TENSOR_MAP_SWIZZLE_NONE && f.width == 0) return refuse(CUDA_ERROR_NOT_SUPPORTED, "this swizzle mode is not emulated");
+  if (f.width && inner > f.width) return refuse(CUDA_ERROR_INVALID_VALUE, "the box's inner dimension exceeds the swizzle width");
+  if (f.width && inner != f.width)
+    return refuse(CUDA_ERROR_NOT_SUPPORTED, "a swizzled box narrower than its swizzle width is not emulated");
+  std::memset(map, 0, sizeof *map);
+  std::memcpy(map, &f, sizeof f);
+  return CUDA_SUCCESS;
+}

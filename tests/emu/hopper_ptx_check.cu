@@ -20,7 +20,7 @@ __device__ void every_shape(float* out, uint64_t desc_a, uint64_t desc_b, const 
 
 }  // namespace
 
-__global__ void hopper_ptx_check_kernel(float* out, uint32_t bytes) {
+__global__ void hopper_ptx_check_kernel(float* out, uint32_t bytes, const __grid_constant__ CUtensorMap map) {
   __shared__ alignas(1024) unsigned char tile[64 * 256 * 2];
   __shared__ uint64_t bar;
   if (threadIdx.x == 0) {
@@ -32,12 +32,17 @@ __global__ void hopper_ptx_check_kernel(float* out, uint32_t bytes) {
   gpu::hopper::mbarrier_complete_tx(&bar, bytes);
   if (threadIdx.x == 0) gpu::hopper::mbarrier_arrive_expect_tx(&bar, 0);
   else gpu::hopper::mbarrier_arrive(&bar);
+  if (threadIdx.x == 0) gpu::hopper::tma_load_2d(tile, &map, 0, (int)bytes, &bar);
   gpu::hopper::mbarrier_wait_parity(&bar, 0);
   if (gpu::hopper::mbarrier_test_wait_parity(&bar, 1)) out[0] = 1.f;
   tile[threadIdx.x] = (unsigned char)threadIdx.x;
   gpu::hopper::fence_proxy_async();
   __syncthreads();
   const uint32_t base = gpu::hopper::smem_u32(tile);
+  const uint32_t frag[4] = {threadIdx.x, 0u, 1u, 2u};
+  gpu::hopper::stmatrix_x4(base + 16 * (threadIdx.x % 32), frag);
+  gpu::hopper::stmatrix_x4_trans(base + 512 + 16 * (threadIdx.x % 32), frag);
+  if (gpu::hopper::elect_one()) out[1] = 1.f;
   const uint64_t desc_a = gpu::hopper::make_smem_desc(base, 128, 256, gpu::hopper::Swizzle::None);
   const uint64_t desc_b = gpu::hopper::make_smem_desc(base + 4096, 0, 1024, gpu::hopper::Swizzle::B128);
   const uint32_t a[4] = {threadIdx.x, 1u, 2u, 3u};

@@ -30,9 +30,21 @@ void RaceChecker::cta_begin() {
   ++cta_;  // every cell of an earlier CTA reads as empty
   barrier_ = 0;
   std::fill(collective_.begin(), collective_.end(), 0u);
+  landings_.clear();
+  seen_.assign((size_t)(bx_ * by_ * (int)g_block_dim.z), {});
 }
 
 void RaceChecker::barrier() { ++barrier_; }
+
+void RaceChecker::mbarrier_observed(const void* bar, uint64_t phases) {
+  if (!g_thread) return;
+  uint64_t& seen = seen_[(size_t)g_thread->linear][reinterpret_cast<uintptr_t>(bar)];
+  seen = std::max(seen, phases);
+}
+
+void RaceChecker::bulk_landing(const void* bar, uint64_t phases) {
+  landings_.emplace_back(reinterpret_cast<uintptr_t>(bar), phases);
+}
 void RaceChecker::warp_collective(int warp, const char*) { ++collective_[(size_t)warp]; }
 
 RaceChecker::Cell& RaceChecker::cell(uintptr_t a) {
@@ -46,6 +58,13 @@ RaceChecker::Cell& RaceChecker::cell(uintptr_t a) {
 }
 
 bool RaceChecker::ordered(const Stamp& e, int thread) const {
+  if (e.thread == kLanded) {  // a TMA box: seen through its mbarrier, or a __syncthreads since
+    if (e.barrier != barrier_) return true;
+    const auto& [bar, phases] = landings_[e.collective];
+    const auto& seen = seen_[(size_t)thread];
+    const auto it = seen.find(bar);
+    return it != seen.end() && it->second >= phases;
+  }
   if (e.thread < 0 || e.thread == thread || e.barrier != barrier_) return true;
   return e.thread / 32 == thread / 32 && e.collective != collective_[(size_t)(thread / 32)];
 }
@@ -160,6 +179,14 @@ void RaceChecker::access(const Access& a) {
     }
     if (a.write && c.async_reads)
       hazard("write to a wgmma operand before the wgmma.wait_group that retires it", b, c.async_reader, a, false);
+    if (a.kind == AccessKind::BulkCopyLand) {  // a TMA box lands: written, for whoever sees its phase
+      c.in_flight = Stamp{};
+      c.in_flight_bulk = false;
+      c.write = Stamp{kLanded, barrier_, (uint32_t)(landings_.size() - 1), a.pc};
+      c.read1 = c.read2 = Stamp{};
+      c.written = true;
+      continue;
+    }
     if (a.kind == AccessKind::CpAsyncLand) {  // the copy's bytes arrive: a write now, by the issuer
       c.in_flight = Stamp{};
       c.write = now;
@@ -167,13 +194,22 @@ void RaceChecker::access(const Access& a) {
       c.written = true;
       continue;
     }
-    if (c.in_flight.thread >= 0) hazard("access to a cp.async destination before its wait_group", b, c.in_flight, a);
+    if (c.in_flight.thread >= 0) {
+      if (c.in_flight_bulk)
+        hazard("access to a TMA destination before its box landed (no wait on its mbarrier's phase yet)", b, c.in_flight,
+               a, false);
+      hazard("access to a cp.async destination before its wait_group", b, c.in_flight, a);
+    }
+    if (c.write.thread == kLanded && !ordered(c.write, t))
+      hazard("access to a TMA destination by a thread that has not seen its mbarrier phase complete", b,
+             c.write, a, false);
     if (a.write) {
       if (!ordered(c.write, t)) hazard("write-after-write hazard", b, c.write, a);
       if (!ordered(c.read1, t)) hazard("write-after-read hazard", b, c.read1, a);
       if (!ordered(c.read2, t)) hazard("write-after-read hazard", b, c.read2, a);
-      if (a.kind == AccessKind::CpAsync) {
+      if (a.kind == AccessKind::CpAsync || a.kind == AccessKind::BulkCopy) {
         c.in_flight = now;
+        c.in_flight_bulk = a.kind == AccessKind::BulkCopy;
       } else {
         c.write = now;
         c.written = true;

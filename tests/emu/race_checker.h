@@ -12,6 +12,12 @@
 //   - a cp.async destination touched in flight: the 16 bytes a cp.async.cg writes land when the
 //     issuing thread's cp.async.wait_group retires its group; any access to them before that,
 //     by any thread (the issuer included), reads or overwrites what the copy will change;
+//   - a TMA destination touched in flight: a box's bytes land when a thread waits on the
+//     mbarrier its bytes complete on (the emulator lands them then); any access before that reads
+//     or overwrites what the box will change. A landed box is ordered before a thread's access
+//     when that thread has seen the mbarrier's phase complete (a test_wait or try_wait that
+//     answered true) or a __syncthreads lies between; other accesses ordered only by mbarriers
+//     are not followed yet;
 //   - a wgmma operand overwritten in flight: the async proxy reads a wgmma's shared operands
 //     between its issue and the wgmma.wait_group that retires it; any write to them in between,
 //     by any thread (a cp.async landing included), changes what it multiplies. Its reads at issue
@@ -62,13 +68,15 @@ class RaceChecker : public Observer {
   void warp_collective(int warp, const char* op) override;
   void device_written(const void* p, size_t n) override;
   void device_freed(const void* p, size_t n) override;
+  void mbarrier_observed(const void* bar, uint64_t phases) override;
+  void bulk_landing(const void* bar, uint64_t phases) override;
 
   // the demangled names of the kernels launched under the checker so far, each once
   const std::vector<std::string>& kernel_names() const { return kernel_names_; }
 
   // One access as the checker keeps it.
   struct Stamp {
-    int32_t thread = -1;  // linear index in the CTA; -1: none
+    int32_t thread = -1;  // linear index in the CTA; -1: none; kLanded: a TMA box (collective: its landing)
     uint32_t barrier = 0;  // barrier epoch of the CTA when it happened
     uint32_t collective = 0;  // the warp's collective epoch then
     const void* pc = nullptr;
@@ -80,6 +88,7 @@ class RaceChecker : public Observer {
     Stamp async_reader;         // the last wgmma issued that reads this byte
     uint32_t async_reads = 0;   // wgmma operations reading it, issued and not retired
     bool written = false;       // written since the CTA began
+    bool in_flight_bulk = false;  // in_flight is a TMA box's, not a cp.async's
   };
 
  private:
@@ -106,6 +115,11 @@ class RaceChecker : public Observer {
   std::vector<Cell> dynamic_;                  // one per byte of the largest dynamic shared memory
   std::unordered_map<uintptr_t, Cell> static_;  // the static __shared__ bytes touched
   std::vector<uint32_t> collective_;           // per warp of the CTA
+  // TMA boxes landed in this CTA: the mbarrier and the phases completed that make each visible;
+  // per thread, the phases it saw completed of each mbarrier
+  static constexpr int32_t kLanded = -2;
+  std::vector<std::pair<uintptr_t, uint64_t>> landings_;
+  std::vector<std::unordered_map<uintptr_t, uint64_t>> seen_;
   // device memory written since the checker began: a bit a byte, per 4 KB page
   std::unordered_map<uintptr_t, std::vector<uint64_t>> written_;
   void mark_written(uintptr_t a, size_t n, bool on);

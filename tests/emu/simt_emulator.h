@@ -30,6 +30,7 @@
 // executable's symbol table). Defined before the CUDA headers, which then leave it alone.
 #define __shared__ static
 
+#include <cuda.h>
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -129,6 +130,9 @@ void wgmma_mma_async(float* d, int n, const uint32_t* a, uint64_t desc_a, uint64
                      bool accumulate);
 void wgmma_commit_group();
 void wgmma_wait_group(int n);
+void tma_load_2d(void* dst, const void* map, int c0, int c1, void* bar);
+void stmatrix_x4(const uint32_t (&r)[4], uint32_t addr, bool trans);
+bool elect_sync();
 
 template <typename V>
 inline V shfl(unsigned mask, V v, int src_lane, const char* op) {
@@ -207,6 +211,12 @@ inline void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) { emu::mbarrier_ex
 inline void mbarrier_complete_tx(uint64_t* bar, uint32_t bytes) { emu::mbarrier_complete_tx(bar, bytes); }
 inline bool mbarrier_test_wait_parity(uint64_t* bar, uint32_t parity) { return emu::mbarrier_test_wait_parity(bar, parity); }
 inline bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity) { return emu::mbarrier_try_wait_parity(bar, parity); }
+__attribute__((always_inline)) inline void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  emu::tma_load_2d(dst, map, c0, c1, bar);
+}
+__attribute__((always_inline)) inline void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) { emu::stmatrix_x4(r, addr, false); }
+__attribute__((always_inline)) inline void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) { emu::stmatrix_x4(r, addr, true); }
+inline bool elect_one() { return emu::elect_sync(); }
 inline void fence_proxy_async() {}  // not modeled: the race checker does not track proxies yet
 inline void wgmma_fence() { emu::wgmma_fence(); }
 inline void wgmma_commit_group() { emu::wgmma_commit_group(); }

@@ -297,8 +297,20 @@ __global__ void wgmma_kernel(WgmmaArgs p) {
 // Runs one m64nNk16 wgmma on operands laid out as given and checks every thread's accumulators
 // against the ISA's D fragment (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts",
 // wgmma .m64nNk16 D: thread 32w + 4g + q holds d[4j + 2h + c] = D[16w + 8h + g][8j + 2q + c]).
+struct WgmmaShape {
+  int N, TransA, TransB;
+  bool RegA;
+  void (*kernel)(WgmmaArgs);
+};
 template <int N, int TransA, int TransB, bool RegA>
-void check_wgmma(Swizzle sa, Swizzle sb, int kofs_a, int kofs_b, bool accumulate, unsigned seed) {
+WgmmaShape shape() {
+  return {N, TransA, TransB, RegA, wgmma_kernel<N, TransA, TransB, RegA>};
+}
+
+void check_wgmma(const WgmmaShape& shape, Swizzle sa, Swizzle sb, int kofs_a, int kofs_b, bool accumulate,
+                 unsigned seed) {
+  const int N = shape.N, TransA = shape.TransA, TransB = shape.TransB;
+  const bool RegA = shape.RegA;
   const Placement pa = place(TransA != 0, sa, 64, 0, kofs_a);
   const Placement pb = place(TransB != 0, sb, N, extent(pa), kofs_b);
   const int bytes = (int)(pb.origin + extent(pb));
@@ -336,7 +348,7 @@ void check_wgmma(Swizzle sa, Swizzle sb, int kofs_a, int kofs_b, bool accumulate
   REQUIRE(cudaMemcpy(d_image, image.data(), image.size(), cudaMemcpyHostToDevice) == cudaSuccess);
   REQUIRE(cudaMemcpy(d_frag, frag.data(), frag.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
   const WgmmaArgs args{d_image, bytes, d_frag, descriptor(pa), descriptor(pb), accumulate ? 1 : 0, d_out, d_early};
-  auto kernel = wgmma_kernel<N, TransA, TransB, RegA>;
+  auto kernel = shape.kernel;
   if (bytes > 48 * 1024) REQUIRE(cudaFuncSetAttribute((const void*)kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) == cudaSuccess);
   gpu::launch(kernel, 1, 128, (size_t)bytes, nullptr, args);
   const std::vector<float> out = download(d_out, (size_t)(64 * N)), early = download(d_early, (size_t)(64 * N));
@@ -368,24 +380,24 @@ void check_wgmma(Swizzle sa, Swizzle sb, int kofs_a, int kofs_b, bool accumulate
 }  // namespace
 
 TEST_CASE("hopper: wgmma m64nNk16 bf16, K-major operands in every swizzle mode (PTX ISA: wgmma, Matrix Descriptor Format, Shared Memory Matrix Layout)") {
-  check_wgmma<8, 0, 0, false>(Swizzle::None, Swizzle::None, 0, 0, false, 1);
-  check_wgmma<16, 0, 0, false>(Swizzle::B32, Swizzle::B32, 0, 0, true, 2);
-  check_wgmma<64, 0, 0, false>(Swizzle::B64, Swizzle::B64, 16, 0, true, 3);       // A's k 16..31 of a 64 B row
-  check_wgmma<128, 0, 0, false>(Swizzle::B128, Swizzle::B128, 16, 32, false, 4);  // k steps inside 128 B rows
-  check_wgmma<256, 0, 0, false>(Swizzle::B128, Swizzle::B128, 48, 48, true, 5);
+  check_wgmma(shape<8, 0, 0, false>(), Swizzle::None, Swizzle::None, 0, 0, false, 1);
+  check_wgmma(shape<16, 0, 0, false>(), Swizzle::B32, Swizzle::B32, 0, 0, true, 2);
+  check_wgmma(shape<64, 0, 0, false>(), Swizzle::B64, Swizzle::B64, 16, 0, true, 3);       // A's k 16..31 of a 64 B row
+  check_wgmma(shape<128, 0, 0, false>(), Swizzle::B128, Swizzle::B128, 16, 32, false, 4);  // k steps inside 128 B rows
+  check_wgmma(shape<256, 0, 0, false>(), Swizzle::B128, Swizzle::B128, 48, 48, true, 5);
 }
 
 TEST_CASE("hopper: wgmma m64nNk16 bf16, MN-major (transposed) operands (PTX ISA: wgmma imm-trans-a / imm-trans-b, Shared Memory Matrix Layout)") {
-  check_wgmma<64, 0, 1, false>(Swizzle::B128, Swizzle::B128, 0, 0, true, 6);  // P V: V stored (keys, head dims)
-  check_wgmma<32, 1, 1, false>(Swizzle::None, Swizzle::B64, 0, 0, false, 7);
-  check_wgmma<16, 1, 0, false>(Swizzle::B32, Swizzle::None, 0, 0, true, 8);
-  check_wgmma<256, 1, 1, false>(Swizzle::B128, Swizzle::B32, 0, 0, true, 9);
+  check_wgmma(shape<64, 0, 1, false>(), Swizzle::B128, Swizzle::B128, 0, 0, true, 6);  // P V: V stored (keys, head dims)
+  check_wgmma(shape<32, 1, 1, false>(), Swizzle::None, Swizzle::B64, 0, 0, false, 7);
+  check_wgmma(shape<16, 1, 0, false>(), Swizzle::B32, Swizzle::None, 0, 0, true, 8);
+  check_wgmma(shape<256, 1, 1, false>(), Swizzle::B128, Swizzle::B32, 0, 0, true, 9);
 }
 
 TEST_CASE("hopper: wgmma m64nNk16 bf16 with A from registers (PTX ISA: wgmma, Register Fragments: A of .m64nNk16)") {
-  check_wgmma<64, 0, 0, true>(Swizzle::None, Swizzle::B128, 0, 16, true, 10);
-  check_wgmma<128, 0, 1, true>(Swizzle::None, Swizzle::B128, 0, 0, false, 11);
-  check_wgmma<8, 0, 1, true>(Swizzle::None, Swizzle::None, 0, 0, true, 12);
+  check_wgmma(shape<64, 0, 0, true>(), Swizzle::None, Swizzle::B128, 0, 16, true, 10);
+  check_wgmma(shape<128, 0, 1, true>(), Swizzle::None, Swizzle::B128, 0, 0, false, 11);
+  check_wgmma(shape<8, 0, 1, true>(), Swizzle::None, Swizzle::None, 0, 0, true, 12);
 }
 
 namespace {
@@ -503,4 +515,227 @@ TEST_CASE("racecheck: a wgmma operand overwritten before its wait_group, or writ
   const tg_test::ChildResult after = run_checked(wgmma_misuse_kernel<4>, 128);
   INFO("child stderr: " << after.err);
   CHECK(after.exit_code == 0);
+}
+
+// ---- TMA ---------------------------------------------------------------------------------------
+namespace {
+
+// A bf16 tensor of dim1 rows of dim0 elements, rows `pitch` bytes apart, element (x, y) = 1 + x +
+// 100 y (never 0, the fill, nor 0xFFFF, the emulator's in-flight poison).
+struct Tensor2d {
+  int dim0, dim1, pitch;
+  uint16_t* dev = nullptr;
+  uint16_t at(int x, int y) const { return x < 0 || y < 0 || x >= dim0 || y >= dim1 ? 0 : (uint16_t)(1 + x + 100 * y); }
+  void upload() {
+    std::vector<uint16_t> h((size_t)(pitch / 2 * dim1), 0);
+    for (int y = 0; y < dim1; ++y)
+      for (int x = 0; x < dim0; ++x) h[(size_t)(y * (pitch / 2) + x)] = at(x, y);
+    dev = device_alloc<uint16_t>(h.size());
+    REQUIRE(cudaMemcpy(dev, h.data(), h.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  CUtensorMap map(int box0, int box1, CUtensorMapSwizzle swizzle) const {
+    CUtensorMap m;
+    const cuuint64_t dims[2] = {(cuuint64_t)dim0, (cuuint64_t)dim1}, strides[1] = {(cuuint64_t)pitch};
+    const cuuint32_t box[2] = {(cuuint32_t)box0, (cuuint32_t)box1}, ones[2] = {1, 1};
+    REQUIRE(cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, dev, dims, strides, box, ones,
+                                   CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS);
+    return m;
+  }
+};
+
+// Two boxes on one mbarrier: a 64 x 16 box with the 128B swizzle at (60, 30) to shared byte 0 and
+// an 8 x 5 box without swizzle at (-3, -2) to byte 2048; then the raw shared bytes to out.
+// MODE 1: thread 5 reads the first box before waiting (a race).
+template <int MODE>
+__global__ void tma_kernel(const CUtensorMap wide, const CUtensorMap narrow, uint16_t* out) {
+  __shared__ uint64_t bar;
+  unsigned char* s = gpu::dynamic_smem<unsigned char>();
+  const int t = threadIdx.x;
+  if (t == 0) {
+    gpu::hopper::mbarrier_init(&bar, 1);
+    gpu::hopper::fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (t == 0) {
+    gpu::hopper::mbarrier_arrive_expect_tx(&bar, 64 * 16 * 2 + 8 * 5 * 2);
+    gpu::hopper::tma_load_2d(s, &wide, 60, 30, &bar);
+    gpu::hopper::tma_load_2d(s + 2048, &narrow, -3, -2, &bar);
+  }
+  __syncthreads();
+  uint16_t early = 0;
+  if (MODE == 1 && t == 5) std::memcpy(&early, s + 16, 2);
+  gpu::hopper::mbarrier_wait_parity(&bar, 0);
+  for (int i = t; i < (2048 + 80) / 2; i += blockDim.x) {
+    uint16_t v;
+    std::memcpy(&v, s + 2 * i, 2);
+    out[i] = (uint16_t)(v + early);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("hopper: a TMA 2-D load lands its box row after row, swizzled, zeros outside the tensor (PTX ISA: cp.async.bulk.tensor, Tensor Access Modes)") {
+  Tensor2d a{100, 37, 208};
+  a.upload();
+  const CUtensorMap wide = a.map(64, 16, CU_TENSOR_MAP_SWIZZLE_128B), narrow = a.map(8, 5, CU_TENSOR_MAP_SWIZZLE_NONE);
+  uint16_t* d_out = device_alloc<uint16_t>((2048 + 80) / 2);
+  gpu::launch(tma_kernel<0>, 1, 128, 4096, nullptr, wide, narrow, d_out);
+  const std::vector<uint16_t> h = download(d_out, (2048 + 80) / 2);
+  int bad = 0;
+  std::string first;
+  auto expect = [&](uint32_t addr, uint16_t want) {
+    if (h[addr / 2] != want && bad++ == 0)
+      first = "shared byte " + std::to_string(addr) + ": " + std::to_string(h[addr / 2]) + ", want " + std::to_string(want);
+  };
+  for (int r = 0; r < 16; ++r)
+    for (int c = 0; c < 64; ++c) expect(swizzled((uint32_t)(128 * r + 2 * c), Swizzle::B128), a.at(60 + c, 30 + r));
+  for (int r = 0; r < 5; ++r)
+    for (int c = 0; c < 8; ++c) expect((uint32_t)(2048 + 16 * r + 2 * c), a.at(-3 + c, -2 + r));
+  INFO(first);
+  CHECK(bad == 0);
+  cudaFree(d_out);
+  cudaFree(a.dev);
+}
+
+TEST_CASE("hopper: cuTensorMapEncodeTiled's stand-in refuses what the driver refuses") {
+  Tensor2d a{100, 37, 200};  // a row pitch that is not a multiple of 16
+  a.upload();
+  CUtensorMap m;
+  const cuuint64_t dims[2] = {100, 37}, strides[1] = {200};
+  const cuuint32_t box[2] = {64, 16}, ones[2] = {1, 1};
+  CHECK(cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.dev, dims, strides, box, ones,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_ERROR_INVALID_VALUE);
+  const cuuint64_t strides_ok[1] = {208};
+  const cuuint32_t wide_box[2] = {128, 16};  // 256 bytes: wider than the 128B swizzle
+  CHECK(cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, a.dev, dims, strides_ok, wide_box, ones,
+                               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_ERROR_INVALID_VALUE);
+  cudaFree(a.dev);
+}
+
+TEST_CASE("racecheck: a TMA destination read before a wait on its mbarrier is a hazard") {
+  const tg_test::ChildResult early = tg_test::in_child([] {
+    emu::RaceChecker checker;
+    Tensor2d a{100, 37, 208};
+    a.upload();
+    const CUtensorMap wide = a.map(64, 16, CU_TENSOR_MAP_SWIZZLE_128B), narrow = a.map(8, 5, CU_TENSOR_MAP_SWIZZLE_NONE);
+    uint16_t* d_out = nullptr;
+    cudaMalloc(&d_out, 2048 + 80);
+    gpu::launch(tma_kernel<1>, 1, 128, 4096, nullptr, wide, narrow, d_out);
+    return cudaDeviceSynchronize() == cudaSuccess ? 0 : 3;
+  });
+  INFO("child stderr: " << early.err);
+  CHECK(early.exit_code == 3);
+  CHECK(has(early.err, "access to a TMA destination by a thread that has not seen its mbarrier phase complete"));
+}
+
+namespace {
+
+// Q (64 x 64) and K (64 x 64) by TMA with the 128B swizzle, then S = Q K^T by four wgmma k-steps on
+// K-major 128B descriptors, each step's start 32 bytes further along the swizzled rows: the
+// layout a TMA box lands in is the one the descriptor reads (as a Hopper attention kernel uses
+// them).
+__global__ void tma_wgmma_kernel(const CUtensorMap q, const CUtensorMap k, float* out) {
+  __shared__ uint64_t bar;
+  unsigned char* s = gpu::dynamic_smem<unsigned char>();
+  const int t = threadIdx.x;
+  if (t == 0) gpu::hopper::mbarrier_init(&bar, 1);
+  __syncthreads();
+  if (t == 0) {
+    gpu::hopper::mbarrier_arrive_expect_tx(&bar, 2 * 64 * 64 * 2);
+    gpu::hopper::tma_load_2d(s, &q, 0, 0, &bar);
+    gpu::hopper::tma_load_2d(s + 8192, &k, 0, 0, &bar);
+  }
+  gpu::hopper::mbarrier_wait_parity(&bar, 0);
+  const uint32_t base = gpu::hopper::smem_u32(s);
+  float d[32];
+  gpu::hopper::wgmma_fence();
+  for (int step = 0; step < 4; ++step)
+    gpu::hopper::wgmma_bf16_ss<64>(d, gpu::hopper::make_smem_desc(base + 32 * step, 0, 1024, Swizzle::B128),
+                                   gpu::hopper::make_smem_desc(base + 8192 + 32 * step, 0, 1024, Swizzle::B128), step > 0);
+  gpu::hopper::wgmma_commit_group();
+  gpu::hopper::wgmma_wait_group<0>();
+  for (int r = 0; r < 32; ++r) out[32 * t + r] = d[r];
+}
+
+}  // namespace
+
+TEST_CASE("hopper: TMA boxes with the 128B swizzle feed wgmma K-major 128B descriptors, k-steps 32 bytes apart") {
+  // Q[i][c] = (i + 2c) % 7 - 3, K[j][c] = (3i + c) % 5 - 2 as bf16: exact products and sums
+  std::vector<uint16_t> hq(64 * 64), hk(64 * 64);
+  auto qv = [](int i, int c) { return (float)((i + 2 * c) % 7 - 3); };
+  auto kv = [](int j, int c) { return (float)((3 * j + c) % 5 - 2); };
+  for (int i = 0; i < 64; ++i)
+    for (int c = 0; c < 64; ++c) hq[(size_t)(64 * i + c)] = bf16_bits(qv(i, c)), hk[(size_t)(64 * i + c)] = bf16_bits(kv(i, c));
+  uint16_t* dq = device_alloc<uint16_t>(hq.size());
+  uint16_t* dk = device_alloc<uint16_t>(hk.size());
+  REQUIRE(cudaMemcpy(dq, hq.data(), hq.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(dk, hk.data(), hk.size() * 2, cudaMemcpyHostToDevice) == cudaSuccess);
+  const Tensor2d tq{64, 64, 128, dq}, tk{64, 64, 128, dk};
+  const CUtensorMap mq = tq.map(64, 64, CU_TENSOR_MAP_SWIZZLE_128B), mk = tk.map(64, 64, CU_TENSOR_MAP_SWIZZLE_128B);
+  float* d_out = device_alloc<float>(128 * 32);
+  gpu::launch(tma_wgmma_kernel, 1, 128, 16384, nullptr, mq, mk, d_out);
+  const std::vector<float> h = download(d_out, 128 * 32);
+  int bad = 0;
+  for (int t = 0; t < 128; ++t)
+    for (int r = 0; r < 32; ++r) {
+      const int row = 16 * (t / 32) + 8 * (r / 2 % 2) + t % 32 / 4, col = 8 * (r / 4) + 2 * (t % 4) + r % 2;
+      float want = 0.f;
+      for (int c = 0; c < 64; ++c) want += qv(row, c) * kv(col, c);
+      bad += h[(size_t)(32 * t + r)] != want;
+    }
+  CHECK(bad == 0);
+  cudaFree(dq);
+  cudaFree(dk);
+  cudaFree(d_out);
+}
+
+namespace {
+
+// Element (row, col) of 8x8 matrix m of warp w: distinct, never 0.
+__host__ __device__ inline uint16_t st_value(int w, int m, int row, int col) { return (uint16_t)(1 + col + 8 * row + 64 * m + 256 * w); }
+
+// Each warp stores four 8x8 matrices with stmatrix.x4 (matrix m's rows 16 bytes apart at byte
+// 512 w + 128 m, or .trans: the same places) from the fragments the ISA gives each lane; lanes
+// elected by elect.sync count themselves in out[64 + w].
+template <bool Trans>
+__global__ void stmatrix_kernel(uint16_t* out, int* elected) {
+  unsigned char* s = gpu::dynamic_smem<unsigned char>();
+  const int t = threadIdx.x, w = t / 32, l = t % 32, g = l / 4, q = l % 4;
+  uint32_t r[4];
+  for (int m = 0; m < 4; ++m)
+    r[m] = Trans ? st_value(w, m, 2 * q, g) | (uint32_t)st_value(w, m, 2 * q + 1, g) << 16
+                 : st_value(w, m, g, 2 * q) | (uint32_t)st_value(w, m, g, 2 * q + 1) << 16;
+  const uint32_t row = gpu::hopper::smem_u32(s) + 512 * w + 128 * (l / 8) + 16 * (l % 8);  // matrix l / 8, row l % 8
+  if (Trans) gpu::hopper::stmatrix_x4_trans(row, r);
+  else gpu::hopper::stmatrix_x4(row, r);
+  if (gpu::hopper::elect_one()) elected[w] += 1 + l;
+  __syncthreads();
+  for (int i = t; i < 512; i += blockDim.x) std::memcpy(&out[i], s + 2 * i, 2);
+}
+
+}  // namespace
+
+TEST_CASE("hopper: stmatrix.x4 stores the fragments ldmatrix loads, plain and .trans; elect.sync elects one lane (PTX ISA: stmatrix, elect.sync)") {
+  for (const bool trans : {false, true}) {
+    uint16_t* d_out = device_alloc<uint16_t>(512);
+    int* d_elected = device_alloc<int>(2);
+    cudaMemset(d_elected, 0, 2 * sizeof(int));
+    gpu::launch(trans ? stmatrix_kernel<true> : stmatrix_kernel<false>, 1, 64, 1024, nullptr, d_out, d_elected);
+    const std::vector<uint16_t> h = download(d_out, 512);
+    const std::vector<int> e = download(d_elected, 2);
+    int bad = 0;
+    for (int w = 0; w < 2; ++w)
+      for (int m = 0; m < 4; ++m)
+        for (int row = 0; row < 8; ++row)
+          for (int col = 0; col < 8; ++col) bad += h[(size_t)(256 * w + 64 * m + 8 * row + col)] != st_value(w, m, row, col);
+    INFO(".trans " << trans);
+    CHECK(bad == 0);
+    CHECK(e[0] == 1);  // one lane of each warp, lane 0 (the emulator's choice)
+    CHECK(e[1] == 1);
+    cudaFree(d_out);
+    cudaFree(d_elected);
+  }
 }
