@@ -1,11 +1,17 @@
-// kernels/flash_attn_hopper.cu: the flash-attention forward with dropout on Hopper's wgmma
-// (contract in kernels/flash_attn_hopper.cuh; the algorithm is kernels/flash_attn_fwd.cu's,
-// FlashAttention-2's algorithm 1, and its CPU twin cpu::attention_tiled_forward is the spec).
+// kernels/flash_attn_hopper.cu: flash attention with dropout on Hopper (sm_90a): wgmma for the
+// matrix products, TMA and mbarriers for the forward's loads (contract in
+// kernels/flash_attn_hopper.cuh). The algorithms are kernels/flash_attn_fwd.cu's and
+// kernels/flash_attn_bwd.cu's (FlashAttention-2's algorithms 1 and 2, deterministic), whose CPU
+// twins (cpu::attention_tiled_forward / _backward) are the spec.
 //
-// Per (Q_i, bh) one CTA of two consumer warpgroups (256 threads), each owning 64 query rows
-// (Br = 128); key tiles of Bc = 64 rows stream through two shared stages with cp.async (tile
-// j+1 in flight while tile j is used), as in the mma.sync kernel. What changes is the matrix
-// engine: per key tile and warpgroup
+// The forward, per (Q_i, bh): one CTA of two consumer warpgroups, each owning 64 query rows
+// (Br = 128), and one producer warp (288 threads, warp specialization). The producer's elected
+// lane loads Q_i once and streams K_j, V_j (Bc = 64 keys) through a ring of kStages shared
+// stages with TMA (cp.async.bulk.tensor, 2-D boxes of 64 columns from one tensor map over qkv):
+// each stage has a "full" mbarrier (the producer's arrive.expect_tx; the boxes' bytes complete
+// it) and an "empty" one (one arrival per consumer warpgroup once its wgmmas on the stage have
+// retired); the producer refills a stage only after its empty phase completes. Per key tile and
+// warpgroup:
 //   S (64 x Bc) = Q K^T    HS/16 wgmma m64n64k16, A = Q and B = K from shared memory
 //   O (64 x HS) += P V     Bc/16 wgmma m64n{HS}k16, A = P from registers, B = V from shared
 //                          memory (MN-major: V is stored key-major, the wgmma's k)
@@ -16,21 +22,23 @@
 // masking, the online softmax, the dropout (one Philox call per 4 columns, keyed by position)
 // and the output are the mma.sync kernel's own functions (kernels/flash_attn_common.cuh): the
 // keep decisions are the same bytes by construction, and so is every other step but the sums
-// inside the two products.
+// inside the two products. A box of rows past the end of a batch's sequence reads the next
+// sequence's rows (zeros past the tensor): those keys are masked (-inf, P = 0) and those query
+// rows never written, as with the mma.sync kernel's zero-filled rows.
 //
-// Shared memory: Q_i [Br][HS], then two stages of K_j [Bc][HS] and V_j [Bc][HS], bf16, each tile
-// stored as HS / 64 column blocks of [rows][64] (128-byte rows) with the 128-byte swizzle: the
-// 16-byte chunk k of row r sits at chunk k ^ (r % 8) (sw128_offset), the layout wgmma reads
-// through a descriptor with swizzle mode 128B, and the one in which the 8 rows of a core matrix
-// fall in 8 different bank groups. The tiles start on 1024-byte boundaries (the swizzle's
-// period). Descriptors (kernels/hopper_ptx.cuh, make_smem_desc):
+// Shared memory: every tile is stored as HS / 64 column blocks of [rows][64] bf16 (128-byte
+// rows) with the 128-byte swizzle: the 16-byte chunk k of row r sits at chunk k ^ (r % 8)
+// (sw128_offset), the layout a TMA box with CU_TENSOR_MAP_SWIZZLE_128B lands in and wgmma reads
+// through a descriptor with swizzle mode 128B; the 8 rows of a core matrix fall in 8 different
+// bank groups. Tiles start on 1024-byte boundaries (the swizzle's period). Descriptors
+// (kernels/hopper_ptx.cuh, make_smem_desc):
 //   Q, K (K-major): rows 8 apart by SBO = 1024 bytes; k-step kk starts at column block kk / 4,
 //                   32 (kk % 4) bytes into the row (inside one 128-byte swizzle row);
-//   V (MN-major):   keys 8 apart by SBO = 1024, column blocks of 64 apart by LBO = Bc 128 bytes;
-//                   k-step kk starts at key 16 kk (2048 kk bytes).
-// cp.async writes through the generic proxy and wgmma reads through the async proxy: each
-// thread fences (fence.proxy.async) after its copies land, before the barrier that precedes the
-// wgmmas.
+//   V (MN-major):   keys 8 apart by SBO = 1024, column blocks of 64 apart by LBO = rows x 128
+//                   bytes; k-step kk starts at key 16 kk (2048 kk bytes).
+// The backward's two kernels load with cp.async (see below); cp.async writes through the
+// generic proxy and wgmma reads through the async proxy, so each thread fences
+// (fence.proxy.async) after its copies land, before the barrier that precedes the wgmmas.
 //
 // Built for sm_90a alone (the Makefile's HOPPER_GENCODE): the instructions exist nowhere else.
 #include <cmath>
@@ -63,14 +71,15 @@ namespace {
 
 template <int HS>
 struct HopperFwdTile {
-  static constexpr int kWarpgroups = 2;
-  static constexpr int kThreads = 128 * kWarpgroups;
-  static constexpr int kBr = 64 * kWarpgroups;  // query rows
-  static constexpr int kBc = 64;                // keys per tile
+  static constexpr int kConsumers = 2;                 // warpgroups
+  static constexpr int kThreads = 128 * kConsumers + 32;  // and the producer warp
+  static constexpr int kBr = 64 * kConsumers;          // query rows
+  static constexpr int kBc = 64;                       // keys per tile
+  static constexpr int kStages = 2;                    // K_j, V_j stages in the ring
   static constexpr int kQBytes = kBr * HS * 2;
   static constexpr int kKVBytes = kBc * HS * 2;  // one K or V tile
-  // Q_i, two stages of K_j and V_j, and the slack that aligns them to 1024 bytes
-  static constexpr size_t kSmemBytes = 1024 + kQBytes + 4 * kKVBytes;
+  // Q_i, the stages, and the slack that aligns them to 1024 bytes
+  static constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStages * kKVBytes;
 };
 
 // Byte offset of 16-byte chunk k (0 .. HS/8 - 1) of row r in a tile of R rows stored as column
@@ -109,58 +118,100 @@ __device__ __forceinline__ uint64_t desc_v(uint32_t tile, int kk) {
   return hopper::make_smem_desc(tile + (uint32_t)(kk * 2048), Bc * 128, 1024, hopper::Swizzle::B128);
 }
 
+// P (K/8 n-tiles of a warp's accumulators) as the wgmma A fragments of k-steps of 16 columns;
+// element (nt, e) enters as 0 unless bit 4nt+e of keep is set (Masked).
+template <int K, bool Masked>
+__device__ __forceinline__ void pack_a(uint32_t (&a)[K / 16][4], const float (&p)[K / 8][4], uint32_t keep) {
+  auto el = [&](int nt, int e) -> float {
+    if constexpr (Masked) return ((keep >> (4 * nt + e)) & 1u) ? p[nt][e] : 0.f;
+    return p[nt][e];
+  };
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    a[kk][0] = pack_bf16x2(el(2 * kk, 0), el(2 * kk, 1));
+    a[kk][1] = pack_bf16x2(el(2 * kk, 2), el(2 * kk, 3));
+    a[kk][2] = pack_bf16x2(el(2 * kk + 1, 0), el(2 * kk + 1, 1));
+    a[kk][3] = pack_bf16x2(el(2 * kk + 1, 2), el(2 * kk + 1, 3));
+  }
+}
+
 // grid (B*NH, ceil(T / Br)), query tiles last-first (the longest CTAs start first). Causal.
+// map: qkv as a (B T, 3C) tensor, boxes of 64 columns by Bc rows (Q_i: two boxes of rows a
+// column block).
 template <int HS, bool IsDropout>
-__global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1) flash_fwd_hopper_kernel(const FwdParams<bf16> p) {
+__global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
+    flash_fwd_hopper_kernel(const FwdParams<bf16> p, const __grid_constant__ CUtensorMap map) {
   using Tile = HopperFwdTile<HS>;
-  constexpr int Br = Tile::kBr, Bc = Tile::kBc, NThreads = Tile::kThreads;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, NS = Tile::kStages, Blocks = HS / 64;
+  __shared__ uint64_t bar_q, full[NS], empty[NS];
   unsigned char* const raw = dynamic_smem<unsigned char>();
   unsigned char* const sQ = raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);
-  unsigned char* const sK = sQ + Tile::kQBytes;      // [2][Bc][HS]
-  unsigned char* const sV = sK + 2 * Tile::kKVBytes;  // [2][Bc][HS]
+  unsigned char* const sK = sQ + Tile::kQBytes;            // [NS][Bc][HS]
+  unsigned char* const sV = sK + NS * Tile::kKVBytes;       // [NS][Bc][HS]
   const uint32_t aQ = smem_u32(sQ), aK = smem_u32(sK), aV = smem_u32(sV);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wg = warp / 4;
   const uint32_t bh = blockIdx.x;
   const int b = (int)bh / p.NH, h = (int)bh % p.NH;
   const int i0 = (gridDim.y - 1 - blockIdx.y) * Br;  // first query row of Q_i
-  const int iwg0 = i0 + 64 * wg;                      // first row of this warpgroup
-  const int iw0 = iwg0 + 16 * (warp % 4);             // first row of this warp
-  const int i_g = iw0 + lane / 4;                     // row of this lane's elements 0, 1 (2, 3: +8)
-  const bf16* Q = p.qkv + (long long)b * p.T * p.ld_qkv + (long long)h * HS;
-  const bf16* K = Q + p.C;
-  const bf16* V = Q + 2LL * p.C;
-
   // causal: key tiles past the last query row of Q_i are wholly above the diagonal
   const int j_end = min(p.T, i0 + Br);
   const int n_j = (j_end + Bc - 1) / Bc;
 
-  load_tile_sw128<Br, HS, NThreads>(sQ, Q, p.ld_qkv, i0, p.T);
-  load_tile_sw128<Bc, HS, NThreads>(sK, K, p.ld_qkv, 0, p.T);
-  load_tile_sw128<Bc, HS, NThreads>(sV, V, p.ld_qkv, 0, p.T);
-  cp_async_commit();
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_init(&bar_q, 1);
+    for (int st = 0; st < NS; ++st) {
+      hopper::mbarrier_init(&full[st], 1);                      // the producer's arrive.expect_tx
+      hopper::mbarrier_init(&empty[st], Tile::kConsumers);      // one arrival per consumer warpgroup
+    }
+    hopper::fence_mbarrier_init();
+  }
+  __syncthreads();
 
+  if (wg == Tile::kConsumers) {  // the producer warp: its first lane issues every load
+    if (lane == 0) {
+      const int row0 = b * p.T;  // row of (b, 0) in the (B T, 3C) tensor
+      hopper::mbarrier_arrive_expect_tx(&bar_q, Tile::kQBytes);
+      for (int blk = 0; blk < Blocks; ++blk)
+        for (int half = 0; half < Br / Bc; ++half)
+          hopper::tma_load_2d(sQ + blk * Br * 128 + half * Bc * 128, &map, h * HS + 64 * blk, row0 + i0 + half * Bc, &bar_q);
+      for (int jt = 0; jt < n_j; ++jt) {
+        const int st = jt % NS, use = jt / NS;
+        if (use > 0) {
+          hopper::mbarrier_wait_parity(&empty[st], (use - 1) & 1);  // the consumers released it
+          // implied by the empty phase (free here: it completed before the consumers released
+          // the stage), but the emulator's race checker orders a TMA destination only through the
+          // mbarrier its bytes complete on
+          hopper::mbarrier_wait_parity(&full[st], (use - 1) & 1);
+        }
+        hopper::mbarrier_arrive_expect_tx(&full[st], 2 * Tile::kKVBytes);
+        for (int blk = 0; blk < Blocks; ++blk) {
+          hopper::tma_load_2d(sK + st * Tile::kKVBytes + blk * Bc * 128, &map, p.C + h * HS + 64 * blk, row0 + jt * Bc, &full[st]);
+          hopper::tma_load_2d(sV + st * Tile::kKVBytes + blk * Bc * 128, &map, 2 * p.C + h * HS + 64 * blk, row0 + jt * Bc,
+                              &full[st]);
+        }
+      }
+    }
+    return;
+  }
+
+  // a consumer warpgroup: rows iwg0 .. iwg0+63
+  const int iwg0 = i0 + 64 * wg;                // first row of this warpgroup
+  const int iw0 = iwg0 + 16 * (warp % 4);       // first row of this warp
+  const int i_g = iw0 + lane / 4;               // row of this lane's elements 0, 1 (2, 3: +8)
   float o[HS / 8][4];
   zero(o);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   float(&o_flat)[HS / 2] = reinterpret_cast<float(&)[HS / 2]>(o);
+  hopper::mbarrier_wait_parity(&bar_q, 0);
 
   for (int jt = 0; jt < n_j; ++jt) {
-    const int j0 = jt * Bc, stage = jt % 2;
-    if (jt + 1 < n_j) {
-      load_tile_sw128<Bc, HS, NThreads>(sK + (1 - stage) * Tile::kKVBytes, K, p.ld_qkv, j0 + Bc, p.T);
-      load_tile_sw128<Bc, HS, NThreads>(sV + (1 - stage) * Tile::kKVBytes, V, p.ld_qkv, j0 + Bc, p.T);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    hopper::fence_proxy_async();  // this thread's landed copies, visible to the wgmmas' reads
-    __syncthreads();
+    const int j0 = jt * Bc, st = jt % NS;
+    hopper::mbarrier_wait_parity(&full[st], (jt / NS) & 1);  // K_j, V_j landed
     // a warpgroup whose 64 rows all lie above this tile's first key has nothing unmasked here
     // (the condition is the warpgroup's: its four warps issue the wgmmas together)
     if (j0 <= iwg0 + 63) {
-      const uint32_t tK = aK + stage * Tile::kKVBytes, tV = aV + stage * Tile::kKVBytes;
+      const uint32_t tK = aK + st * Tile::kKVBytes, tV = aV + st * Tile::kKVBytes;
       // S_ij = Q_i K_j^T (raw; the 1/sqrt(HS) is folded into scale_log2)
       float s[Bc / 8][4];
       float(&s_flat)[Bc / 2] = reinterpret_cast<float(&)[Bc / 2]>(s);
@@ -178,20 +229,16 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1) flash_fwd_hopp
       // O_i += (P~_ij o M_ij) V_j: P as wgmma A fragments, k-step kk = columns 16kk .. 16kk+15
       // (the m16n8k16 A layout: n-tiles 2kk and 2kk+1, rows g and g+8)
       uint32_t a[Bc / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < Bc / 16; ++kk) {
-        a[kk][0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-        a[kk][1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-        a[kk][2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[kk][3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      }
+      pack_a<Bc, false>(a, s, 0u);
       hopper::wgmma_fence();  // o was rescaled and a written by ordinary code since the last wgmma
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk) hopper::wgmma_bf16_rs<HS, 1>(o_flat, a[kk], desc_v<Bc>(tV, kk), true);
       hopper::wgmma_commit_group();
       hopper::wgmma_wait_group<0>();
     }
-    __syncthreads();  // every warpgroup is done with this stage before it is refilled
+    // this warpgroup's wgmmas on the stage have retired (its reads of the stage are over): one
+    // arrival, by its first thread, releases it
+    if (threadIdx.x % 128 == 0) hopper::mbarrier_arrive(&empty[st]);
   }
   // O_i = diag(l_i)^-1 O_i s, lse_i = m_i + log(l_i)
   write_out_lse(p, o, m, l, bh, b, h, i_g, lane);
@@ -210,23 +257,6 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1) flash_fwd_hopp
 //     S = Q K^T, dP = dO V^T (ss), dQ += dS K (rs, B = K MN-major).
 // The masks: the dK / dV kernel's keep bits come from the shared tile make_mask_tile writes (one
 // Philox call per 4 keys of a query), the dQ kernel's from dropout_keep_bits, as in flash_attn_bwd.cu.
-
-// P (K/8 n-tiles of a warp's accumulators) as the wgmma A fragments of k-steps of 16 columns;
-// element (nt, e) enters as 0 unless bit 4nt+e of keep is set (Masked).
-template <int K, bool Masked>
-__device__ __forceinline__ void pack_a(uint32_t (&a)[K / 16][4], const float (&p)[K / 8][4], uint32_t keep) {
-  auto el = [&](int nt, int e) -> float {
-    if constexpr (Masked) return ((keep >> (4 * nt + e)) & 1u) ? p[nt][e] : 0.f;
-    return p[nt][e];
-  };
-#pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk) {
-    a[kk][0] = pack_bf16x2(el(2 * kk, 0), el(2 * kk, 1));
-    a[kk][1] = pack_bf16x2(el(2 * kk, 2), el(2 * kk, 3));
-    a[kk][2] = pack_bf16x2(el(2 * kk + 1, 0), el(2 * kk + 1, 1));
-    a[kk][3] = pack_bf16x2(el(2 * kk + 1, 2), el(2 * kk + 1, 3));
-  }
-}
 
 // acc (the warpgroup's 64 x N) = A B^T over HS: A the 64 rows of tile a (RA rows) from row0, B the
 // N rows of tile b; both K-major. Waits for the result.
@@ -488,13 +518,50 @@ void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
          Dq::kSmemBytes, ctx.stream, p);
 }
 
+// The driver's cuTensorMapEncodeTiled (through the runtime's entry point query: no link to
+// libcuda; the emulator build links its stand-in).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled() {
+#ifdef TG_SIMT_EMULATION
+  return &cuTensorMapEncodeTiled;
+#else
+  static const EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !f)
+      throw std::runtime_error("flash attention (Hopper): the driver has no cuTensorMapEncodeTiled (CUDA 12.0 or newer needed)");
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+#endif
+}
+
+// qkv (B T rows of 3C bf16) as a 2-D tensor map: boxes of 64 columns (128 bytes, the swizzle's
+// width) by box_rows rows, landing with the 128-byte swizzle; zeros past the tensor.
+CUtensorMap qkv_map(const FwdParams<bf16>& p, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {(cuuint64_t)p.ld_qkv, (cuuint64_t)p.B * (cuuint64_t)p.T};
+  const cuuint64_t strides[1] = {(cuuint64_t)p.ld_qkv * sizeof(bf16)};
+  const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, ones[2] = {1, 1};
+  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(p.qkv), dims, strides,
+                                    box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("flash attention (Hopper): cuTensorMapEncodeTiled failed (" + std::to_string((int)r) +
+                             ") for qkv of " + std::to_string(p.B * p.T) + " x " + std::to_string(p.ld_qkv));
+  return map;
+}
+
 template <int HS, bool IsDropout>
 void run_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p) {
   using Tile = HopperFwdTile<HS>;
   const long long tiles = ceil_div(p.T, Tile::kBr);
   if (tiles > 65535) throw std::invalid_argument("flash_attn_forward_hopper: T too large for the grid");
   launch(flash_fwd_hopper_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles), Tile::kThreads,
-         Tile::kSmemBytes, ctx.stream, p);
+         Tile::kSmemBytes, ctx.stream, p, qkv_map(p, Tile::kBc));
 }
 
 }  // namespace
