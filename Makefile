@@ -154,12 +154,17 @@ CUDA_SRCS := $(wildcard kernels/*.cu) $(wildcard model/*/*.cu)
 # instead of 63 s. The two flash files, the heavy ones, stay separate so that make -j builds them
 # beside it, longest first: the flash backward, cuda_ops, the flash forward (make starts
 # prerequisites in the order listed). UNITY=0 compiles every file on its own.
-CUDA_HEAVY := kernels/flash_attn_bwd.cu kernels/flash_attn_fwd.cu
+# The Hopper kernels compile apart too, for sm_90a alone (HOPPER_GENCODE: their instructions
+# exist nowhere else), whatever ARCH is.
+HOPPER_SRCS := kernels/flash_attn_hopper.cu
+HOPPER_OBJS := $(HOPPER_SRCS:%.cu=$(BUILD)/%.o)
+HOPPER_GENCODE := -gencode arch=compute_90a,code=sm_90a
+CUDA_HEAVY := kernels/flash_attn_bwd.cu kernels/flash_attn_fwd.cu $(HOPPER_SRCS)
 CUDA_LIGHT := $(filter-out $(CUDA_HEAVY),$(CUDA_SRCS))
 ifeq ($(UNITY),0)
   CUDA_OBJS := $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
 else
-  CUDA_OBJS := $(BUILD)/kernels/flash_attn_bwd.o $(BUILD)/cuda_ops.o $(BUILD)/kernels/flash_attn_fwd.o
+  CUDA_OBJS := $(BUILD)/kernels/flash_attn_bwd.o $(BUILD)/cuda_ops.o $(BUILD)/kernels/flash_attn_fwd.o $(HOPPER_OBJS)
 endif
 # The CPU reference in double (the tests' gradient checks and fp64 references): the sources
 # below compiled a second time with TG_CPU_DOUBLE, which instantiates double in place of float,
@@ -187,7 +192,7 @@ EMU_FLAGS := -std=c++17 -O2 -g1 -fno-omit-frame-pointer -fopenmp -Wall -Wextra -
   -DTG_SIMT_EMULATION -DTG_HAVE_NCCL -Itests/emu/include -I$(CUDA_HOME)/include \
   -fsanitize=address,undefined -fno-sanitize-recover=all
 EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp tests/emu/hw_rounding.cpp tests/emu/cuda_runtime_emu.cpp tests/emu/cublas_emu.cpp \
-  tests/emu/nccl_emu.cpp tests/emu/access_hook.cpp tests/emu/kernel_profiler.cpp tests/emu/race_checker.cpp)
+  tests/emu/nccl_emu.cpp tests/emu/access_hook.cpp tests/emu/kernel_profiler.cpp tests/emu/race_checker.cpp tests/emu/hopper_emu.cpp)
 EMU_CUDA_OBJS := $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o)
 # the emulator itself at -O3: its fibers, barriers and memory hook are most of an emulated test's
 # time (-O3 took 9% off two flash and counter cases: 19.4-20.0 s to 17.7-17.8 s)
@@ -221,7 +226,7 @@ FUZZ_SRCS := tests/fuzz/fuzz_readers.cpp model/run/config.cpp model/formats/chec
              data/bpe.cpp data/bpe_files.cpp data/tokenize.cpp
 FUZZ_BIN := $(if $(FUZZ_OK),$(BUILD)/fuzz_readers,)
 
-.PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop tokenizer-check plot clean deps gpu-bundle gpu-profile
+.PHONY: FORCE all train test test-run sanitize data bench bench-cpu-peer interop tokenizer-check plot clean deps gpu-bundle gpu-profile hopper-ptx-check
 BENCH_GPU_BINS := $(if $(NVCC),$(BUILD)/bench_gpu $(BUILD)/bench_step,)
 all: train_gpt $(if $(NVCC),train_gpt_emu $(BUILD)/gpu_profile $(BUILD)/kernel_occupancy $(BUILD)/bench_gpu_emu,) $(TEST_BINS) $(FUZZ_BIN) $(BUILD)/bench_cpu $(BUILD)/bench_gemm $(BUILD)/bench_bpe $(BENCH_GPU_BINS)
 
@@ -236,6 +241,10 @@ $(BUILD)/double/%.o: %.cpp
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) -MMD -MP -c $< -o $@
+
+$(HOPPER_OBJS): $(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out -gencode arch=%,$(NVCCFLAGS)) $(HOPPER_GENCODE) -MMD -MP -c $< -o $@
 
 # (COLD_OPT: see COLD_SRCS above)
 $(COLD_SRCS:%.cpp=$(BUILD)/%.o) $(BUILD)/host_cold.o $(BUILD)/train_gpt.o: CXXFLAGS += $(COLD_OPT)
@@ -326,8 +335,9 @@ $(EMU_BUILD)/kernels/%.o: kernels/%.cu
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_HOOK_FLAGS) -x c++ -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
 
-# (the profiler's and the race checker's tests hold kernels of their own, hooked like the kernel files)
-$(EMU_BUILD)/tests/emu/test_kernel_profiler.o $(EMU_BUILD)/tests/emu/test_race_checker.o: $(EMU_BUILD)/%.o: %.cpp
+# (the profiler's, the race checker's and the Hopper instructions' tests hold kernels of their own,
+# hooked like the kernel files)
+$(EMU_BUILD)/tests/emu/test_kernel_profiler.o $(EMU_BUILD)/tests/emu/test_race_checker.o $(EMU_BUILD)/tests/emu/test_hopper.o: $(EMU_BUILD)/%.o: %.cpp
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_HOOK_FLAGS) $(DOCTEST_INC) -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
 
@@ -360,9 +370,11 @@ $(CUDA_OBJS): override NVCC := bash tests/emu/kernel_resources.sh nvcc $(NVCC)
 $(filter-out $(patsubst %.ptxas,%.o,$(wildcard $(CUDA_OBJS:.o=.ptxas))),$(CUDA_OBJS)): FORCE
 
 $(BUILD)/kernel_resources.txt: $(CUDA_OBJS) tests/emu/kernel_resources.sh
-	bash tests/emu/kernel_resources.sh table "$(ARCH)" $(CUDA_OBJS) > $@.tmp || { rm -f $@.tmp; exit 1; }
+	bash tests/emu/kernel_resources.sh table "$(ARCH)" $(filter-out $(HOPPER_OBJS),$(CUDA_OBJS)) > $@.tmp || { rm -f $@.tmp; exit 1; }
+	bash tests/emu/kernel_resources.sh table 90a $(HOPPER_OBJS) > $(BUILD)/kernel_resources_hopper.txt
 	mv $@.tmp $@
 	@echo "[make] $@: $$(grep -vc '^#' $@) kernels x architectures ($(foreach a,$(ARCH),sm_$(a))), $$(grep -v '^#' $@ | grep -Evc 'spill_stores=0 spill_loads=0 stack=0 smem=[0-9]+ lmem=0') with spills or local memory"
+	@echo "[make] $(BUILD)/kernel_resources_hopper.txt: $$(grep -vc '^#' $(BUILD)/kernel_resources_hopper.txt) kernels (sm_90a), $$(grep -v '^#' $(BUILD)/kernel_resources_hopper.txt | grep -Evc 'spill_stores=0 spill_loads=0 stack=0 smem=[0-9]+ lmem=0') with spills or local memory"
 
 # the emulated suite reads the table (tests/emu/test_occupancy.cpp) and links the calculator
 $(BUILD)/test_emu: $(EMU_BUILD)/tests/emu/occupancy.o | $(BUILD)/kernel_resources.txt
@@ -379,6 +391,21 @@ gpu-profile: $(BUILD)/gpu_profile $(BUILD)/kernel_resources.txt
 	$(BUILD)/gpu_profile --preset shakespeare-char --attention flash --check
 	$(BUILD)/gpu_profile --preset shakespeare-char --attention naive
 	$(BUILD)/gpu_profile --preset gpt2-124m --attention flash
+
+# make hopper-ptx-check: kernels/hopper_ptx.cuh's wrappers through nvcc and ptxas for sm_90a, every
+# instruction they wrap found in the PTX; and for sm_80, where they are left out (about 2 s; not
+# part of make test, which emulates them: tests/emu/test_hopper.cpp)
+HOPPER_PTX_OPS := mbarrier.init mbarrier.arrive.shared mbarrier.arrive.expect_tx mbarrier.expect_tx mbarrier.complete_tx \
+  mbarrier.try_wait.parity mbarrier.test_wait.parity cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes stmatrix.sync.aligned.m8n8.x4.shared.b16 stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 elect.sync fence.mbarrier_init fence.proxy.async wgmma.fence wgmma.commit_group wgmma.wait_group \
+  $(foreach n,8 16 32 64 128 256,wgmma.mma_async.sync.aligned.m64n$(n)k16.f32.bf16.bf16)
+hopper-ptx-check: tests/emu/hopper_ptx_check.cu kernels/hopper_ptx.cuh
+	@mkdir -p $(BUILD)/hopper
+	$(NVCC) -std=c++17 -arch=sm_90a -ptx $< -o $(BUILD)/hopper/check_sm90a.ptx
+	$(NVCC) -std=c++17 -arch=sm_90a -cubin $< -o $(BUILD)/hopper/check_sm90a.cubin
+	@for op in $(HOPPER_PTX_OPS); do grep -q "$$op" $(BUILD)/hopper/check_sm90a.ptx || { echo "hopper-ptx-check: $$op missing from the sm_90a PTX"; exit 1; }; done
+	$(NVCC) -std=c++17 -arch=sm_80 -ptx $< -o $(BUILD)/hopper/check_sm80.ptx
+	@! grep -q "wgmma\|mbarrier" $(BUILD)/hopper/check_sm80.ptx || { echo "hopper-ptx-check: Hopper PTX in the sm_80 build"; exit 1; }
+	@echo "hopper-ptx-check: $(words $(HOPPER_PTX_OPS)) instructions in the sm_90a PTX, none for sm_80"
 
 # build/kernel_occupancy [FILE]: plain g++, no emulator, no sanitizers
 $(BUILD)/tests/emu/occupancy.o: CXXFLAGS += -I$(CUDA_HOME)/include

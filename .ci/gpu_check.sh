@@ -16,6 +16,9 @@
 #                built here for the visible GPU only, and the line says how long that took
 #   suite        the whole GPU suite (test_gpu); the failing cases again alone, with their full
 #                output, and under compute-sanitizer memcheck
+#   hopper       the Hopper forward (kernels/flash_attn_hopper.cuh, on compute capability 9.0): its
+#                test cases, then the attention benchmark with TG_FLASH_HOPPER=1 (the flash rows'
+#                forward on wgmma, their backward on mma.sync) at fewer T
 #   attention    the attention benchmark (bench_gpu) beside PyTorch SDPA: forward, backward and
 #                both, p = 0 and 0.2, HS 64 and 128, TFLOP/s and ratios
 #   train_flash  shakespeare-char, flash, bf16, the full 5000 iterations: ms/iteration, tokens/s,
@@ -106,11 +109,12 @@ parse_suite() {
 # the names of the test cases a doctest log reports failing, once each, in order
 failing_cases() { sed -nE 's/^TEST CASE: +//p' "$1" 2>/dev/null | awk '!seen[$0]++'; }
 
-# bench_attention.csv: one line per head size and dropout: flash forward + backward TFLOP/s at
-# each T, and the median over T of flash's time over SDPA's (< 1: ours faster)
+# bench_attention.csv (or the CSV named second): one line per head size and dropout: flash
+# forward + backward TFLOP/s at each T, and the median over T of flash's time over SDPA's (< 1:
+# ours faster)
 parse_attention() {
-  local f=$1/bench_attention.csv
-  [ -f "$f" ] || { [ -f "$1/attention.log" ] && echo "no CSV written"; return 0; }
+  local f=$1/${2:-bench_attention.csv}
+  [ -f "$f" ] || { [ -f "$1/${3:-attention}.log" ] && echo "no CSV written"; return 0; }
   awk 'function csv(line, f,   n, q, c, i, cur) {  # split a CSV line into f[1..n], quotes honoured
       n = 0; q = 0; cur = ""
       for (i = 1; i <= length(line); i++) {
@@ -148,6 +152,14 @@ parse_attention() {
         print line
       }
     }' "$f"
+}
+
+# the Hopper forward's test cases (their doctest line), then its benchmark rows as the
+# attention step's
+parse_hopper() {
+  [ -f "$1/hopper_tests.log" ] || return 0
+  echo "tests: $(doctest_counts "$1/hopper_tests.log" || true)"
+  parse_attention "$1" bench_hopper.csv hopper | sed 's/^/forward on wgmma: /'
 }
 
 # a train_gpt run's log (and nvidia-smi's memory samples beside it): steps, ms/step, tokens/s,
@@ -314,9 +326,10 @@ window() {
     NANOGPT_FROM=5
     SAN_FLASH=(-tc="flash attention bf16: O*")
     SAN_SUITE=(-tc="gpu layernorm*,gpu gelu*")
+    HOPPER_BENCH_ARGS=(--hs 64 --t 64 --p 0,0.2 --tokens 128 --width 128 --reps 1 --warmup 0)
     # expected seconds on this machine (2 cores, the emulator), and the limits
     NAIVE_ARGS=()
-    EXP=([facts]=5 [libs]=5 [suite]=60 [attention]=30 [train_flash]=40 [nanogpt]=40 [sanitize]=60 [counters]=40 [train_naive]=30)
+    EXP=([facts]=5 [libs]=5 [suite]=60 [hopper]=30 [attention]=30 [train_flash]=40 [nanogpt]=40 [sanitize]=60 [counters]=40 [train_naive]=30)
   else
     TRAIN=$BUNDLE/bin/train_gpt TEST=$BUNDLE/bin/test_gpu BENCH=$BUNDLE/bin/bench_gpu
     SUITE_ARGS=()
@@ -327,9 +340,11 @@ window() {
     NANOGPT_FROM=100
     SAN_FLASH=(-tc="flash attention bf16: O*,flash attention float*,flash attention backward*")
     SAN_SUITE=(-tce="*20 steps*,*same seed twice*")
+    HOPPER_BENCH_ARGS=(--hs 64,128 --t 1024,4096,16384 --p 0,0.2 --naive-max-t 0 --reps 10)
     NAIVE_ARGS=(--max-iters 1000 --eval-interval 500)
     # seconds each took in the first window on an H100 (docs/BENCHMARKS.md), rounded up
-    EXP=([facts]=10 [libs]=5 [suite]=120 [attention]=40 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=30 [train_naive]=30)
+    # (hopper: not yet run on a GPU; its tests and a third of the attention step's shapes)
+    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=30 [attention]=40 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=30 [train_naive]=30)
   fi
   export NANOGPT_FROM
   export TG_DATA_FILE=$BUNDLE/data/input.txt
@@ -337,6 +352,7 @@ window() {
   step facts 60
   step libs 600
   step suite 240
+  step hopper 120
   step attention 240
   step train_flash 300
   step nanogpt 100000
@@ -493,6 +509,14 @@ step_suite() {
         >"$LOGS/suite_memcheck$i.log" 2>&1
     fi
   done <<<"$failed"
+  return $rc
+}
+
+step_hopper() {
+  lib_env
+  bounded "$TEST" -tc="*hopper*" >"$LOGS/hopper_tests.log" 2>&1
+  local rc=$?
+  TG_FLASH_HOPPER=1 bounded "$BENCH" "${HOPPER_BENCH_ARGS[@]}" --csv "$LOGS/bench_hopper.csv" || rc=$?
   return $rc
 }
 

@@ -42,6 +42,7 @@
 
 #include "flash_attn.cuh"
 #include "flash_attn_common.cuh"
+#include "flash_attn_hopper.cuh"
 
 namespace gpu {
 
@@ -96,78 +97,6 @@ struct DkvTile {
   static constexpr size_t kTileBytes = (size_t)(2 * kBc + 4 * kBr) * kStride * sizeof(bf16);
   static constexpr size_t kSmemBytes = kTileBytes + 4 * kBr * sizeof(float) + (size_t)kBc * kMaskStride;
 };
-
-// The keep bits M_ij of the tile (queries i0 .. i0+Br-1, keys j0 .. j0+Bc-1) into
-// sM[key][query] (row stride MS), by all threads: one Philox call per (query, 4 keys).
-// Consecutive threads take consecutive queries of one group of 4 keys, so a warp's 32 one-byte
-// stores fall in 8 consecutive words of a key row: one wavefront, no bank conflict (threads
-// taking consecutive key groups of one query put their bytes MS bytes apart, two to a bank).
-template <int Br, int Bc, int MS, int NThreads>
-__device__ __forceinline__ void make_mask_tile(uint8_t* sM, const philox::DropoutKey& key, uint32_t bh, int i0,
-                                               int j0) {
-  constexpr int kGroups = Bc / 4, kCalls = Br * kGroups;
-  static_assert(kCalls % NThreads == 0, "Philox calls must divide evenly among the threads");
-  static_assert(Br % 32 == 0, "a warp's queries lie in one key group");
-#pragma unroll
-  for (int it = 0; it < kCalls / NThreads; ++it) {
-    const int c = it * NThreads + (int)threadIdx.x;
-    const int q = c % Br, kg = c / Br;
-    const philox::U32x4 w = philox::dropout_words(key, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 4 * kg));
-#pragma unroll
-    for (int u = 0; u < 4; ++u) sM[(4 * kg + u) * MS + q] = (uint8_t)(w.v[u] >= key.threshold);
-  }
-}
-
-// The keep bits of the elements a lane owns in the key-major layout (rows = keys, columns =
-// queries): element (nt, e) is key 16w + g + 8(e/2), query 8nt + 2t + e%2 (tile-relative);
-// the two queries of a row are adjacent bytes of sM, read as one 16-bit word.
-template <int NT, int MS>
-__device__ __forceinline__ uint32_t keep_bits_from_tile(const uint8_t* sM, int warp, int lane) {
-  uint32_t bits = 0;
-  const int g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int k = 16 * warp + g + 8 * half, q = 8 * nt + 2 * t;
-      const uint32_t v = *reinterpret_cast<const uint16_t*>(sM + k * MS + q);
-      bits |= ((v & 1u) | (((v >> 8) & 1u) << 1)) << (4 * nt + 2 * half);
-    }
-  return bits;
-}
-
-// Masking in the key-major layout: element (nt, e) is key k_g + 8(e/2), query q_t + 8nt + e%2
-// (absolute); -inf where the query is past T or, causal, q < k (key after the query).
-template <int NT, bool IsCausal>
-__device__ __forceinline__ void mask_scores_t(float (&s)[NT][4], int k_g, int q_t, int Tn) {
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int k = k_g + 8 * (e / 2), q = q_t + 8 * nt + (e % 2);
-      if (q >= Tn || (IsCausal && q < k)) s[nt][e] = -INFINITY;
-    }
-}
-
-// dqkv[rows, col0 .. col0+HS) += scale * acc for the rows r_g (c0, c1) and r_g+8 (c2, c3) that
-// are < T; element (nt, e) goes to column col0 + 8nt + 2t + e%2 (bf16x2 read-add-write).
-template <int NO>
-__device__ __forceinline__ void add_to_dqkv(bf16* dqkv_b /*row 0 of batch b*/, long long ld, long long col0,
-                                            const float (&acc)[NO][4], float scale, int r_g, int Tn, int lane) {
-  const int t = lane % 4;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = r_g + 8 * r;
-    if (row >= Tn) continue;
-    bf16* dst = dqkv_b + (long long)row * ld + col0 + 2 * t;
-#pragma unroll
-    for (int no = 0; no < NO; ++no) {
-      __nv_bfloat162* q = reinterpret_cast<__nv_bfloat162*>(dst + 8 * no);
-      const float2 old = __bfloat1622float2(*q);
-      *q = __floats2bfloat162_rn(old.x + scale * acc[no][2 * r], old.y + scale * acc[no][2 * r + 1]);
-    }
-  }
-}
 
 // grid (B*NH, ceil(T / Bc)).
 template <int HS, bool IsCausal, bool IsDropout>
@@ -560,6 +489,7 @@ void run_bwd(const Context& ctx, const BwdParams<T>& p) {
     launch(flash_bwd_dot_do_o_kernel<T>, dim3(grid_1d((size_t)rows * 32, threads)), threads, 0, ctx.stream, p);
   }
   if constexpr (std::is_same_v<T, bf16>) {
+    if (flash_attn_hopper_chosen(ctx, HS)) return launch_bwd_hopper(ctx, p, IsDropout);
     using Kv = DkvTile<HS>;
     using Dq = DqTile<HS>;
     const long long kv_tiles = ceil_div(p.T, Kv::kBc), q_tiles = ceil_div(p.T, Dq::kBr);

@@ -72,12 +72,20 @@ struct FwdParams {
   long long ld_out;        // C: row stride of out / dout in elements
 };
 
+// The Hopper forward (kernels/flash_attn_hopper.cu) on params p of head size 64 or 128, with
+// or without the dropout path: what flash_attn_forward<bf16> runs when flash_attn_hopper_chosen.
+void launch_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p, bool dropout);
+
 template <typename Act>
 struct BwdParams : FwdParams<Act> {
   const Act* dout;  // (B, T, C) upstream gradient dO
   Act* dqkv;        // (B, T, 3C) +=: dQ, dK, dV at the columns of Q, K, V
   float* D;         // (B, NH, T) scratch: D_i = rowsum(dO_i o O_i), written by the preprocessing pass
 };
+
+// The Hopper backward's dK / dV and dQ kernels (kernels/flash_attn_hopper.cu) on params p of head
+// size 64 or 128, after the D pass: what flash_attn_backward<bf16> runs when flash_attn_hopper_chosen.
+void launch_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p, bool dropout);
 
 // The fields the forward and backward launchers fill alike.
 template <typename Act>
@@ -415,6 +423,159 @@ __device__ __forceinline__ void write_mask(uint8_t* mask_bh, uint32_t bits, int 
       const int i = i_g + 8 * (e / 2), j = j_t + 8 * nt + (e % 2);
       if (i < Tn && j < Tn && (!IsCausal || j <= i)) mask_bh[(long long)i * Tn + j] = (uint8_t)((bits >> (4 * nt + e)) & 1u);
     }
+}
+
+// ---- the forward's row state, shared by the mma.sync and the Hopper (wgmma) kernels: both hold
+// a warp's scores and output in the same per-warp accumulator layout (16 rows a warp, element e
+// of n-tile nt) ------------------------------------------------------------------------------------
+
+// online softmax update, per lane for its rows g (r = 0) and g+8 (r = 1), columns of s:
+//   m_new = max(m_i, rowmax(S_ij))             (row max across the quad: lanes 4g .. 4g+3)
+//   P~_ij = exp(S_ij - m_new)                   in place in s
+//   alpha = exp(m_i - m_new);  l_i = alpha l_i + rowsum(P~_ij);  O_i = alpha O_i;  m_i = m_new
+// l_i is the lane's partial sum over its own columns (the quad sum is taken once, at the
+// end, in a fixed order). A row with nothing unmasked yet (m_new = -inf) keeps its state and
+// gets P~ = 0, as in the CPU twin.
+template <int NT, int NO>
+__device__ __forceinline__ void online_softmax_update(float (&s)[NT][4], float (&o)[NO][4], float (&m)[2],
+                                                      float (&l)[2], float scale_log2) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = m[r];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const bool empty = mx == -INFINITY;
+    const float m_scaled = empty ? 0.f : mx * scale_log2;
+    const float alpha = empty ? 1.f : exp2f(m[r] * scale_log2 - m_scaled);  // 0 on the first tile
+    float rowsum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 2 * r; e < 2 * r + 2; ++e) {
+        s[nt][e] = exp2f(fmaf(s[nt][e], scale_log2, -m_scaled));  // exp2(-inf) = 0 at masked entries
+        rowsum += s[nt][e];
+      }
+    l[r] = alpha * l[r] + rowsum;
+#pragma unroll
+    for (int no = 0; no < NO; ++no) {
+      o[no][2 * r] *= alpha;
+      o[no][2 * r + 1] *= alpha;
+    }
+    m[r] = mx;
+  }
+}
+
+// apply dropout: P~_ij o M_ij (the scale s comes at the end), with M_ij from
+// dropout_keep_bits; the same bits go to the mask dump when it is requested.
+template <int NT, bool IsCausal>
+__device__ __forceinline__ void apply_dropout(float (&s)[NT][4], const FwdParams<bf16>& p, uint32_t bh, int i_g,
+                                              int j0, int lane) {
+  const uint32_t bits = dropout_keep_bits<NT>(p.key, bh, i_g, j0, lane);
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (!((bits >> (4 * nt + e)) & 1u)) s[nt][e] = 0.f;
+  if (p.mask) write_mask<NT, IsCausal>(p.mask + (long long)bh * p.T * p.T, bits, i_g, j0 + 2 * (lane % 4), p.T);
+}
+
+// write O and LSE: l_i = quad sum of the lane partials; O_i = O_i * s / l_i to out (rows < T),
+// lse_i = m_i / sqrt(HS) + log(l_i) (m_i is in raw Q K^T units) by the lane with t = 0.
+template <int NO>
+__device__ __forceinline__ void write_out_lse(const FwdParams<bf16>& p, float (&o)[NO][4], const float (&m)[2],
+                                              const float (&l)[2], uint32_t bh, int b, int h, int i_g, int lane) {
+  const int t = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float lt = l[r] + __shfl_xor_sync(0xffffffffu, l[r], 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    const int i = i_g + 8 * r;
+    if (i >= p.T) continue;
+    const float inv = p.dropout_scale / lt;
+    bf16* dst = p.out + ((long long)b * p.T + i) * p.ld_out + (long long)h * p.HS + 2 * t;
+#pragma unroll
+    for (int no = 0; no < NO; ++no)
+      *reinterpret_cast<__nv_bfloat162*>(dst + 8 * no) = __floats2bfloat162_rn(o[no][2 * r] * inv, o[no][2 * r + 1] * inv);
+    if (t == 0) p.lse[(long long)bh * p.T + i] = m[r] * p.scale + logf(lt);
+  }
+}
+
+// ---- the backward's tile helpers, shared by the mma.sync and the Hopper (wgmma) kernels (the
+// same per-warp accumulator layout: 16 rows a warp, warp = the warp's index in its CTA, or in its
+// warpgroup for the Hopper kernels) ------------------------------------------------------------------
+
+// The keep bits M_ij of the tile (queries i0 .. i0+Br-1, keys j0 .. j0+Bc-1) into
+// sM[key][query] (row stride MS), by all threads: one Philox call per (query, 4 keys).
+// Consecutive threads take consecutive queries of one group of 4 keys, so a warp's 32 one-byte
+// stores fall in 8 consecutive words of a key row: one wavefront, no bank conflict (threads
+// taking consecutive key groups of one query put their bytes MS bytes apart, two to a bank).
+template <int Br, int Bc, int MS, int NThreads>
+__device__ __forceinline__ void make_mask_tile(uint8_t* sM, const philox::DropoutKey& key, uint32_t bh, int i0,
+                                               int j0) {
+  constexpr int kGroups = Bc / 4, kCalls = Br * kGroups;
+  static_assert(kCalls % NThreads == 0, "Philox calls must divide evenly among the threads");
+  static_assert(Br % 32 == 0, "a warp's queries lie in one key group");
+#pragma unroll
+  for (int it = 0; it < kCalls / NThreads; ++it) {
+    const int c = it * NThreads + (int)threadIdx.x;
+    const int q = c % Br, kg = c / Br;
+    const philox::U32x4 w = philox::dropout_words(key, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 4 * kg));
+#pragma unroll
+    for (int u = 0; u < 4; ++u) sM[(4 * kg + u) * MS + q] = (uint8_t)(w.v[u] >= key.threshold);
+  }
+}
+
+// The keep bits of the elements a lane owns in the key-major layout (rows = keys, columns =
+// queries): element (nt, e) is key 16w + g + 8(e/2), query 8nt + 2t + e%2 (tile-relative);
+// the two queries of a row are adjacent bytes of sM, read as one 16-bit word.
+template <int NT, int MS>
+__device__ __forceinline__ uint32_t keep_bits_from_tile(const uint8_t* sM, int warp, int lane) {
+  uint32_t bits = 0;
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int k = 16 * warp + g + 8 * half, q = 8 * nt + 2 * t;
+      const uint32_t v = *reinterpret_cast<const uint16_t*>(sM + k * MS + q);
+      bits |= ((v & 1u) | (((v >> 8) & 1u) << 1)) << (4 * nt + 2 * half);
+    }
+  return bits;
+}
+
+// Masking in the key-major layout: element (nt, e) is key k_g + 8(e/2), query q_t + 8nt + e%2
+// (absolute); -inf where the query is past T or, causal, q < k (key after the query).
+template <int NT, bool IsCausal>
+__device__ __forceinline__ void mask_scores_t(float (&s)[NT][4], int k_g, int q_t, int Tn) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int k = k_g + 8 * (e / 2), q = q_t + 8 * nt + (e % 2);
+      if (q >= Tn || (IsCausal && q < k)) s[nt][e] = -INFINITY;
+    }
+}
+
+// dqkv[rows, col0 .. col0+HS) += scale * acc for the rows r_g (c0, c1) and r_g+8 (c2, c3) that
+// are < T; element (nt, e) goes to column col0 + 8nt + 2t + e%2 (bf16x2 read-add-write).
+template <int NO>
+__device__ __forceinline__ void add_to_dqkv(bf16* dqkv_b /*row 0 of batch b*/, long long ld, long long col0,
+                                            const float (&acc)[NO][4], float scale, int r_g, int Tn, int lane) {
+  const int t = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = r_g + 8 * r;
+    if (row >= Tn) continue;
+    bf16* dst = dqkv_b + (long long)row * ld + col0 + 2 * t;
+#pragma unroll
+    for (int no = 0; no < NO; ++no) {
+      __nv_bfloat162* q = reinterpret_cast<__nv_bfloat162*>(dst + 8 * no);
+      const float2 old = __bfloat1622float2(*q);
+      *q = __floats2bfloat162_rn(old.x + scale * acc[no][2 * r], old.y + scale * acc[no][2 * r + 1]);
+    }
+  }
 }
 
 }  // namespace flash

@@ -41,6 +41,7 @@
 
 #include "flash_attn.cuh"
 #include "flash_attn_common.cuh"
+#include "flash_attn_hopper.cuh"
 
 namespace gpu {
 
@@ -91,79 +92,6 @@ namespace {
 //   CTAs per SM on sm_90, one on sm_80).
 template <int HS>
 using FwdTile = QueryTile<HS, 8, 1>;
-
-// online softmax update, per lane for its rows g (r = 0) and g+8 (r = 1), columns of s:
-//   m_new = max(m_i, rowmax(S_ij))             (row max across the quad: lanes 4g .. 4g+3)
-//   P~_ij = exp(S_ij - m_new)                   in place in s
-//   alpha = exp(m_i - m_new);  l_i = alpha l_i + rowsum(P~_ij);  O_i = alpha O_i;  m_i = m_new
-// l_i is the lane's partial sum over its own columns (the quad sum is taken once, at the
-// end, in a fixed order). A row with nothing unmasked yet (m_new = -inf) keeps its state and
-// gets P~ = 0, as in the CPU twin.
-template <int NT, int NO>
-__device__ __forceinline__ void online_softmax_update(float (&s)[NT][4], float (&o)[NO][4], float (&m)[2],
-                                                      float (&l)[2], float scale_log2) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float mx = m[r];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const bool empty = mx == -INFINITY;
-    const float m_scaled = empty ? 0.f : mx * scale_log2;
-    const float alpha = empty ? 1.f : exp2f(m[r] * scale_log2 - m_scaled);  // 0 on the first tile
-    float rowsum = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 2 * r; e < 2 * r + 2; ++e) {
-        s[nt][e] = exp2f(fmaf(s[nt][e], scale_log2, -m_scaled));  // exp2(-inf) = 0 at masked entries
-        rowsum += s[nt][e];
-      }
-    l[r] = alpha * l[r] + rowsum;
-#pragma unroll
-    for (int no = 0; no < NO; ++no) {
-      o[no][2 * r] *= alpha;
-      o[no][2 * r + 1] *= alpha;
-    }
-    m[r] = mx;
-  }
-}
-
-// apply dropout: P~_ij o M_ij (the scale s comes at the end), with M_ij from
-// dropout_keep_bits; the same bits go to the mask dump when it is requested.
-template <int NT, bool IsCausal>
-__device__ __forceinline__ void apply_dropout(float (&s)[NT][4], const FwdParams<bf16>& p, uint32_t bh, int i_g,
-                                              int j0, int lane) {
-  const uint32_t bits = dropout_keep_bits<NT>(p.key, bh, i_g, j0, lane);
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (!((bits >> (4 * nt + e)) & 1u)) s[nt][e] = 0.f;
-  if (p.mask) write_mask<NT, IsCausal>(p.mask + (long long)bh * p.T * p.T, bits, i_g, j0 + 2 * (lane % 4), p.T);
-}
-
-// write O and LSE: l_i = quad sum of the lane partials; O_i = O_i * s / l_i to out (rows < T),
-// lse_i = m_i / sqrt(HS) + log(l_i) (m_i is in raw Q K^T units) by the lane with t = 0.
-template <int NO>
-__device__ __forceinline__ void write_out_lse(const FwdParams<bf16>& p, float (&o)[NO][4], const float (&m)[2],
-                                              const float (&l)[2], uint32_t bh, int b, int h, int i_g, int lane) {
-  const int t = lane % 4;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float lt = l[r] + __shfl_xor_sync(0xffffffffu, l[r], 1);
-    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-    const int i = i_g + 8 * r;
-    if (i >= p.T) continue;
-    const float inv = p.dropout_scale / lt;
-    bf16* dst = p.out + ((long long)b * p.T + i) * p.ld_out + (long long)h * p.HS + 2 * t;
-#pragma unroll
-    for (int no = 0; no < NO; ++no)
-      *reinterpret_cast<__nv_bfloat162*>(dst + 8 * no) = __floats2bfloat162_rn(o[no][2 * r] * inv, o[no][2 * r + 1] * inv);
-    if (t == 0) p.lse[(long long)bh * p.T + i] = m[r] * p.scale + logf(lt);
-  }
-}
 
 // grid (B*NH, ceil(T / Br)); the query tiles are taken last-first so that, causal, the
 // longest CTAs start first.
@@ -380,9 +308,15 @@ void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, co
   const bool dropout = key.threshold != 0 || mask != nullptr;
   // the one place where the runtime flags become template parameters
   // (causal only: see flash::check_causal)
-  FLASH_HEADDIM_SWITCH(pad.HSp, kHS, [&] {
-    BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd<T, kHS, /*IsCausal=*/true, kDropout>(ctx, p); });
-  });
+  bool hopper = false;
+  if constexpr (std::is_same_v<T, bf16>) hopper = flash_attn_hopper_chosen(ctx, HS);
+  if (hopper) {
+    if constexpr (std::is_same_v<T, bf16>) flash::launch_fwd_hopper(ctx, p, dropout);
+  } else {
+    FLASH_HEADDIM_SWITCH(pad.HSp, kHS, [&] {
+      BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd<T, kHS, /*IsCausal=*/true, kDropout>(ctx, p); });
+    });
+  }
   if (pad.active()) flash::copy_heads(ctx, out, HS, out_k, pad.HSp, rows, NH);
 }
 

@@ -9,6 +9,7 @@
 #include "../../data/errors.h"
 #include "../../kernels/attention.cuh"
 #include "../../kernels/flash_attn.cuh"
+#include "../../kernels/flash_attn_hopper.cuh"
 #include "../run/dist.h"
 #include "backend.h"
 #include "gpt_cuda.cuh"
@@ -90,8 +91,11 @@ class CudaBackend final : public Backend {
     if (!routed_.empty()) return routed_;
     const int HS = gpt_.model().n_embd / gpt_.model().n_head, tile = gpu::flash_attn_tile_head_size(HS);
     if (gpt_.run().attention != gpu::AttentionPath::Flash && !gpt_.run().both_paths) return "";
-    if (tile == HS || tile == 0) return "";
-    return " (head size " + std::to_string(HS) + " padded to " + std::to_string(tile) + " in the flash kernels)";
+    std::string note;
+    if (tile != HS && tile != 0) note = "head size " + std::to_string(HS) + " padded to " + std::to_string(tile) + " in the flash kernels";
+    if (std::is_same<T, gpu::bf16>::value && gpu::flash_attn_hopper_chosen(gpt_.ctx(), HS))
+      note += std::string(note.empty() ? "" : "; ") + "Hopper wgmma kernels";
+    return note.empty() ? "" : " (" + note + ")";
   }
 
   float forward_backward(const int32_t* x, const int32_t* y, uint32_t step, int micro = 0, int accum = 1,

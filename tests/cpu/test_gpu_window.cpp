@@ -58,6 +58,7 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
         "facts\tok\t3\t10\t\n"
         "libs\tok\t1\t5\t\n"
         "suite\tfailed(1)\t80\t90\t\n"
+        "hopper\tok\t25\t30\t\n"
         "attention\tok\t95\t100\t\n"
         "train_flash\tok\t70\t90\t\n"
         "nanogpt\tok\t200\t120\tstopped at the time limit\n"
@@ -85,6 +86,11 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
         "\"NVIDIA H100 80GB HBM3\",64,2048,8,32,1,0,naive,\"skipped (needs 17.2 GiB, 3.0 GiB free)\",0,0,0,0,0,0,1.0000,1.0000,4.0000\n"
         "\"NVIDIA H100 80GB HBM3\",64,4096,4,32,1,0,flash,\"ok\",2.0000,4.0000,6.0000,137.44,171.80,160.34,2.0000,8.0000,12.0000\n"
         "\"NVIDIA H100 80GB HBM3\",64,1024,16,32,1,0.2,flash,\"error: launch failed\",0,0,0,0,0,0,0,0,0\n");
+  write(d / "hopper_tests.log", "[doctest] test cases:  2 |  2 passed | 0 failed | 44 skipped\n");
+  write(d / "bench_hopper.csv",
+        "device,HS,T,B,NH,causal,p,path,status,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,bwd_tflops,fwdbwd_tflops,"
+        "torch_fwd_ms,torch_bwd_ms,torch_fwdbwd_ms\n"
+        "\"NVIDIA H100 80GB HBM3\",128,1024,16,16,1,0.2,flash,\"ok\",0.2000,1.0000,1.2000,343.60,171.80,200.44,0.4000,2.0000,2.4000\n");
   write(d / "train_flash.log",
         "device: cuda:0 NVIDIA H100 80GB HBM3 | attention: flash | precision: bf16 | memory: 2048 MiB\n"
         "step 0: train loss 4.2009, val loss 4.2097\n"
@@ -137,6 +143,10 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
         std::string::npos);
   CHECK(t.find("HS 64 p 0.2: flash TFLOP/s fwd/bwd/both at T - | SDPA: not measured | 1 shape(s) not ok") !=
         std::string::npos);
+  // the Hopper forward's tests, then its benchmark rows as the attention step's
+  CHECK(row(t, "hopper").find("tests: 2 passed, 0 failed, 44 skipped of 2") != std::string::npos);
+  CHECK(t.find("forward on wgmma: HS 128 p 0.2: flash TFLOP/s fwd/bwd/both at T 1k:344/172/200 | time / SDPA (median "
+               "over T): fwd 0.50 bwd 0.50 both 0.50") != std::string::npos);
   CHECK(row(t, "train_flash").find("5000 steps in 41.2 s, 7.10 ms/step (median), tokens/s 2307605, MFU 31.5%, "
                                    "peak device memory 3100 MiB (nvidia-smi), model buffers 2048 MiB, best val loss "
                                    "1.4652") != std::string::npos);

@@ -185,6 +185,12 @@ void notify_barrier() {
 void notify_warp_collective(int warp, const char* op) {
   for (Observer* o : observers()) o->warp_collective(warp, op);
 }
+void notify_mbarrier_observed(const void* bar, uint64_t phases) {
+  for (Observer* o : observers()) o->mbarrier_observed(bar, phases);
+}
+void notify_bulk_landing(const void* bar, uint64_t phases) {
+  for (Observer* o : observers()) o->bulk_landing(bar, phases);
+}
 void notify_mma(int warp, uint64_t flops) {
   for (Observer* o : observers()) o->mma(warp, flops);
 }

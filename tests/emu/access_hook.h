@@ -26,7 +26,11 @@
 // The PTX wrappers the engine emulates (ldmatrix, cp.async, mma.sync) report their accesses
 // from the engine: an ldmatrix.x4 is one 16-byte shared read per lane (the row that lane
 // addresses), a cp.async.cg 16 is a 16-byte global read and a 16-byte shared write at issue,
-// and the shared write again (CpAsyncLand) when the issuing thread's wait_group lands it.
+// and the shared write again (CpAsyncLand) when the issuing thread's wait_group lands it. A
+// wgmma's shared operands are 16-byte reads as it is issued (AsyncRead) and again as its
+// wgmma.wait_group retires it (AsyncReadDone), given as the warpgroup's first thread. A TMA load
+// is its global reads (one a box row) and its shared 16-byte writes as issued (BulkCopy), and
+// the writes again as the box lands (BulkCopyLand).
 //
 // Only accesses made while a CUDA thread runs, to device memory (cudaMalloc, cudaMallocHost) or
 // shared memory (the launch's dynamic shared memory, the static __shared__ arrays), reach the
@@ -49,6 +53,11 @@ enum class AccessKind : uint8_t {
   LdMatrix,  // one row (16 bytes) of ldmatrix.x4, read for the lane that gave its address
   CpAsync,   // cp.async.cg 16: the global read, and the shared write, as issued
   CpAsyncLand,  // the same shared write as it lands (cp.async.wait_group retires its group)
+  AsyncRead,    // a 16-byte chunk of a wgmma shared operand, read by the async proxy from issue ...
+  AsyncReadDone,  // ... until the wgmma.wait_group that retires the operation (the same chunk)
+  StMatrix,       // one row (16 bytes) of stmatrix.x4, written for the lane that gave its address
+  BulkCopy,       // a TMA box: its global reads, and its shared writes (16-byte chunks), as issued
+  BulkCopyLand,   // the same shared writes as the box lands (a wait on its mbarrier)
 };
 
 struct Access {
@@ -80,6 +89,11 @@ class Observer {
   virtual void barrier() {}
   virtual void warp_collective(int warp, const char* op) { (void)warp, (void)op; }
   virtual void mma(int warp, uint64_t flops) { (void)warp, (void)flops; }
+  // The running thread saw `phases` phases of the mbarrier at `bar` completed (a test_wait or
+  // try_wait that answered true); a TMA box about to land (BulkCopyLand accesses follow) that is
+  // there for whoever sees `phases` phases of `bar` completed.
+  virtual void mbarrier_observed(const void* bar, uint64_t phases) { (void)bar, (void)phases; }
+  virtual void bulk_landing(const void* bar, uint64_t phases) { (void)bar, (void)phases; }
   virtual void cta_end() {}
   virtual void launch_end() {}
   virtual void gemm(const GemmEvent& g) { (void)g; }
@@ -116,6 +130,8 @@ void notify_cta_begin();
 void notify_barrier();
 void notify_warp_collective(int warp, const char* op);
 void notify_mma(int warp, uint64_t flops);
+void notify_mbarrier_observed(const void* bar, uint64_t phases);
+void notify_bulk_landing(const void* bar, uint64_t phases);
 void notify_cta_end();
 void notify_launch_end();
 void notify_gemm(const GemmEvent& g);

@@ -49,6 +49,25 @@ extern const char* g_device_op;
 void set_gemm_arithmetic(bool on);
 
 // ---- the engine (tests/emu/simt_emulator.cpp) -------------------------------------------------
+// A barrier of `expected` arrivals; `op` names the operation the first arrival reached (all
+// must reach the same one). gen counts the times it completed: a thread blocked on it runs again
+// once gen moves.
+struct Barrier {
+  int expected = 0, arrived = 0;
+  uint64_t gen = 0;
+  const char* op = nullptr;
+};
+// For instructions emulated outside the engine's file (tests/emu/hopper_emu.cpp), from a running
+// kernel thread: rendezvous arrives at b (all b.expected threads must reach the same op; the last
+// one runs on_last before any is released); block_until_next blocks the thread until b.gen
+// moves (b.op names the wait in a deadlock report: when every live thread of the CTA is blocked,
+// the launch fails as deadlocked); cta_thread is the CTA's thread of that linear index.
+void rendezvous(Barrier& b, const char* op, const std::function<void()>& on_last);
+void block_until_next(Barrier& b);
+struct Thread;
+Thread& cta_thread(int linear);
+// Called by the engine as each CTA begins (tests/emu/hopper_emu.cpp: mbarriers, warpgroups).
+void hopper_cta_begin(int nthreads);
 // Runs a whole grid now (called by the work a launch queued). A fault sets the sticky error.
 void run_grid(const void* kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()>& body);
 // The kernel's name (demangled, from the executable's symbol table) or its address.

@@ -30,7 +30,7 @@ void KernelCounters::add(const KernelCounters& o) {
   load.add(o.load), store.add(o.store);
   shared_load.add(o.shared_load), shared_store.add(o.shared_store);
   unique_read_bytes += o.unique_read_bytes, unique_write_bytes += o.unique_write_bytes;
-  mma += o.mma, mma_flops += o.mma_flops, cp_async_bytes += o.cp_async_bytes;
+  mma += o.mma, mma_flops += o.mma_flops, cp_async_bytes += o.cp_async_bytes, tma_bytes += o.tma_bytes;
   for (const SiteCounters& s : o.sites) {
     auto it = std::find_if(sites.begin(), sites.end(),
                            [&s](const SiteCounters& t) { return t.pc == s.pc && t.write == s.write && t.space == s.space; });
@@ -165,6 +165,14 @@ void KernelProfiler::cta_begin() {
 
 void KernelProfiler::access(const Access& a) {
   if (!kernel_ || !a.thread || a.kind == AccessKind::CpAsyncLand) return;  // counted at issue
+  if (a.kind == AccessKind::AsyncRead || a.kind == AccessKind::AsyncReadDone) return;  // wgmma: not counted yet
+  if (a.kind == AccessKind::BulkCopy || a.kind == AccessKind::BulkCopyLand) {  // TMA: its bytes, no requests
+    if (a.kind == AccessKind::BulkCopy && a.space == Space::Global) {
+      launches_.back().tma_bytes += a.size;
+      for (uintptr_t s = a.addr >> 5; s <= (a.addr + a.size - 1) >> 5; ++s) read_sectors_.insert(s);
+    }
+    return;
+  }
   log_[(size_t)a.thread->linear].push_back(Entry{a.pc, a.addr, a.size, flags_of(a)});
   if (a.space == Space::Global) {
     auto& set = a.write ? written_sectors_ : read_sectors_;
@@ -319,7 +327,11 @@ std::string KernelProfiler::report(bool sites, double min_efficiency) const {
          fmt("%.3f", (double)k.cp_async_bytes / 1e6) + "\n";
     if (!sites) continue;
     for (const SiteCounters& site : k.sites) {
-      const char* what = site.kind == AccessKind::LdMatrix ? "ldmatrix" : site.kind == AccessKind::CpAsync ? "cp.async" : site.write ? "store" : "load";
+      const char* what = site.kind == AccessKind::LdMatrix   ? "ldmatrix"
+                         : site.kind == AccessKind::StMatrix ? "stmatrix"
+                         : site.kind == AccessKind::CpAsync  ? "cp.async"
+                         : site.write                        ? "store"
+                                                             : "load";
       if (site.space == Space::Shared && site.shared.conflicts() > 0)
         r += "    shared " + std::string(what) + " " + std::to_string(site.width) + " B at " + source_line(site.pc) +
              ": " + std::to_string(site.shared.requests) + " requests, " + std::to_string(site.shared.wavefronts) +

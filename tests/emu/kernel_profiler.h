@@ -15,7 +15,9 @@
 //     and cp.async included) in four of 8; a phase takes as many wavefronts as the most distinct
 //     4-byte words any bank holds in it (the same word is a broadcast); bank conflicts =
 //     wavefronts - phases. An ldmatrix.x4 is four phases of eight 16-byte rows;
-//   - tensor work: mma.sync m16n8k16 instructions (warp-level: 4096 FLOPs each), cp.async bytes;
+//   - tensor work: mma.sync m16n8k16 instructions (warp-level: 4096 FLOPs each) and wgmma
+//     m64nNk16 (warpgroup-level: 2048 N FLOPs each; its shared operands are not counted as
+//     traffic), cp.async bytes, TMA load bytes;
 //     the cuBLAS / cuBLASLt stand-ins' GEMMs (2 m n k FLOPs per batch entry, bytes of A, B, C, D).
 // Accesses keep the widths of the source (the kernel files are compiled without
 // vectorisation); the hardware's compiler may merge neighbouring accesses that g++ keeps apart,
@@ -75,6 +77,7 @@ struct KernelCounters {
   SharedCounters shared_load, shared_store;
   uint64_t unique_read_bytes = 0, unique_write_bytes = 0;  // compulsory traffic (distinct sectors x 32)
   uint64_t mma = 0, mma_flops = 0, cp_async_bytes = 0;
+  uint64_t tma_bytes = 0;  // bytes TMA loads read from global memory (their sectors count as compulsory)
   std::vector<SiteCounters> sites;       // in order of first execution
   uint64_t moved_bytes() const { return 32 * (load.sectors + store.sectors); }
   uint64_t compulsory_bytes() const { return unique_read_bytes + unique_write_bytes; }

@@ -30,9 +30,21 @@ void RaceChecker::cta_begin() {
   ++cta_;  // every cell of an earlier CTA reads as empty
   barrier_ = 0;
   std::fill(collective_.begin(), collective_.end(), 0u);
+  landings_.clear();
+  seen_.assign((size_t)(bx_ * by_ * (int)g_block_dim.z), {});
 }
 
 void RaceChecker::barrier() { ++barrier_; }
+
+void RaceChecker::mbarrier_observed(const void* bar, uint64_t phases) {
+  if (!g_thread) return;
+  uint64_t& seen = seen_[(size_t)g_thread->linear][reinterpret_cast<uintptr_t>(bar)];
+  seen = std::max(seen, phases);
+}
+
+void RaceChecker::bulk_landing(const void* bar, uint64_t phases) {
+  landings_.emplace_back(reinterpret_cast<uintptr_t>(bar), phases);
+}
 void RaceChecker::warp_collective(int warp, const char*) { ++collective_[(size_t)warp]; }
 
 RaceChecker::Cell& RaceChecker::cell(uintptr_t a) {
@@ -46,11 +58,18 @@ RaceChecker::Cell& RaceChecker::cell(uintptr_t a) {
 }
 
 bool RaceChecker::ordered(const Stamp& e, int thread) const {
+  if (e.thread == kLanded) {  // a TMA box: seen through its mbarrier, or a __syncthreads since
+    if (e.barrier != barrier_) return true;
+    const auto& [bar, phases] = landings_[e.collective];
+    const auto& seen = seen_[(size_t)thread];
+    const auto it = seen.find(bar);
+    return it != seen.end() && it->second >= phases;
+  }
   if (e.thread < 0 || e.thread == thread || e.barrier != barrier_) return true;
   return e.thread / 32 == thread / 32 && e.collective != collective_[(size_t)(thread / 32)];
 }
 
-void RaceChecker::hazard(const char* what, uintptr_t a, const Stamp& e, const Access& now) {
+void RaceChecker::hazard(const char* what, uintptr_t a, const Stamp& e, const Access& now, bool ordering_helps) {
   auto tid = [this](int t) {
     return "(" + std::to_string(t % bx_) + "," + std::to_string(t / bx_ % by_) + "," + std::to_string(t / (bx_ * by_)) +
            ") [warp " + std::to_string(t / 32) + " lane " + std::to_string(t % 32) + "]";
@@ -62,7 +81,7 @@ void RaceChecker::hazard(const char* what, uintptr_t a, const Stamp& e, const Ac
                     source_line(now.pc);
   if (e.thread >= 0)
     msg += (e.thread == now.thread->linear ? std::string(", after its own ") : ", after thread " + tid(e.thread) + " at ") +
-           source_line(e.pc) + (e.barrier == barrier_ ? " with no __syncthreads between" : "");
+           source_line(e.pc) + (e.barrier == barrier_ && ordering_helps ? " with no __syncthreads between" : "");
   std::fprintf(stderr, "SIMT emulator: %s\n", msg.c_str());
   device_fault(cudaErrorLaunchFailure, msg);
 }
@@ -154,6 +173,20 @@ void RaceChecker::access(const Access& a) {
   for (uint32_t i = 0; i < a.size; ++i) {
     const uintptr_t b = a.addr + i;
     Cell& c = cell(b);
+    if (a.kind == AccessKind::AsyncReadDone) {  // a wgmma retired: it reads this byte no more
+      if (c.async_reads) --c.async_reads;
+      continue;
+    }
+    if (a.write && c.async_reads)
+      hazard("write to a wgmma operand before the wgmma.wait_group that retires it", b, c.async_reader, a, false);
+    if (a.kind == AccessKind::BulkCopyLand) {  // a TMA box lands: written, for whoever sees its phase
+      c.in_flight = Stamp{};
+      c.in_flight_bulk = false;
+      c.write = Stamp{kLanded, barrier_, (uint32_t)(landings_.size() - 1), a.pc};
+      c.read1 = c.read2 = Stamp{};
+      c.written = true;
+      continue;
+    }
     if (a.kind == AccessKind::CpAsyncLand) {  // the copy's bytes arrive: a write now, by the issuer
       c.in_flight = Stamp{};
       c.write = now;
@@ -161,13 +194,22 @@ void RaceChecker::access(const Access& a) {
       c.written = true;
       continue;
     }
-    if (c.in_flight.thread >= 0) hazard("access to a cp.async destination before its wait_group", b, c.in_flight, a);
+    if (c.in_flight.thread >= 0) {
+      if (c.in_flight_bulk)
+        hazard("access to a TMA destination before its box landed (no wait on its mbarrier's phase yet)", b, c.in_flight,
+               a, false);
+      hazard("access to a cp.async destination before its wait_group", b, c.in_flight, a);
+    }
+    if (c.write.thread == kLanded && !ordered(c.write, t))
+      hazard("access to a TMA destination by a thread that has not seen its mbarrier phase complete", b,
+             c.write, a, false);
     if (a.write) {
       if (!ordered(c.write, t)) hazard("write-after-write hazard", b, c.write, a);
       if (!ordered(c.read1, t)) hazard("write-after-read hazard", b, c.read1, a);
       if (!ordered(c.read2, t)) hazard("write-after-read hazard", b, c.read2, a);
-      if (a.kind == AccessKind::CpAsync) {
+      if (a.kind == AccessKind::CpAsync || a.kind == AccessKind::BulkCopy) {
         c.in_flight = now;
+        c.in_flight_bulk = a.kind == AccessKind::BulkCopy;
       } else {
         c.write = now;
         c.written = true;
@@ -176,6 +218,11 @@ void RaceChecker::access(const Access& a) {
     } else {
       if (!c.written) hazard("initcheck: read of shared memory nothing wrote since the block began", b, Stamp{}, a);
       if (!ordered(c.write, t)) hazard("read-after-write hazard", b, c.write, a);
+      if (a.kind == AccessKind::AsyncRead) {  // in flight until its retire; not a thread's read
+        ++c.async_reads;
+        c.async_reader = now;
+        continue;
+      }
       if (c.read1.thread < 0 || c.read1.thread == t) c.read1 = now;
       else c.read2 = now;
     }

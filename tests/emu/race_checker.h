@@ -12,6 +12,17 @@
 //   - a cp.async destination touched in flight: the 16 bytes a cp.async.cg writes land when the
 //     issuing thread's cp.async.wait_group retires its group; any access to them before that,
 //     by any thread (the issuer included), reads or overwrites what the copy will change;
+//   - a TMA destination touched in flight: a box's bytes land when a thread waits on the
+//     mbarrier its bytes complete on (the emulator lands them then); any access before that reads
+//     or overwrites what the box will change. A landed box is ordered before a thread's access
+//     when that thread has seen the mbarrier's phase complete (a test_wait or try_wait that
+//     answered true) or a __syncthreads lies between; other accesses ordered only by mbarriers
+//     are not followed yet;
+//   - a wgmma operand overwritten in flight: the async proxy reads a wgmma's shared operands
+//     between its issue and the wgmma.wait_group that retires it; any write to them in between,
+//     by any thread (a cp.async landing included), changes what it multiplies. Its reads at issue
+//     are checked as reads of the warpgroup's first thread (initcheck, and a write that no
+//     __syncthreads, or program order of that thread, orders before them);
 //   - initcheck: a read of a shared byte that nothing wrote since the CTA began (shared memory
 //     has no initial value; the emulator fills it with 0xFF, NaN in fp32 and bf16), and a
 //     kernel's read of device memory that nothing wrote since the checker began (a kernel, a
@@ -57,13 +68,15 @@ class RaceChecker : public Observer {
   void warp_collective(int warp, const char* op) override;
   void device_written(const void* p, size_t n) override;
   void device_freed(const void* p, size_t n) override;
+  void mbarrier_observed(const void* bar, uint64_t phases) override;
+  void bulk_landing(const void* bar, uint64_t phases) override;
 
   // the demangled names of the kernels launched under the checker so far, each once
   const std::vector<std::string>& kernel_names() const { return kernel_names_; }
 
   // One access as the checker keeps it.
   struct Stamp {
-    int32_t thread = -1;  // linear index in the CTA; -1: none
+    int32_t thread = -1;  // linear index in the CTA; -1: none; kLanded: a TMA box (collective: its landing)
     uint32_t barrier = 0;  // barrier epoch of the CTA when it happened
     uint32_t collective = 0;  // the warp's collective epoch then
     const void* pc = nullptr;
@@ -72,13 +85,19 @@ class RaceChecker : public Observer {
     uint64_t cta = 0;  // the CTA the rest belongs to (older: as if empty)
     Stamp write, read1, read2;  // the last write; two reads since it, by different threads
     Stamp in_flight;            // a cp.async issued to this byte and not landed
+    Stamp async_reader;         // the last wgmma issued that reads this byte
+    uint32_t async_reads = 0;   // wgmma operations reading it, issued and not retired
     bool written = false;       // written since the CTA began
+    bool in_flight_bulk = false;  // in_flight is a TMA box's, not a cp.async's
   };
 
  private:
   Cell& cell(uintptr_t a);
   bool ordered(const Stamp& earlier, int thread) const;
-  [[noreturn]] void hazard(const char* what, uintptr_t a, const Stamp& earlier, const Access& now);
+  // ordering_helps: the earlier access is a thread's, which a __syncthreads would order (not an
+  // operation still in flight)
+  [[noreturn]] void hazard(const char* what, uintptr_t a, const Stamp& earlier, const Access& now,
+                           bool ordering_helps = true);
 
   // Global memory within one launch: per byte, the CTA (its ordinal in the launch, from 1) that
   // last wrote it and the one that first read it, kSeveral set when other CTAs read it too.
@@ -96,6 +115,11 @@ class RaceChecker : public Observer {
   std::vector<Cell> dynamic_;                  // one per byte of the largest dynamic shared memory
   std::unordered_map<uintptr_t, Cell> static_;  // the static __shared__ bytes touched
   std::vector<uint32_t> collective_;           // per warp of the CTA
+  // TMA boxes landed in this CTA: the mbarrier and the phases completed that make each visible;
+  // per thread, the phases it saw completed of each mbarrier
+  static constexpr int32_t kLanded = -2;
+  std::vector<std::pair<uintptr_t, uint64_t>> landings_;
+  std::vector<std::unordered_map<uintptr_t, uint64_t>> seen_;
   // device memory written since the checker began: a bit a byte, per 4 KB page
   std::unordered_map<uintptr_t, std::vector<uint64_t>> written_;
   void mark_written(uintptr_t a, size_t n, bool on);

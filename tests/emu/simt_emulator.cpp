@@ -47,7 +47,12 @@
 //     thread's cp.async.wait_group retires its group: reading a tile before waiting, or
 //     refilling a stage that another warp still reads, yields NaN. Source and destination must
 //     be 16-byte aligned, the destination inside dynamic shared memory, and the source (even
-//     when src-size is 0) inside device memory.
+//     when src-size is 0) inside device memory;
+//   - stmatrix.sync.aligned.m8n8.x4[.trans].shared.b16, ldmatrix's inverse (same fragments,
+//     row addresses, alignment and bounds), and elect.sync with a full mask (a warp rendezvous;
+//     the ISA does not say which lane is elected, the emulator elects lane 0);
+//   - the Hopper mbarrier, wgmma and TMA instructions: tests/emu/hopper_emu.cpp (on the
+//     rendezvous, blocking and CTA-start hooks of tests/emu/emu_internal.h).
 //
 // What it counts and checks: every load and store of the kernel files passes the memory hook
 // (tests/emu/access_hook.h) with its thread and source line; the kernel profiler
@@ -175,14 +180,6 @@ inline void context_switch(Context& from, Context& to) { swapcontext(&from.uc, &
 #endif
 
 // ---- the state of a CTA -----------------------------------------------------------------------
-// A barrier of `expected` arrivals; `op` names the operation the first arrival reached (all
-// must reach the same one).
-struct Barrier {
-  int expected = 0, arrived = 0;
-  uint64_t gen = 0;
-  const char* op = nullptr;
-};
-
 struct Copy {
   unsigned char* dst;
   const unsigned char* src;
@@ -341,6 +338,7 @@ void run_cta(bool descending) {
   }
   e.cta_bar = Barrier{};
   e.cta_bar.expected = nthreads;
+  hopper_cta_begin(nthreads);
   for (int t = 0; t < nthreads; ++t) {
     Fiber& f = e.fibers[t];
     f.linear = t;
@@ -594,6 +592,17 @@ void syncthreads() {
   });
 }
 
+void rendezvous(Barrier& b, const char* op, const std::function<void()>& on_last) { arrive(b, op, on_last); }
+
+void block_until_next(Barrier& b) {
+  Fiber& f = cur();
+  f.waiting = &b;
+  f.wait_gen = b.gen;
+  yield(false);
+}
+
+Thread& cta_thread(int linear) { return eng().fibers[(size_t)linear]; }
+
 uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane, const char* op) {
   if (mask != 0xffffffffu)
     device_fault(cudaErrorLaunchFailure, std::string(op) + " with a partial mask (the emulator supports full warps only)");
@@ -697,6 +706,44 @@ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr, bool trans) {
     if (g_observed) notify_warp_collective(g_thread->warp, op);
   });
 }
+
+// stmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: ldmatrix's inverse (PTX ISA, "Data Movement
+// and Conversion Instructions: stmatrix"): lanes 8m .. 8m+7 give the row addresses of matrix m,
+// lane l's register m holds M_m[l/4][2(l%4), +1] (plain) or M_m[2(l%4), +1][l/4] (.trans). Each
+// lane's row is its 16-byte shared write (AccessKind::StMatrix), made when the last lane arrives.
+void stmatrix_x4(const uint32_t (&r)[4], uint32_t addr, bool trans) {
+  const char* op = trans ? "stmatrix.x4.trans" : "stmatrix.x4";
+  if (addr % 16 != 0) device_fault(cudaErrorMisalignedAddress, std::string(op) + ": row address not 16-byte aligned");
+  if ((size_t)addr + 16 > g_smem_bytes)
+    device_fault(cudaErrorIllegalAddress, std::string(op) + ": shared address " + std::to_string(addr) +
+                                              " + 16 past the dynamic shared memory (" + std::to_string(g_smem_bytes) +
+                                              " bytes)");
+  Warp& w = my_warp(op);
+  const int lane = g_thread->lane;
+  w.in[lane][0] = addr;
+  for (int m = 0; m < 4; ++m) w.in[lane][1 + m] = r[m];
+  if (g_observed) engine_access(__builtin_return_address(0), g_smem + addr, 16, true, AccessKind::StMatrix);
+  arrive(w.bar, op, [&w, trans, op] {
+    auto put = [&w](int m, int row, int col, uint32_t v) {  // element (row, col) of 8x8 matrix m
+      const uint16_t h = (uint16_t)v;
+      std::memcpy(g_smem + w.in[8 * m + row][0] + 2 * col, &h, 2);
+    };
+    for (int l = 0; l < 32; ++l) {
+      const int g = l / 4, t = l % 4;
+      for (int m = 0; m < 4; ++m) {
+        const uint32_t v = (uint32_t)w.in[l][1 + m];
+        if (trans) put(m, 2 * t, g, v), put(m, 2 * t + 1, g, v >> 16);
+        else put(m, g, 2 * t, v), put(m, g, 2 * t + 1, v >> 16);
+      }
+    }
+    if (g_observed) notify_warp_collective(g_thread->warp, op);
+  });
+}
+
+// elect.sync with a full mask (PTX ISA, "Parallel Synchronization and Communication
+// Instructions: elect.sync"): a rendezvous of the warp that elects one lane; the ISA does not say
+// which, the emulator elects the lowest (lane 0).
+bool elect_sync() { return warp_exchange(0xffffffffu, 0, 0, "elect.sync") == 0 && g_thread->lane == 0; }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d (16 x 8) += a (16 x 16) b (16 x 8).
 void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

@@ -14,7 +14,8 @@
 //   - emu::launch_kernel, what gpu::launch (kernels/cuda_common.cuh) calls in place of
 //     kernel<<<grid, block, smem, stream>>>(args);
 //   - in gpu::flash, the PTX wrappers of kernels/flash_attn_common.cuh (cp.async, ldmatrix,
-//     mma.sync m16n8k16 bf16), emulated warp-wide as the PTX ISA specifies them.
+//     mma.sync m16n8k16 bf16), emulated warp-wide as the PTX ISA specifies them; in gpu::hopper,
+//     those of kernels/hopper_ptx.cuh (mbarrier, wgmma), emulated by tests/emu/hopper_emu.cpp.
 // The CUDA runtime API (tests/emu/cuda_runtime_emu.cpp), cuBLAS / cuBLASLt
 // (tests/emu/cublas_emu.cpp) and NCCL (tests/emu/nccl_emu.cpp, tests/emu/include/nccl.h) are
 // replaced at link time and include time. The engine is tests/emu/simt_emulator.cpp; its header comment
@@ -29,6 +30,7 @@
 // executable's symbol table). Defined before the CUDA headers, which then leave it alone.
 #define __shared__ static
 
+#include <cuda.h>
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -113,6 +115,25 @@ void cp_async_wait(int n);
 void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr, bool trans);
 void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 
+// The Hopper PTX of kernels/hopper_ptx.cuh, emulated (see tests/emu/hopper_emu.cpp). a: the
+// thread's A fragment (4 registers) or null for A from desc_a; d: its N / 2 accumulators, written
+// when the wgmma.wait_group that retires the operation runs.
+void mbarrier_init(void* bar, uint32_t count);
+uint64_t mbarrier_arrive(void* bar);
+uint64_t mbarrier_arrive_expect_tx(void* bar, uint32_t bytes);
+void mbarrier_expect_tx(void* bar, uint32_t bytes);
+void mbarrier_complete_tx(void* bar, uint32_t bytes);
+bool mbarrier_test_wait_parity(void* bar, uint32_t parity);
+bool mbarrier_try_wait_parity(void* bar, uint32_t parity);
+void wgmma_fence();
+void wgmma_mma_async(float* d, int n, const uint32_t* a, uint64_t desc_a, uint64_t desc_b, bool trans_a, bool trans_b,
+                     bool accumulate);
+void wgmma_commit_group();
+void wgmma_wait_group(int n);
+void tma_load_2d(void* dst, const void* map, int c0, int c1, void* bar);
+void stmatrix_x4(const uint32_t (&r)[4], uint32_t addr, bool trans);
+bool elect_sync();
+
 template <typename V>
 inline V shfl(unsigned mask, V v, int src_lane, const char* op) {
   static_assert(sizeof(V) <= sizeof(uint64_t) && std::is_trivially_copyable_v<V>,
@@ -178,5 +199,41 @@ inline void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, u
   emu::mma_bf16_16816(d, a, b0, b1);
 }
 }  // namespace flash
+
+namespace hopper {
+// The PTX wrappers of kernels/hopper_ptx.cuh (its hardware section is left out).
+inline uint32_t smem_u32(const void* p) { return emu::smem_offset(p, "smem_u32"); }
+inline void mbarrier_init(uint64_t* bar, uint32_t count) { emu::mbarrier_init(bar, count); }
+inline void fence_mbarrier_init() {}  // the emulated mbarrier is visible at once
+inline uint64_t mbarrier_arrive(uint64_t* bar) { return emu::mbarrier_arrive(bar); }
+inline uint64_t mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) { return emu::mbarrier_arrive_expect_tx(bar, bytes); }
+inline void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) { emu::mbarrier_expect_tx(bar, bytes); }
+inline void mbarrier_complete_tx(uint64_t* bar, uint32_t bytes) { emu::mbarrier_complete_tx(bar, bytes); }
+inline bool mbarrier_test_wait_parity(uint64_t* bar, uint32_t parity) { return emu::mbarrier_test_wait_parity(bar, parity); }
+inline bool mbarrier_try_wait_parity(uint64_t* bar, uint32_t parity) { return emu::mbarrier_try_wait_parity(bar, parity); }
+__attribute__((always_inline)) inline void tma_load_2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar) {
+  emu::tma_load_2d(dst, map, c0, c1, bar);
+}
+__attribute__((always_inline)) inline void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) { emu::stmatrix_x4(r, addr, false); }
+__attribute__((always_inline)) inline void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) { emu::stmatrix_x4(r, addr, true); }
+inline bool elect_one() { return emu::elect_sync(); }
+inline void fence_proxy_async() {}  // not modeled: the race checker does not track proxies yet
+inline void wgmma_fence() { emu::wgmma_fence(); }
+inline void wgmma_commit_group() { emu::wgmma_commit_group(); }
+template <int N>
+inline void wgmma_wait_group() {
+  emu::wgmma_wait_group(N);
+}
+template <int N, int TransA = 0, int TransB = 0>
+__attribute__((always_inline)) inline void wgmma_bf16_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+  static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128 || N == 256, "wgmma m64nNk16: N not wrapped");
+  emu::wgmma_mma_async(d, N, nullptr, desc_a, desc_b, TransA != 0, TransB != 0, accumulate);
+}
+template <int N, int TransB = 0>
+__attribute__((always_inline)) inline void wgmma_bf16_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
+  static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128 || N == 256, "wgmma m64nNk16: N not wrapped");
+  emu::wgmma_mma_async(d, N, a, 0, desc_b, false, TransB != 0, accumulate);
+}
+}  // namespace hopper
 
 }  // namespace gpu

@@ -144,6 +144,39 @@ TEST_CASE("train_gpt_emu: head sizes the flash tiles do not have run padded, or 
   fs::remove_all(out);
 }
 
+// TG_FLASH_HOPPER=1 runs the flash forward and backward on the Hopper kernels
+// (kernels/flash_attn_hopper.cuh) on compute capability 9.0, the emulator's default device, and
+// the start-up line says so; under the emulator their outputs are the mma.sync kernels' bit for
+// bit (the same products, in the same order per k-step of 16), so the whole run is the same bits. On an A100 it stays on mma.sync, and
+// a value other than 0 or 1 is refused.
+TEST_CASE("train_gpt_emu: TG_FLASH_HOPPER=1 runs the flash kernels on Hopper wgmma, the same bits as mma.sync here") {
+  // head size 64 (one of the Hopper kernel's); two query tiles of its 128 rows at T = 160
+  const std::string common = " --device cuda --precision bf16 --eval-interval 2 --log-interval 1 --sample-tokens 0 "
+                             "--dropout 0.1 --n-layer 1 --n-head 1 --n-embd 64 --block-size 160 --batch-size 2 "
+                             "--eval-iters 1 --data " + data_path();
+  const fs::path out = fresh_dir("tg_emu_hopper");
+  const Run mma = run_emu(common + " --max-iters 3 --out-dir " + (out / "mma").string());
+  const Run hop = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 3 --out-dir " + (out / "hopper").string(),
+                               "env TG_FLASH_HOPPER=1 ");
+  INFO("stderr: " << mma.err << hop.err);
+  REQUIRE(mma.code == 0);
+  REQUIRE(hop.code == 0);
+  CHECK(mma.out.find("attention: flash |") != std::string::npos);
+  CHECK(hop.out.find("attention: flash (Hopper wgmma kernels) |") != std::string::npos);
+  const std::map<int, double> a = train_losses(out / "mma"), b = train_losses(out / "hopper");
+  CHECK(a.size() == 3);
+  CHECK(a == b);
+  const Run a100 = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 1 --out-dir " + (out / "a100").string(),
+                                "env TG_FLASH_HOPPER=1 TG_EMU_DEVICE=a100 ");
+  CHECK(a100.code == 0);
+  CHECK(a100.out.find("attention: flash |") != std::string::npos);
+  const Run bad = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 1 --out-dir " + (out / "bad").string(),
+                               "env TG_FLASH_HOPPER=yes ");
+  CHECK(bad.code != 0);
+  CHECK(bad.err.find("TG_FLASH_HOPPER is 'yes'; expected 1") != std::string::npos);
+  fs::remove_all(out);
+}
+
 TEST_CASE("train_gpt_emu: a checkpoint of the emulated CUDA run resumes on the CPU backend, and the other way round") {
   // fp32 on both backends: they agree to rounding (tests/gpu/test_model_gpu.cu derives 1e-5
   // of the loss), so a resumed run must track the uninterrupted one on either backend

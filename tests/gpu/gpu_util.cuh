@@ -48,6 +48,16 @@ inline bool gpu_available() {
   return yes;
 }
 
+// A device of compute capability 9.0 (an H100, or the emulator's default device): the Hopper
+// kernels' (kernels/flash_attn_hopper.cuh).
+inline bool hopper_available() {
+  static const bool yes = [] {
+    cudaDeviceProp prop{};
+    return gpu_available() && cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 && prop.minor == 0;
+  }();
+  return yes;
+}
+
 // The seed of this run's random inputs: TG_TEST_SEED when set (to replay a failure), else
 // fresh; printed once by tests/gpu/main.cu.
 uint64_t test_seed();
@@ -188,6 +198,9 @@ struct TestContext {
 
 // A GPU test case: skipped (and counted as skipped) without a visible device.
 #define TG_GPU_TEST(name) TEST_CASE(name * doctest::skip(!tg_test::gpu_available()))
+// A test of the Hopper kernels: skipped (and counted as skipped) without a device of compute
+// capability 9.0.
+#define TG_HOPPER_TEST(name) TEST_CASE(name * doctest::skip(!tg_test::hopper_available()))
 
 #define TG_CUDA_CHECK(call)                                                                          \
   do {                                                                                               \

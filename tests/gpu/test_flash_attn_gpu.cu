@@ -38,7 +38,9 @@
 // naive GPU path saves P, not lse.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -49,6 +51,7 @@
 #include "../../kernels/cpu/attention_tiled.h"
 #include "../common/qkv_slices.h"
 #include "../../kernels/flash_attn.cuh"
+#include "../../kernels/flash_attn_hopper.cuh"
 #include "../../kernels/philox.h"
 #include "gpu_util.cuh"
 
@@ -282,19 +285,47 @@ std::vector<std::pair<Shape, bool>> cases() {
   return cs;
 }
 
+// TG_FLASH_HOPPER=1 for the scope (flash_attn_forward / _backward then run the Hopper kernels on
+// compute capability 9.0); the previous value restored at its end.
+struct HopperKernels {
+  std::string before;
+  bool had = false;
+  HopperKernels() {
+    if (const char* v = std::getenv("TG_FLASH_HOPPER")) had = true, before = v;
+    setenv("TG_FLASH_HOPPER", "1", 1);
+  }
+  ~HopperKernels() {
+    if (had) setenv("TG_FLASH_HOPPER", before.c_str(), 1);
+    else unsetenv("TG_FLASH_HOPPER");
+  }
+};
+
 // Checks flash (bf16) against the fp64 reference with the ratio rule; returns false on failure.
+// hopper: on the Hopper kernels, the keep decisions also checked byte for byte against the CPU's
+// (through the mask hook), and the outputs left in *hopper_out.
 bool check_bf16_case(const gpu::Context& ctx, const Shape& s, bool causal, double p, uint64_t salt, double qs = 1,
-                     double ks = 1) {
-  const std::string where = describe(s, causal, p);
+                     double ks = 1, Result* hopper_out = nullptr) {
+  const bool hopper = hopper_out != nullptr;
+  const std::string where = describe(s, causal, p) + (hopper ? " (hopper)" : "");
   const philox::DropoutKey key = attn_key(p);
   const std::vector<double> qkv = tg_test::round_to<gpu::bf16>(make_qkv(s, salt, qs, ks));
   const std::vector<double> dout = tg_test::round_to<gpu::bf16>(random_vector(s.nout(), salt + 1));
-  const Result ref = cpu_reference(s, qkv, dout, key, causal, false);
-  const Result fl = run_flash<gpu::bf16>(ctx, s, qkv, dout, key, causal, false);
+  const Result ref = cpu_reference(s, qkv, dout, key, causal, hopper);
+  const Result fl = [&] {
+    std::unique_ptr<HopperKernels> on(hopper ? new HopperKernels : nullptr);
+    return run_flash<gpu::bf16>(ctx, s, qkv, dout, key, causal, hopper);
+  }();
   const Result nv = run_naive<gpu::bf16>(ctx, s, qkv, dout, key, causal);
   const double u = gpu::unit_roundoff<gpu::bf16>();
   bool ok = all_finite(fl.out) && all_finite(fl.lse) && all_finite(fl.dqkv);
   if (!ok) MESSAGE(where << ": NaN or Inf in the flash outputs");
+  if (hopper) {
+    size_t diff = 0;
+    for (size_t i = 0; i < ref.mask.size(); ++i) diff += fl.mask[i] != ref.mask[i];
+    if (diff) MESSAGE(where << ": " << diff << " mask entries differ from the CPU mask");
+    ok &= diff == 0;
+    *hopper_out = fl;
+  }
   ok &= ratio_rule("O", fl.out, nv.out, ref.out, 2, u * max_abs(ref.out), where);
   ok &= ratio_rule("lse", fl.lse, plain_lse_f32(s, qkv, causal), ref.lse, 2, 64 * kU32 * (1 + max_abs(ref.lse)), where);
   const char* names[3] = {"dQ", "dK", "dV"};
@@ -452,6 +483,48 @@ TG_GPU_TEST("flash attention float: SIMT path within the derived fp32 tolerance 
       ok &= within("dV", third(fl.dqkv, s, 2), third(ref.dqkv, s, 2), tol.dV, where);
       CHECK_MESSAGE(ok, where);
     }
+  }
+}
+
+// The Hopper kernels (wgmma, kernels/flash_attn_hopper.cuh, through flash_attn_forward / _backward
+// with TG_FLASH_HOPPER=1) against the same fp64 spec: O, lse, dQ, dK, dV by the ratio rules of the
+// bf16 case above, the keep decisions byte for byte the CPU's (the mask hook); and beside the
+// mma.sync kernels on the same inputs: O within a bf16 rounding, lse to the fp32 sums' few ulp
+// (the two differ only in the order of the sums inside their matrix products; under the emulator
+// not at all), the gradients' largest difference reported.
+TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the ratio rules, masks the CPU's") {
+  uint64_t salt = 80000;
+  for (int Tn : tg_test::device_sizes<int>({1, 17, 64, 129, 255}, {1, 17, 129}))
+    for (int HS : {64, 128})
+      for (double p : {0.0, 0.17}) {
+        const Shape s{Tn <= 129 ? 2 : 1, Tn, 2, HS};
+        const std::string where = describe(s, true, p) + " (hopper)";
+        tg_test::TestContext tc(scratch_for(s, sizeof(gpu::bf16)), gpu::Precision::BF16);
+        Result hw;
+        CHECK_MESSAGE(check_bf16_case(tc.ctx, s, true, p, salt += 10, 1, 1, &hw), where);
+        // the same inputs on the mma.sync kernels
+        const philox::DropoutKey key = attn_key(p);
+        const std::vector<double> qkv = tg_test::round_to<gpu::bf16>(make_qkv(s, salt));
+        const std::vector<double> dout = tg_test::round_to<gpu::bf16>(random_vector(s.nout(), salt + 1));
+        const Result mma = run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, true, false);
+        const double u = gpu::unit_roundoff<gpu::bf16>();
+        CHECK_MESSAGE(max_abs_diff(hw.out, mma.out) <= 2 * u * max_abs(mma.out), where << ": O beside mma.sync");
+        CHECK_MESSAGE(max_abs_diff(hw.lse, mma.lse) <= 64 * kU32 * (1 + max_abs(mma.lse)), where << ": lse beside mma.sync");
+        MESSAGE(where << ": largest difference from the mma.sync kernels: O " << max_abs_diff(hw.out, mma.out) << ", lse "
+                      << max_abs_diff(hw.lse, mma.lse) << ", dqkv " << max_abs_diff(hw.dqkv, mma.dqkv));
+      }
+}
+
+TG_HOPPER_TEST("flash attention hopper (wgmma): head sizes other than 64 and 128 are refused") {
+  tg_test::TestContext tc(0, gpu::Precision::BF16);
+  const philox::DropoutKey key = attn_key(0.0);
+  for (int HS : {32, 40, 96, 256}) {
+    const Shape s{1, 8, 2, HS};
+    DeviceArray<gpu::bf16> d_qkv(s.nqkv()), d_out(s.nout());
+    DeviceArray<float> d_lse(s.nlse());
+    CHECK_THROWS_WITH_AS(gpu::flash_attn_forward_hopper(tc.ctx, d_out.ptr, d_lse.ptr, d_qkv.ptr, key, s.B, s.Tn, s.C(),
+                                                        s.NH, nullptr),
+                         doctest::Contains("the Hopper kernels take 64 and 128"), std::invalid_argument);
   }
 }
 

@@ -1,0 +1,606 @@
+// kernels/flash_attn_hopper.cu: flash attention with dropout on Hopper (sm_90a): wgmma for the
+// matrix products, TMA and mbarriers for the forward's loads (contract in
+// kernels/flash_attn_hopper.cuh). The algorithms are kernels/flash_attn_fwd.cu's and
+// kernels/flash_attn_bwd.cu's (FlashAttention-2's algorithms 1 and 2, deterministic), whose CPU
+// twins (cpu::attention_tiled_forward / _backward) are the spec.
+//
+// The forward, per (Q_i, bh): one CTA of two consumer warpgroups, each owning 64 query rows
+// (Br = 128), and one producer warp (288 threads, warp specialization). The producer's elected
+// lane loads Q_i once and streams K_j, V_j (Bc = 64 keys) through a ring of kStages shared
+// stages with TMA (cp.async.bulk.tensor, 2-D boxes of 64 columns from one tensor map over qkv):
+// each stage has a "full" mbarrier (the producer's arrive.expect_tx; the boxes' bytes complete
+// it) and an "empty" one (one arrival per consumer warpgroup once its wgmmas on the stage have
+// retired); the producer refills a stage only after its empty phase completes. Per key tile and
+// warpgroup:
+//   S (64 x Bc) = Q K^T    HS/16 wgmma m64n64k16, A = Q and B = K from shared memory
+//   O (64 x HS) += P V     Bc/16 wgmma m64n{HS}k16, A = P from registers, B = V from shared
+//                          memory (MN-major: V is stored key-major, the wgmma's k)
+// each group waited for at once (wgmma.wait_group 0). The accumulators of a wgmma m64nNk16 give
+// each warp of the warpgroup 16 rows in exactly the layout of mma.m16n8k16's C fragments over
+// N / 8 n-tiles (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts": warp w holds rows
+// 16w .. 16w+15, element 2h + c of n-tile j is row 16w + 8h + g, column 8j + 2t + c), so the
+// masking, the online softmax, the dropout (one Philox call per 4 columns, keyed by position)
+// and the output are the mma.sync kernel's own functions (kernels/flash_attn_common.cuh): the
+// keep decisions are the same bytes by construction, and so is every other step but the sums
+// inside the two products. A box of rows past the end of a batch's sequence reads the next
+// sequence's rows (zeros past the tensor): those keys are masked (-inf, P = 0) and those query
+// rows never written, as with the mma.sync kernel's zero-filled rows.
+//
+// Shared memory: every tile is stored as HS / 64 column blocks of [rows][64] bf16 (128-byte
+// rows) with the 128-byte swizzle: the 16-byte chunk k of row r sits at chunk k ^ (r % 8)
+// (sw128_offset), the layout a TMA box with CU_TENSOR_MAP_SWIZZLE_128B lands in and wgmma reads
+// through a descriptor with swizzle mode 128B; the 8 rows of a core matrix fall in 8 different
+// bank groups. Tiles start on 1024-byte boundaries (the swizzle's period). Descriptors
+// (kernels/hopper_ptx.cuh, make_smem_desc):
+//   Q, K (K-major): rows 8 apart by SBO = 1024 bytes; k-step kk starts at column block kk / 4,
+//                   32 (kk % 4) bytes into the row (inside one 128-byte swizzle row);
+//   V (MN-major):   keys 8 apart by SBO = 1024, column blocks of 64 apart by LBO = rows x 128
+//                   bytes; k-step kk starts at key 16 kk (2048 kk bytes).
+// The backward's two kernels load with cp.async (see below); cp.async writes through the
+// generic proxy and wgmma reads through the async proxy, so each thread fences
+// (fence.proxy.async) after its copies land, before the barrier that precedes the wgmmas.
+//
+// Built for sm_90a alone (the Makefile's HOPPER_GENCODE): the instructions exist nowhere else.
+#include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "flash_attn.cuh"
+#include "flash_attn_common.cuh"
+#include "flash_attn_hopper.cuh"
+#include "hopper_ptx.cuh"
+
+namespace gpu {
+
+bool flash_attn_hopper_head_size(int HS) { return HS == 64 || HS == 128; }
+
+bool flash_attn_hopper_device(const Context& ctx) { return ctx.cc_major == 9 && ctx.cc_minor == 0; }
+
+bool flash_attn_hopper_chosen(const Context& ctx, int HS) {
+  const char* v = std::getenv("TG_FLASH_HOPPER");
+  const std::string s = v ? v : "";
+  if (!s.empty() && s != "0" && s != "1")
+    throw std::invalid_argument("TG_FLASH_HOPPER is '" + s + "'; expected 1 (the Hopper forward on compute capability "
+                                "9.0) or 0; set one of them, or unset it");
+  return s == "1" && flash_attn_hopper_device(ctx) && flash_attn_hopper_head_size(flash_attn_tile_head_size(HS));
+}
+
+namespace flash {
+namespace {
+
+template <int HS>
+struct HopperFwdTile {
+  static constexpr int kConsumers = 2;                 // warpgroups
+  static constexpr int kThreads = 128 * kConsumers + 32;  // and the producer warp
+  static constexpr int kBr = 64 * kConsumers;          // query rows
+  static constexpr int kBc = 64;                       // keys per tile
+  static constexpr int kStages = 2;                    // K_j, V_j stages in the ring
+  static constexpr int kQBytes = kBr * HS * 2;
+  static constexpr int kKVBytes = kBc * HS * 2;  // one K or V tile
+  // Q_i, the stages, and the slack that aligns them to 1024 bytes
+  static constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStages * kKVBytes;
+};
+
+// Byte offset of 16-byte chunk k (0 .. HS/8 - 1) of row r in a tile of R rows stored as column
+// blocks of [R][64] bf16 with the 128-byte swizzle (R a multiple of 8, the tile 1024-aligned).
+__host__ __device__ constexpr uint32_t sw128_offset(int R, int r, int k) {
+  return (uint32_t)((k / 8) * R * 128 + r * 128 + (((k % 8) ^ (r % 8)) << 4));
+}
+
+// Rows row0 .. row0+R-1 of a (T, HS) slice at g (row stride ld elements) into the swizzled tile
+// at s, asynchronously (cp.async, consecutive threads on consecutive chunks of a row); rows >= Tn
+// zero-filled.
+template <int R, int HS, int NThreads>
+__device__ __forceinline__ void load_tile_sw128(unsigned char* s, const bf16* g, long long ld, int row0, int Tn) {
+  constexpr int kChunks = HS / 8;
+  constexpr int kTotal = R * kChunks;
+  static_assert(kTotal % NThreads == 0, "tile chunks must divide evenly among the threads");
+#pragma unroll
+  for (int it = 0; it < kTotal / NThreads; ++it) {
+    const int c = it * NThreads + (int)threadIdx.x;
+    const int r = c / kChunks, k = c % kChunks;
+    const int row = row0 + r;
+    const bool valid = row < Tn;
+    const bf16* src = g + (long long)(valid ? row : 0) * ld + k * 8;  // row 0 exists: T >= 1
+    cp_async_16(s + sw128_offset(R, r, k), src, valid);
+  }
+}
+
+// The descriptors of the three operands (see the header comment).
+template <int R>
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int row0, int kk) {
+  const uint32_t addr = tile + (uint32_t)((kk / 4) * R * 128 + row0 * 128 + (kk % 4) * 32);
+  return hopper::make_smem_desc(addr, 16, 1024, hopper::Swizzle::B128);
+}
+template <int Bc>
+__device__ __forceinline__ uint64_t desc_v(uint32_t tile, int kk) {
+  return hopper::make_smem_desc(tile + (uint32_t)(kk * 2048), Bc * 128, 1024, hopper::Swizzle::B128);
+}
+
+// P (K/8 n-tiles of a warp's accumulators) as the wgmma A fragments of k-steps of 16 columns;
+// element (nt, e) enters as 0 unless bit 4nt+e of keep is set (Masked).
+template <int K, bool Masked>
+__device__ __forceinline__ void pack_a(uint32_t (&a)[K / 16][4], const float (&p)[K / 8][4], uint32_t keep) {
+  auto el = [&](int nt, int e) -> float {
+    if constexpr (Masked) return ((keep >> (4 * nt + e)) & 1u) ? p[nt][e] : 0.f;
+    return p[nt][e];
+  };
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    a[kk][0] = pack_bf16x2(el(2 * kk, 0), el(2 * kk, 1));
+    a[kk][1] = pack_bf16x2(el(2 * kk, 2), el(2 * kk, 3));
+    a[kk][2] = pack_bf16x2(el(2 * kk + 1, 0), el(2 * kk + 1, 1));
+    a[kk][3] = pack_bf16x2(el(2 * kk + 1, 2), el(2 * kk + 1, 3));
+  }
+}
+
+// grid (B*NH, ceil(T / Br)), query tiles last-first (the longest CTAs start first). Causal.
+// map: qkv as a (B T, 3C) tensor, boxes of 64 columns by Bc rows (Q_i: two boxes of rows a
+// column block).
+template <int HS, bool IsDropout>
+__global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
+    flash_fwd_hopper_kernel(const FwdParams<bf16> p, const __grid_constant__ CUtensorMap map) {
+  using Tile = HopperFwdTile<HS>;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, NS = Tile::kStages, Blocks = HS / 64;
+  __shared__ uint64_t bar_q, full[NS], empty[NS];
+  unsigned char* const raw = dynamic_smem<unsigned char>();
+  unsigned char* const sQ = raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);
+  unsigned char* const sK = sQ + Tile::kQBytes;            // [NS][Bc][HS]
+  unsigned char* const sV = sK + NS * Tile::kKVBytes;       // [NS][Bc][HS]
+  const uint32_t aQ = smem_u32(sQ), aK = smem_u32(sK), aV = smem_u32(sV);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wg = warp / 4;
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * Br;  // first query row of Q_i
+  // causal: key tiles past the last query row of Q_i are wholly above the diagonal
+  const int j_end = min(p.T, i0 + Br);
+  const int n_j = (j_end + Bc - 1) / Bc;
+
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_init(&bar_q, 1);
+    for (int st = 0; st < NS; ++st) {
+      hopper::mbarrier_init(&full[st], 1);                      // the producer's arrive.expect_tx
+      hopper::mbarrier_init(&empty[st], Tile::kConsumers);      // one arrival per consumer warpgroup
+    }
+    hopper::fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (wg == Tile::kConsumers) {  // the producer warp: its first lane issues every load
+    if (lane == 0) {
+      const int row0 = b * p.T;  // row of (b, 0) in the (B T, 3C) tensor
+      hopper::mbarrier_arrive_expect_tx(&bar_q, Tile::kQBytes);
+      for (int blk = 0; blk < Blocks; ++blk)
+        for (int half = 0; half < Br / Bc; ++half)
+          hopper::tma_load_2d(sQ + blk * Br * 128 + half * Bc * 128, &map, h * HS + 64 * blk, row0 + i0 + half * Bc, &bar_q);
+      for (int jt = 0; jt < n_j; ++jt) {
+        const int st = jt % NS, use = jt / NS;
+        if (use > 0) {
+          hopper::mbarrier_wait_parity(&empty[st], (use - 1) & 1);  // the consumers released it
+          // implied by the empty phase (free here: it completed before the consumers released
+          // the stage), but the emulator's race checker orders a TMA destination only through the
+          // mbarrier its bytes complete on
+          hopper::mbarrier_wait_parity(&full[st], (use - 1) & 1);
+        }
+        hopper::mbarrier_arrive_expect_tx(&full[st], 2 * Tile::kKVBytes);
+        for (int blk = 0; blk < Blocks; ++blk) {
+          hopper::tma_load_2d(sK + st * Tile::kKVBytes + blk * Bc * 128, &map, p.C + h * HS + 64 * blk, row0 + jt * Bc, &full[st]);
+          hopper::tma_load_2d(sV + st * Tile::kKVBytes + blk * Bc * 128, &map, 2 * p.C + h * HS + 64 * blk, row0 + jt * Bc,
+                              &full[st]);
+        }
+      }
+    }
+    return;
+  }
+
+  // a consumer warpgroup: rows iwg0 .. iwg0+63
+  const int iwg0 = i0 + 64 * wg;                // first row of this warpgroup
+  const int iw0 = iwg0 + 16 * (warp % 4);       // first row of this warp
+  const int i_g = iw0 + lane / 4;               // row of this lane's elements 0, 1 (2, 3: +8)
+  float o[HS / 8][4];
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  float(&o_flat)[HS / 2] = reinterpret_cast<float(&)[HS / 2]>(o);
+  hopper::mbarrier_wait_parity(&bar_q, 0);
+
+  for (int jt = 0; jt < n_j; ++jt) {
+    const int j0 = jt * Bc, st = jt % NS;
+    hopper::mbarrier_wait_parity(&full[st], (jt / NS) & 1);  // K_j, V_j landed
+    // a warpgroup whose 64 rows all lie above this tile's first key has nothing unmasked here
+    // (the condition is the warpgroup's: its four warps issue the wgmmas together)
+    if (j0 <= iwg0 + 63) {
+      const uint32_t tK = aK + st * Tile::kKVBytes, tV = aV + st * Tile::kKVBytes;
+      // S_ij = Q_i K_j^T (raw; the 1/sqrt(HS) is folded into scale_log2)
+      float s[Bc / 8][4];
+      float(&s_flat)[Bc / 2] = reinterpret_cast<float(&)[Bc / 2]>(s);
+      hopper::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk)
+        hopper::wgmma_bf16_ss<Bc, 0, 0>(s_flat, desc_kmajor<Br>(aQ, 64 * wg, kk), desc_kmajor<Bc>(tK, 0, kk), kk > 0);
+      hopper::wgmma_commit_group();
+      hopper::wgmma_wait_group<0>();
+      if (j0 + Bc > p.T || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), p.T);
+      // m_new = max(m_i, rowmax S_ij), P~_ij = exp(S_ij - m_new), l_i = e^(m_i - m_new) l_i + rowsum(P~_ij)
+      online_softmax_update(s, o, m, l, p.scale_log2);
+      // P~_ij o M_ij
+      if constexpr (IsDropout) apply_dropout<Bc / 8, true>(s, p, bh, i_g, j0, lane);
+      // O_i += (P~_ij o M_ij) V_j: P as wgmma A fragments, k-step kk = columns 16kk .. 16kk+15
+      // (the m16n8k16 A layout: n-tiles 2kk and 2kk+1, rows g and g+8)
+      uint32_t a[Bc / 16][4];
+      pack_a<Bc, false>(a, s, 0u);
+      hopper::wgmma_fence();  // o was rescaled and a written by ordinary code since the last wgmma
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk) hopper::wgmma_bf16_rs<HS, 1>(o_flat, a[kk], desc_v<Bc>(tV, kk), true);
+      hopper::wgmma_commit_group();
+      hopper::wgmma_wait_group<0>();
+    }
+    // this warpgroup's wgmmas on the stage have retired (its reads of the stage are over): one
+    // arrival, by its first thread, releases it
+    if (threadIdx.x % 128 == 0) hopper::mbarrier_arrive(&empty[st]);
+  }
+  // O_i = diag(l_i)^-1 O_i s, lse_i = m_i + log(l_i)
+  write_out_lse(p, o, m, l, bh, b, h, i_g, lane);
+}
+
+// ---- the backward: the dK / dV and dQ kernels of kernels/flash_attn_bwd.cu (same algorithm,
+// same tiles, same order of every sum over tiles) with their five products on wgmma. Each CTA is
+// one warpgroup (its four warps own 16 rows each, as the mma.sync kernels' four warps do), so the
+// masking, keep-bit and output helpers are theirs. Operands (all tiles swizzled as above):
+//   dK / dV kernel (64 keys; Br queries a tile: 64, 32 for HS = 128):
+//     S^T  = K Q^T      A = K (K-major), B = Q (K-major)          wgmma m64n{Br}k16 ss
+//     dV  += Pd^T dO    A = P^T o M^T from registers, B = dO (MN-major)    m64n{HS}k16 rs
+//     dP^T = V dO^T     A = V (K-major), B = dO (K-major)          m64n{Br}k16 ss
+//     dK  += dS^T Q     A = dS^T from registers, B = Q (MN-major)  m64n{HS}k16 rs
+//   dQ kernel (64 queries, 64 keys a tile):
+//     S = Q K^T, dP = dO V^T (ss), dQ += dS K (rs, B = K MN-major).
+// The masks: the dK / dV kernel's keep bits come from the shared tile make_mask_tile writes (one
+// Philox call per 4 keys of a query), the dQ kernel's from dropout_keep_bits, as in flash_attn_bwd.cu.
+
+// acc (the warpgroup's 64 x N) = A B^T over HS: A the 64 rows of tile a (RA rows) from row0, B the
+// N rows of tile b; both K-major. Waits for the result.
+template <int HS, int N, int RA, int RB>
+__device__ __forceinline__ void wg_gemm_ss(float (&acc)[N / 8][4], uint32_t a, int row0, uint32_t b) {
+  float(&flat)[N / 2] = reinterpret_cast<float(&)[N / 2]>(acc);
+  hopper::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < HS / 16; ++kk)
+    hopper::wgmma_bf16_ss<N, 0, 0>(flat, desc_kmajor<RA>(a, row0, kk), desc_kmajor<RB>(b, 0, kk), kk > 0);
+  hopper::wgmma_commit_group();
+  hopper::wgmma_wait_group<0>();
+}
+
+// acc (64 x HS) += A B: A (64 x K) from the registers a, B the K rows x HS of tile b (K rows,
+// MN-major). Waits for the result.
+template <int K, int HS>
+__device__ __forceinline__ void wg_gemm_rs(float (&acc)[HS / 8][4], const uint32_t (&a)[K / 16][4], uint32_t b) {
+  float(&flat)[HS / 2] = reinterpret_cast<float(&)[HS / 2]>(acc);
+  hopper::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) hopper::wgmma_bf16_rs<HS, 1>(flat, a[kk], desc_v<K>(b, kk), true);
+  hopper::wgmma_commit_group();
+  hopper::wgmma_wait_group<0>();
+}
+
+template <int HS>
+struct HopperDkvTile {
+  static constexpr int kThreads = 128;  // one warpgroup
+  static constexpr int kBc = 64;
+  static constexpr int kBr = HS == 128 ? 32 : 64;
+  static constexpr int kMaskStride = kBr + 4;
+  static constexpr int kKVBytes = kBc * HS * 2, kQBytes = kBr * HS * 2;
+  static constexpr int kTileBytes = 2 * kKVBytes + 4 * kQBytes;  // K, V; two stages of Q, dO
+  static constexpr size_t kSmemBytes = 1024 + kTileBytes + 4 * kBr * sizeof(float) + (size_t)kBc * kMaskStride;
+};
+
+// grid (B*NH, ceil(T / Bc)). Causal.
+template <int HS, bool IsDropout>
+__global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv_hopper_kernel(const BwdParams<bf16> p) {
+  using Tile = HopperDkvTile<HS>;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, MS = Tile::kMaskStride, NThreads = Tile::kThreads;
+  unsigned char* const raw = dynamic_smem<unsigned char>();
+  unsigned char* const sK = raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);  // K_j  [Bc][HS]
+  unsigned char* const sV = sK + Tile::kKVBytes;                                  // V_j  [Bc][HS]
+  unsigned char* const sQ = sV + Tile::kKVBytes;                                  // Q_i  [2][Br][HS]
+  unsigned char* const sdO = sQ + 2 * Tile::kQBytes;                              // dO_i [2][Br][HS]
+  float* sL = reinterpret_cast<float*>(sK + Tile::kTileBytes);  // lse_i log2(e) [2][Br]
+  float* sD = sL + 2 * Br;                                       // D_i [2][Br]
+  uint8_t* sM = reinterpret_cast<uint8_t*>(sD + 2 * Br);         // M_ij^T [Bc][MS]
+  const uint32_t aK = smem_u32(sK), aV = smem_u32(sV), aQ = smem_u32(sQ), adO = smem_u32(sdO);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int j0 = blockIdx.y * Bc;  // first key of K_j
+  const int jw0 = j0 + 16 * warp;  // first key of this warp
+  const int k_g = jw0 + g;         // key of this lane's elements 0, 1 (2, 3: +8)
+  const long long qkv_b = (long long)b * p.T * p.ld_qkv;
+  const bf16* Q = p.qkv + qkv_b + (long long)h * HS;
+  const bf16* K = Q + p.C;
+  const bf16* V = Q + 2LL * p.C;
+  const bf16* dO = p.dout + (long long)b * p.T * p.ld_out + (long long)h * HS;
+  const float* lse = p.lse + (long long)bh * p.T;
+  const float* Dg = p.D + (long long)bh * p.T;
+
+  // causal: query tiles that end before j0 see only keys after their queries
+  const int it0 = j0 / Br;
+  const int n_it = (p.T + Br - 1) / Br;
+
+  auto load_q_tile = [&](int it, int stage) {
+    const int i0 = it * Br;
+    load_tile_sw128<Br, HS, NThreads>(sQ + stage * Tile::kQBytes, Q, p.ld_qkv, i0, p.T);
+    load_tile_sw128<Br, HS, NThreads>(sdO + stage * Tile::kQBytes, dO, p.ld_out, i0, p.T);
+    for (int r = threadIdx.x; r < Br; r += NThreads) {
+      const int i = i0 + r;
+      sL[stage * Br + r] = i < p.T ? lse[i] * kLog2e : INFINITY;
+      sD[stage * Br + r] = i < p.T ? Dg[i] : 0.f;
+    }
+  };
+  load_tile_sw128<Bc, HS, NThreads>(sK, K, p.ld_qkv, j0, p.T);
+  load_tile_sw128<Bc, HS, NThreads>(sV, V, p.ld_qkv, j0, p.T);
+  load_q_tile(it0, 0);
+  cp_async_commit();
+
+  float dk[HS / 8][4], dv[HS / 8][4];
+  zero(dk);
+  zero(dv);
+  for (int it = it0; it < n_it; ++it) {
+    const int i0 = it * Br, stage = (it - it0) % 2;
+    if (it + 1 < n_it) {
+      load_q_tile(it + 1, 1 - stage);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    if constexpr (IsDropout) make_mask_tile<Br, Bc, MS, NThreads>(sM, p.key, bh, i0, j0);
+    hopper::fence_proxy_async();
+    __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
+    const uint32_t tQ = aQ + stage * Tile::kQBytes, tdO = adO + stage * Tile::kQBytes;
+    const float* sLi = sL + stage * Br;
+    const float* sDi = sD + stage * Br;
+    // S_ij^T = K_j Q_i^T (raw), masked
+    float st[Br / 8][4];
+    wg_gemm_ss<HS, Br, Bc, Br>(st, aK, 0, tQ);
+    if (i0 + Br > p.T || i0 < jw0 + 15) mask_scores_t<Br / 8, true>(st, k_g, i0 + 2 * t, p.T);
+    // P_ij^T = exp(S_ij^T - lse_i) (lse of the column's query)
+#pragma unroll
+    for (int nt = 0; nt < Br / 8; ++nt) {
+      const float2 L = *reinterpret_cast<const float2*>(sLi + 8 * nt + 2 * t);
+      st[nt][0] = exp2f(fmaf(st[nt][0], p.scale_log2, -L.x));
+      st[nt][1] = exp2f(fmaf(st[nt][1], p.scale_log2, -L.y));
+      st[nt][2] = exp2f(fmaf(st[nt][2], p.scale_log2, -L.x));
+      st[nt][3] = exp2f(fmaf(st[nt][3], p.scale_log2, -L.y));
+    }
+    // dV_j += (P_ij o M_ij)^T dO_i   (the scale s is applied once, at the end)
+    const uint32_t bits = IsDropout ? keep_bits_from_tile<Br / 8, MS>(sM, warp, lane) : ~0u;
+    {
+      uint32_t a[Br / 16][4];
+      pack_a<Br, IsDropout>(a, st, bits);
+      wg_gemm_rs<Br, HS>(dv, a, tdO);
+    }
+    // dPd_ij^T = V_j dO_i^T
+    float dpt[Br / 8][4];
+    wg_gemm_ss<HS, Br, Bc, Br>(dpt, aV, 0, tdO);
+    // dP = dPd o M s, dS_ij^T = P_ij^T o (dP_ij^T - D_i), in place in dpt
+#pragma unroll
+    for (int nt = 0; nt < Br / 8; ++nt) {
+      const float2 Dq = *reinterpret_cast<const float2*>(sDi + 8 * nt + 2 * t);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float dp = dpt[nt][e];
+        if constexpr (IsDropout) dp = ((bits >> (4 * nt + e)) & 1u) ? dp * p.dropout_scale : 0.f;
+        dpt[nt][e] = st[nt][e] * (dp - ((e % 2) ? Dq.y : Dq.x));
+      }
+    }
+    // dK_j += dS_ij^T Q_i   (the 1/sqrt(HS) is applied once, at the end)
+    {
+      uint32_t a[Br / 16][4];
+      pack_a<Br, false>(a, dpt, 0u);
+      wg_gemm_rs<Br, HS>(dk, a, tQ);
+    }
+    __syncthreads();  // every warp is done with this stage and the keep bits
+  }
+  // dqkv[K_j] += dK_j / sqrt(HS), dqkv[V_j] += dV_j s
+  bf16* dqkv_b = p.dqkv + qkv_b;
+  add_to_dqkv(dqkv_b, p.ld_qkv, (long long)p.C + (long long)h * HS, dk, p.scale, k_g, p.T, lane);
+  add_to_dqkv(dqkv_b, p.ld_qkv, 2LL * p.C + (long long)h * HS, dv, p.dropout_scale, k_g, p.T, lane);
+}
+
+template <int HS>
+struct HopperDqTile {
+  static constexpr int kThreads = 128;  // one warpgroup
+  static constexpr int kBr = 64, kBc = 64;
+  static constexpr int kTileBytes = kBr * HS * 2;  // Q_i, dO_i, and each K_j, V_j stage
+  static constexpr size_t kSmemBytes = 1024 + 6 * (size_t)kTileBytes;
+};
+
+// grid (B*NH, ceil(T / Br)); query tiles last-first. Causal.
+template <int HS, bool IsDropout>
+__global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_hopper_kernel(const BwdParams<bf16> p) {
+  using Tile = HopperDqTile<HS>;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, NThreads = Tile::kThreads, TB = Tile::kTileBytes;
+  unsigned char* const raw = dynamic_smem<unsigned char>();
+  unsigned char* const sQ = raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);  // Q_i  [Br][HS]
+  unsigned char* const sdO = sQ + TB;                                             // dO_i [Br][HS]
+  unsigned char* const sK = sdO + TB;                                             // K_j  [2][Bc][HS]
+  unsigned char* const sV = sK + 2 * TB;                                          // V_j  [2][Bc][HS]
+  const uint32_t aQ = smem_u32(sQ), adO = smem_u32(sdO), aK = smem_u32(sK), aV = smem_u32(sV);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * Br;
+  const int iw0 = i0 + 16 * warp;
+  const int i_g = iw0 + lane / 4;
+  const long long qkv_b = (long long)b * p.T * p.ld_qkv;
+  const bf16* Q = p.qkv + qkv_b + (long long)h * HS;
+  const bf16* K = Q + p.C;
+  const bf16* V = Q + 2LL * p.C;
+  const bf16* dO = p.dout + (long long)b * p.T * p.ld_out + (long long)h * HS;
+
+  const int j_end = min(p.T, i0 + Br);
+  const int n_j = (j_end + Bc - 1) / Bc;
+
+  load_tile_sw128<Br, HS, NThreads>(sQ, Q, p.ld_qkv, i0, p.T);
+  load_tile_sw128<Br, HS, NThreads>(sdO, dO, p.ld_out, i0, p.T);
+  load_tile_sw128<Bc, HS, NThreads>(sK, K, p.ld_qkv, 0, p.T);
+  load_tile_sw128<Bc, HS, NThreads>(sV, V, p.ld_qkv, 0, p.T);
+  cp_async_commit();
+
+  // lse_i log2(e) and D_i of the lane's rows (+inf past T: P = 0 there)
+  float lse2[2], Di[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i_g + 8 * r;
+    lse2[r] = i < p.T ? p.lse[(long long)bh * p.T + i] * kLog2e : INFINITY;
+    Di[r] = i < p.T ? p.D[(long long)bh * p.T + i] : 0.f;
+  }
+
+  float dq[HS / 8][4];
+  zero(dq);
+  for (int jt = 0; jt < n_j; ++jt) {
+    const int j0 = jt * Bc, stage = jt % 2;
+    if (jt + 1 < n_j) {
+      load_tile_sw128<Bc, HS, NThreads>(sK + (1 - stage) * TB, K, p.ld_qkv, j0 + Bc, p.T);
+      load_tile_sw128<Bc, HS, NThreads>(sV + (1 - stage) * TB, V, p.ld_qkv, j0 + Bc, p.T);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    hopper::fence_proxy_async();
+    __syncthreads();
+    const uint32_t tK = aK + stage * TB, tV = aV + stage * TB;
+    // S_ij = Q_i K_j^T (raw), masked; P_ij = exp(S_ij - lse_i)
+    float s[Bc / 8][4];
+    wg_gemm_ss<HS, Bc, Br, Bc>(s, aQ, 0, tK);
+    if (j0 + Bc > p.T || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), p.T);
+#pragma unroll
+    for (int nt = 0; nt < Bc / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(fmaf(s[nt][e], p.scale_log2, -lse2[e / 2]));
+    // dPd_ij = dO_i V_j^T
+    float dp[Bc / 8][4];
+    wg_gemm_ss<HS, Bc, Br, Bc>(dp, adO, 0, tV);
+    // dP_ij = dPd_ij o M_ij s (the forward's keep bits), dS_ij = P_ij o (dP_ij - D_i), in place
+    const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(p.key, bh, i_g, j0, lane) : ~0u;
+#pragma unroll
+    for (int nt = 0; nt < Bc / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float d = dp[nt][e];
+        if constexpr (IsDropout) d = ((bits >> (4 * nt + e)) & 1u) ? d * p.dropout_scale : 0.f;
+        dp[nt][e] = s[nt][e] * (d - Di[e / 2]);
+      }
+    // dQ_i += dS_ij K_j   (the 1/sqrt(HS) is applied once, at the end)
+    {
+      uint32_t a[Bc / 16][4];
+      pack_a<Bc, false>(a, dp, 0u);
+      wg_gemm_rs<Bc, HS>(dq, a, tK);
+    }
+    __syncthreads();
+  }
+  // dqkv[Q_i] += dQ_i / sqrt(HS)
+  add_to_dqkv(p.dqkv + qkv_b, p.ld_qkv, (long long)h * HS, dq, p.scale, i_g, p.T, lane);
+}
+
+template <int HS, bool IsDropout>
+void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
+  using Kv = HopperDkvTile<HS>;
+  using Dq = HopperDqTile<HS>;
+  const long long kv_tiles = ceil_div(p.T, Kv::kBc), q_tiles = ceil_div(p.T, Dq::kBr);
+  if (kv_tiles > 65535 || q_tiles > 65535) throw std::invalid_argument("flash_attn_backward: T too large for the grid");
+  launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)kv_tiles), Kv::kThreads,
+         Kv::kSmemBytes, ctx.stream, p);
+  launch(flash_bwd_dq_hopper_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)q_tiles), Dq::kThreads,
+         Dq::kSmemBytes, ctx.stream, p);
+}
+
+// The driver's cuTensorMapEncodeTiled (through the runtime's entry point query: no link to
+// libcuda; the emulator build links its stand-in).
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled() {
+#ifdef TG_SIMT_EMULATION
+  return &cuTensorMapEncodeTiled;
+#else
+  static const EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !f)
+      throw std::runtime_error("flash attention (Hopper): the driver has no cuTensorMapEncodeTiled (CUDA 12.0 or newer needed)");
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+#endif
+}
+
+// qkv (B T rows of 3C bf16) as a 2-D tensor map: boxes of 64 columns (128 bytes, the swizzle's
+// width) by box_rows rows, landing with the 128-byte swizzle; zeros past the tensor.
+CUtensorMap qkv_map(const FwdParams<bf16>& p, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {(cuuint64_t)p.ld_qkv, (cuuint64_t)p.B * (cuuint64_t)p.T};
+  const cuuint64_t strides[1] = {(cuuint64_t)p.ld_qkv * sizeof(bf16)};
+  const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, ones[2] = {1, 1};
+  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(p.qkv), dims, strides,
+                                    box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                    CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("flash attention (Hopper): cuTensorMapEncodeTiled failed (" + std::to_string((int)r) +
+                             ") for qkv of " + std::to_string(p.B * p.T) + " x " + std::to_string(p.ld_qkv));
+  return map;
+}
+
+template <int HS, bool IsDropout>
+void run_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p) {
+  using Tile = HopperFwdTile<HS>;
+  const long long tiles = ceil_div(p.T, Tile::kBr);
+  if (tiles > 65535) throw std::invalid_argument("flash_attn_forward_hopper: T too large for the grid");
+  launch(flash_fwd_hopper_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles), Tile::kThreads,
+         Tile::kSmemBytes, ctx.stream, p, qkv_map(p, Tile::kBc));
+}
+
+}  // namespace
+
+void launch_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p, bool dropout) {
+  if (p.HS == 64) {
+    BOOL_SWITCH(dropout, kDropout, [&] { run_bwd_hopper<64, kDropout>(ctx, p); });
+  } else {
+    BOOL_SWITCH(dropout, kDropout, [&] { run_bwd_hopper<128, kDropout>(ctx, p); });
+  }
+}
+
+void launch_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p, bool dropout) {
+  if (p.HS == 64) {
+    BOOL_SWITCH(dropout, kDropout, [&] { run_fwd_hopper<64, kDropout>(ctx, p); });
+  } else {
+    BOOL_SWITCH(dropout, kDropout, [&] { run_fwd_hopper<128, kDropout>(ctx, p); });
+  }
+}
+
+}  // namespace flash
+
+void flash_attn_forward_hopper(const Context& ctx, bf16* out, float* lse, const bf16* qkv,
+                               const philox::DropoutKey& key, int B, int Tn, int C, int NH, uint8_t* mask) {
+  if (NH >= 1 && C >= 1 && C % NH == 0 && !flash_attn_hopper_head_size(C / NH))
+    throw std::invalid_argument("flash_attn_forward_hopper: head size " + std::to_string(C / NH) +
+                                " (C / NH); the Hopper kernels take 64 and 128");
+  const int HS = flash::check_shape(B, Tn, C, NH, "flash_attn_forward_hopper");
+  if (!flash_attn_hopper_device(ctx))
+    throw std::invalid_argument("flash_attn_forward_hopper: the device is compute capability " +
+                                std::to_string(ctx.cc_major) + "." + std::to_string(ctx.cc_minor) +
+                                "; the Hopper kernels run on 9.0 only");
+  if (!out || !lse || !qkv) throw std::invalid_argument("flash_attn_forward_hopper: null buffer");
+  flash::check_aligned(qkv, 16, "flash_attn_forward_hopper", "qkv");  // cp.async moves 16 bytes
+  flash::check_aligned(out, 4, "flash_attn_forward_hopper", "out");   // bf16x2 stores
+  flash::FwdParams<bf16> p{};
+  flash::fill_fwd_params(p, qkv, out, lse, mask, key, B, Tn, C, NH);
+  // as flash_attn_forward: with the mask dump the dropout path runs, threshold 0 or not
+  flash::launch_fwd_hopper(ctx, p, key.threshold != 0 || mask != nullptr);
+}
+
+}  // namespace gpu

@@ -1,0 +1,530 @@
+// tests/emu/hopper_emu.cpp: the Hopper (sm_90a) instructions of kernels/hopper_ptx.cuh, emulated
+// (their device-side declarations are in tests/emu/simt_emulator.h; kernels/hopper_ptx.cuh's
+// header says what each instruction does).
+//
+// What is faithful (each from the PTX ISA section named):
+//   - mbarrier ("Parallel Synchronization and Communication Instructions: mbarrier"): the
+//     object's expected and pending arrival counts, tx-count and phase, kept beside the 8 bytes
+//     of shared memory it lives in (dynamic or a static __shared__ variable; 8-byte aligned);
+//     init, arrive, expect_tx, arrive.expect_tx, complete_tx; a phase completes when its pending
+//     arrivals are 0 and its tx-count is 0 (tx-count may go below 0 while complete_tx runs ahead
+//     of expect_tx), then the parity flips and the pending count is reset. test_wait.parity
+//     answers at once; try_wait.parity blocks the thread until the phase of that parity has
+//     completed (as a try_wait whose time limit never runs out), so a kernel spinning on it
+//     costs no time, and when every live thread of the CTA waits on something that can never
+//     complete the launch fails as a deadlock naming the mbarrier wait. An mbarrier used before
+//     its init in this CTA, an init count outside [1, 2^20 - 1], or more arrivals in one phase
+//     than the count are faults. A CTA's mbarriers are forgotten when it ends;
+//   - wgmma ("Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions"):
+//     wgmma.fence, mma_async, commit_group and wait_group are warpgroup-wide rendezvous: the 128
+//     threads of warps 4i .. 4i+3 must all reach the same instruction (a CTA whose last
+//     warpgroup is incomplete faults there), with the same descriptors, shape and scale-d.
+//     mma_async .m64nNk16.f32.bf16.bf16 (N a multiple of 8 up to 256): A from the registers'
+//     fragment (captured at issue) or from a matrix descriptor, B from a descriptor, K-major or
+//     MN-major (imm-trans), descriptors decoded field by field ("Matrix Descriptor Format") with
+//     the canonical layouts and the 32B, 64B and 128B swizzles ("Shared Memory Matrix Layout");
+//     every element's address must lie inside the launch's dynamic shared memory, checked at
+//     issue. The operation is queued at issue and executes when the wait_group that retires its
+//     group runs: only then are the shared operands read and the accumulators written, so a
+//     kernel reading its accumulators before the wait sees the old values. The accumulator
+//     array must therefore live (in the kernel's frame) until that wait, as registers would. A
+//     mma_async with no wgmma.fence since the CTA began or since the warpgroup's last wait_group
+//     is a fault (the ISA requires the fence before the first wgmma and after the registers are
+//     touched; code that waits and then issues more wgmma touches them in practice). Products
+//     of bf16 are exact in fp32; the 16 are added to the accumulator in k order with fmaf, or as
+//     the tensor cores round in the hardware-rounding mode (tests/emu/hw_rounding.h).
+//   - TMA ("Data Movement and Conversion Instructions: cp.async.bulk.tensor"), the 2-D tile
+//     load into shared memory with mbarrier::complete_tx::bytes: the tensor map is what this
+//     file's stand-in of the driver's cuTensorMapEncodeTiled made (the same arguments and checks;
+//     interleave none, element strides 1, zero fill, a swizzle as wide as the box's inner
+//     dimension). At issue the box is read from global memory (elements outside the tensor are
+//     zeros) and its shared bytes are poisoned (0xFF); it lands, row after row with the swizzle
+//     applied to the shared addresses, and completes its bytes on the mbarrier, when a thread
+//     test- or try-waits on that mbarrier (at issue when one already waits): a kernel reading
+//     the box without waiting sees NaN, and the race checker names the access;
+//   - the race checker (tests/emu/race_checker.h) sees each 16-byte chunk of a shared operand as
+//     an async-proxy read at issue (AccessKind::AsyncRead, as the warpgroup's first thread) and
+//     again as it retires (AsyncReadDone): a write to it in between is a hazard.
+//
+// Not emulated yet: the matrix base offset field (a non-zero one faults), scale-a / scale-b of
+// -1, other types and shapes, TMA stores and other ranks, multicast, and ordering by mbarrier
+// phases in the race checker (accesses ordered only by an mbarrier look unordered to it; a TMA
+// box, once landed, is ordered before every thread's access).
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "access_hook.h"
+#include "emu_internal.h"
+#include "hw_rounding.h"
+#include "simt_emulator.h"
+
+namespace emu {
+
+namespace {
+
+constexpr int kWarpgroup = 128;
+
+// A TMA box issued and not landed: its bytes, taken from global memory at issue.
+struct BulkCopy {
+  std::vector<unsigned char> data;  // row after row, unswizzled
+  uint32_t dst = 0;                 // shared offset of the box
+  uint32_t row_bytes = 0, width = 0;  // bytes of a box row; the swizzle width (0: none)
+  const void* pc = nullptr;
+};
+
+struct Mbarrier {
+  Barrier phase;  // gen: phases completed (its parity is the current phase's); op names a wait
+  uint32_t expected = 0, pending = 0;
+  int64_t tx = 0;
+  std::vector<BulkCopy> copies;  // TMA boxes that complete on it, not landed yet
+  int waiters = 0;               // threads blocked in try_wait on it
+};
+
+// One mma_async as issued by a warpgroup.
+struct WgmmaOp {
+  int n = 0;
+  bool a_in_regs = false, trans_a = false, trans_b = false, accumulate = false;
+  uint64_t desc_a = 0, desc_b = 0;
+  uint32_t a[kWarpgroup][4];
+  float* d[kWarpgroup];
+  const void* pc = nullptr;
+  std::vector<uint32_t> chunks;  // shared offsets of the 16-byte chunks it reads
+};
+
+struct Warpgroup {
+  Barrier bar;
+  // one rendezvous's inputs, by thread of the warpgroup
+  uint64_t desc_a[kWarpgroup], desc_b[kWarpgroup];
+  uint32_t a[kWarpgroup][4];
+  float* d[kWarpgroup];
+  int shape[kWarpgroup];  // N, with the a-in-registers, transpose and scale-d flags above bit 9
+  std::vector<WgmmaOp> open;                 // issued, not yet committed
+  std::deque<std::vector<WgmmaOp>> groups;   // committed, oldest first
+  bool fenced = false;
+};
+
+struct Hopper {
+  std::unordered_map<uintptr_t, Mbarrier> mbarriers;  // by address (nodes: stable references)
+  std::vector<Warpgroup> warpgroups;
+  int nthreads = 0;
+};
+
+Hopper& hop() {
+  static Hopper h;
+  return h;
+}
+
+std::string hex(uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%llx", (unsigned long long)v);
+  return buf;
+}
+
+// A shared address under the swizzle of `width` bytes (32, 64, 128; 0: none): within each 128-byte
+// line, the 16-byte chunk c of a width-byte segment moves to c XOR (line mod width / 16).
+uint32_t swizzle(uint32_t addr, uint32_t width) {
+  return width ? addr ^ ((addr >> 7) & (width / 16 - 1)) << 4 : addr;
+}
+
+// ---- mbarrier ----------------------------------------------------------------------------------
+Mbarrier& mbarrier_at(const void* p, const char* op, bool init) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const bool shared = (a - reinterpret_cast<uintptr_t>(g_smem) + 8 <= g_smem_bytes) || static_shared(a);
+  if (!shared) device_fault(cudaErrorIllegalAddress, std::string(op) + " on an address outside shared memory");
+  if (a % 8 != 0) device_fault(cudaErrorMisalignedAddress, std::string(op) + " on an address not 8-byte aligned");
+  Hopper& h = hop();
+  auto it = h.mbarriers.find(a);
+  if (it == h.mbarriers.end()) {
+    if (!init) device_fault(cudaErrorLaunchFailure, std::string(op) + " on an mbarrier not initialised in this block");
+    it = h.mbarriers.emplace(a, Mbarrier{}).first;
+  }
+  return it->second;
+}
+
+// The current phase completes when nothing is pending: the parity flips, the count is reset.
+void mbarrier_maybe_complete(Mbarrier& m) {
+  if (m.pending == 0 && m.tx == 0) {
+    m.pending = m.expected;
+    ++m.phase.gen;
+  }
+}
+
+// The TMA boxes of m land: their bytes are written (swizzled) and complete on m.
+void land_copies(Mbarrier& m, const void* bar) {
+  std::vector<BulkCopy> copies = std::move(m.copies);
+  m.copies.clear();
+  for (const BulkCopy& c : copies) {
+    if (g_observed) notify_bulk_landing(bar, m.phase.gen + 1);  // there once the current phase completes
+    for (uint32_t i = 0; i < (uint32_t)c.data.size(); i += 16) {
+      const uint32_t addr = swizzle(c.dst + i, c.width);
+      std::memcpy(g_smem + addr, c.data.data() + i, 16);
+      if (g_observed) engine_access(c.pc, g_smem + addr, 16, true, AccessKind::BulkCopyLand);
+    }
+    m.tx -= (int64_t)c.data.size();
+    if (m.pending == 0) mbarrier_maybe_complete(m);
+  }
+}
+
+uint64_t mbarrier_arrive_once(Mbarrier& m, const char* op) {
+  if (m.pending == 0)
+    device_fault(cudaErrorLaunchFailure, std::string(op) + ": more arrivals in one phase than the mbarrier's count (" +
+                                             std::to_string(m.expected) + ")");
+  const uint64_t state = m.phase.gen;
+  --m.pending;
+  mbarrier_maybe_complete(m);
+  return state;
+}
+
+// ---- wgmma -------------------------------------------------------------------------------------
+Warpgroup& my_warpgroup(const char* op) {
+  Hopper& h = hop();
+  const int wg = g_thread->linear / kWarpgroup;
+  if (kWarpgroup * (wg + 1) > h.nthreads)
+    device_fault(cudaErrorLaunchFailure, std::string(op) + " in warpgroup " + std::to_string(wg) +
+                                             ", which the block's " + std::to_string(h.nthreads) +
+                                             " threads do not fill (a warpgroup is 4 whole warps)");
+  return h.warpgroups[(size_t)wg];
+}
+
+float bf16_at(uint32_t off) {
+  uint16_t v;
+  std::memcpy(&v, g_smem + off, 2);
+  const uint32_t u = (uint32_t)v << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// The shared offset of element (mn, k) of a 16-deep bf16 operand that descriptor `desc`
+// describes ("Matrix Descriptor Format", "Shared Memory Matrix Layout"); mn_major: the operand is
+// transposed (imm-trans 1).
+uint32_t operand_offset(uint64_t desc, bool mn_major, int mn, int k) {
+  const uint32_t start = (uint32_t)(desc & 0x3FFF) << 4;
+  const uint32_t lbo = (uint32_t)(desc >> 16 & 0x3FFF) << 4;
+  const uint32_t sbo = (uint32_t)(desc >> 32 & 0x3FFF) << 4;
+  const uint32_t mode = (uint32_t)(desc >> 62);
+  const uint32_t width = mode == 1 ? 128 : mode == 2 ? 64 : mode == 3 ? 32 : 0;  // swizzle row bytes
+  uint32_t off;
+  if (width == 0) {  // core matrices of 8 rows x 16 bytes, LBO apart along K, SBO along MN
+    off = mn_major ? (mn / 8) * sbo + (k / 8) * lbo + (k % 8) * 16 + (mn % 8) * 2
+                   : (mn / 8) * sbo + (k / 8) * lbo + (mn % 8) * 16 + (k % 8) * 2;
+  } else if (!mn_major) {  // rows of `width` bytes along K, 8-row atoms SBO apart along MN
+    off = (mn / 8) * sbo + (mn % 8) * width + k * 2;
+  } else {  // rows of `width` bytes along MN, 8 k-rows an atom; atoms LBO apart along MN, SBO along K
+    const uint32_t per_row = width / 2;
+    off = (mn / per_row) * lbo + (k / 8) * sbo + (k % 8) * width + (mn % per_row) * 2;
+  }
+  return swizzle(off + start, width);
+}
+
+// Checks one shared operand (mn_extent x 16) at issue and lists the 16-byte chunks it reads.
+void check_operand(uint64_t desc, bool mn_major, int mn_extent, const char* which, std::vector<uint32_t>& chunks) {
+  if ((desc >> 49 & 7) != 0)
+    device_fault(cudaErrorLaunchFailure, std::string("wgmma: the ") + which + " descriptor " + hex(desc) +
+                                             " has a matrix base offset, which the emulator does not model");
+  for (int mn = 0; mn < mn_extent; ++mn)
+    for (int k = 0; k < 16; ++k) {
+      const uint32_t off = operand_offset(desc, mn_major, mn, k);
+      if ((size_t)off + 2 > g_smem_bytes)
+        device_fault(cudaErrorIllegalAddress, std::string("wgmma: the ") + which + " descriptor " + hex(desc) +
+                                                  " reaches shared byte " + std::to_string(off) + " (element " +
+                                                  std::to_string(mn) + ", k " + std::to_string(k) + "), past the " +
+                                                  std::to_string(g_smem_bytes) + " bytes of dynamic shared memory");
+      // each chunk is 8 elements along the contiguous dimension: count it at its first element
+      if ((mn_major ? mn : k) % 8 == 0) chunks.push_back(off);
+    }
+}
+
+// Runs one mma_async: reads the shared operands now, writes every thread's accumulators.
+void execute(const WgmmaOp& op) {
+  const int n = op.n;
+  static float A[64][16], B[16][256];
+  for (int m = 0; m < 64; ++m)
+    for (int k = 0; k < 16; ++k) A[m][k] = op.a_in_regs ? 0.f : bf16_at(operand_offset(op.desc_a, op.trans_a, m, k));
+  if (op.a_in_regs)
+    for (int i = 0; i < kWarpgroup; ++i) {
+      const int row = 16 * (i / 32) + (i % 32) / 4, col = 2 * (i % 4);
+      for (int r = 0; r < 4; ++r) {
+        const int m = row + 8 * (r % 2), k = col + 8 * (r / 2);
+        const uint32_t v = op.a[i][r];
+        uint32_t lo = v << 16, hi = v & 0xffff0000u;
+        std::memcpy(&A[m][k], &lo, 4);
+        std::memcpy(&A[m][k + 1], &hi, 4);
+      }
+    }
+  for (int k = 0; k < 16; ++k)
+    for (int j = 0; j < n; ++j) B[k][j] = bf16_at(operand_offset(op.desc_b, op.trans_b, j, k));
+  const int block = hw_rounding_block();
+  for (int i = 0; i < kWarpgroup; ++i) {
+    float* d = op.d[i];
+    const int w = i / 32, g = (i % 32) / 4, t = i % 4;
+    for (int r = 0; r < n / 2; ++r) {
+      const int row = 16 * w + g + 8 * ((r / 2) % 2), col = 8 * (r / 4) + 2 * t + r % 2;
+      float c = op.accumulate ? d[r] : 0.f;
+      if (block) {
+        c = tensor_core_dot(c, &A[row][0], 1, &B[0][col], 256, 16, block);
+      } else {
+        for (int k = 0; k < 16; ++k) c = std::fmaf(A[row][k], B[k][col], c);
+      }
+      d[r] = c;
+    }
+  }
+}
+
+// Delivers the chunks of an operation to the observers as the warpgroup's first thread.
+void report_chunks(const WgmmaOp& op, AccessKind kind, int warpgroup) {
+  if (!g_observed) return;
+  Thread* self = g_thread;
+  g_thread = &cta_thread(kWarpgroup * warpgroup);
+  for (uint32_t off : op.chunks) engine_access(op.pc, g_smem + off, 16, false, kind);
+  g_thread = self;
+}
+
+}  // namespace
+
+void hopper_cta_begin(int nthreads) {
+  Hopper& h = hop();
+  h.mbarriers.clear();
+  h.nthreads = nthreads;
+  h.warpgroups.resize((size_t)(nthreads + kWarpgroup - 1) / kWarpgroup);
+  for (Warpgroup& w : h.warpgroups) {
+    w.bar = Barrier{};
+    w.bar.expected = kWarpgroup;
+    w.open.clear();
+    w.groups.clear();
+    w.fenced = false;
+  }
+}
+
+void mbarrier_init(void* bar, uint32_t count) {
+  if (count < 1 || count > (1u << 20) - 1)
+    device_fault(cudaErrorLaunchFailure, "mbarrier.init with count " + std::to_string(count) + " (the PTX ISA allows 1 .. 2^20 - 1)");
+  Mbarrier& m = mbarrier_at(bar, "mbarrier.init", true);
+  m = Mbarrier{};
+  m.phase.op = "mbarrier.try_wait.parity";
+  m.expected = m.pending = count;
+}
+
+uint64_t mbarrier_arrive(void* bar) { return mbarrier_arrive_once(mbarrier_at(bar, "mbarrier.arrive", false), "mbarrier.arrive"); }
+
+uint64_t mbarrier_arrive_expect_tx(void* bar, uint32_t bytes) {
+  Mbarrier& m = mbarrier_at(bar, "mbarrier.arrive.expect_tx", false);
+  m.tx += bytes;
+  return mbarrier_arrive_once(m, "mbarrier.arrive.expect_tx");
+}
+
+void mbarrier_expect_tx(void* bar, uint32_t bytes) { mbarrier_at(bar, "mbarrier.expect_tx", false).tx += bytes; }
+
+void mbarrier_complete_tx(void* bar, uint32_t bytes) {
+  Mbarrier& m = mbarrier_at(bar, "mbarrier.complete_tx", false);
+  m.tx -= bytes;
+  if (m.pending == 0) mbarrier_maybe_complete(m);
+}
+
+bool mbarrier_test_wait_parity(void* bar, uint32_t parity) {
+  Mbarrier& m = mbarrier_at(bar, "mbarrier.test_wait.parity", false);
+  land_copies(m, bar);
+  const bool done = (m.phase.gen & 1) != (parity & 1);
+  if (done && g_observed) notify_mbarrier_observed(bar, m.phase.gen);
+  return done;
+}
+
+bool mbarrier_try_wait_parity(void* bar, uint32_t parity) {
+  Mbarrier& m = mbarrier_at(bar, "mbarrier.try_wait.parity", false);
+  land_copies(m, bar);
+  while ((m.phase.gen & 1) == (parity & 1)) {
+    ++m.waiters;
+    block_until_next(m.phase);
+    --m.waiters;
+  }
+  if (g_observed) notify_mbarrier_observed(bar, m.phase.gen);
+  return true;
+}
+
+// ---- TMA ---------------------------------------------------------------------------------------
+namespace {
+// What the stand-in of cuTensorMapEncodeTiled keeps in a CUtensorMap's 128 opaque bytes.
+struct MapFields {
+  uint64_t magic;
+  uint64_t address;
+  uint64_t dim[5];
+  uint64_t stride[4];  // bytes, of dimensions 1 .. rank - 1
+  uint32_t box[5];
+  uint32_t rank, elem_bytes, width;  // width: swizzle bytes, 0 for none
+};
+static_assert(sizeof(MapFields) <= sizeof(CUtensorMap), "the fields fit the opaque map");
+constexpr uint64_t kMapMagic = 0x54474d4150454d55ull;
+
+CUresult refuse(CUresult r, const std::string& why) {
+  std::fprintf(stderr, "SIMT emulator: cuTensorMapEncodeTiled: %s\n", why.c_str());
+  return r;
+}
+}  // namespace
+
+void tma_load_2d(void* dst, const void* map, int c0, int c1, void* bar) {
+  const char* op = "cp.async.bulk.tensor.2d (TMA load)";
+  const void* pc = __builtin_return_address(0);
+  MapFields f;
+  std::memcpy(&f, map, sizeof f);
+  if (f.magic != kMapMagic) device_fault(cudaErrorLaunchFailure, std::string(op) + " with a CUtensorMap that cuTensorMapEncodeTiled did not make");
+  if (f.rank != 2) device_fault(cudaErrorLaunchFailure, std::string(op) + " with a tensor map of rank " + std::to_string(f.rank));
+  const uint32_t row_bytes = f.box[0] * f.elem_bytes, bytes = row_bytes * f.box[1];
+  const uintptr_t d = reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(g_smem);
+  if (d % 128 != 0) device_fault(cudaErrorMisalignedAddress, std::string(op) + ": shared destination not 128-byte aligned");
+  if (d + bytes > g_smem_bytes)
+    device_fault(cudaErrorIllegalAddress, std::string(op) + ": the " + std::to_string(bytes) + "-byte box at shared byte " +
+                                              std::to_string(d) + " runs past the dynamic shared memory");
+  Mbarrier& m = mbarrier_at(bar, op, false);
+  BulkCopy c;
+  c.data.assign(bytes, 0);  // outside the tensor: zeros
+  c.dst = (uint32_t)d;
+  c.row_bytes = row_bytes;
+  c.width = f.width;
+  c.pc = pc;
+  for (uint32_t r = 0; r < f.box[1]; ++r) {
+    const long long y = (long long)c1 + r;
+    if (y < 0 || y >= (long long)f.dim[1]) continue;
+    const long long x0 = std::max<long long>(c0, 0), x1 = std::min<long long>((long long)c0 + f.box[0], (long long)f.dim[0]);
+    if (x0 >= x1) continue;
+    const unsigned char* src = reinterpret_cast<const unsigned char*>(f.address + (uint64_t)y * f.stride[0] + (uint64_t)x0 * f.elem_bytes);
+    const uint32_t n = (uint32_t)(x1 - x0) * f.elem_bytes;
+    std::string why;
+    if (!device_range_ok(src, n, &why)) device_fault(cudaErrorIllegalAddress, std::string(op) + ": source " + why);
+    std::memcpy(c.data.data() + r * row_bytes + (x0 - c0) * f.elem_bytes, src, n);
+    if (g_observed) engine_access(pc, src, n, false, AccessKind::BulkCopy);
+  }
+  for (uint32_t i = 0; i < bytes; i += 16) {  // in flight: undefined until it lands
+    const uint32_t addr = swizzle(c.dst + i, c.width);
+    std::memset(g_smem + addr, 0xFF, 16);
+    if (g_observed) engine_access(pc, g_smem + addr, 16, true, AccessKind::BulkCopy);
+  }
+  m.copies.push_back(std::move(c));
+  if (m.waiters) land_copies(m, bar);  // a thread already waits on it: nothing else would land the box
+}
+
+void wgmma_fence() {
+  Warpgroup& w = my_warpgroup("wgmma.fence");
+  rendezvous(w.bar, "wgmma.fence", [&w] { w.fenced = true; });
+}
+
+void wgmma_mma_async(float* d, int n, const uint32_t* a, uint64_t desc_a, uint64_t desc_b, bool trans_a, bool trans_b,
+                     bool accumulate) {
+  static const char* const kOp = "wgmma.mma_async";
+  const void* pc = __builtin_return_address(0);
+  if (n < 8 || n > 256 || n % 8 != 0) device_fault(cudaErrorLaunchFailure, "wgmma.mma_async m64nNk16 with N = " + std::to_string(n));
+  Warpgroup& w = my_warpgroup(kOp);
+  const int i = g_thread->linear % kWarpgroup, wg = g_thread->linear / kWarpgroup;
+  w.desc_a[i] = a ? 0 : desc_a;
+  w.desc_b[i] = desc_b;
+  w.d[i] = d;
+  for (int r = 0; r < 4; ++r) w.a[i][r] = a ? a[r] : 0;
+  w.shape[i] = n | (a ? 1 : 0) << 10 | (trans_a ? 1 : 0) << 11 | (trans_b ? 1 : 0) << 12 | (accumulate ? 1 : 0) << 13;
+  rendezvous(w.bar, kOp, [&w, pc, wg] {
+    for (int t = 1; t < kWarpgroup; ++t)
+      if (w.shape[t] != w.shape[0] || w.desc_a[t] != w.desc_a[0] || w.desc_b[t] != w.desc_b[0])
+        device_fault(cudaErrorLaunchFailure, "wgmma.mma_async: threads 0 and " + std::to_string(t) + " of warpgroup " +
+                                                 std::to_string(wg) +
+                                                 " issued it with different shapes, descriptors or scale-d");
+    if (!w.fenced)
+      device_fault(cudaErrorLaunchFailure, "wgmma.mma_async with no wgmma.fence since the block began or since the "
+                                           "warpgroup's last wgmma.wait_group (PTX ISA: the fence orders the "
+                                           "registers' earlier accesses before the wgmma)");
+    w.open.emplace_back();
+    WgmmaOp& op = w.open.back();
+    op.n = w.shape[0] & 511;
+    op.a_in_regs = (w.shape[0] >> 10) & 1;
+    op.trans_a = (w.shape[0] >> 11) & 1;
+    op.trans_b = (w.shape[0] >> 12) & 1;
+    op.accumulate = (w.shape[0] >> 13) & 1;
+    op.desc_a = w.desc_a[0];
+    op.desc_b = w.desc_b[0];
+    std::memcpy(op.a, w.a, sizeof op.a);
+    std::memcpy(op.d, w.d, sizeof op.d);
+    op.pc = pc;
+    if (!op.a_in_regs) check_operand(op.desc_a, op.trans_a, 64, "A", op.chunks);
+    check_operand(op.desc_b, op.trans_b, op.n, "B", op.chunks);
+    report_chunks(op, AccessKind::AsyncRead, wg);
+    if (g_observed) notify_mma(4 * wg, 2ull * 64 * op.n * 16);
+  });
+}
+
+void wgmma_commit_group() {
+  Warpgroup& w = my_warpgroup("wgmma.commit_group");
+  rendezvous(w.bar, "wgmma.commit_group", [&w] {
+    w.groups.push_back(std::move(w.open));
+    w.open.clear();
+  });
+}
+
+void wgmma_wait_group(int n) {
+  Warpgroup& w = my_warpgroup("wgmma.wait_group");
+  const int wg = g_thread->linear / kWarpgroup;
+  rendezvous(w.bar, "wgmma.wait_group", [&w, n, wg] {
+    while ((int)w.groups.size() > n) {
+      for (const WgmmaOp& op : w.groups.front()) {
+        execute(op);
+        report_chunks(op, AccessKind::AsyncReadDone, wg);
+      }
+      w.groups.pop_front();
+    }
+    w.fenced = false;
+  });
+}
+
+}  // namespace emu
+
+// The driver's cuTensorMapEncodeTiled, with its argument meaning and its checks (cuda.h's
+// account of them), for what the emulator's TMA copies: interleave none, element strides 1, the
+// zero fill, and a swizzle whose width is the box's inner dimension in bytes. What it cannot
+// emulate is refused with CUDA_ERROR_NOT_SUPPORTED, a broken rule with CUDA_ERROR_INVALID_VALUE,
+// each said on stderr.
+extern "C" CUresult cuTensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
+                                           const cuuint64_t* dim, const cuuint64_t* strides, const cuuint32_t* box,
+                                           const cuuint32_t* element_strides, CUtensorMapInterleave interleave,
+                                           CUtensorMapSwizzle swizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill oob) {
+  using emu::refuse;
+  static const uint32_t kBytes[] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4};  // UINT8 .. TFLOAT32_FTZ
+  if (!map || !dim || !box || !element_strides || (rank > 1 && !strides)) return refuse(CUDA_ERROR_INVALID_VALUE, "a null argument");
+  if ((unsigned)type >= sizeof kBytes / sizeof kBytes[0]) return refuse(CUDA_ERROR_NOT_SUPPORTED, "packed data types are not emulated");
+  if (rank < 1 || rank > 5) return refuse(CUDA_ERROR_INVALID_VALUE, "rank " + std::to_string(rank) + " (1 .. 5)");
+  if (reinterpret_cast<uintptr_t>(address) % 16 != 0) return refuse(CUDA_ERROR_INVALID_VALUE, "global address not 16-byte aligned");
+  if (!emu::device_range_ok(address, 1, nullptr)) return refuse(CUDA_ERROR_INVALID_VALUE, "global address outside device memory");
+  if (interleave != CU_TENSOR_MAP_INTERLEAVE_NONE) return refuse(CUDA_ERROR_NOT_SUPPORTED, "interleaved layouts are not emulated");
+  if (oob != CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) return refuse(CUDA_ERROR_NOT_SUPPORTED, "only the zero fill is emulated");
+  emu::MapFields f{};
+  f.magic = emu::kMapMagic;
+  f.address = reinterpret_cast<uint64_t>(address);
+  f.rank = rank;
+  f.elem_bytes = kBytes[type];
+  for (cuuint32_t i = 0; i < rank; ++i) {
+    if (dim[i] == 0 || dim[i] > (1ull << 32)) return refuse(CUDA_ERROR_INVALID_VALUE, "globalDim[" + std::to_string(i) + "] not in 1 .. 2^32");
+    if (box[i] == 0 || box[i] > 256) return refuse(CUDA_ERROR_INVALID_VALUE, "boxDim[" + std::to_string(i) + "] not in 1 .. 256");
+    if (element_strides[i] == 0 || element_strides[i] > 8) return refuse(CUDA_ERROR_INVALID_VALUE, "elementStrides not in 1 .. 8");
+    if (i > 0 && element_strides[i] != 1) return refuse(CUDA_ERROR_NOT_SUPPORTED, "element strides other than 1 are not emulated");
+    f.dim[i] = dim[i];
+    f.box[i] = box[i];
+    if (i + 1 < rank) {
+      if (strides[i] % 16 != 0 || strides[i] >= (1ull << 40))
+        return refuse(CUDA_ERROR_INVALID_VALUE, "globalStrides[" + std::to_string(i) + "] not a multiple of 16 below 2^40");
+      f.stride[i] = strides[i];
+    }
+  }
+  const uint32_t inner = box[0] * f.elem_bytes;
+  if (inner % 16 != 0) return refuse(CUDA_ERROR_INVALID_VALUE, "boxDim[0] times the element size not a multiple of 16 bytes");
+  f.width = swizzle == CU_TENSOR_MAP_SWIZZLE_32B ? 32 : swizzle == CU_TENSOR_MAP_SWIZZLE_64B ? 64 : swizzle == CU_TENSOR_MAP_SWIZZLE_128B ? 128 : 0;
+  if (swizzle != CU_TENSOR_MAP_SWIZZLE_NONE && f.width == 0) return refuse(CUDA_ERROR_NOT_SUPPORTED, "this swizzle mode is not emulated");
+  if (f.width && inner > f.width) return refuse(CUDA_ERROR_INVALID_VALUE, "the box's inner dimension exceeds the swizzle width");
+  if (f.width && inner != f.width)
+    return refuse(CUDA_ERROR_NOT_SUPPORTED, "a swizzled box narrower than its swizzle width is not emulated");
+  std::memset(map, 0, sizeof *map);
+  std::memcpy(map, &f, sizeof f);
+  return CUDA_SUCCESS;
+}
