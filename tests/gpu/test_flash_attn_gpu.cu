@@ -118,15 +118,17 @@ struct Result {
   std::vector<uint8_t> mask;
 };
 
-// The fp64 spec: the tiled CPU algorithm in double on the rounded inputs (dqkv from zero).
+// The fp64 spec: the tiled CPU algorithm in double on the rounded inputs (dqkv from zero; left
+// empty without the backward).
 Result cpu_reference(const Shape& s, const std::vector<double>& qkv, const std::vector<double>& dout,
-                     const philox::DropoutKey& key, bool causal, bool want_mask) {
+                     const philox::DropoutKey& key, bool causal, bool want_mask, bool backward = true) {
   Result r;
   r.out.assign(s.nout(), 0.0);
   r.lse.assign(s.nlse(), 0.0);
   if (want_mask) r.mask.assign(s.natt(), kSentinel);
   cpu::attention_tiled_forward<double>(r.out.data(), r.lse.data(), qkv.data(), key, s.B, s.Tn, s.C(), s.NH, causal,
                                        64, 64, want_mask ? r.mask.data() : nullptr);
+  if (!backward) return r;
   r.dqkv.assign(s.nqkv(), 0.0);
   cpu::attention_tiled_backward<double>(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), key, s.B,
                                         s.Tn, s.C(), s.NH, causal, 64, 64);
@@ -134,12 +136,12 @@ Result cpu_reference(const Shape& s, const std::vector<double>& qkv, const std::
 }
 
 // The flash path on the device: forward (mask hook when asked), backward into dqkv_init (zeros
-// when null). Buffers carry `guard` extra elements past their ends, filled with a sentinel,
-// which must come back untouched.
+// when null; left as it is without the backward). Buffers carry `guard` extra elements past their
+// ends, filled with a sentinel, which must come back untouched.
 template <typename T>
 Result run_flash(const gpu::Context& ctx, const Shape& s, const std::vector<double>& qkv,
                  const std::vector<double>& dout, const philox::DropoutKey& key, bool causal, bool want_mask,
-                 const std::vector<double>* dqkv_init = nullptr, size_t guard = 0) {
+                 const std::vector<double>* dqkv_init = nullptr, size_t guard = 0, bool backward = true) {
   const double kGuard = 12288.0;  // 1.5 * 2^13: exact in bf16 and float (12345 is not a bf16 value)
   auto padded = [&](const std::vector<double>& v) {
     std::vector<double> r(v);
@@ -155,8 +157,9 @@ Result run_flash(const gpu::Context& ctx, const Shape& s, const std::vector<doub
   cudaCheck(cudaDeviceSynchronize());  // uploads and memsets done before ctx.stream (non-blocking) reads them
   gpu::flash_attn_forward<T>(ctx, d_out.ptr, d_lse.ptr, d_qkv.ptr, key, s.B, s.Tn, s.C(), s.NH, causal,
                              want_mask ? d_mask.ptr : nullptr);
-  gpu::flash_attn_backward<T>(ctx, d_dqkv.ptr, d_dout.ptr, d_qkv.ptr, d_out.ptr, d_lse.ptr, key, s.B, s.Tn, s.C(),
-                              s.NH, causal);
+  if (backward)
+    gpu::flash_attn_backward<T>(ctx, d_dqkv.ptr, d_dout.ptr, d_qkv.ptr, d_out.ptr, d_lse.ptr, key, s.B, s.Tn, s.C(),
+                                s.NH, causal);
   Result r;
   r.out = d_out.download();
   r.lse = d_lse.download();
@@ -543,9 +546,10 @@ void mask_hook_test() {
           tg_test::TestContext tc(scratch_for(s, sizeof(T)));
           const std::vector<double> qkv = tg_test::round_to<T>(make_qkv(s, salt += 10));
           const std::vector<double> dout = tg_test::round_to<T>(random_vector(s.nout(), salt + 1));
-          const Result ref = cpu_reference(s, qkv, dout, key, causal, true);
-          const Result with = run_flash<T>(tc.ctx, s, qkv, dout, key, causal, true);
-          const Result without = run_flash<T>(tc.ctx, s, qkv, dout, key, causal, false);
+          // (forward only: the mask, O and lse are what this case checks)
+          const Result ref = cpu_reference(s, qkv, dout, key, causal, true, false);
+          const Result with = run_flash<T>(tc.ctx, s, qkv, dout, key, causal, true, nullptr, 0, false);
+          const Result without = run_flash<T>(tc.ctx, s, qkv, dout, key, causal, false, nullptr, 0, false);
           size_t diff = 0, applied = 0, dropped = 0;
           for (size_t i = 0; i < ref.mask.size(); ++i) {
             diff += with.mask[i] != ref.mask[i];
