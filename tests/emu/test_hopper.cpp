@@ -1,10 +1,12 @@
 // tests/emu/test_hopper.cpp: the emulated Hopper instructions of kernels/hopper_ptx.cuh
-// (tests/emu/hopper_emu.cpp) against the PTX ISA: mbarrier phases, arrivals and transaction
-// counts; wgmma m64nNk16 bf16 with A from shared memory or registers, K-major and MN-major
-// operands in every swizzle mode, compared lane by lane with the ISA's accumulator fragment;
-// the asynchronous completion at wgmma.wait_group; and the faults and races the emulator
-// reports (a deadlocked mbarrier wait, a warpgroup the block does not fill, a missing
-// wgmma.fence, a descriptor past shared memory, a wgmma operand overwritten in flight).
+// (tests/emu/hopper_emu.cpp, tests/emu/simt_emulator.cpp) against the PTX ISA: mbarrier phases,
+// arrivals and transaction counts; wgmma m64nNk16 bf16 with A from shared memory or registers,
+// K-major and MN-major operands in every swizzle mode, compared lane by lane with the ISA's
+// accumulator fragment; the asynchronous completion at wgmma.wait_group; TMA 2-D loads (the box's
+// layout, swizzle and zero fill, the tensor map stand-in's refusals, boxes feeding wgmma);
+// stmatrix and elect.sync; and the faults and races the emulator reports (a deadlocked mbarrier
+// wait, a warpgroup the block does not fill, a missing wgmma.fence, a descriptor past shared
+// memory, a wgmma operand overwritten in flight, a TMA box read by a thread that did not wait).
 //
 // The expected results come from this file's own reading of the ISA: the operands are laid out
 // in shared memory by the canonical layouts written as the ISA's shape : stride table
