@@ -41,15 +41,19 @@
 //     zeros) and its shared bytes are poisoned (0xFF); it lands, row after row with the swizzle
 //     applied to the shared addresses, and completes its bytes on the mbarrier, when a thread
 //     test- or try-waits on that mbarrier (at issue when one already waits): a kernel reading
-//     the box without waiting sees NaN, and the race checker names the access;
-//   - the race checker (tests/emu/race_checker.h) sees each 16-byte chunk of a shared operand as
-//     an async-proxy read at issue (AccessKind::AsyncRead, as the warpgroup's first thread) and
-//     again as it retires (AsyncReadDone): a write to it in between is a hazard.
+//     the box before any thread waited sees NaN;
+//   - the race checker (tests/emu/race_checker.h) sees each 16-byte chunk of a wgmma's shared
+//     operand as an async-proxy read at issue (AccessKind::AsyncRead, as the warpgroup's first
+//     thread) and again as it retires (AsyncReadDone): a write to it in between is a hazard. It
+//     sees a TMA box's shared chunks written at issue (BulkCopy: in flight) and as they land
+//     (BulkCopyLand, after bulk_landing names the mbarrier and phase), and which phases each
+//     thread saw complete (mbarrier_observed): a thread touching a box before it landed, or
+//     without having seen its phase complete and with no __syncthreads since, is named.
 //
 // Not emulated yet: the matrix base offset field (a non-zero one faults), scale-a / scale-b of
 // -1, other types and shapes, TMA stores and other ranks, multicast, and ordering by mbarrier
-// phases in the race checker (accesses ordered only by an mbarrier look unordered to it; a TMA
-// box, once landed, is ordered before every thread's access).
+// phases in the race checker beyond TMA boxes (other accesses ordered only by an mbarrier look
+// unordered to it).
 #include <cuda.h>
 #include <cuda_runtime.h>
 

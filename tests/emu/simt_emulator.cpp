@@ -528,7 +528,10 @@ void run_grid(const void* kernel, dim3 grid, dim3 block, size_t smem, const std:
   Engine& e = eng();
   if (!e.smem_raw) {
     e.smem_max = kLargestSmemOptin;
-    e.smem_raw = static_cast<unsigned char*>(std::aligned_alloc(256, kSmemRedZone + e.smem_max + kSmemCanary + kSmemRedZone));
+    // 1024-byte aligned: a kernel that aligns its tiles' generic addresses for the 128-byte swizzle
+    // (whose pattern repeats every 1024 bytes of the shared address) aligns their offsets too
+    const size_t bytes = (kSmemRedZone + e.smem_max + kSmemCanary + kSmemRedZone + 1023) / 1024 * 1024;
+    e.smem_raw = static_cast<unsigned char*>(std::aligned_alloc(1024, bytes));
     g_smem = e.smem_raw + kSmemRedZone;
 #if TG_EMU_ASAN
     __asan_poison_memory_region(e.smem_raw, kSmemRedZone);

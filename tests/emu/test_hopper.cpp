@@ -1,10 +1,12 @@
 // tests/emu/test_hopper.cpp: the emulated Hopper instructions of kernels/hopper_ptx.cuh
-// (tests/emu/hopper_emu.cpp) against the PTX ISA: mbarrier phases, arrivals and transaction
-// counts; wgmma m64nNk16 bf16 with A from shared memory or registers, K-major and MN-major
-// operands in every swizzle mode, compared lane by lane with the ISA's accumulator fragment;
-// the asynchronous completion at wgmma.wait_group; and the faults and races the emulator
-// reports (a deadlocked mbarrier wait, a warpgroup the block does not fill, a missing
-// wgmma.fence, a descriptor past shared memory, a wgmma operand overwritten in flight).
+// (tests/emu/hopper_emu.cpp, tests/emu/simt_emulator.cpp) against the PTX ISA: mbarrier phases,
+// arrivals and transaction counts; wgmma m64nNk16 bf16 with A from shared memory or registers,
+// K-major and MN-major operands in every swizzle mode, compared lane by lane with the ISA's
+// accumulator fragment; the asynchronous completion at wgmma.wait_group; TMA 2-D loads (the box's
+// layout, swizzle and zero fill, the tensor map stand-in's refusals, boxes feeding wgmma);
+// stmatrix and elect.sync; and the faults and races the emulator reports (a deadlocked mbarrier
+// wait, a warpgroup the block does not fill, a missing wgmma.fence, a descriptor past shared
+// memory, a wgmma operand overwritten in flight, a TMA box read by a thread that did not wait).
 //
 // The expected results come from this file's own reading of the ISA: the operands are laid out
 // in shared memory by the canonical layouts written as the ISA's shape : stride table
@@ -154,7 +156,7 @@ tg_test::ChildResult run_child(K kernel, int threads, size_t smem) {
   });
 }
 
-TEST_CASE("hopper: an mbarrier wait that cannot complete is a deadlock; misuse of an mbarrier is a fault") {
+TEST_CASE("hopper: an mbarrier wait that cannot complete is a deadlock; misuse of an mbarrier is a fault (PTX ISA: mbarrier.init, mbarrier.arrive, mbarrier.test_wait/mbarrier.try_wait)") {
   const tg_test::ChildResult dead = run_child(mbarrier_deadlock_kernel, 64, 0);
   INFO("child stderr: " << dead.err);
   CHECK(dead.exit_code == 3);
@@ -487,7 +489,7 @@ tg_test::ChildResult run_checked(void (*kernel)(int*), int threads) {
 
 }  // namespace
 
-TEST_CASE("hopper: wgmma misuse is a fault: an incomplete warpgroup, no wgmma.fence, a descriptor past shared memory") {
+TEST_CASE("hopper: wgmma misuse is a fault: an incomplete warpgroup, no wgmma.fence, a descriptor past shared memory (PTX ISA: wgmma, wgmma.fence, Matrix Descriptor Format)") {
   const tg_test::ChildResult partial = run_child(wgmma_misuse_kernel<0>, 96, 4096);
   INFO("child stderr: " << partial.err);
   CHECK(partial.exit_code == 3);
@@ -502,7 +504,7 @@ TEST_CASE("hopper: wgmma misuse is a fault: an incomplete warpgroup, no wgmma.fe
   CHECK(has(past.err, "past the 4096 bytes of dynamic shared memory"));
 }
 
-TEST_CASE("racecheck: a wgmma operand overwritten before its wait_group, or written unordered before its issue, is a hazard") {
+TEST_CASE("racecheck: a wgmma operand overwritten before its wait_group, or written unordered before its issue, is a hazard (PTX ISA: wgmma.mma_async, wgmma.wait_group)") {
   const tg_test::ChildResult early = run_checked(wgmma_misuse_kernel<3>, 128);
   INFO("child stderr: " << early.err);
   CHECK(early.exit_code == 3);
@@ -575,7 +577,7 @@ __global__ void tma_kernel(const CUtensorMap wide, const CUtensorMap narrow, uin
 
 }  // namespace
 
-TEST_CASE("hopper: a TMA 2-D load lands its box row after row, swizzled, zeros outside the tensor (PTX ISA: cp.async.bulk.tensor, Tensor Access Modes)") {
+TEST_CASE("hopper: a TMA 2-D load lands its box row after row, swizzled, zeros outside the tensor (PTX ISA: cp.async.bulk.tensor; Tensors: Tiled Mode, its bounding box and out-of-bound access)") {
   Tensor2d a{100, 37, 208};
   a.upload();
   const CUtensorMap wide = a.map(64, 16, CU_TENSOR_MAP_SWIZZLE_128B), narrow = a.map(8, 5, CU_TENSOR_MAP_SWIZZLE_NONE);
@@ -598,7 +600,7 @@ TEST_CASE("hopper: a TMA 2-D load lands its box row after row, swizzled, zeros o
   cudaFree(a.dev);
 }
 
-TEST_CASE("hopper: cuTensorMapEncodeTiled's stand-in refuses what the driver refuses") {
+TEST_CASE("hopper: cuTensorMapEncodeTiled's stand-in refuses what the driver refuses (CUDA Driver API: cuTensorMapEncodeTiled)") {
   Tensor2d a{100, 37, 200};  // a row pitch that is not a multiple of 16
   a.upload();
   CUtensorMap m;
@@ -615,7 +617,7 @@ TEST_CASE("hopper: cuTensorMapEncodeTiled's stand-in refuses what the driver ref
   cudaFree(a.dev);
 }
 
-TEST_CASE("racecheck: a TMA destination read before a wait on its mbarrier is a hazard") {
+TEST_CASE("racecheck: a TMA destination read before a wait on its mbarrier is a hazard (PTX ISA: cp.async.bulk.tensor, mbarrier.try_wait)") {
   const tg_test::ChildResult early = tg_test::in_child([] {
     emu::RaceChecker checker;
     Tensor2d a{100, 37, 208};
@@ -662,7 +664,7 @@ __global__ void tma_wgmma_kernel(const CUtensorMap q, const CUtensorMap k, float
 
 }  // namespace
 
-TEST_CASE("hopper: TMA boxes with the 128B swizzle feed wgmma K-major 128B descriptors, k-steps 32 bytes apart") {
+TEST_CASE("hopper: TMA boxes with the 128B swizzle feed wgmma K-major 128B descriptors, k-steps 32 bytes apart (PTX ISA: cp.async.bulk.tensor, Matrix Descriptor Format)") {
   // Q[i][c] = (i + 2c) % 7 - 3, K[j][c] = (3i + c) % 5 - 2 as bf16: exact products and sums
   std::vector<uint16_t> hq(64 * 64), hk(64 * 64);
   auto qv = [](int i, int c) { return (float)((i + 2 * c) % 7 - 3); };
