@@ -338,7 +338,7 @@ window() {
     SAMPLE_TOKENS=200
     NANOGPT_ARGS=(--compile=True)
     NANOGPT_FROM=100
-    SAN_FLASH=(-tc="flash attention bf16: O*,flash attention float*,flash attention backward*")
+    SAN_FLASH=(-tc="flash attention bf16: O*,flash attention float*,flash attention backward*,flash attention hopper*")
     SAN_SUITE=(-tce="*20 steps*,*same seed twice*")
     HOPPER_BENCH_ARGS=(--hs 64,128 --t 1024,4096,16384 --p 0,0.2 --naive-max-t 0 --reps 10)
     NAIVE_ARGS=(--max-iters 1000 --eval-interval 500)

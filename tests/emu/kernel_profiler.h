@@ -79,7 +79,8 @@ struct KernelCounters {
   uint64_t mma = 0, mma_flops = 0, cp_async_bytes = 0;
   uint64_t tma_bytes = 0;  // bytes TMA loads read from global memory (their sectors count as compulsory)
   std::vector<SiteCounters> sites;       // in order of first execution
-  uint64_t moved_bytes() const { return 32 * (load.sectors + store.sectors); }
+  // every sector the kernel's loads and stores touch, and its TMA boxes' bytes (moved once each)
+  uint64_t moved_bytes() const { return 32 * (load.sectors + store.sectors) + tma_bytes; }
   uint64_t compulsory_bytes() const { return unique_read_bytes + unique_write_bytes; }
   void add(const KernelCounters& o);     // same kernel, another launch
 };

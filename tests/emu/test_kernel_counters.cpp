@@ -63,10 +63,9 @@ void check_targets(const std::vector<emu::KernelCounters>& kernels, const std::s
                     (unsigned long long)k.store.sectors, (unsigned long long)k.shared_load.wavefronts,
                     (unsigned long long)k.shared_load.conflicts(), (unsigned long long)k.shared_store.wavefronts,
                     (unsigned long long)k.shared_store.conflicts(), all.efficiency(),
-                    (double)(k.moved_bytes() + k.tma_bytes) / (double)k.compulsory_bytes());
+                    (double)k.moved_bytes() / (double)k.compulsory_bytes());
       CHECK(all.efficiency() >= t.efficiency);
-      // (a TMA box's bytes move once: its sectors are among the compulsory ones)
-      CHECK((double)(k.moved_bytes() + k.tma_bytes) <= t.moved_over_compulsory * (double)k.compulsory_bytes());
+      CHECK((double)k.moved_bytes() <= t.moved_over_compulsory * (double)k.compulsory_bytes());
       const uint64_t shared = k.shared_load.requests + k.shared_store.requests;
       const uint64_t conflicts = k.shared_load.conflicts() + k.shared_store.conflicts();
       CHECK((double)conflicts <= t.conflicts * (double)shared);
