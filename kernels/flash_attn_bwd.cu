@@ -173,14 +173,7 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
       warp_gemm_ss<HS, Br, S>(st, sK + 16 * warp * S, sQi, lane);
       if (i0 + Br > p.T || (IsCausal && i0 < jw0 + 15)) mask_scores_t<Br / 8, IsCausal>(st, k_g, i0 + 2 * t, p.T);
       // P_ij^T = exp(S_ij^T - lse_i) (lse of the column's query)
-#pragma unroll
-      for (int nt = 0; nt < Br / 8; ++nt) {
-        const float2 L = *reinterpret_cast<const float2*>(sLi + 8 * nt + 2 * t);
-        st[nt][0] = exp2f(fmaf(st[nt][0], p.scale_log2, -L.x));
-        st[nt][1] = exp2f(fmaf(st[nt][1], p.scale_log2, -L.y));
-        st[nt][2] = exp2f(fmaf(st[nt][2], p.scale_log2, -L.x));
-        st[nt][3] = exp2f(fmaf(st[nt][3], p.scale_log2, -L.y));
-      }
+      probs_key_major(st, sLi, p.scale_log2, t);
       // dV_j += (P_ij o M_ij)^T dO_i   (the scale s is applied once, at the end)
       const uint32_t bits = IsDropout ? keep_bits_from_tile<Br / 8, MS>(sM, warp, lane) : ~0u;
       warp_gemm_rs<Br, HS, S, IsDropout>(dv, st, bits, sdOi, lane);
@@ -189,16 +182,7 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
       zero(dpt);
       warp_gemm_ss<HS, Br, S>(dpt, sV + 16 * warp * S, sdOi, lane);
       // dP = dPd o M s, dS_ij^T = P_ij^T o (dP_ij^T - D_i), in place in dpt
-#pragma unroll
-      for (int nt = 0; nt < Br / 8; ++nt) {
-        const float2 Dq = *reinterpret_cast<const float2*>(sDi + 8 * nt + 2 * t);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float dp = dpt[nt][e];
-          if constexpr (IsDropout) dp = ((bits >> (4 * nt + e)) & 1u) ? dp * p.dropout_scale : 0.f;
-          dpt[nt][e] = st[nt][e] * (dp - ((e % 2) ? Dq.y : Dq.x));
-        }
-      }
+      dscores_key_major<Br / 8, IsDropout>(dpt, st, sDi, bits, p.dropout_scale, t);
       // dK_j += dS_ij^T Q_i   (the 1/sqrt(HS) is applied once, at the end)
       warp_gemm_rs<Br, HS, S, false>(dk, dpt, 0u, sQi, lane);
     }
@@ -280,24 +264,14 @@ __global__ void __launch_bounds__(DqTile<HS>::kThreads, 1) flash_bwd_dq_bf16_ker
       zero(s);
       warp_gemm_ss<HS, Bc, S>(s, sQ + 16 * warp * S, sKj, lane);
       if (j0 + Bc > p.T || (IsCausal && j0 + Bc - 1 > iw0)) mask_scores<Bc / 8, IsCausal>(s, i_g, j0 + 2 * (lane % 4), p.T);
-#pragma unroll
-      for (int nt = 0; nt < Bc / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(fmaf(s[nt][e], p.scale_log2, -lse2[e / 2]));
+      probs_query_major(s, lse2, p.scale_log2);
       // dPd_ij = dO_i V_j^T
       float dp[Bc / 8][4];
       zero(dp);
       warp_gemm_ss<HS, Bc, S>(dp, sdO + 16 * warp * S, sVj, lane);
       // dP_ij = dPd_ij o M_ij s (the forward's keep bits), dS_ij = P_ij o (dP_ij - D_i), in place
       const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(p.key, bh, i_g, j0, lane) : ~0u;
-#pragma unroll
-      for (int nt = 0; nt < Bc / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float d = dp[nt][e];
-          if constexpr (IsDropout) d = ((bits >> (4 * nt + e)) & 1u) ? d * p.dropout_scale : 0.f;
-          dp[nt][e] = s[nt][e] * (d - Di[e / 2]);
-        }
+      dscores_query_major<Bc / 8, IsDropout>(dp, s, Di, bits, p.dropout_scale);
       // dQ_i += dS_ij K_j   (the 1/sqrt(HS) is applied once, at the end)
       warp_gemm_rs<Bc, HS, S, false>(dq, dp, 0u, sKj, lane);
     }

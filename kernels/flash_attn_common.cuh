@@ -327,28 +327,42 @@ __device__ __forceinline__ void warp_gemm_ss(float (&acc)[N / 8][4], const bf16*
 //     of 2np, (k 8-15, n 0-7) = b1 of 2np, (k 0-7, n 8-15) = b0 of 2np+1, (k 8-15, n 8-15)
 //     = b1 of 2np+1; lane l (m = l/8) addresses row 16kk + l%8 + 8(m%2), column 16np + 8(m/2).
 // With Masked, element e of n-tile nt of P enters as 0 unless bit 4nt+e of keep is set.
-template <int K, int N, int S, bool Masked>
-__device__ __forceinline__ void warp_gemm_rs(float (&acc)[N / 8][4], const float (&p)[K / 8][4], uint32_t keep,
-                                             const bf16* sB, int lane) {
-  static_assert(K % 16 == 0 && N % 16 == 0 && (!Masked || K / 2 <= 32), "tile sizes");
+// P (K/8 n-tiles of a warp's 16-row accumulators, fp32) as the A fragments of K/16 k-steps of
+// 16 columns, rounded to bf16: a0 = (c0, c1) of n-tile 2kk, a1 = (c2, c3) of 2kk, a2 = (c0, c1)
+// of 2kk+1, a3 = (c2, c3) of 2kk+1 (mma.m16n8k16's A layout, which is also each warp's share of a
+// wgmma m64nNk16's A). With Masked, element e of n-tile nt enters as 0 unless bit 4nt+e of keep
+// is set.
+template <int K, bool Masked>
+__device__ __forceinline__ void pack_a(uint32_t (&a)[K / 16][4], const float (&p)[K / 8][4], uint32_t keep) {
+  static_assert(K % 16 == 0 && (!Masked || K / 2 <= 32), "tile sizes");
   auto el = [&](int nt, int e) -> float {
     if constexpr (Masked) return ((keep >> (4 * nt + e)) & 1u) ? p[nt][e] : 0.f;
     return p[nt][e];
   };
 #pragma unroll
   for (int kk = 0; kk < K / 16; ++kk) {
-    uint32_t a[4];
-    a[0] = pack_bf16x2(el(2 * kk, 0), el(2 * kk, 1));
-    a[1] = pack_bf16x2(el(2 * kk, 2), el(2 * kk, 3));
-    a[2] = pack_bf16x2(el(2 * kk + 1, 0), el(2 * kk + 1, 1));
-    a[3] = pack_bf16x2(el(2 * kk + 1, 2), el(2 * kk + 1, 3));
+    a[kk][0] = pack_bf16x2(el(2 * kk, 0), el(2 * kk, 1));
+    a[kk][1] = pack_bf16x2(el(2 * kk, 2), el(2 * kk, 3));
+    a[kk][2] = pack_bf16x2(el(2 * kk + 1, 0), el(2 * kk + 1, 1));
+    a[kk][3] = pack_bf16x2(el(2 * kk + 1, 2), el(2 * kk + 1, 3));
+  }
+}
+
+template <int K, int N, int S, bool Masked>
+__device__ __forceinline__ void warp_gemm_rs(float (&acc)[N / 8][4], const float (&p)[K / 8][4], uint32_t keep,
+                                             const bf16* sB, int lane) {
+  static_assert(K % 16 == 0 && N % 16 == 0, "tile sizes");
+  uint32_t a[K / 16][4];
+  pack_a<K, Masked>(a, p, keep);
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
 #pragma unroll
     for (int np = 0; np < N / 16; ++np) {
       uint32_t b[4];
       const RowCol rb = ldsm_bt(lane, kk, np);
       ldmatrix_x4_trans(b, smem_u32(sB + rb.r * S + rb.c));
-      mma_bf16_16816(acc[2 * np], a, b[0], b[1]);
-      mma_bf16_16816(acc[2 * np + 1], a, b[2], b[3]);
+      mma_bf16_16816(acc[2 * np], a[kk], b[0], b[1]);
+      mma_bf16_16816(acc[2 * np + 1], a[kk], b[2], b[3]);
     }
   }
 }
@@ -576,6 +590,56 @@ __device__ __forceinline__ void add_to_dqkv(bf16* dqkv_b /*row 0 of batch b*/, l
       *q = __floats2bfloat162_rn(old.x + scale * acc[no][2 * r], old.y + scale * acc[no][2 * r + 1]);
     }
   }
+}
+
+// The recomputed probabilities and the score gradients of the backward, in place, for a warp's
+// accumulators: key-major (the dK / dV kernels: rows keys, column q's lse log2(e) and D in sL
+// and sD, tile-relative) and query-major (the dQ kernels: the lane's rows' lse log2(e) and D).
+//   P = exp(S - lse) (exp2 of S scale log2(e) - lse log2(e));
+//   dS = P o (dP - D), dP = dPd o M s with dropout (M from keep bits, s the dropout scale).
+template <int NT>
+__device__ __forceinline__ void probs_key_major(float (&st)[NT][4], const float* sL, float scale_log2, int t) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const float2 L = *reinterpret_cast<const float2*>(sL + 8 * nt + 2 * t);
+    st[nt][0] = exp2f(fmaf(st[nt][0], scale_log2, -L.x));
+    st[nt][1] = exp2f(fmaf(st[nt][1], scale_log2, -L.y));
+    st[nt][2] = exp2f(fmaf(st[nt][2], scale_log2, -L.x));
+    st[nt][3] = exp2f(fmaf(st[nt][3], scale_log2, -L.y));
+  }
+}
+template <int NT, bool IsDropout>
+__device__ __forceinline__ void dscores_key_major(float (&dpt)[NT][4], const float (&st)[NT][4], const float* sD,
+                                                  uint32_t bits, float dropout_scale, int t) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const float2 Dq = *reinterpret_cast<const float2*>(sD + 8 * nt + 2 * t);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float dp = dpt[nt][e];
+      if constexpr (IsDropout) dp = ((bits >> (4 * nt + e)) & 1u) ? dp * dropout_scale : 0.f;
+      dpt[nt][e] = st[nt][e] * (dp - ((e % 2) ? Dq.y : Dq.x));
+    }
+  }
+}
+template <int NT>
+__device__ __forceinline__ void probs_query_major(float (&s)[NT][4], const float (&lse2)[2], float scale_log2) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(fmaf(s[nt][e], scale_log2, -lse2[e / 2]));
+}
+template <int NT, bool IsDropout>
+__device__ __forceinline__ void dscores_query_major(float (&dp)[NT][4], const float (&s)[NT][4], const float (&Di)[2],
+                                                    uint32_t bits, float dropout_scale) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float d = dp[nt][e];
+      if constexpr (IsDropout) d = ((bits >> (4 * nt + e)) & 1u) ? d * dropout_scale : 0.f;
+      dp[nt][e] = s[nt][e] * (d - Di[e / 2]);
+    }
 }
 
 }  // namespace flash

@@ -82,6 +82,12 @@ struct HopperFwdTile {
   static constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStages * kKVBytes;
 };
 
+// The first 1024-byte boundary (of the shared address space) at or after p: where a tile with
+// the 128-byte swizzle may start.
+__device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
+  return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
+}
+
 // Byte offset of 16-byte chunk k (0 .. HS/8 - 1) of row r in a tile of R rows stored as column
 // blocks of [R][64] bf16 with the 128-byte swizzle (R a multiple of 8, the tile 1024-aligned).
 __host__ __device__ constexpr uint32_t sw128_offset(int R, int r, int k) {
@@ -118,23 +124,6 @@ __device__ __forceinline__ uint64_t desc_v(uint32_t tile, int kk) {
   return hopper::make_smem_desc(tile + (uint32_t)(kk * 2048), Bc * 128, 1024, hopper::Swizzle::B128);
 }
 
-// P (K/8 n-tiles of a warp's accumulators) as the wgmma A fragments of k-steps of 16 columns;
-// element (nt, e) enters as 0 unless bit 4nt+e of keep is set (Masked).
-template <int K, bool Masked>
-__device__ __forceinline__ void pack_a(uint32_t (&a)[K / 16][4], const float (&p)[K / 8][4], uint32_t keep) {
-  auto el = [&](int nt, int e) -> float {
-    if constexpr (Masked) return ((keep >> (4 * nt + e)) & 1u) ? p[nt][e] : 0.f;
-    return p[nt][e];
-  };
-#pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk) {
-    a[kk][0] = pack_bf16x2(el(2 * kk, 0), el(2 * kk, 1));
-    a[kk][1] = pack_bf16x2(el(2 * kk, 2), el(2 * kk, 3));
-    a[kk][2] = pack_bf16x2(el(2 * kk + 1, 0), el(2 * kk + 1, 1));
-    a[kk][3] = pack_bf16x2(el(2 * kk + 1, 2), el(2 * kk + 1, 3));
-  }
-}
-
 // grid (B*NH, ceil(T / Br)), query tiles last-first (the longest CTAs start first). Causal.
 // map: qkv as a (B T, 3C) tensor, boxes of 64 columns by Bc rows (Q_i: two boxes of rows a
 // column block).
@@ -145,7 +134,7 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, NS = Tile::kStages, Blocks = HS / 64;
   __shared__ uint64_t bar_q, full[NS], empty[NS];
   unsigned char* const raw = dynamic_smem<unsigned char>();
-  unsigned char* const sQ = raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);
+  unsigned char* const sQ = align_1024(raw);
   unsigned char* const sK = sQ + Tile::kQBytes;            // [NS][Bc][HS]
   unsigned char* const sV = sK + NS * Tile::kKVBytes;       // [NS][Bc][HS]
   const uint32_t aQ = smem_u32(sQ), aK = smem_u32(sK), aV = smem_u32(sV);
@@ -300,7 +289,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   using Tile = HopperDkvTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, MS = Tile::kMaskStride, NThreads = Tile::kThreads;
   unsigned char* const raw = dynamic_smem<unsigned char>();
-  unsigned char* const sK = raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);  // K_j  [Bc][HS]
+  unsigned char* const sK = align_1024(raw);  // K_j  [Bc][HS]
   unsigned char* const sV = sK + Tile::kKVBytes;                                  // V_j  [Bc][HS]
   unsigned char* const sQ = sV + Tile::kKVBytes;                                  // Q_i  [2][Br][HS]
   unsigned char* const sdO = sQ + 2 * Tile::kQBytes;                              // dO_i [2][Br][HS]
@@ -365,14 +354,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
     wg_gemm_ss<HS, Br, Bc, Br>(st, aK, 0, tQ);
     if (i0 + Br > p.T || i0 < jw0 + 15) mask_scores_t<Br / 8, true>(st, k_g, i0 + 2 * t, p.T);
     // P_ij^T = exp(S_ij^T - lse_i) (lse of the column's query)
-#pragma unroll
-    for (int nt = 0; nt < Br / 8; ++nt) {
-      const float2 L = *reinterpret_cast<const float2*>(sLi + 8 * nt + 2 * t);
-      st[nt][0] = exp2f(fmaf(st[nt][0], p.scale_log2, -L.x));
-      st[nt][1] = exp2f(fmaf(st[nt][1], p.scale_log2, -L.y));
-      st[nt][2] = exp2f(fmaf(st[nt][2], p.scale_log2, -L.x));
-      st[nt][3] = exp2f(fmaf(st[nt][3], p.scale_log2, -L.y));
-    }
+    probs_key_major(st, sLi, p.scale_log2, t);
     // dV_j += (P_ij o M_ij)^T dO_i   (the scale s is applied once, at the end)
     const uint32_t bits = IsDropout ? keep_bits_from_tile<Br / 8, MS>(sM, warp, lane) : ~0u;
     {
@@ -384,16 +366,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
     float dpt[Br / 8][4];
     wg_gemm_ss<HS, Br, Bc, Br>(dpt, aV, 0, tdO);
     // dP = dPd o M s, dS_ij^T = P_ij^T o (dP_ij^T - D_i), in place in dpt
-#pragma unroll
-    for (int nt = 0; nt < Br / 8; ++nt) {
-      const float2 Dq = *reinterpret_cast<const float2*>(sDi + 8 * nt + 2 * t);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float dp = dpt[nt][e];
-        if constexpr (IsDropout) dp = ((bits >> (4 * nt + e)) & 1u) ? dp * p.dropout_scale : 0.f;
-        dpt[nt][e] = st[nt][e] * (dp - ((e % 2) ? Dq.y : Dq.x));
-      }
-    }
+    dscores_key_major<Br / 8, IsDropout>(dpt, st, sDi, bits, p.dropout_scale, t);
     // dK_j += dS_ij^T Q_i   (the 1/sqrt(HS) is applied once, at the end)
     {
       uint32_t a[Br / 16][4];
@@ -422,7 +395,7 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_ho
   using Tile = HopperDqTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, NThreads = Tile::kThreads, TB = Tile::kTileBytes;
   unsigned char* const raw = dynamic_smem<unsigned char>();
-  unsigned char* const sQ = raw + ((1024u - (smem_u32(raw) & 1023u)) & 1023u);  // Q_i  [Br][HS]
+  unsigned char* const sQ = align_1024(raw);  // Q_i  [Br][HS]
   unsigned char* const sdO = sQ + TB;                                             // dO_i [Br][HS]
   unsigned char* const sK = sdO + TB;                                             // K_j  [2][Bc][HS]
   unsigned char* const sV = sK + 2 * TB;                                          // V_j  [2][Bc][HS]
@@ -477,23 +450,13 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_ho
     float s[Bc / 8][4];
     wg_gemm_ss<HS, Bc, Br, Bc>(s, aQ, 0, tK);
     if (j0 + Bc > p.T || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), p.T);
-#pragma unroll
-    for (int nt = 0; nt < Bc / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(fmaf(s[nt][e], p.scale_log2, -lse2[e / 2]));
+    probs_query_major(s, lse2, p.scale_log2);
     // dPd_ij = dO_i V_j^T
     float dp[Bc / 8][4];
     wg_gemm_ss<HS, Bc, Br, Bc>(dp, adO, 0, tV);
     // dP_ij = dPd_ij o M_ij s (the forward's keep bits), dS_ij = P_ij o (dP_ij - D_i), in place
     const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(p.key, bh, i_g, j0, lane) : ~0u;
-#pragma unroll
-    for (int nt = 0; nt < Bc / 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float d = dp[nt][e];
-        if constexpr (IsDropout) d = ((bits >> (4 * nt + e)) & 1u) ? d * p.dropout_scale : 0.f;
-        dp[nt][e] = s[nt][e] * (d - Di[e / 2]);
-      }
+    dscores_query_major<Bc / 8, IsDropout>(dp, s, Di, bits, p.dropout_scale);
     // dQ_i += dS_ij K_j   (the 1/sqrt(HS) is applied once, at the end)
     {
       uint32_t a[Bc / 16][4];

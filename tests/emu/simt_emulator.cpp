@@ -679,16 +679,21 @@ float bf16_hi(uint32_t reg) {
   std::memcpy(&f, &u, 4);
   return f;
 }
-}  // namespace
 
-// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16
-void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr, bool trans) {
-  const char* op = trans ? "ldmatrix.x4.trans" : "ldmatrix.x4";
+// A row address of ldmatrix / stmatrix: 16-byte aligned, its 16 bytes inside the dynamic shared memory.
+void check_matrix_row(const char* op, uint32_t addr) {
   if (addr % 16 != 0) device_fault(cudaErrorMisalignedAddress, std::string(op) + ": row address not 16-byte aligned");
   if ((size_t)addr + 16 > g_smem_bytes)
     device_fault(cudaErrorIllegalAddress, std::string(op) + ": shared address " + std::to_string(addr) +
                                               " + 16 past the dynamic shared memory (" + std::to_string(g_smem_bytes) +
                                               " bytes)");
+}
+}  // namespace
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16
+void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr, bool trans) {
+  const char* op = trans ? "ldmatrix.x4.trans" : "ldmatrix.x4";
+  check_matrix_row(op, addr);
   Warp& w = my_warp(op);
   const int lane = g_thread->lane;
   w.in[lane][0] = addr;
@@ -716,11 +721,7 @@ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr, bool trans) {
 // lane's row is its 16-byte shared write (AccessKind::StMatrix), made when the last lane arrives.
 void stmatrix_x4(const uint32_t (&r)[4], uint32_t addr, bool trans) {
   const char* op = trans ? "stmatrix.x4.trans" : "stmatrix.x4";
-  if (addr % 16 != 0) device_fault(cudaErrorMisalignedAddress, std::string(op) + ": row address not 16-byte aligned");
-  if ((size_t)addr + 16 > g_smem_bytes)
-    device_fault(cudaErrorIllegalAddress, std::string(op) + ": shared address " + std::to_string(addr) +
-                                              " + 16 past the dynamic shared memory (" + std::to_string(g_smem_bytes) +
-                                              " bytes)");
+  check_matrix_row(op, addr);
   Warp& w = my_warp(op);
   const int lane = g_thread->lane;
   w.in[lane][0] = addr;
