@@ -16,9 +16,9 @@
 #                built here for the visible GPU only, and the line says how long that took
 #   suite        the whole GPU suite (test_gpu); the failing cases again alone, with their full
 #                output, and under compute-sanitizer memcheck
-#   hopper       the Hopper forward (kernels/flash_attn_hopper.cuh, on compute capability 9.0): its
-#                test cases, then the attention benchmark with TG_FLASH_HOPPER=1 (the flash rows'
-#                forward on wgmma, their backward on mma.sync) at fewer T
+#   hopper       the Hopper kernels (kernels/flash_attn_hopper.cuh, on compute capability 9.0): their
+#                test cases, the attention benchmark with TG_FLASH_HOPPER=1 (the flash rows on
+#                them) at fewer T, and 300 iterations of shakespeare-char on them (ms/step)
 #   attention    the attention benchmark (bench_gpu) beside PyTorch SDPA: forward, backward and
 #                both, p = 0 and 0.2, HS 64 and 128, TFLOP/s and ratios
 #   train_flash  shakespeare-char, flash, bf16, the full 5000 iterations: ms/iteration, tokens/s,
@@ -159,7 +159,12 @@ parse_attention() {
 parse_hopper() {
   [ -f "$1/hopper_tests.log" ] || return 0
   echo "tests: $(doctest_counts "$1/hopper_tests.log" || true)"
-  parse_attention "$1" bench_hopper.csv hopper | sed 's/^/forward on wgmma: /'
+  parse_attention "$1" bench_hopper.csv hopper | sed 's/^/Hopper kernels: /'
+  [ -f "$1/hopper_train.log" ] || return 0
+  local line
+  line=$(parse_train "$1" hopper_train | head -n1)
+  grep -q 'attention: flash (Hopper wgmma kernels)' "$1/hopper_train.log" || line="NOT on the Hopper kernels (start-up line): $line"
+  echo "train (shakespeare-char, the Hopper kernels): $line"
 }
 
 # a train_gpt run's log (and nvidia-smi's memory samples beside it): steps, ms/step, tokens/s,
@@ -327,9 +332,10 @@ window() {
     SAN_FLASH=(-tc="flash attention bf16: O*")
     SAN_SUITE=(-tc="gpu layernorm*,gpu gelu*")
     HOPPER_BENCH_ARGS=(--hs 64 --t 64 --p 0,0.2 --tokens 128 --width 128 --reps 1 --warmup 0)
+    HOPPER_TRAIN_ARGS=(--n-layer 2 --n-embd 128 --n-head 2 --block-size 64 --batch-size 2 --max-iters 4 --eval-interval 0 --eval-iters 1 --log-interval 1)
     # expected seconds on this machine (2 cores, the emulator), and the limits
     NAIVE_ARGS=()
-    EXP=([facts]=5 [libs]=5 [suite]=60 [hopper]=30 [attention]=30 [train_flash]=40 [nanogpt]=40 [sanitize]=60 [counters]=40 [train_naive]=30)
+    EXP=([facts]=5 [libs]=5 [suite]=60 [hopper]=40 [attention]=30 [train_flash]=40 [nanogpt]=40 [sanitize]=60 [counters]=40 [train_naive]=30)
   else
     TRAIN=$BUNDLE/bin/train_gpt TEST=$BUNDLE/bin/test_gpu BENCH=$BUNDLE/bin/bench_gpu
     SUITE_ARGS=()
@@ -341,10 +347,12 @@ window() {
     SAN_FLASH=(-tc="flash attention bf16: O*,flash attention float*,flash attention backward*,flash attention hopper*")
     SAN_SUITE=(-tce="*20 steps*,*same seed twice*")
     HOPPER_BENCH_ARGS=(--hs 64,128 --t 1024,4096,16384 --p 0,0.2 --naive-max-t 0 --reps 10)
+    HOPPER_TRAIN_ARGS=(--max-iters 300 --eval-interval 0 --eval-iters 20)
     NAIVE_ARGS=(--max-iters 1000 --eval-interval 500)
     # seconds each took in the first window on an H100 (docs/BENCHMARKS.md), rounded up
-    # (hopper: not yet run on a GPU; its tests and a third of the attention step's shapes)
-    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=30 [attention]=40 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=30 [train_naive]=30)
+    # (hopper: not yet run on a GPU: its tests, a third of the attention step's shapes, 300
+    # iterations of training)
+    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=45 [attention]=40 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=30 [train_naive]=30)
   fi
   export NANOGPT_FROM
   export TG_DATA_FILE=$BUNDLE/data/input.txt
@@ -517,6 +525,9 @@ step_hopper() {
   bounded "$TEST" -tc="*hopper*" >"$LOGS/hopper_tests.log" 2>&1
   local rc=$?
   TG_FLASH_HOPPER=1 bounded "$BENCH" "${HOPPER_BENCH_ARGS[@]}" --csv "$LOGS/bench_hopper.csv" || rc=$?
+  # shakespeare-char on the Hopper kernels: their ms/step beside train_flash's, and a loss
+  TG_FLASH_HOPPER=1 bounded "$TRAIN" --preset shakespeare-char --device cuda --precision bf16 --data "$TG_DATA_FILE" \
+    --out-dir "$RUNS/hopper" --sample-tokens 0 "${HOPPER_TRAIN_ARGS[@]}" >"$LOGS/hopper_train.log" 2>&1 || rc=$?
   return $rc
 }
 

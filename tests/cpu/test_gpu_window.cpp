@@ -91,6 +91,10 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
         "device,HS,T,B,NH,causal,p,path,status,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,bwd_tflops,fwdbwd_tflops,"
         "torch_fwd_ms,torch_bwd_ms,torch_fwdbwd_ms\n"
         "\"NVIDIA H100 80GB HBM3\",128,1024,16,16,1,0.2,flash,\"ok\",0.2000,1.0000,1.2000,343.60,171.80,200.44,0.4000,2.0000,2.4000\n");
+  write(d / "hopper_train.log",
+        "device: cuda:0 NVIDIA H100 80GB HBM3 | attention: flash (Hopper wgmma kernels) | precision: bf16 | memory: 2048 MiB\n"
+        "step 10/300 | loss 3.1 | lr 1.000e-04 | norm 1.2 | 5.0 ms | 3276800 tok/s | mfu 40.0% | ETA 2s\n"
+        "done: 300 steps in 3.2 s, median 5.00 ms/step, best val loss 2.4000, final train 2.3000 val 2.4000\n");
   write(d / "train_flash.log",
         "device: cuda:0 NVIDIA H100 80GB HBM3 | attention: flash | precision: bf16 | memory: 2048 MiB\n"
         "step 0: train loss 4.2009, val loss 4.2097\n"
@@ -145,8 +149,10 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
         std::string::npos);
   // the Hopper forward's tests, then its benchmark rows as the attention step's
   CHECK(row(t, "hopper").find("tests: 2 passed, 0 failed, 44 skipped of 2") != std::string::npos);
-  CHECK(t.find("forward on wgmma: HS 128 p 0.2: flash TFLOP/s fwd/bwd/both at T 1k:344/172/200 | time / SDPA (median "
+  CHECK(t.find("Hopper kernels: HS 128 p 0.2: flash TFLOP/s fwd/bwd/both at T 1k:344/172/200 | time / SDPA (median "
                "over T): fwd 0.50 bwd 0.50 both 0.50") != std::string::npos);
+  CHECK(t.find("train (shakespeare-char, the Hopper kernels): 300 steps in 3.2 s, 5.00 ms/step (median), tokens/s 3276800") !=
+        std::string::npos);
   CHECK(row(t, "train_flash").find("5000 steps in 41.2 s, 7.10 ms/step (median), tokens/s 2307605, MFU 31.5%, "
                                    "peak device memory 3100 MiB (nvidia-smi), model buffers 2048 MiB, best val loss "
                                    "1.4652") != std::string::npos);
