@@ -32,10 +32,12 @@
 // through a descriptor with swizzle mode 128B; the 8 rows of a core matrix fall in 8 different
 // bank groups. Tiles start on 1024-byte boundaries (the swizzle's period). Descriptors
 // (kernels/hopper_ptx.cuh, make_smem_desc):
-//   Q, K (K-major): rows 8 apart by SBO = 1024 bytes; k-step kk starts at column block kk / 4,
-//                   32 (kk % 4) bytes into the row (inside one 128-byte swizzle row);
-//   V (MN-major):   keys 8 apart by SBO = 1024, column blocks of 64 apart by LBO = rows x 128
-//                   bytes; k-step kk starts at key 16 kk (2048 kk bytes).
+//   K-major (a product over the tile's columns, e.g. Q and K in S = Q K^T): rows 8 apart by
+//            SBO = 1024 bytes; k-step kk starts at column block kk / 4, 32 (kk % 4) bytes into
+//            the row (inside one 128-byte swizzle row);
+//   MN-major (a product over the tile's rows, e.g. V in P V): rows 8 apart by SBO = 1024, column
+//            blocks of 64 apart by LBO = rows x 128 bytes; k-step kk starts at row 16 kk
+//            (2048 kk bytes).
 // The backward's two kernels load with cp.async (see below); cp.async writes through the
 // generic proxy and wgmma reads through the async proxy, so each thread fences
 // (fence.proxy.async) after its copies land, before the barrier that precedes the wgmmas.
@@ -61,7 +63,7 @@ bool flash_attn_hopper_chosen(const Context& ctx, int HS) {
   const char* v = std::getenv("TG_FLASH_HOPPER");
   const std::string s = v ? v : "";
   if (!s.empty() && s != "0" && s != "1")
-    throw std::invalid_argument("TG_FLASH_HOPPER is '" + s + "'; expected 1 (the Hopper forward on compute capability "
+    throw std::invalid_argument("TG_FLASH_HOPPER is '" + s + "'; expected 1 (the Hopper kernels on compute capability "
                                 "9.0) or 0; set one of them, or unset it");
   return s == "1" && flash_attn_hopper_device(ctx) && flash_attn_hopper_head_size(flash_attn_tile_head_size(HS));
 }
@@ -71,11 +73,11 @@ namespace {
 
 template <int HS>
 struct HopperFwdTile {
-  static constexpr int kConsumers = 2;                 // warpgroups
+  static constexpr int kConsumers = 2;                    // warpgroups
   static constexpr int kThreads = 128 * kConsumers + 32;  // and the producer warp
-  static constexpr int kBr = 64 * kConsumers;          // query rows
-  static constexpr int kBc = 64;                       // keys per tile
-  static constexpr int kStages = 2;                    // K_j, V_j stages in the ring
+  static constexpr int kBr = 64 * kConsumers;             // query rows
+  static constexpr int kBc = 64;                          // keys per tile
+  static constexpr int kStages = 2;                       // K_j, V_j stages in the ring
   static constexpr int kQBytes = kBr * HS * 2;
   static constexpr int kKVBytes = kBc * HS * 2;  // one K or V tile
   // Q_i, the stages, and the slack that aligns them to 1024 bytes
@@ -113,15 +115,18 @@ __device__ __forceinline__ void load_tile_sw128(unsigned char* s, const bf16* g,
   }
 }
 
-// The descriptors of the three operands (see the header comment).
+// The descriptors of a swizzled tile of R rows (see the header comment): K-major (the product
+// runs over the tile's columns: Q, K, V, dO as S = Q K^T's and dP's operands), the rows from row0,
+// k-step kk; MN-major (the product runs over the tile's rows: V, dO, Q, K as the second operand
+// of P V, P^T dO, dS^T Q, dS K), k-step kk = rows 16 kk .. 16 kk + 15.
 template <int R>
 __device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int row0, int kk) {
   const uint32_t addr = tile + (uint32_t)((kk / 4) * R * 128 + row0 * 128 + (kk % 4) * 32);
   return hopper::make_smem_desc(addr, 16, 1024, hopper::Swizzle::B128);
 }
-template <int Bc>
-__device__ __forceinline__ uint64_t desc_v(uint32_t tile, int kk) {
-  return hopper::make_smem_desc(tile + (uint32_t)(kk * 2048), Bc * 128, 1024, hopper::Swizzle::B128);
+template <int R>
+__device__ __forceinline__ uint64_t desc_mnmajor(uint32_t tile, int kk) {
+  return hopper::make_smem_desc(tile + (uint32_t)(kk * 2048), R * 128, 1024, hopper::Swizzle::B128);
 }
 
 // grid (B*NH, ceil(T / Br)), query tiles last-first (the longest CTAs start first). Causal.
@@ -221,7 +226,7 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
       pack_a<Bc, false>(a, s, 0u);
       hopper::wgmma_fence();  // o was rescaled and a written by ordinary code since the last wgmma
 #pragma unroll
-      for (int kk = 0; kk < Bc / 16; ++kk) hopper::wgmma_bf16_rs<HS, 1>(o_flat, a[kk], desc_v<Bc>(tV, kk), true);
+      for (int kk = 0; kk < Bc / 16; ++kk) hopper::wgmma_bf16_rs<HS, 1>(o_flat, a[kk], desc_mnmajor<Bc>(tV, kk), true);
       hopper::wgmma_commit_group();
       hopper::wgmma_wait_group<0>();
     }
@@ -267,7 +272,7 @@ __device__ __forceinline__ void wg_gemm_rs(float (&acc)[HS / 8][4], const uint32
   float(&flat)[HS / 2] = reinterpret_cast<float(&)[HS / 2]>(acc);
   hopper::wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk) hopper::wgmma_bf16_rs<HS, 1>(flat, a[kk], desc_v<K>(b, kk), true);
+  for (int kk = 0; kk < K / 16; ++kk) hopper::wgmma_bf16_rs<HS, 1>(flat, a[kk], desc_mnmajor<K>(b, kk), true);
   hopper::wgmma_commit_group();
   hopper::wgmma_wait_group<0>();
 }
