@@ -171,13 +171,7 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
           hopper::tma_load_2d(sQ + blk * Br * 128 + half * Bc * 128, &map, h * HS + 64 * blk, row0 + i0 + half * Bc, &bar_q);
       for (int jt = 0; jt < n_j; ++jt) {
         const int st = jt % NS, use = jt / NS;
-        if (use > 0) {
-          hopper::mbarrier_wait_parity(&empty[st], (use - 1) & 1);  // the consumers released it
-          // implied by the empty phase (free here: it completed before the consumers released
-          // the stage), but the emulator's race checker orders a TMA destination only through the
-          // mbarrier its bytes complete on
-          hopper::mbarrier_wait_parity(&full[st], (use - 1) & 1);
-        }
+        if (use > 0) hopper::mbarrier_wait_parity(&empty[st], (use - 1) & 1);  // the consumers released it
         hopper::mbarrier_arrive_expect_tx(&full[st], 2 * Tile::kKVBytes);
         for (int blk = 0; blk < Blocks; ++blk) {
           hopper::tma_load_2d(sK + st * Tile::kKVBytes + blk * Bc * 128, &map, p.C + h * HS + 64 * blk, row0 + jt * Bc, &full[st]);

@@ -191,6 +191,9 @@ void notify_mbarrier_observed(const void* bar, uint64_t phases) {
 void notify_bulk_landing(const void* bar, uint64_t phases) {
   for (Observer* o : observers()) o->bulk_landing(bar, phases);
 }
+void notify_mbarrier_arrived(const void* bar, uint64_t phase) {
+  for (Observer* o : observers()) o->mbarrier_arrived(bar, phase);
+}
 void notify_mma(int warp, uint64_t flops) {
   for (Observer* o : observers()) o->mma(warp, flops);
 }

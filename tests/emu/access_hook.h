@@ -94,6 +94,9 @@ class Observer {
   // there for whoever sees `phases` phases of `bar` completed.
   virtual void mbarrier_observed(const void* bar, uint64_t phases) { (void)bar, (void)phases; }
   virtual void bulk_landing(const void* bar, uint64_t phases) { (void)bar, (void)phases; }
+  // The running thread arrived on the mbarrier at `bar` in its phase `phase` (0-based: it completes
+  // when `phase` + 1 phases have).
+  virtual void mbarrier_arrived(const void* bar, uint64_t phase) { (void)bar, (void)phase; }
   virtual void cta_end() {}
   virtual void launch_end() {}
   virtual void gemm(const GemmEvent& g) { (void)g; }
@@ -132,6 +135,7 @@ void notify_warp_collective(int warp, const char* op);
 void notify_mma(int warp, uint64_t flops);
 void notify_mbarrier_observed(const void* bar, uint64_t phases);
 void notify_bulk_landing(const void* bar, uint64_t phases);
+void notify_mbarrier_arrived(const void* bar, uint64_t phase);
 void notify_cta_end();
 void notify_launch_end();
 void notify_gemm(const GemmEvent& g);

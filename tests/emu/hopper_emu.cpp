@@ -47,13 +47,13 @@
 //     thread) and again as it retires (AsyncReadDone): a write to it in between is a hazard. It
 //     sees a TMA box's shared chunks written at issue (BulkCopy: in flight) and as they land
 //     (BulkCopyLand, after bulk_landing names the mbarrier and phase), and which phases each
-//     thread saw complete (mbarrier_observed): a thread touching a box before it landed, or
-//     without having seen its phase complete and with no __syncthreads since, is named.
+//     thread saw complete (mbarrier_observed) and each arrival (mbarrier_arrived): a thread
+//     touching a box before it landed, or with nothing ordering the landing before its access
+//     (its own wait on the phase, a __syncthreads, or arrivals and waits of other threads that
+//     saw it), is named.
 //
 // Not emulated yet: the matrix base offset field (a non-zero one faults), scale-a / scale-b of
-// -1, other types and shapes, TMA stores and other ranks, multicast, and ordering by mbarrier
-// phases in the race checker beyond TMA boxes (other accesses ordered only by an mbarrier look
-// unordered to it).
+// -1, other types and shapes, TMA stores and other ranks, multicast.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -177,11 +177,12 @@ void land_copies(Mbarrier& m, const void* bar) {
   }
 }
 
-uint64_t mbarrier_arrive_once(Mbarrier& m, const char* op) {
+uint64_t mbarrier_arrive_once(Mbarrier& m, const void* bar, const char* op) {
   if (m.pending == 0)
     device_fault(cudaErrorLaunchFailure, std::string(op) + ": more arrivals in one phase than the mbarrier's count (" +
                                              std::to_string(m.expected) + ")");
   const uint64_t state = m.phase.gen;
+  if (g_observed) notify_mbarrier_arrived(bar, state);
   --m.pending;
   mbarrier_maybe_complete(m);
   return state;
@@ -317,12 +318,14 @@ void mbarrier_init(void* bar, uint32_t count) {
   m.expected = m.pending = count;
 }
 
-uint64_t mbarrier_arrive(void* bar) { return mbarrier_arrive_once(mbarrier_at(bar, "mbarrier.arrive", false), "mbarrier.arrive"); }
+uint64_t mbarrier_arrive(void* bar) {
+  return mbarrier_arrive_once(mbarrier_at(bar, "mbarrier.arrive", false), bar, "mbarrier.arrive");
+}
 
 uint64_t mbarrier_arrive_expect_tx(void* bar, uint32_t bytes) {
   Mbarrier& m = mbarrier_at(bar, "mbarrier.arrive.expect_tx", false);
   m.tx += bytes;
-  return mbarrier_arrive_once(m, "mbarrier.arrive.expect_tx");
+  return mbarrier_arrive_once(m, bar, "mbarrier.arrive.expect_tx");
 }
 
 void mbarrier_expect_tx(void* bar, uint32_t bytes) { mbarrier_at(bar, "mbarrier.expect_tx", false).tx += bytes; }

@@ -31,21 +31,64 @@ void RaceChecker::cta_begin() {
   barrier_ = 0;
   std::fill(collective_.begin(), collective_.end(), 0u);
   landings_.clear();
-  seen_.assign((size_t)(bx_ * by_ * (int)g_block_dim.z), {});
+  nthreads_ = bx_ * by_ * (int)g_block_dim.z;
+  seen_.assign((size_t)nthreads_, {});
+  clock_.clear();
+  released_.clear();
+}
+
+void RaceChecker::join(Clock& into, const Clock& from) {
+  if (into.size() < from.size()) into.resize(from.size(), 0);
+  for (size_t i = 0; i < from.size(); ++i) into[i] = std::max(into[i], from[i]);
+}
+
+void RaceChecker::mbarrier_arrived(const void* bar, uint64_t phase) {
+  if (!g_thread) return;
+  if (clock_.empty()) clock_.assign((size_t)nthreads_, Clock((size_t)nthreads_, 0));
+  Clock& mine = clock_[(size_t)g_thread->linear];
+  ++mine[(size_t)g_thread->linear];
+  std::vector<Clock>& phases = released_[reinterpret_cast<uintptr_t>(bar)];
+  while (phases.size() <= phase) phases.push_back(phases.empty() ? Clock() : phases.back());
+  for (size_t p = (size_t)phase; p < phases.size(); ++p) join(phases[p], mine);
 }
 
 void RaceChecker::barrier() { ++barrier_; }
 
 void RaceChecker::mbarrier_observed(const void* bar, uint64_t phases) {
   if (!g_thread) return;
-  uint64_t& seen = seen_[(size_t)g_thread->linear][reinterpret_cast<uintptr_t>(bar)];
+  const uintptr_t b = reinterpret_cast<uintptr_t>(bar);
+  uint64_t& seen = seen_[(size_t)g_thread->linear][b];
   seen = std::max(seen, phases);
+  if (clock_.empty()) return;
+  Clock& mine = clock_[(size_t)g_thread->linear];
+  // the arrivals of the phases completed, and the boxes that landed on them
+  const auto it = released_.find(b);
+  if (it != released_.end() && phases > 0 && !it->second.empty())
+    join(mine, it->second[(size_t)std::min<uint64_t>(phases, it->second.size()) - 1]);
+  for (size_t i = 0; i < landings_.size(); ++i)
+    if (landings_[i].first == b && landings_[i].second <= phases) {
+      const size_t slot = (size_t)nthreads_ + i;
+      if (mine.size() <= slot) mine.resize(slot + 1, 0);
+      mine[slot] = 1;
+    }
 }
 
 void RaceChecker::bulk_landing(const void* bar, uint64_t phases) {
   landings_.emplace_back(reinterpret_cast<uintptr_t>(bar), phases);
 }
-void RaceChecker::warp_collective(int warp, const char*) { ++collective_[(size_t)warp]; }
+void RaceChecker::warp_collective(int warp, const char*) {
+  ++collective_[(size_t)warp];
+  if (clock_.empty()) return;
+  // the lanes' accesses before the collective are ordered before every lane's after it: each
+  // lane's clock ticks, and all take the warp's join (so a lane's arrival after it carries them)
+  Clock all;
+  const int first = 32 * warp, last = std::min(nthreads_, first + 32);
+  for (int l = first; l < last; ++l) {
+    ++clock_[(size_t)l][(size_t)l];
+    join(all, clock_[(size_t)l]);
+  }
+  for (int l = first; l < last; ++l) join(clock_[(size_t)l], all);
+}
 
 RaceChecker::Cell& RaceChecker::cell(uintptr_t a) {
   const uintptr_t off = a - reinterpret_cast<uintptr_t>(g_smem);
@@ -63,9 +106,14 @@ bool RaceChecker::ordered(const Stamp& e, int thread) const {
     const auto& [bar, phases] = landings_[e.collective];
     const auto& seen = seen_[(size_t)thread];
     const auto it = seen.find(bar);
-    return it != seen.end() && it->second >= phases;
+    if (it != seen.end() && it->second >= phases) return true;
+    // or known through the arrivals of threads that saw it
+    const size_t slot = (size_t)nthreads_ + e.collective;
+    return !clock_.empty() && clock_[(size_t)thread].size() > slot && clock_[(size_t)thread][slot] != 0;
   }
   if (e.thread < 0 || e.thread == thread || e.barrier != barrier_) return true;
+  // an arrival of e's thread after e reached this thread
+  if (!clock_.empty() && clock_[(size_t)thread][(size_t)e.thread] > e.arrivals) return true;
   return e.thread / 32 == thread / 32 && e.collective != collective_[(size_t)(thread / 32)];
 }
 
@@ -169,7 +217,7 @@ void RaceChecker::access(const Access& a) {
     return;
   }
   const int t = a.thread->linear;
-  const Stamp now{t, barrier_, collective_[(size_t)(t / 32)], a.pc};
+  const Stamp now{t, barrier_, collective_[(size_t)(t / 32)], a.pc, arrivals(t)};
   for (uint32_t i = 0; i < a.size; ++i) {
     const uintptr_t b = a.addr + i;
     Cell& c = cell(b);

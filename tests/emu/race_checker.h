@@ -2,8 +2,11 @@
 // (tests/emu/access_hook.h), as compute-sanitizer's racecheck and initcheck define them.
 //
 // Order. Within a CTA, two accesses are ordered when they are the same thread's (program order),
-// when a __syncthreads lies between them, or when both threads are lanes of one warp and a warp
-// collective (__shfl_sync, ldmatrix, mma.sync) completed between them. Lanes of a warp are not
+// when a __syncthreads lies between them, when both threads are lanes of one warp and a warp
+// collective (__shfl_sync, ldmatrix, mma.sync) completed between them, or through mbarriers: an
+// mbarrier arrival after the first access whose phase the second thread then saw complete
+// (a test_wait or try_wait that answered true), directly or by a chain of such arrivals and
+// waits (vector clocks). Lanes of a warp are not
 // ordered by being in one warp: since Volta each thread has its own program counter.
 //
 // Hazards, each a device fault at once (the kernel, block, both threads and both source lines):
@@ -16,8 +19,8 @@
 //     mbarrier its bytes complete on (the emulator lands them then); any access before that reads
 //     or overwrites what the box will change. A landed box is ordered before a thread's access
 //     when that thread has seen the mbarrier's phase complete (a test_wait or try_wait that
-//     answered true) or a __syncthreads lies between; other accesses ordered only by mbarriers
-//     are not followed yet;
+//     answered true) or a __syncthreads lies between, or when an arrival of a thread that had
+//     seen it reached this thread (below);
 //   - a wgmma operand overwritten in flight: the async proxy reads a wgmma's shared operands
 //     between its issue and the wgmma.wait_group that retires it; any write to them in between,
 //     by any thread (a cp.async landing included), changes what it multiplies. Its reads at issue
@@ -70,6 +73,7 @@ class RaceChecker : public Observer {
   void device_freed(const void* p, size_t n) override;
   void mbarrier_observed(const void* bar, uint64_t phases) override;
   void bulk_landing(const void* bar, uint64_t phases) override;
+  void mbarrier_arrived(const void* bar, uint64_t phase) override;
 
   // the demangled names of the kernels launched under the checker so far, each once
   const std::vector<std::string>& kernel_names() const { return kernel_names_; }
@@ -80,6 +84,7 @@ class RaceChecker : public Observer {
     uint32_t barrier = 0;  // barrier epoch of the CTA when it happened
     uint32_t collective = 0;  // the warp's collective epoch then
     const void* pc = nullptr;
+    uint32_t arrivals = 0;  // the thread's events before it (its own clock entry; see clock_)
   };
   struct Cell {  // one byte of shared memory
     uint64_t cta = 0;  // the CTA the rest belongs to (older: as if empty)
@@ -120,6 +125,20 @@ class RaceChecker : public Observer {
   static constexpr int32_t kLanded = -2;
   std::vector<std::pair<uintptr_t, uint64_t>> landings_;
   std::vector<std::unordered_map<uintptr_t, uint64_t>> seen_;
+  // mbarrier ordering (once a thread of the CTA arrives on one): a vector clock per thread,
+  // entry u the events of thread u it has acquired (its own: its events so far; an event is an
+  // arrival or a warp collective), then one entry per landed TMA box (1: it knows the box
+  // landed). An arrival releases the arriver's clock into its phase; a thread that sees phases
+  // completed acquires the clocks of their arrivals; a warp collective joins its lanes' clocks.
+  // So an access is ordered before another thread's when an event after it reached that thread,
+  // through arrivals and waits (and warp collectives on the way).
+  using Clock = std::vector<uint32_t>;
+  std::vector<Clock> clock_;                                  // per thread; empty: no arrival yet
+  std::unordered_map<uintptr_t, std::vector<Clock>> released_;  // per mbarrier, per phase: the
+                                                               // arrivals' clocks, with the earlier phases'
+  int nthreads_ = 0;
+  static void join(Clock& into, const Clock& from);
+  uint32_t arrivals(int thread) const { return clock_.empty() ? 0 : clock_[(size_t)thread][(size_t)thread]; }
   // device memory written since the checker began: a bit a byte, per 4 KB page
   std::unordered_map<uintptr_t, std::vector<uint64_t>> written_;
   void mark_written(uintptr_t a, size_t n, bool on);

@@ -635,6 +635,79 @@ TEST_CASE("racecheck: a TMA destination read before a wait on its mbarrier is a 
 
 namespace {
 
+// A producer / consumer ring (the Hopper attention forward's pattern): thread 0 of warp 1 streams
+// 6 boxes of 8 x 8 through 2 stages with TMA, each stage a "full" mbarrier (its bytes) and an
+// "empty" one (one arrival by warp 0's first lane once the stage is read); warp 0 waits on full,
+// sums the stage and releases it. Only mbarriers (and a warp collective) order the refills after
+// the reads. MODE 1 releases a stage before reading it (a race: the producer may overwrite what
+// is read).
+template <int MODE>
+__global__ void ring_kernel(const CUtensorMap map, float* out) {
+  __shared__ uint64_t full[2], empty[2];
+  unsigned char* s = gpu::dynamic_smem<unsigned char>();
+  const int t = threadIdx.x;
+  if (t == 0)
+    for (int st = 0; st < 2; ++st) gpu::hopper::mbarrier_init(&full[st], 1), gpu::hopper::mbarrier_init(&empty[st], 1);
+  __syncthreads();
+  if (t == 32) {  // the producer
+    for (int i = 0; i < 6; ++i) {
+      const int st = i % 2, use = i / 2;
+      if (use > 0) gpu::hopper::mbarrier_wait_parity(&empty[st], (use - 1) & 1);
+      gpu::hopper::mbarrier_arrive_expect_tx(&full[st], 8 * 8 * 2);
+      gpu::hopper::tma_load_2d(s + 1024 * st, &map, 0, 8 * i, &full[st]);
+    }
+  } else if (t < 32) {  // the consumer warp
+    float sum = 0;
+    for (int i = 0; i < 6; ++i) {
+      const int st = i % 2;
+      gpu::hopper::mbarrier_wait_parity(&full[st], (i / 2) & 1);
+      if (MODE == 1 && t == 0) gpu::hopper::mbarrier_arrive(&empty[st]);
+      uint16_t v;
+      std::memcpy(&v, s + 1024 * st + 2 * t, 2);
+      sum += (float)v;
+      // the lanes' reads before lane 0's arrival: a warp collective orders them (as __syncwarp would)
+      sum += __shfl_sync(0xffffffffu, 0.f, 0);
+      if (MODE == 0 && t == 0) gpu::hopper::mbarrier_arrive(&empty[st]);
+    }
+    out[t] = sum;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("racecheck: mbarriers order a ring's refills after its reads, and a stage released before it is read is a hazard (PTX ISA: mbarrier.arrive, mbarrier.try_wait)") {
+  auto run = [](auto kernel) {
+    return tg_test::in_child([kernel] {
+      emu::RaceChecker checker;
+      Tensor2d a{8, 48, 16};
+      a.upload();
+      const CUtensorMap map = a.map(8, 8, CU_TENSOR_MAP_SWIZZLE_NONE);
+      float* d_out = nullptr;
+      cudaMalloc(&d_out, 32 * sizeof(float));
+      gpu::launch(kernel, 1, 64, 2048, nullptr, map, d_out);
+      if (cudaDeviceSynchronize() != cudaSuccess) return 3;
+      float h[32];
+      cudaMemcpy(h, d_out, sizeof h, cudaMemcpyDeviceToHost);
+      // lane l sums row 0, column l of the 6 boxes when l < 8 (row 0 of box i is tensor row 8 i)
+      for (int l = 0; l < 8; ++l) {
+        float want = 0;
+        for (int i = 0; i < 6; ++i) want += (float)a.at(l, 8 * i);
+        if (h[l] != want) return 4;
+      }
+      return 0;
+    });
+  };
+  const tg_test::ChildResult ok = run(ring_kernel<0>);
+  INFO("child stderr: " << ok.err);
+  CHECK(ok.exit_code == 0);
+  const tg_test::ChildResult early = run(ring_kernel<1>);
+  INFO("child stderr: " << early.err);
+  CHECK(early.exit_code == 3);
+  CHECK(has(early.err, "write-after-read hazard"));
+}
+
+namespace {
+
 // Q (64 x 64) and K (64 x 64) by TMA with the 128B swizzle, then S = Q K^T by four wgmma k-steps on
 // K-major 128B descriptors, each step's start 32 bytes further along the swizzled rows: the
 // layout a TMA box lands in is the one the descriptor reads (as a Hopper attention kernel uses
