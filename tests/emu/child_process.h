@@ -1,10 +1,13 @@
 // tests/emu/child_process.h: running a piece of a test in a forked child process, for the
 // emulator's tests whose subject ends the process (an AddressSanitizer or
-// UndefinedBehaviorSanitizer report) or leaves the device's error sticky for the rest of it.
+// UndefinedBehaviorSanitizer report) or leaves the device's error sticky for the rest of it; and
+// the small helpers those tests share (what a child said, a device buffer).
 #pragma once
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cuda_runtime.h>
 
 #include <cstdio>
 #include <functional>
@@ -44,6 +47,17 @@ inline ChildResult in_child(const std::function<int()>& body) {
   close(fd);
   std::remove(path);
   return r;
+}
+
+// Whether text (a child's stderr) holds what.
+inline bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+// n uninitialised elements of T on the device.
+template <typename T>
+T* device_alloc(size_t n) {
+  T* p = nullptr;
+  REQUIRE(cudaMalloc(&p, n * sizeof(T)) == cudaSuccess);
+  return p;
 }
 
 }  // namespace tg_test

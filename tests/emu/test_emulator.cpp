@@ -27,15 +27,8 @@ namespace {
 
 using tg_test::ChildResult;
 using tg_test::in_child;
-
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
-
-template <typename T>
-T* device_alloc(size_t n) {
-  T* p = nullptr;
-  REQUIRE(cudaMalloc(&p, n * sizeof(T)) == cudaSuccess);
-  return p;
-}
+using tg_test::has;
+using tg_test::device_alloc;
 
 // ---- kernels that do something wrong on purpose -----------------------------------------------
 __global__ void copy_kernel(float* out, const float* in, int n) {

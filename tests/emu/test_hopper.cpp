@@ -31,15 +31,8 @@
 namespace {
 
 using gpu::hopper::Swizzle;
-
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
-
-template <typename T>
-T* device_alloc(size_t n) {
-  T* p = nullptr;
-  REQUIRE(cudaMalloc(&p, n * sizeof(T)) == cudaSuccess);
-  return p;
-}
+using tg_test::has;
+using tg_test::device_alloc;
 
 template <typename T>
 std::vector<T> download(const T* d, size_t n) {

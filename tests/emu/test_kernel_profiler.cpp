@@ -19,7 +19,7 @@
 
 namespace {
 
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+using tg_test::has;
 
 template <typename T>
 T* device_alloc(size_t n) {

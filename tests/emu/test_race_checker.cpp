@@ -24,7 +24,7 @@
 
 namespace {
 
-bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+using tg_test::has;
 
 // MODE 0: thread 0 writes s[0], thread 40 reads it (another warp), no barrier: read after write.
 // MODE 1: thread 5 reads s[1], thread 40 writes it (warp 0 runs first): write after read.
