@@ -1,7 +1,7 @@
 // tests/emu/child_process.h: running a piece of a test in a forked child process, for the
 // emulator's tests whose subject ends the process (an AddressSanitizer or
 // UndefinedBehaviorSanitizer report) or leaves the device's error sticky for the rest of it; and
-// the small helpers those tests share (what a child said, a device buffer).
+// the small helpers those tests share (what a child said, a device buffer and its download).
 #pragma once
 #include <doctest/doctest.h>
 #include <sys/wait.h>
@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace tg_test {
 
@@ -58,6 +59,15 @@ T* device_alloc(size_t n) {
   T* p = nullptr;
   REQUIRE(cudaMalloc(&p, n * sizeof(T)) == cudaSuccess);
   return p;
+}
+
+// n elements of T at device pointer d, after the device finishes.
+template <typename T>
+std::vector<T> download(const T* d, size_t n) {
+  std::vector<T> h(n);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  REQUIRE(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+  return h;
 }
 
 }  // namespace tg_test

@@ -29,6 +29,7 @@ using tg_test::ChildResult;
 using tg_test::in_child;
 using tg_test::has;
 using tg_test::device_alloc;
+using tg_test::download;
 
 // ---- kernels that do something wrong on purpose -----------------------------------------------
 __global__ void copy_kernel(float* out, const float* in, int n) {
@@ -85,14 +86,6 @@ __global__ void tid_kernel(int* out) {
   const int t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
   const int b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
   out[b * blockDim.x * blockDim.y * blockDim.z + t] = t * 1000 + b;
-}
-
-template <typename T>
-std::vector<T> download(const T* d, size_t n) {
-  std::vector<T> h(n);
-  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  REQUIRE(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
-  return h;
 }
 
 }  // namespace

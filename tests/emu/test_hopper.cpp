@@ -33,14 +33,7 @@ namespace {
 using gpu::hopper::Swizzle;
 using tg_test::has;
 using tg_test::device_alloc;
-
-template <typename T>
-std::vector<T> download(const T* d, size_t n) {
-  std::vector<T> h(n);
-  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  REQUIRE(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
-  return h;
-}
+using tg_test::download;
 
 // ---- mbarrier ----------------------------------------------------------------------------------
 // PTX ISA, "Parallel Synchronization and Communication Instructions: mbarrier" (phases,
