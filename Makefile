@@ -243,9 +243,10 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) -MMD -MP -c $< -o $@
 
-$(HOPPER_OBJS): $(BUILD)/%.o: %.cu
+# (and the GPU suite's tests of the Hopper instructions themselves, tests/gpu/test_hopper_ptx.cu)
+$(HOPPER_OBJS) $(BUILD)/tests/gpu/test_hopper_ptx.o: $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(filter-out -gencode arch=%,$(NVCCFLAGS)) $(HOPPER_GENCODE) -MMD -MP -c $< -o $@
+	$(NVCC) $(filter-out -gencode arch=%,$(NVCCFLAGS)) $(HOPPER_GENCODE) $(if $(findstring tests/,$<),$(DOCTEST_INC),) -MMD -MP -c $< -o $@
 
 # (COLD_OPT: see COLD_SRCS above)
 $(COLD_SRCS:%.cpp=$(BUILD)/%.o) $(BUILD)/host_cold.o $(BUILD)/train_gpt.o: CXXFLAGS += $(COLD_OPT)

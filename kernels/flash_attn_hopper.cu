@@ -55,6 +55,23 @@
 
 namespace gpu {
 
+hopper::EncodeTiled hopper::encode_tiled() {
+#ifdef TG_SIMT_EMULATION
+  return &cuTensorMapEncodeTiled;
+#else
+  static const EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
+    if (q != cudaDriverEntryPointSuccess || !f)
+      throw std::runtime_error("the driver has no cuTensorMapEncodeTiled (the Hopper kernels' TMA); update the "
+                               "NVIDIA driver to CUDA 12.0 or newer");
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+#endif
+}
+
 bool flash_attn_hopper_head_size(int HS) { return HS == 64 || HS == 128; }
 
 bool flash_attn_hopper_device(const Context& ctx) { return ctx.cc_major == 9 && ctx.cc_minor == 0; }
@@ -71,6 +88,8 @@ bool flash_attn_hopper_chosen(const Context& ctx, int HS) {
 namespace flash {
 namespace {
 
+using hopper::align_1024;
+
 template <int HS>
 struct HopperFwdTile {
   static constexpr int kConsumers = 2;                    // warpgroups
@@ -83,12 +102,6 @@ struct HopperFwdTile {
   // Q_i, the stages, and the slack that aligns them to 1024 bytes
   static constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStages * kKVBytes;
 };
-
-// The first 1024-byte boundary (of the shared address space) at or after p: where a tile with
-// the 128-byte swizzle may start.
-__device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
-  return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
-}
 
 // Byte offset of 16-byte chunk k (0 .. HS/8 - 1) of row r in a tile of R rows stored as column
 // blocks of [R][64] bf16 with the 128-byte swizzle (R a multiple of 8, the tile 1024-aligned).
@@ -480,27 +493,6 @@ void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
          Dq::kSmemBytes, ctx.stream, p);
 }
 
-// The driver's cuTensorMapEncodeTiled (through the runtime's entry point query: no link to
-// libcuda; the emulator build links its stand-in).
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-EncodeTiled encode_tiled() {
-#ifdef TG_SIMT_EMULATION
-  return &cuTensorMapEncodeTiled;
-#else
-  static const EncodeTiled fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q));
-    if (q != cudaDriverEntryPointSuccess || !f)
-      throw std::runtime_error("flash attention (Hopper): the driver has no cuTensorMapEncodeTiled (CUDA 12.0 or newer needed)");
-    return reinterpret_cast<EncodeTiled>(f);
-  }();
-  return fn;
-#endif
-}
-
 // qkv (B T rows of 3C bf16) as a 2-D tensor map: boxes of 64 columns (128 bytes, the swizzle's
 // width) by box_rows rows, landing with the 128-byte swizzle; zeros past the tensor.
 CUtensorMap qkv_map(const FwdParams<bf16>& p, int box_rows) {
@@ -508,7 +500,7 @@ CUtensorMap qkv_map(const FwdParams<bf16>& p, int box_rows) {
   const cuuint64_t dims[2] = {(cuuint64_t)p.ld_qkv, (cuuint64_t)p.B * (cuuint64_t)p.T};
   const cuuint64_t strides[1] = {(cuuint64_t)p.ld_qkv * sizeof(bf16)};
   const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, ones[2] = {1, 1};
-  const CUresult r = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(p.qkv), dims, strides,
+  const CUresult r = hopper::encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(p.qkv), dims, strides,
                                     box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                     CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
@@ -551,7 +543,7 @@ void flash_attn_forward_hopper(const Context& ctx, bf16* out, float* lse, const 
   if (NH >= 1 && C >= 1 && C % NH == 0 && !flash_attn_hopper_head_size(C / NH))
     throw std::invalid_argument("flash_attn_forward_hopper: head size " + std::to_string(C / NH) +
                                 " (C / NH); the Hopper kernels take 64 and 128");
-  const int HS = flash::check_shape(B, Tn, C, NH, "flash_attn_forward_hopper");
+  flash::check_shape(B, Tn, C, NH, "flash_attn_forward_hopper");
   if (!flash_attn_hopper_device(ctx))
     throw std::invalid_argument("flash_attn_forward_hopper: the device is compute capability " +
                                 std::to_string(ctx.cc_major) + "." + std::to_string(ctx.cc_minor) +

@@ -475,5 +475,20 @@ __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t par
   }
 }
 
+// The first 1024-byte boundary (of the shared address space) at or after p: where a tile with
+// the 128-byte swizzle may start (its pattern repeats every 1024 bytes of the address).
+__device__ __forceinline__ unsigned char* align_1024(unsigned char* p) {
+  return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
+}
+
+// The driver's cuTensorMapEncodeTiled, found at run time through the runtime's entry point
+// query (no link to libcuda; the emulator build returns its stand-in). Throws
+// std::runtime_error where the driver has none (before CUDA 12.0). Defined in
+// kernels/flash_attn_hopper.cu.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled();
+
 }  // namespace hopper
 }  // namespace gpu

@@ -86,6 +86,9 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
         "\"NVIDIA H100 80GB HBM3\",64,2048,8,32,1,0,naive,\"skipped (needs 17.2 GiB, 3.0 GiB free)\",0,0,0,0,0,0,1.0000,1.0000,4.0000\n"
         "\"NVIDIA H100 80GB HBM3\",64,4096,4,32,1,0,flash,\"ok\",2.0000,4.0000,6.0000,137.44,171.80,160.34,2.0000,8.0000,12.0000\n"
         "\"NVIDIA H100 80GB HBM3\",64,1024,16,32,1,0.2,flash,\"error: launch failed\",0,0,0,0,0,0,0,0,0\n");
+  write(d / "hopper_ptx.log",
+        "TEST CASE:  hopper: wgmma m64nNk16 bf16, MN-major (transposed) operands (PTX ISA: wgmma imm-trans-a)\n"
+        "[doctest] test cases:  9 |  8 passed | 1 failed | 44 skipped\n");
   write(d / "hopper_tests.log", "[doctest] test cases:  2 |  2 passed | 0 failed | 44 skipped\n");
   write(d / "bench_hopper.csv",
         "device,HS,T,B,NH,causal,p,path,status,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,bwd_tflops,fwdbwd_tflops,"
@@ -147,8 +150,11 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
         std::string::npos);
   CHECK(t.find("HS 64 p 0.2: flash TFLOP/s fwd/bwd/both at T - | SDPA: not measured | 1 shape(s) not ok") !=
         std::string::npos);
-  // the Hopper forward's tests, then its benchmark rows as the attention step's
-  CHECK(row(t, "hopper").find("tests: 2 passed, 0 failed, 44 skipped of 2") != std::string::npos);
+  // the Hopper instructions' tests (the failing one named), the kernels', then their benchmark
+  // rows as the attention step's
+  CHECK(row(t, "hopper").find("instructions: 8 passed, 1 failed, 44 skipped of 9 (failed: hopper: wgmma m64nNk16 bf16, "
+                              "MN-major (transposed) operands)") != std::string::npos);
+  CHECK(t.find("kernels: 2 passed, 0 failed, 44 skipped of 2") != std::string::npos);
   CHECK(t.find("Hopper kernels: HS 128 p 0.2: flash TFLOP/s fwd/bwd/both at T 1k:344/172/200 | time / SDPA (median "
                "over T): fwd 0.50 bwd 0.50 both 0.50") != std::string::npos);
   CHECK(t.find("train (shakespeare-char, the Hopper kernels): 300 steps in 3.2 s, 5.00 ms/step (median), tokens/s 3276800") !=

@@ -1,7 +1,7 @@
 // tests/emu/child_process.h: running a piece of a test in a forked child process, for the
 // emulator's tests whose subject ends the process (an AddressSanitizer or
 // UndefinedBehaviorSanitizer report) or leaves the device's error sticky for the rest of it; and
-// the small helpers those tests share (what a child said, a device buffer and its download).
+// whether what a child said holds a phrase.
 #pragma once
 #include <doctest/doctest.h>
 #include <sys/wait.h>
@@ -13,6 +13,8 @@
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "../gpu/gpu_util.cuh"  // device_alloc, download
 
 namespace tg_test {
 
@@ -52,22 +54,5 @@ inline ChildResult in_child(const std::function<int()>& body) {
 
 // Whether text (a child's stderr) holds what.
 inline bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
-
-// n uninitialised elements of T on the device.
-template <typename T>
-T* device_alloc(size_t n) {
-  T* p = nullptr;
-  REQUIRE(cudaMalloc(&p, n * sizeof(T)) == cudaSuccess);
-  return p;
-}
-
-// n elements of T at device pointer d, after the device finishes.
-template <typename T>
-std::vector<T> download(const T* d, size_t n) {
-  std::vector<T> h(n);
-  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  REQUIRE(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
-  return h;
-}
 
 }  // namespace tg_test

@@ -62,6 +62,23 @@ inline bool hopper_available() {
 // fresh; printed once by tests/gpu/main.cu.
 uint64_t test_seed();
 
+// n uninitialised elements of T on the device.
+template <typename T>
+T* device_alloc(size_t n) {
+  T* p = nullptr;
+  REQUIRE(cudaMalloc(&p, n * sizeof(T)) == cudaSuccess);
+  return p;
+}
+
+// n elements of T at device pointer d, after the device finishes.
+template <typename T>
+std::vector<T> download(const T* d, size_t n) {
+  std::vector<T> h(n);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  REQUIRE(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+  return h;
+}
+
 // n values of storage type T at device pointer d, as doubles (after the device finishes).
 template <typename T>
 std::vector<double> download_doubles(const T* d, size_t n) {
