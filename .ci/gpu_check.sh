@@ -14,22 +14,26 @@
 #                and the tools (nvcc, compute-sanitizer, ncu, python3, torch)
 #   libs         every binary of the bundle loads (ldd, then a start); where one does not, it is
 #                built here for the visible GPU only, and the line says how long that took
-#   suite        the whole GPU suite (test_gpu); the failing cases again alone, with their full
-#                output, and under compute-sanitizer memcheck
-#   hopper       the Hopper kernels (kernels/flash_attn_hopper.cuh, on compute capability 9.0): their
-#                test cases, the attention benchmark with TG_FLASH_HOPPER=1 (the flash rows on
-#                them) at fewer T, and 300 iterations of shakespeare-char on them (ms/step)
+#   hopper       the Hopper instructions' tests (tests/gpu/test_hopper_ptx.cu), then the Hopper
+#                kernels' (kernels/flash_attn_hopper.cuh, on compute capability 9.0), each under a
+#                time limit of its own (a hang costs that, not the window); memcheck on the
+#                kernels' cases where they fail; the attention benchmark with TG_FLASH_HOPPER=1
+#                (the flash rows on them) at fewer T; shakespeare-char on them, the whole run
+#                where their tests passed (300 iterations where not)
+#   suite        the rest of the GPU suite (test_gpu); the failing cases again alone, with their
+#                full output, and under compute-sanitizer memcheck
+#   sanitize     compute-sanitizer racecheck, initcheck and synccheck on the reduced flash
+#                matrix (the Hopper kernels' cases among them), memcheck on the reduced suite
+#                (each tool only if it fits)
 #   attention    the attention benchmark (bench_gpu) beside PyTorch SDPA: forward, backward and
 #                both, p = 0 and 0.2, HS 64 and 128, TFLOP/s and ratios
 #   train_flash  shakespeare-char, flash, bf16, the full 5000 iterations: ms/iteration, tokens/s,
 #                MFU, peak device memory (nvidia-smi sampled), best val loss
+#   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle)
+#   train_naive  the naive path: 1000 iterations (its ms/iteration; the flash run has the loss)
 #   nanogpt      nanoGPT's own train.py, config/train_shakespeare_char.py, torch.compile, on the
 #                same GPU (the bundle's copy; our code never imports it): ms/iteration after
 #                compilation, val loss where the whole run fits (it runs until the time is up)
-#   sanitize     compute-sanitizer racecheck, initcheck and synccheck on the reduced flash
-#                matrix, memcheck on the reduced suite (each tool only if it fits)
-#   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle)
-#   train_naive  the naive path: 1000 iterations (its ms/iteration; the flash run has the loss)
 #
 # What survives: $OUT (default out/gpu_window) gets two files, rewritten after every step, so that
 # a command killed at its limit still brings everything back: summary.txt (the table below) and
@@ -336,7 +340,8 @@ window() {
     SAN_FLASH=(-tc="flash attention bf16: O*")
     SAN_SUITE=(-tc="gpu layernorm*,gpu gelu*")
     HOPPER_BENCH_ARGS=(--hs 64 --t 64 --p 0,0.2 --tokens 128 --width 128 --reps 1 --warmup 0)
-    HOPPER_TRAIN_ARGS=(--n-layer 2 --n-embd 128 --n-head 2 --block-size 64 --batch-size 2 --max-iters 4 --eval-interval 0 --eval-iters 1 --log-interval 1)
+    HOPPER_TRAIN_ARGS=(--n-layer 2 --n-embd 128 --n-head 2 --block-size 64 --batch-size 2 --max-iters 4 --eval-interval 2 --eval-iters 1 --log-interval 1)
+    HOPPER_TRAIN_SHORT=(--n-layer 2 --n-embd 128 --n-head 2 --block-size 64 --batch-size 2 --max-iters 2 --eval-interval 0 --eval-iters 1 --log-interval 1)
     # expected seconds on this machine (2 cores, the emulator), and the limits
     NAIVE_ARGS=()
     EXP=([facts]=5 [libs]=5 [suite]=60 [hopper]=40 [attention]=30 [train_flash]=40 [nanogpt]=40 [sanitize]=60 [counters]=40 [train_naive]=30)
@@ -351,12 +356,13 @@ window() {
     SAN_FLASH=(-tc="flash attention bf16: O*,flash attention float*,flash attention backward*,flash attention hopper*")
     SAN_SUITE=(-tce="*20 steps*,*same seed twice*")
     HOPPER_BENCH_ARGS=(--hs 64,128 --t 1024,4096,16384 --p 0,0.2 --naive-max-t 0 --reps 10)
-    HOPPER_TRAIN_ARGS=(--max-iters 300 --eval-interval 0 --eval-iters 20)
+    HOPPER_TRAIN_ARGS=()  # the preset's 5000 iterations, as train_flash
+    HOPPER_TRAIN_SHORT=(--max-iters 300 --eval-interval 0 --eval-iters 20)
     NAIVE_ARGS=(--max-iters 1000 --eval-interval 500)
     # seconds each took in the first window on an H100 (docs/BENCHMARKS.md), rounded up
     # (hopper: not yet run on a GPU: its tests, a third of the attention step's shapes, 300
     # iterations of training)
-    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=60 [attention]=40 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=30 [train_naive]=30)
+    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=120 [attention]=40 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=30 [train_naive]=30)
   fi
   export NANOGPT_FROM
   export TG_DATA_FILE=$BUNDLE/data/input.txt
@@ -369,8 +375,8 @@ window() {
   step attention 240
   step train_flash 300
   step counters 300
-  step nanogpt 100000
   step train_naive 300
+  step nanogpt 100000
   echo
   cat "$OUT/summary.txt"
   rm -rf "$WORK"
@@ -544,9 +550,13 @@ step_hopper() {
       -tc="flash attention hopper*" >"$LOGS/hopper_memcheck.log" 2>&1
   fi
   TG_FLASH_HOPPER=1 bounded_to 90 "$BENCH" "${HOPPER_BENCH_ARGS[@]}" --csv "$LOGS/bench_hopper.csv" || rc=$?
-  # shakespeare-char on the Hopper kernels: their ms/step beside train_flash's, and a loss
-  TG_FLASH_HOPPER=1 bounded_to 90 "$TRAIN" --preset shakespeare-char --device cuda --precision bf16 --data "$TG_DATA_FILE" \
-    --out-dir "$RUNS/hopper" --sample-tokens 0 "${HOPPER_TRAIN_ARGS[@]}" >"$LOGS/hopper_train.log" 2>&1 || rc=$?
+  # shakespeare-char on the Hopper kernels: their ms/step and loss curve beside train_flash's (the
+  # whole run where the kernels passed their tests, else its first iterations)
+  local -a train_args=("${HOPPER_TRAIN_ARGS[@]}")
+  [ "$rc" = 0 ] || train_args=("${HOPPER_TRAIN_SHORT[@]}")
+  TG_FLASH_HOPPER=1 bounded_to 120 "$TRAIN" --preset shakespeare-char --device cuda --precision bf16 --data "$TG_DATA_FILE" \
+    --out-dir "$RUNS/hopper" --sample-tokens 0 "${train_args[@]}" >"$LOGS/hopper_train.log" 2>&1 || rc=$?
+  cp "$RUNS/hopper/metrics.jsonl" "$LOGS/hopper_train.metrics.jsonl" 2>/dev/null
   return $rc
 }
 
