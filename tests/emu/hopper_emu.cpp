@@ -384,6 +384,12 @@ void tma_load_2d(void* dst, const void* map, int c0, int c1, void* bar) {
   if (f.magic != kMapMagic) device_fault(cudaErrorLaunchFailure, std::string(op) + " with a CUtensorMap that cuTensorMapEncodeTiled did not make");
   if (f.rank != 2) device_fault(cudaErrorLaunchFailure, std::string(op) + " with a tensor map of rank " + std::to_string(f.rank));
   const uint32_t row_bytes = f.box[0] * f.elem_bytes, bytes = row_bytes * f.box[1];
+  // The box's innermost coordinate must start on 16 bytes (the H100 stops such a copy with an
+  // illegal instruction, measured; the rows may start anywhere, before or past the tensor)
+  if ((long long)c0 * f.elem_bytes % 16 != 0)
+    device_fault(cudaErrorIllegalInstruction, std::string(op) + ": the box's innermost coordinate " + std::to_string(c0) +
+                                                  " is not on 16 bytes (" + std::to_string(f.elem_bytes) +
+                                                  "-byte elements): a GPU stops there with an illegal instruction");
   const uintptr_t d = reinterpret_cast<uintptr_t>(dst) - reinterpret_cast<uintptr_t>(g_smem);
   if (d % 128 != 0) device_fault(cudaErrorMisalignedAddress, std::string(op) + ": shared destination not 128-byte aligned");
   if (d + bytes > g_smem_bytes)

@@ -51,12 +51,16 @@ struct Tensor2d {
 
 namespace {
 
-// The dynamic shared memory tma_kernel takes: 4096 bytes from a 1024-byte boundary.
+// The dynamic shared memory tma_kernel takes (4096 bytes from a 1024-byte boundary), and the bytes
+// its boxes land.
 constexpr size_t kTmaSmem = 4096 + 1024;
+constexpr int kTmaBytes = 2048 + 16 * 5 * 2;
 
-// Two boxes on one mbarrier: a 64 x 16 box with the 128B swizzle at (60, 30) to shared byte 0 and
-// an 8 x 5 box without swizzle at (-3, -2) to byte 2048 (from the first 1024-byte boundary of the
-// dynamic shared memory: launch with kTmaSmem bytes); then the raw shared bytes to out.
+// Two boxes on one mbarrier, each partly outside the tensor: a 64 x 16 box with the 128B swizzle at
+// (56, 30) to shared byte 0 and a 16 x 5 box without swizzle at (-8, -2) to byte 2048 (from the
+// first 1024-byte boundary of the dynamic shared memory: launch with kTmaSmem bytes); then the raw
+// shared bytes, kTmaBytes of them, to out. (A box's innermost coordinate starts on 16 bytes: at
+// 60 or -3 an H100 stops with an illegal instruction.)
 // MODE 1: thread 5 reads the first box before waiting (a race).
 template <int MODE>
 __global__ void tma_kernel(const __grid_constant__ CUtensorMap wide, const __grid_constant__ CUtensorMap narrow, uint16_t* out) {
@@ -69,15 +73,15 @@ __global__ void tma_kernel(const __grid_constant__ CUtensorMap wide, const __gri
   }
   __syncthreads();
   if (t == 0) {
-    gpu::hopper::mbarrier_arrive_expect_tx(&bar, 64 * 16 * 2 + 8 * 5 * 2);
-    gpu::hopper::tma_load_2d(s, &wide, 60, 30, &bar);
-    gpu::hopper::tma_load_2d(s + 2048, &narrow, -3, -2, &bar);
+    gpu::hopper::mbarrier_arrive_expect_tx(&bar, kTmaBytes);
+    gpu::hopper::tma_load_2d(s, &wide, 56, 30, &bar);
+    gpu::hopper::tma_load_2d(s + 2048, &narrow, -8, -2, &bar);
   }
   __syncthreads();
   uint16_t early = 0;
   if (MODE == 1 && t == 5) std::memcpy(&early, s + 16, 2);
   gpu::hopper::mbarrier_wait_parity(&bar, 0);
-  for (int i = t; i < (2048 + 80) / 2; i += blockDim.x) {
+  for (int i = t; i < kTmaBytes / 2; i += blockDim.x) {
     uint16_t v;
     std::memcpy(&v, s + 2 * i, 2);
     out[i] = (uint16_t)(v + early);

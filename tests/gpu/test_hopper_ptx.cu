@@ -336,7 +336,9 @@ TG_HOPPER_TEST("hopper: wgmma m64nNk16 bf16 with A from registers (PTX ISA: wgmm
 namespace {
 
 // Two groups in flight (PTX ISA, wgmma.commit_group and wgmma.wait_group): d0 = A B + d0 in the
-// first, d1 = A B (scale-d 0) in the second; wait_group 1 retires only the first.
+// first, d1 = A B (scale-d 0) in the second; wait_group 1 retires only the first. (Emulated, d1 is
+// also read between the two waits, where it still holds its old value; on a GPU that read is
+// undefined, and ptxas would serialize the wgmmas for it, so there it is left out.)
 __global__ void wgmma_groups_kernel(const unsigned char* image, int bytes, uint64_t desc_a, uint64_t desc_b, float* out) {
   unsigned char* s = gpu::hopper::align_1024(gpu::dynamic_smem<unsigned char>());
   const int t = threadIdx.x;
@@ -352,7 +354,9 @@ __global__ void wgmma_groups_kernel(const unsigned char* image, int bytes, uint6
   gpu::hopper::wgmma_commit_group();
   gpu::hopper::wgmma_wait_group<1>();
   out[t] = d0[0];
+#ifdef TG_SIMT_EMULATION
   out[128 + t] = d1[0];
+#endif
   gpu::hopper::wgmma_wait_group<0>();
   out[256 + t] = d1[0];
 }
@@ -378,9 +382,15 @@ TG_HOPPER_TEST("hopper: wgmma results land at the wait_group that retires their 
   gpu::launch(wgmma_groups_kernel, 1, 128, image.size() + 1024, nullptr, (const unsigned char*)d_image, (int)image.size(),
               descriptor(pa), descriptor(pb), d_out);
   const std::vector<float> h = download(d_out, 384);
-  int bad = 0;
-  for (int t = 0; t < 128; ++t) bad += h[(size_t)t] != 33.f || h[(size_t)(128 + t)] != -5.f || h[(size_t)(256 + t)] != 32.f;
-  CHECK(bad == 0);
+  int bad_first = 0, bad_pending = 0, bad_second = 0;
+  for (int t = 0; t < 128; ++t) {
+    bad_first += h[(size_t)t] != 33.f;  // retired by wait_group 1
+    bad_pending += tg_test::kEmulated && h[(size_t)(128 + t)] != -5.f;
+    bad_second += h[(size_t)(256 + t)] != 32.f;  // retired by wait_group 0
+  }
+  CHECK(bad_first == 0);
+  CHECK(bad_pending == 0);
+  CHECK(bad_second == 0);
   cudaFree(d_image);
   cudaFree(d_out);
 }
@@ -388,10 +398,10 @@ TG_HOPPER_TEST("hopper: wgmma results land at the wait_group that retires their 
 TG_HOPPER_TEST("hopper: a TMA 2-D load lands its box row after row, swizzled, zeros outside the tensor (PTX ISA: cp.async.bulk.tensor; Tensors: Tiled Mode, its bounding box and out-of-bound access)") {
   Tensor2d a{100, 37, 208};
   a.upload();
-  const CUtensorMap wide = a.map(64, 16, CU_TENSOR_MAP_SWIZZLE_128B), narrow = a.map(8, 5, CU_TENSOR_MAP_SWIZZLE_NONE);
-  uint16_t* d_out = device_alloc<uint16_t>((2048 + 80) / 2);
+  const CUtensorMap wide = a.map(64, 16, CU_TENSOR_MAP_SWIZZLE_128B), narrow = a.map(16, 5, CU_TENSOR_MAP_SWIZZLE_NONE);
+  uint16_t* d_out = device_alloc<uint16_t>(kTmaBytes / 2);
   gpu::launch(tma_kernel<0>, 1, 128, kTmaSmem, nullptr, wide, narrow, d_out);
-  const std::vector<uint16_t> h = download(d_out, (2048 + 80) / 2);
+  const std::vector<uint16_t> h = download(d_out, kTmaBytes / 2);
   int bad = 0;
   std::string first;
   auto expect = [&](uint32_t addr, uint16_t want) {
@@ -399,9 +409,9 @@ TG_HOPPER_TEST("hopper: a TMA 2-D load lands its box row after row, swizzled, ze
       first = "shared byte " + std::to_string(addr) + ": " + std::to_string(h[addr / 2]) + ", want " + std::to_string(want);
   };
   for (int r = 0; r < 16; ++r)
-    for (int c = 0; c < 64; ++c) expect(swizzled((uint32_t)(128 * r + 2 * c), Swizzle::B128), a.at(60 + c, 30 + r));
+    for (int c = 0; c < 64; ++c) expect(swizzled((uint32_t)(128 * r + 2 * c), Swizzle::B128), a.at(56 + c, 30 + r));
   for (int r = 0; r < 5; ++r)
-    for (int c = 0; c < 8; ++c) expect((uint32_t)(2048 + 16 * r + 2 * c), a.at(-3 + c, -2 + r));
+    for (int c = 0; c < 16; ++c) expect((uint32_t)(2048 + 32 * r + 2 * c), a.at(-8 + c, -2 + r));
   INFO(first);
   CHECK(bad == 0);
   cudaFree(d_out);
