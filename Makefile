@@ -521,7 +521,9 @@ test:
 # The runs of make test: every test binary, and the emulated kernel and model tests again in the
 # emulator's hardware-rounding mode (tests/emu/hw_rounding.h: tensor cores truncating in blocks of
 # 4 products, the device math functions moved by their documented ulps; the run-twice determinism
-# case is left out there: it checks the schedule, not the rounding), side by side.
+# case is left out there: it checks the schedule, not the rounding), side by side. That run's
+# device is an emulated A100 (compute capability 8.0), so that the model tests run on the mma.sync
+# flash kernels there and on the Hopper ones, the H100's default, in the others.
 #
 # The emulated suite runs as two parts, EMU_PART's cases and the rest (each case in exactly one:
 # the same patterns included, then excluded; tests/run_all.sh counts a part's skipped cases), so
@@ -531,7 +533,7 @@ test:
 EMU_PART := racecheck*$(comma)flash?attention?mask*$(comma)flash?attention?backward*$(comma)flash?attention?float*$(comma)flash?attention?bf16*$(comma)flash?attention?hopper*$(comma)kernel?counters:?a?flash*$(comma)kernel?counters:?the?Hopper*
 TEST_RUNS := $(if $(NVCC),"$(BUILD)/test_emu --no-skipped-summary --test-case-exclude=$(EMU_PART)" \
   "$(BUILD)/test_emu --no-skipped-summary --test-case=$(EMU_PART)" \
-  "TG_EMU_HW_ROUNDING=4 $(BUILD)/test_emu --no-skipped-summary --test-case=gpu*$(comma)*--attention?check* --test-case-exclude=*same?seed?twice*",) \
+  "TG_EMU_HW_ROUNDING=4 TG_EMU_DEVICE=a100 $(BUILD)/test_emu --no-skipped-summary --test-case=gpu*$(comma)*--attention?check* --test-case-exclude=*same?seed?twice*",) \
   $(filter-out $(BUILD)/test_emu,$(TEST_BINS))
 comma := ,
 

@@ -17,18 +17,18 @@
 #   hopper       the Hopper instructions' tests (tests/gpu/test_hopper_ptx.cu), then the Hopper
 #                kernels' (kernels/flash_attn_hopper.cuh, on compute capability 9.0), each under a
 #                time limit of its own (a hang costs that, not the window); memcheck on the
-#                kernels' cases where they fail; the attention benchmark with TG_FLASH_HOPPER=1
-#                (the flash rows on them) at fewer T; shakespeare-char on them, the whole run
-#                where their tests passed (300 iterations where not)
+#                kernels' cases where they fail
 #   suite        the rest of the GPU suite (test_gpu); the failing cases again alone, with their
 #                full output, and under compute-sanitizer memcheck
 #   sanitize     compute-sanitizer racecheck, initcheck and synccheck on the reduced flash
 #                matrix (the Hopper kernels' cases among them), memcheck on the reduced suite
 #                (each tool only if it fits)
 #   attention    the attention benchmark (bench_gpu) beside PyTorch SDPA: forward, backward and
-#                both, p = 0 and 0.2, HS 64 and 128, TFLOP/s and ratios
+#                both, p = 0 and 0.2, HS 64 and 128, TFLOP/s and ratios, on the default kernels
+#                (the Hopper ones on compute capability 9.0), then with TG_FLASH_HOPPER=0 (the
+#                mma.sync ones) at fewer T
 #   train_flash  shakespeare-char, flash, bf16, the full 5000 iterations: ms/iteration, tokens/s,
-#                MFU, peak device memory (nvidia-smi sampled), best val loss
+#                MFU, peak device memory (nvidia-smi sampled), best val loss, the kernels it ran
 #   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle)
 #   train_naive  the naive path: 1000 iterations (its ms/iteration; the flash run has the loss)
 #   nanogpt      nanoGPT's own train.py, config/train_shakespeare_char.py, torch.compile, on the
@@ -158,8 +158,8 @@ parse_attention() {
     }' "$f"
 }
 
-# the Hopper forward's test cases (their doctest line), then its benchmark rows as the
-# attention step's
+# the Hopper instructions' and kernels' test cases (their doctest lines, the failing instructions
+# named)
 parse_hopper() {
   [ -f "$1/hopper_ptx.log" ] || return 0
   local failed
@@ -167,20 +167,23 @@ parse_hopper() {
   echo "instructions: $(doctest_counts "$1/hopper_ptx.log" || true)${failed:+ (failed: $failed)}"
   [ -f "$1/hopper_tests.log" ] || return 0
   echo "kernels: $(doctest_counts "$1/hopper_tests.log" || true)"
-  parse_attention "$1" bench_hopper.csv hopper | sed 's/^/Hopper kernels: /'
-  [ -f "$1/hopper_train.log" ] || return 0
-  local line
-  line=$(parse_train "$1" hopper_train | head -n1)
-  grep -q 'attention: flash (Hopper wgmma kernels)' "$1/hopper_train.log" || line="NOT on the Hopper kernels (start-up line): $line"
-  echo "train (shakespeare-char, the Hopper kernels): $line"
+}
+
+# the attention benchmark's rows on the default kernels (the Hopper ones on compute capability
+# 9.0), then the mma.sync kernels' at fewer T
+parse_attention_step() {
+  parse_attention "$1"
+  [ -f "$1/bench_mma.csv" ] && parse_attention "$1" bench_mma.csv | sed 's/^/mma.sync kernels: /'
+  return 0
 }
 
 # a train_gpt run's log (and nvidia-smi's memory samples beside it): steps, ms/step, tokens/s,
-# MFU, peak device memory, best val loss
+# MFU, peak device memory, best val loss, the attention kernels its start-up line names
 parse_train() {
   local d=$1 name=$2 f=$1/$2.log
   [ -f "$f" ] || return 0
-  local done_line tps mfu mem own
+  local done_line tps mfu mem own att
+  att=$(grep -Eo 'attention: [^|]*' "$f" | head -n1 | sed 's/ *$//')
   done_line=$(grep -E '^done: ' "$f" | tail -n1)
   tps=$(grep -Eo '\| [0-9]+ tok/s' "$f" | grep -Eo '[0-9]+' | median)
   mfu=$(grep -Eo '\| mfu [0-9.]+%' "$f" | grep -Eo '[0-9.]+' | median)
@@ -191,13 +194,13 @@ parse_train() {
   tail_info="tokens/s ${tps:--}, MFU ${mfu:--}%, peak device memory $peak, model buffers ${own:--} MiB"
   if [ -n "$done_line" ]; then
     # done: S steps in X s, median M ms/step, best val loss V, final train A val B
-    echo "$done_line" | awk -v tail="$tail_info" '{
-      sub(/,$/, "", $13); printf "%s steps in %s s, %s ms/step (median), %s, best val loss %s\n", $2, $5, $8, tail, $13 }'
+    echo "$done_line" | awk -v tail="$tail_info" -v att="${att:+; $att}" '{
+      sub(/,$/, "", $13); printf "%s steps in %s s, %s ms/step (median), %s, best val loss %s%s\n", $2, $5, $8, tail, $13, att }'
   else
     local last val
     last=$(grep -Eo '^step [0-9]+/[0-9]+' "$f" | tail -n1)
     val=$(grep -Eo 'val loss [0-9.]+' "$f" | awk '{print $3}' | sort -g | head -n1)
-    echo "did not finish: last logged ${last:-none}, ms/step $(grep -Eo '\| [0-9.]+ ms \|' "$f" | grep -Eo '[0-9.]+' | median), $tail_info, best val loss so far ${val:--}"
+    echo "did not finish: last logged ${last:-none}, ms/step $(grep -Eo '\| [0-9.]+ ms \|' "$f" | grep -Eo '[0-9.]+' | median), $tail_info, best val loss so far ${val:--}${att:+; $att}"
   fi
 }
 
@@ -288,6 +291,7 @@ summarize() {
     if [ "$status" != skipped ]; then
       case "$name" in
         train_*) lines=$(parse_train "$d" "$name") ;;
+        attention) lines=$(parse_attention_step "$d") ;;
         *) lines=$("parse_$name" "$d" 2>/dev/null) ;;
       esac
     fi
@@ -339,12 +343,10 @@ window() {
     NANOGPT_FROM=5
     SAN_FLASH=(-tc="flash attention bf16: O*")
     SAN_SUITE=(-tc="gpu layernorm*,gpu gelu*")
-    HOPPER_BENCH_ARGS=(--hs 64 --t 64 --p 0,0.2 --tokens 128 --width 128 --reps 1 --warmup 0)
-    HOPPER_TRAIN_ARGS=(--n-layer 2 --n-embd 128 --n-head 2 --block-size 64 --batch-size 2 --max-iters 4 --eval-interval 2 --eval-iters 1 --log-interval 1)
-    HOPPER_TRAIN_SHORT=(--n-layer 2 --n-embd 128 --n-head 2 --block-size 64 --batch-size 2 --max-iters 2 --eval-interval 0 --eval-iters 1 --log-interval 1)
+    MMA_BENCH_ARGS=(--hs 64 --t 64 --p 0.2 --tokens 128 --width 128 --reps 1 --warmup 0)
     # expected seconds on this machine (2 cores, the emulator), and the limits
     NAIVE_ARGS=()
-    EXP=([facts]=5 [libs]=5 [suite]=60 [hopper]=40 [attention]=30 [train_flash]=40 [nanogpt]=40 [sanitize]=60 [counters]=40 [train_naive]=30)
+    EXP=([facts]=5 [libs]=5 [suite]=60 [hopper]=20 [attention]=40 [train_flash]=40 [nanogpt]=40 [sanitize]=60 [counters]=40 [train_naive]=30)
   else
     TRAIN=$BUNDLE/bin/train_gpt TEST=$BUNDLE/bin/test_gpu BENCH=$BUNDLE/bin/bench_gpu
     SUITE_ARGS=(-tce="*hopper*")  # the hopper step ran them
@@ -355,21 +357,19 @@ window() {
     NANOGPT_FROM=100
     SAN_FLASH=(-tc="flash attention bf16: O*,flash attention float*,flash attention backward*,flash attention hopper*")
     SAN_SUITE=(-tce="*20 steps*,*same seed twice*")
-    HOPPER_BENCH_ARGS=(--hs 64,128 --t 1024,4096,16384 --p 0,0.2 --naive-max-t 0 --reps 10)
-    HOPPER_TRAIN_ARGS=()  # the preset's 5000 iterations, as train_flash
-    HOPPER_TRAIN_SHORT=(--max-iters 300 --eval-interval 0 --eval-iters 20)
+    MMA_BENCH_ARGS=(--hs 64,128 --t 1024,4096,16384 --p 0,0.2 --naive-max-t 0 --reps 10)
     NAIVE_ARGS=(--max-iters 1000 --eval-interval 500)
     # seconds each took in the first window on an H100 (docs/BENCHMARKS.md), rounded up
     # (hopper: not yet run on a GPU: its tests, a third of the attention step's shapes, 300
     # iterations of training)
-    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=120 [attention]=40 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=30 [train_naive]=30)
+    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=20 [attention]=45 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=30 [train_naive]=30)
   fi
   export NANOGPT_FROM
   export TG_DATA_FILE=$BUNDLE/data/input.txt
 
   step facts 60
   step libs 600
-  step hopper 300
+  step hopper 200
   step suite 240
   step sanitize 160
   step attention 240
@@ -545,24 +545,23 @@ step_hopper() {
   bounded_to 60 "$TEST" -tc="hopper:*" >"$LOGS/hopper_ptx.log" 2>&1
   local rc=$?
   bounded_to 120 "$TEST" -tc="flash attention hopper*" >"$LOGS/hopper_tests.log" 2>&1 || rc=$?
-  if [ -n "$(failing_cases "$LOGS/hopper_tests.log")" ] && [ "$REHEARSE" = 0 ]; then
+  local failed
+  failed=$(sed -nE 's/^\[doctest\] test cases:.*\| *([0-9]+) failed.*/\1/p' "$LOGS/hopper_tests.log" | tail -n1)
+  if [ "${failed:-1}" != 0 ] && [ "$REHEARSE" = 0 ]; then
     TG_REDUCED_MATRIX=1 bounded_to 60 compute-sanitizer --tool memcheck --error-exitcode 9 "$TEST" \
       -tc="flash attention hopper*" >"$LOGS/hopper_memcheck.log" 2>&1
   fi
-  TG_FLASH_HOPPER=1 bounded_to 90 "$BENCH" "${HOPPER_BENCH_ARGS[@]}" --csv "$LOGS/bench_hopper.csv" || rc=$?
-  # shakespeare-char on the Hopper kernels: their ms/step and loss curve beside train_flash's (the
-  # whole run where the kernels passed their tests, else its first iterations)
-  local -a train_args=("${HOPPER_TRAIN_ARGS[@]}")
-  [ "$rc" = 0 ] || train_args=("${HOPPER_TRAIN_SHORT[@]}")
-  TG_FLASH_HOPPER=1 bounded_to 120 "$TRAIN" --preset shakespeare-char --device cuda --precision bf16 --data "$TG_DATA_FILE" \
-    --out-dir "$RUNS/hopper" --sample-tokens 0 "${train_args[@]}" >"$LOGS/hopper_train.log" 2>&1 || rc=$?
-  cp "$RUNS/hopper/metrics.jsonl" "$LOGS/hopper_train.metrics.jsonl" 2>/dev/null
   return $rc
 }
 
+# the default kernels at every T (on compute capability 9.0 the Hopper ones), then the mma.sync
+# kernels at fewer T, each beside SDPA
 step_attention() {
   lib_env
-  bounded "$BENCH" "${BENCH_ARGS[@]}" --csv "$LOGS/bench_attention.csv"
+  bounded_to 120 "$BENCH" "${BENCH_ARGS[@]}" --csv "$LOGS/bench_attention.csv"
+  local rc=$?
+  TG_FLASH_HOPPER=0 bounded "$BENCH" "${MMA_BENCH_ARGS[@]}" --csv "$LOGS/bench_mma.csv" || rc=$?
+  return $rc
 }
 
 # train_flash, train_naive: shakespeare-char with the bundle's data

@@ -81,8 +81,8 @@ bool flash_attn_hopper_chosen(const Context& ctx, int HS) {
   const std::string s = v ? v : "";
   if (!s.empty() && s != "0" && s != "1")
     throw std::invalid_argument("TG_FLASH_HOPPER is '" + s + "'; expected 1 (the Hopper kernels on compute capability "
-                                "9.0) or 0; set one of them, or unset it");
-  return s == "1" && flash_attn_hopper_device(ctx) && flash_attn_hopper_head_size(flash_attn_tile_head_size(HS));
+                                "9.0, the default) or 0 (the mma.sync kernels); set one of them, or unset it");
+  return s != "0" && flash_attn_hopper_device(ctx) && flash_attn_hopper_head_size(flash_attn_tile_head_size(HS));
 }
 
 namespace flash {

@@ -3,9 +3,11 @@
 // (kernels/flash_attn.cuh), whose mma.sync kernels run everywhere else. Math and design in
 // kernels/flash_attn_hopper.cu.
 //
-// Status: executed and checked under the emulator only (tests/gpu/test_flash_attn_gpu.cu, the
-// "hopper" cases). flash_attn_forward<bf16> runs it in place of the mma.sync forward only when
-// asked (TG_FLASH_HOPPER=1, flash_attn_hopper_chosen) until it has passed on an H100.
+// Status: checked under the emulator and on an H100 (tests/gpu/test_flash_attn_gpu.cu, the
+// "hopper" cases: their outputs there are the mma.sync kernels' bit for bit, and a whole
+// shakespeare-char run on them gave the mma.sync run's losses at every step).
+// flash_attn_forward / _backward<bf16> run them in place of the mma.sync kernels on compute
+// capability 9.0 unless TG_FLASH_HOPPER=0 (flash_attn_hopper_chosen).
 #pragma once
 #include <cstdint>
 
@@ -21,10 +23,10 @@ bool flash_attn_hopper_head_size(int HS);
 // built for sm_90a alone, which runs on 9.0 and nothing else).
 bool flash_attn_hopper_device(const Context& ctx);
 
-// Whether flash_attn_forward<bf16> runs the Hopper forward for heads of size HS on ctx's device:
-// TG_FLASH_HOPPER=1 in the environment (read at each call; unset or 0: no; another value throws
-// std::invalid_argument), compute capability 9.0, and a tile head size
-// (flash_attn_tile_head_size) of 64 or 128.
+// Whether flash_attn_forward / _backward<bf16> run the Hopper kernels for heads of size HS on
+// ctx's device: compute capability 9.0, a tile head size (flash_attn_tile_head_size) of 64 or
+// 128, and TG_FLASH_HOPPER unset or 1 in the environment (read at each call; 0: the mma.sync
+// kernels; another value throws std::invalid_argument).
 bool flash_attn_hopper_chosen(const Context& ctx, int HS);
 
 // As flash_attn_forward<bf16> with causal = true: out (B, T, C) and lse (B, NH, T) overwritten,

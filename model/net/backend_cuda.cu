@@ -93,8 +93,9 @@ class CudaBackend final : public Backend {
     if (gpt_.run().attention != gpu::AttentionPath::Flash && !gpt_.run().both_paths) return "";
     std::string note;
     if (tile != HS && tile != 0) note = "head size " + std::to_string(HS) + " padded to " + std::to_string(tile) + " in the flash kernels";
-    if (std::is_same<T, gpu::bf16>::value && gpu::flash_attn_hopper_chosen(gpt_.ctx(), HS))
-      note += std::string(note.empty() ? "" : "; ") + "Hopper wgmma kernels";
+    if (std::is_same<T, gpu::bf16>::value)
+      note += std::string(note.empty() ? "" : "; ") +
+              (gpu::flash_attn_hopper_chosen(gpt_.ctx(), HS) ? "Hopper wgmma kernels" : "mma.sync kernels");
     return note.empty() ? "" : " (" + note + ")";
   }
 

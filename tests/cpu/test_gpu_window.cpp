@@ -90,16 +90,12 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
         "TEST CASE:  hopper: wgmma m64nNk16 bf16, MN-major (transposed) operands (PTX ISA: wgmma imm-trans-a)\n"
         "[doctest] test cases:  9 |  8 passed | 1 failed | 44 skipped\n");
   write(d / "hopper_tests.log", "[doctest] test cases:  2 |  2 passed | 0 failed | 44 skipped\n");
-  write(d / "bench_hopper.csv",
+  write(d / "bench_mma.csv",
         "device,HS,T,B,NH,causal,p,path,status,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,bwd_tflops,fwdbwd_tflops,"
         "torch_fwd_ms,torch_bwd_ms,torch_fwdbwd_ms\n"
         "\"NVIDIA H100 80GB HBM3\",128,1024,16,16,1,0.2,flash,\"ok\",0.2000,1.0000,1.2000,343.60,171.80,200.44,0.4000,2.0000,2.4000\n");
-  write(d / "hopper_train.log",
-        "device: cuda:0 NVIDIA H100 80GB HBM3 | attention: flash (Hopper wgmma kernels) | precision: bf16 | memory: 2048 MiB\n"
-        "step 10/300 | loss 3.1 | lr 1.000e-04 | norm 1.2 | 5.0 ms | 3276800 tok/s | mfu 40.0% | ETA 2s\n"
-        "done: 300 steps in 3.2 s, median 5.00 ms/step, best val loss 2.4000, final train 2.3000 val 2.4000\n");
   write(d / "train_flash.log",
-        "device: cuda:0 NVIDIA H100 80GB HBM3 | attention: flash | precision: bf16 | memory: 2048 MiB\n"
+        "device: cuda:0 NVIDIA H100 80GB HBM3 | attention: flash (Hopper wgmma kernels) | precision: bf16 | memory: 2048 MiB\n"
         "step 0: train loss 4.2009, val loss 4.2097\n"
         "step 0/5000 | loss 4.2081 | lr 1.000e-05 | norm 3.6387 | 900.0 ms | 18204 tok/s | mfu 0.1% | ETA 1m00s\n"
         "step 10/5000 | loss 3.1 | lr 1.000e-04 | norm 1.2 | 7.1 ms | 2307605 tok/s | mfu 31.5% | ETA 35s\n"
@@ -150,18 +146,16 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
         std::string::npos);
   CHECK(t.find("HS 64 p 0.2: flash TFLOP/s fwd/bwd/both at T - | SDPA: not measured | 1 shape(s) not ok") !=
         std::string::npos);
-  // the Hopper instructions' tests (the failing one named), the kernels', then their benchmark
-  // rows as the attention step's
+  // the Hopper instructions' tests (the failing one named), then the kernels'
   CHECK(row(t, "hopper").find("instructions: 8 passed, 1 failed, 44 skipped of 9 (failed: hopper: wgmma m64nNk16 bf16, "
                               "MN-major (transposed) operands)") != std::string::npos);
   CHECK(t.find("kernels: 2 passed, 0 failed, 44 skipped of 2") != std::string::npos);
-  CHECK(t.find("Hopper kernels: HS 128 p 0.2: flash TFLOP/s fwd/bwd/both at T 1k:344/172/200 | time / SDPA (median "
+  // the attention step: the default kernels' rows, then the mma.sync kernels' (TG_FLASH_HOPPER=0)
+  CHECK(t.find("mma.sync kernels: HS 128 p 0.2: flash TFLOP/s fwd/bwd/both at T 1k:344/172/200 | time / SDPA (median "
                "over T): fwd 0.50 bwd 0.50 both 0.50") != std::string::npos);
-  CHECK(t.find("train (shakespeare-char, the Hopper kernels): 300 steps in 3.2 s, 5.00 ms/step (median), tokens/s 3276800") !=
-        std::string::npos);
   CHECK(row(t, "train_flash").find("5000 steps in 41.2 s, 7.10 ms/step (median), tokens/s 2307605, MFU 31.5%, "
                                    "peak device memory 3100 MiB (nvidia-smi), model buffers 2048 MiB, best val loss "
-                                   "1.4652") != std::string::npos);
+                                   "1.4652; attention: flash (Hopper wgmma kernels)") != std::string::npos);
   CHECK(row(t, "train_naive").find("timed-out") != std::string::npos);
   CHECK(row(t, "train_naive").find("did not finish: last logged step 250/5000, ms/step 12.0") != std::string::npos);
   CHECK(row(t, "train_naive").find("best val loss so far 1.80") != std::string::npos);

@@ -135,7 +135,8 @@ TEST_CASE("train_gpt_emu: head sizes the flash tiles do not have run padded, or 
   const Run padded = run_emu("--n-head 2 --n-embd 192" + common + " --out-dir " + (out / "a").string());
   INFO("stderr: " << padded.err);
   CHECK(padded.code == 0);
-  CHECK(padded.out.find("attention: flash (head size 96 padded to 128 in the flash kernels)") != std::string::npos);
+  CHECK(padded.out.find("attention: flash (head size 96 padded to 128 in the flash kernels; Hopper wgmma kernels)") !=
+        std::string::npos);
   const Run routed = run_emu("--n-head 1 --n-embd 256" + common + " --out-dir " + (out / "b").string());
   INFO("stderr: " << routed.err);
   CHECK(routed.code == 0);
@@ -144,32 +145,32 @@ TEST_CASE("train_gpt_emu: head sizes the flash tiles do not have run padded, or 
   fs::remove_all(out);
 }
 
-// TG_FLASH_HOPPER=1 runs the flash forward and backward on the Hopper kernels
-// (kernels/flash_attn_hopper.cuh) on compute capability 9.0, the emulator's default device, and
-// the start-up line says so; under the emulator their outputs are the mma.sync kernels' bit for
-// bit (the same products, in the same order per k-step of 16), so the whole run is the same bits. On an A100 it stays on mma.sync, and
-// a value other than 0 or 1 is refused.
-TEST_CASE("train_gpt_emu: TG_FLASH_HOPPER=1 runs the flash kernels on Hopper wgmma, the same bits as mma.sync here") {
+// On compute capability 9.0, the emulator's default device, the flash forward and backward run on
+// the Hopper kernels (kernels/flash_attn_hopper.cuh) unless TG_FLASH_HOPPER=0, and the start-up
+// line says which; under the emulator (as on an H100) their outputs are the mma.sync kernels' bit
+// for bit (the same products, in the same order per k-step of 16), so the whole run is the same
+// bits. On an A100 they are the mma.sync kernels, and a value other than 0 or 1 is refused.
+TEST_CASE("train_gpt_emu: on compute capability 9.0 the flash kernels are Hopper wgmma's unless TG_FLASH_HOPPER=0, the same bits as mma.sync") {
   // head size 64 (one of the Hopper kernel's); two query tiles of its 128 rows at T = 160
   const std::string common = " --device cuda --precision bf16 --eval-interval 2 --log-interval 1 --sample-tokens 0 "
                              "--dropout 0.1 --n-layer 1 --n-head 1 --n-embd 64 --block-size 160 --batch-size 2 "
                              "--eval-iters 1 --data " + data_path();
   const fs::path out = fresh_dir("tg_emu_hopper");
-  const Run mma = run_emu(common + " --max-iters 3 --out-dir " + (out / "mma").string());
-  const Run hop = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 3 --out-dir " + (out / "hopper").string(),
-                               "env TG_FLASH_HOPPER=1 ");
+  const Run mma = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 3 --out-dir " + (out / "mma").string(),
+                               "env TG_FLASH_HOPPER=0 ");
+  const Run hop = run_emu(common + " --max-iters 3 --out-dir " + (out / "hopper").string());
   INFO("stderr: " << mma.err << hop.err);
   REQUIRE(mma.code == 0);
   REQUIRE(hop.code == 0);
-  CHECK(mma.out.find("attention: flash |") != std::string::npos);
+  CHECK(mma.out.find("attention: flash (mma.sync kernels) |") != std::string::npos);
   CHECK(hop.out.find("attention: flash (Hopper wgmma kernels) |") != std::string::npos);
   const std::map<int, double> a = train_losses(out / "mma"), b = train_losses(out / "hopper");
   CHECK(a.size() == 3);
   CHECK(a == b);
   const Run a100 = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 1 --out-dir " + (out / "a100").string(),
-                                "env TG_FLASH_HOPPER=1 TG_EMU_DEVICE=a100 ");
+                                "env TG_EMU_DEVICE=a100 ");
   CHECK(a100.code == 0);
-  CHECK(a100.out.find("attention: flash |") != std::string::npos);
+  CHECK(a100.out.find("attention: flash (mma.sync kernels) |") != std::string::npos);
   const Run bad = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 1 --out-dir " + (out / "bad").string(),
                                "env TG_FLASH_HOPPER=yes ");
   CHECK(bad.code != 0);
@@ -389,7 +390,8 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
       {"", "--device cuda --precision bf16 --attention flash --n-layer 1 --n-head 2 --n-embd 80 --block-size 32 "
            "--batch-size 2 --max-iters 1 --eval-interval 1 --eval-iters 1 --sample-tokens 4" + data + " --out-dir " +
            (dir / "padded").string()},
-      {"", "--device cuda --precision bf16 --attention check --dropout 0.1 --bias" + kTiny + data},
+      // (the bf16 runs take the Hopper kernels, the emulated device's default; this one the mma.sync ones)
+      {"TG_FLASH_HOPPER=0 ", "--device cuda --precision bf16 --attention check --dropout 0.1 --bias" + kTiny + data},
       {"TG_EMU_CUBLASLT_NO_ALGORITHM=1 ", "--device cuda --precision bf16 --bias --max-iters 1 --eval-interval 1 "
                                           "--sample-tokens 4" + kTiny + data + " --out-dir " + (dir / "fallback").string()},
   };
@@ -400,7 +402,8 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
     INFO("stderr: " << r.err);
     REQUIRE(r.code == 0);
     if (args.find("--n-embd 80") != std::string::npos)  // the start-up line says the size is padded
-      CHECK(r.out.find("attention: flash (head size 40 padded to 64 in the flash kernels)") != std::string::npos);
+      CHECK(r.out.find("attention: flash (head size 40 padded to 64 in the flash kernels; Hopper wgmma kernels)") !=
+            std::string::npos);
   }
   std::set<std::string> launched, launched_short;
   std::istringstream names(cli::slurp(list));

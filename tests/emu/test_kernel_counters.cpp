@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../gpu/counters_step.cuh"
+#include "../gpu/gpu_util.cuh"
 #include "emu_internal.h"
 #include "kernel_profiler.h"
 
@@ -77,6 +78,7 @@ void check_targets(const std::vector<emu::KernelCounters>& kernels, const std::s
 }  // namespace
 
 TEST_CASE("kernel counters: a flash step's kernels coalesce and keep their shared tiles free of conflicts") {
+  const tg_test::FlashKernels mma(false);  // the mma.sync kernels (the Hopper ones: below)
   std::string report;
   const std::vector<emu::KernelCounters> k = profile_step(gpu::AttentionPath::Flash, &report);
   // the bar for a kernel with a real share of the step's bytes: 90% sector efficiency,
@@ -119,16 +121,13 @@ TEST_CASE("kernel counters: a naive step's kernels") {
                  {"scatter_add_heads_kernel", 0.99, 1.01, 0}});
 }
 
-// The same step with TG_FLASH_HOPPER=1 on the emulator's H100: the Hopper kernels
+// The same step on the Hopper kernels (TG_FLASH_HOPPER=1, the emulator's H100's default)
 // (kernels/flash_attn_hopper.cuh) in place of the mma.sync flash kernels, held to no shared bank
 // conflicts and to the sector efficiency and bytes they reach (TMA boxes and wgmma operands are
 // not memory instructions of a warp: the counts are the kernels' own loads and stores, the
 // forward's output and lse, the backward's tiles and dqkv).
 TEST_CASE("kernel counters: the Hopper flash kernels keep their shared memory free of conflicts") {
-  struct HopperKernels {
-    HopperKernels() { setenv("TG_FLASH_HOPPER", "1", 1); }
-    ~HopperKernels() { unsetenv("TG_FLASH_HOPPER"); }
-  } on;
+  const tg_test::FlashKernels hopper(true);
   std::string report;
   const std::vector<emu::KernelCounters> k = profile_step(gpu::AttentionPath::Flash, &report);
   // the forward's global traffic besides TMA is its output: O from the fragments (50% of the

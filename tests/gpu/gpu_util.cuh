@@ -62,6 +62,24 @@ inline bool hopper_available() {
 // fresh; printed once by tests/gpu/main.cu.
 uint64_t test_seed();
 
+// The kernel family flash_attn_forward / _backward<bf16> run for the scope: TG_FLASH_HOPPER=1 (the
+// Hopper kernels on compute capability 9.0, the default there) or 0 (the mma.sync kernels
+// everywhere); the previous value restored at its end.
+struct FlashKernels {
+  std::string before;
+  bool had = false;
+  explicit FlashKernels(bool hopper) {
+    if (const char* v = std::getenv("TG_FLASH_HOPPER")) had = true, before = v;
+    setenv("TG_FLASH_HOPPER", hopper ? "1" : "0", 1);
+  }
+  FlashKernels(const FlashKernels&) = delete;
+  FlashKernels& operator=(const FlashKernels&) = delete;
+  ~FlashKernels() {
+    if (had) setenv("TG_FLASH_HOPPER", before.c_str(), 1);
+    else unsetenv("TG_FLASH_HOPPER");
+  }
+};
+
 // n uninitialised elements of T on the device.
 template <typename T>
 T* device_alloc(size_t n) {

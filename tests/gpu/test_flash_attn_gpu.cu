@@ -40,7 +40,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -288,20 +287,17 @@ std::vector<std::pair<Shape, bool>> cases() {
   return cs;
 }
 
-// TG_FLASH_HOPPER=1 for the scope (flash_attn_forward / _backward then run the Hopper kernels on
-// compute capability 9.0); the previous value restored at its end.
-struct HopperKernels {
-  std::string before;
-  bool had = false;
-  HopperKernels() {
-    if (const char* v = std::getenv("TG_FLASH_HOPPER")) had = true, before = v;
-    setenv("TG_FLASH_HOPPER", "1", 1);
+// body() on each bf16 kernel family this device runs: mma.sync, then the Hopper kernels where
+// the device is compute capability 9.0.
+template <typename F>
+void for_each_bf16_family(F body) {
+  for (const bool hopper : {false, true}) {
+    if (hopper && !tg_test::hopper_available()) continue;
+    const tg_test::FlashKernels family(hopper);
+    INFO("bf16 kernels: " << (hopper ? "Hopper wgmma" : "mma.sync"));
+    body();
   }
-  ~HopperKernels() {
-    if (had) setenv("TG_FLASH_HOPPER", before.c_str(), 1);
-    else unsetenv("TG_FLASH_HOPPER");
-  }
-};
+}
 
 // Checks flash (bf16) against the fp64 reference with the ratio rule; returns false on failure.
 // hopper: on the Hopper kernels, the keep decisions also checked byte for byte against the CPU's
@@ -315,7 +311,7 @@ bool check_bf16_case(const gpu::Context& ctx, const Shape& s, bool causal, doubl
   const std::vector<double> dout = tg_test::round_to<gpu::bf16>(random_vector(s.nout(), salt + 1));
   const Result ref = cpu_reference(s, qkv, dout, key, causal, hopper);
   const Result fl = [&] {
-    std::unique_ptr<HopperKernels> on(hopper ? new HopperKernels : nullptr);
+    const tg_test::FlashKernels family(hopper);
     return run_flash<gpu::bf16>(ctx, s, qkv, dout, key, causal, hopper);
   }();
   const Result nv = run_naive<gpu::bf16>(ctx, s, qkv, dout, key, causal);
@@ -509,7 +505,10 @@ TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the rati
         const philox::DropoutKey key = attn_key(p);
         const std::vector<double> qkv = tg_test::round_to<gpu::bf16>(make_qkv(s, salt));
         const std::vector<double> dout = tg_test::round_to<gpu::bf16>(random_vector(s.nout(), salt + 1));
-        const Result mma = run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, true, false);
+        const Result mma = [&] {
+          const tg_test::FlashKernels family(false);
+          return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, true, false);
+        }();
         const double u = gpu::unit_roundoff<gpu::bf16>();
         CHECK_MESSAGE(max_abs_diff(hw.out, mma.out) <= 2 * u * max_abs(mma.out), where << ": O beside mma.sync");
         CHECK_MESSAGE(max_abs_diff(hw.lse, mma.lse) <= 64 * kU32 * (1 + max_abs(mma.lse)), where << ": lse beside mma.sync");
@@ -654,17 +653,17 @@ void accumulate_test() {
 
 TG_GPU_TEST("flash attention mask hook equals the CPU mask byte for byte") {
   mask_hook_test<float>();
-  mask_hook_test<gpu::bf16>();
+  for_each_bf16_family([] { mask_hook_test<gpu::bf16>(); });
 }
 
 TG_GPU_TEST("flash attention: 250 repeated forward + backward runs are bitwise identical") {
-  determinism_test<gpu::bf16>();
+  for_each_bf16_family([] { determinism_test<gpu::bf16>(); });
   determinism_test<float>();
 }
 
 TG_GPU_TEST("flash attention backward accumulates into dqkv and writes nothing past the buffers") {
   accumulate_test<float>();
-  accumulate_test<gpu::bf16>();
+  for_each_bf16_family([] { accumulate_test<gpu::bf16>(); });
 }
 
 TG_GPU_TEST("flash attention takes head sizes that are multiples of 8 up to 128 and rejects the others") {
