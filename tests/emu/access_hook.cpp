@@ -194,6 +194,9 @@ void notify_bulk_landing(const void* bar, uint64_t phases) {
 void notify_mbarrier_arrived(const void* bar, uint64_t phase) {
   for (Observer* o : observers()) o->mbarrier_arrived(bar, phase);
 }
+void notify_proxy_fence() {
+  for (Observer* o : observers()) o->proxy_fence();
+}
 void notify_mma(int warp, uint64_t flops) {
   for (Observer* o : observers()) o->mma(warp, flops);
 }

@@ -97,6 +97,9 @@ class Observer {
   // The running thread arrived on the mbarrier at `bar` in its phase `phase` (0-based: it completes
   // when `phase` + 1 phases have).
   virtual void mbarrier_arrived(const void* bar, uint64_t phase) { (void)bar, (void)phase; }
+  // The running thread executed fence.proxy.async: its shared-memory writes so far are visible to
+  // the async proxy (wgmma's operand reads).
+  virtual void proxy_fence() {}
   virtual void cta_end() {}
   virtual void launch_end() {}
   virtual void gemm(const GemmEvent& g) { (void)g; }
@@ -136,6 +139,7 @@ void notify_mma(int warp, uint64_t flops);
 void notify_mbarrier_observed(const void* bar, uint64_t phases);
 void notify_bulk_landing(const void* bar, uint64_t phases);
 void notify_mbarrier_arrived(const void* bar, uint64_t phase);
+void notify_proxy_fence();
 void notify_cta_end();
 void notify_launch_end();
 void notify_gemm(const GemmEvent& g);

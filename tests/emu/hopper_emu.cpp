@@ -423,6 +423,10 @@ void tma_load_2d(void* dst, const void* map, int c0, int c1, void* bar) {
   if (m.waiters) land_copies(m, bar);  // a thread already waits on it: nothing else would land the box
 }
 
+void fence_proxy_async() {
+  if (g_observed) notify_proxy_fence();
+}
+
 void wgmma_fence() {
   Warpgroup& w = my_warpgroup("wgmma.fence");
   rendezvous(w.bar, "wgmma.fence", [&w] { w.fenced = true; });

@@ -33,6 +33,7 @@ void RaceChecker::cta_begin() {
   landings_.clear();
   nthreads_ = bx_ * by_ * (int)g_block_dim.z;
   seen_.assign((size_t)nthreads_, {});
+  fences_.assign((size_t)nthreads_, 0);
   clock_.clear();
   released_.clear();
 }
@@ -53,6 +54,10 @@ void RaceChecker::mbarrier_arrived(const void* bar, uint64_t phase) {
 }
 
 void RaceChecker::barrier() { ++barrier_; }
+
+void RaceChecker::proxy_fence() {
+  if (g_thread) ++fences_[(size_t)g_thread->linear];
+}
 
 void RaceChecker::mbarrier_observed(const void* bar, uint64_t phases) {
   if (!g_thread) return;
@@ -217,7 +222,7 @@ void RaceChecker::access(const Access& a) {
     return;
   }
   const int t = a.thread->linear;
-  const Stamp now{t, barrier_, collective_[(size_t)(t / 32)], a.pc, arrivals(t)};
+  const Stamp now{t, barrier_, collective_[(size_t)(t / 32)], a.pc, arrivals(t), fences_[(size_t)t]};
   for (uint32_t i = 0; i < a.size; ++i) {
     const uintptr_t b = a.addr + i;
     Cell& c = cell(b);
@@ -267,6 +272,10 @@ void RaceChecker::access(const Access& a) {
       if (!c.written) hazard("initcheck: read of shared memory nothing wrote since the block began", b, Stamp{}, a);
       if (!ordered(c.write, t)) hazard("read-after-write hazard", b, c.write, a);
       if (a.kind == AccessKind::AsyncRead) {  // in flight until its retire; not a thread's read
+        if (c.write.thread >= 0 && fences_[(size_t)c.write.thread] <= c.write.fences)
+          hazard("wgmma read of an operand its writer stored through the generic proxy and did not follow with "
+                 "fence.proxy.async",
+                 b, c.write, a, false);
         ++c.async_reads;
         c.async_reader = now;
         continue;

@@ -21,6 +21,10 @@
 //     when that thread has seen the mbarrier's phase complete (a test_wait or try_wait that
 //     answered true) or a __syncthreads lies between, or when an arrival of a thread that had
 //     seen it reached this thread (below);
+//   - a wgmma operand written through the generic proxy (a thread's store, a cp.async landing) that
+//     its writer did not follow with fence.proxy.async before the wgmma read it: the async proxy
+//     need not see such a write (PTX ISA, "Memory Consistency Model: Proxies"; wgmma's operand
+//     reads are async-proxy reads). A TMA box is written by the async proxy itself;
 //   - a wgmma operand overwritten in flight: the async proxy reads a wgmma's shared operands
 //     between its issue and the wgmma.wait_group that retires it; any write to them in between,
 //     by any thread (a cp.async landing included), changes what it multiplies. Its reads at issue
@@ -74,6 +78,7 @@ class RaceChecker : public Observer {
   void mbarrier_observed(const void* bar, uint64_t phases) override;
   void bulk_landing(const void* bar, uint64_t phases) override;
   void mbarrier_arrived(const void* bar, uint64_t phase) override;
+  void proxy_fence() override;
 
   // the demangled names of the kernels launched under the checker so far, each once
   const std::vector<std::string>& kernel_names() const { return kernel_names_; }
@@ -85,6 +90,7 @@ class RaceChecker : public Observer {
     uint32_t collective = 0;  // the warp's collective epoch then
     const void* pc = nullptr;
     uint32_t arrivals = 0;  // the thread's events before it (its own clock entry; see clock_)
+    uint32_t fences = 0;    // the thread's fence.proxy.async before it
   };
   struct Cell {  // one byte of shared memory
     uint64_t cta = 0;  // the CTA the rest belongs to (older: as if empty)
@@ -137,6 +143,8 @@ class RaceChecker : public Observer {
   std::unordered_map<uintptr_t, std::vector<Clock>> released_;  // per mbarrier, per phase: the
                                                                // arrivals' clocks, with the earlier phases'
   int nthreads_ = 0;
+  // per thread, the fence.proxy.async it has executed in this CTA
+  std::vector<uint32_t> fences_;
   static void join(Clock& into, const Clock& from);
   uint32_t arrivals(int thread) const { return clock_.empty() ? 0 : clock_[(size_t)thread][(size_t)thread]; }
   // device memory written since the checker began: a bit a byte, per 4 KB page

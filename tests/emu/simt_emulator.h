@@ -133,6 +133,7 @@ void wgmma_wait_group(int n);
 void tma_load_2d(void* dst, const void* map, int c0, int c1, void* bar);
 void stmatrix_x4(const uint32_t (&r)[4], uint32_t addr, bool trans);
 bool elect_sync();
+void fence_proxy_async();
 
 template <typename V>
 inline V shfl(unsigned mask, V v, int src_lane, const char* op) {
@@ -217,7 +218,7 @@ __attribute__((always_inline)) inline void tma_load_2d(void* dst, const CUtensor
 __attribute__((always_inline)) inline void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) { emu::stmatrix_x4(r, addr, false); }
 __attribute__((always_inline)) inline void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) { emu::stmatrix_x4(r, addr, true); }
 inline bool elect_one() { return emu::elect_sync(); }
-inline void fence_proxy_async() {}  // not modeled: the race checker does not track proxies yet
+inline void fence_proxy_async() { emu::fence_proxy_async(); }
 inline void wgmma_fence() { emu::wgmma_fence(); }
 inline void wgmma_commit_group() { emu::wgmma_commit_group(); }
 template <int N>

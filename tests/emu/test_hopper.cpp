@@ -86,11 +86,13 @@ TEST_CASE("hopper: an mbarrier wait that cannot complete is a deadlock; misuse o
 // descriptor reaches past the 4 KB of dynamic shared memory. MODE 3: a correct wgmma, then thread
 // 5 writes into B's tile before the wait_group (a race). MODE 4: that write after the wait_group.
 // MODE 5: thread 40 writes B's tile after the __syncthreads, unordered before the wgmma's read.
+// MODE 6: no fence.proxy.async after the stores (the async proxy need not see them).
 template <int MODE>
 __global__ void wgmma_misuse_kernel(int* out) {
   unsigned char* s = gpu::dynamic_smem<unsigned char>();
   const int t = threadIdx.x;
   for (int i = t; i < 1024; i += blockDim.x) reinterpret_cast<uint32_t*>(s)[i] = 0x3F803F80u;  // bf16 1.0
+  if (MODE != 6) gpu::hopper::fence_proxy_async();
   __syncthreads();
   if (MODE == 5 && t == 40) s[2048] = 0;
   const uint64_t desc_a = gpu::hopper::make_smem_desc(0, 1024, 128, Swizzle::None);
@@ -132,7 +134,7 @@ TEST_CASE("hopper: wgmma misuse is a fault: an incomplete warpgroup, no wgmma.fe
   CHECK(has(past.err, "past the 4096 bytes of dynamic shared memory"));
 }
 
-TEST_CASE("racecheck: a wgmma operand overwritten before its wait_group, or written unordered before its issue, is a hazard (PTX ISA: wgmma.mma_async, wgmma.wait_group)") {
+TEST_CASE("racecheck: a wgmma operand overwritten before its wait_group, written unordered before its issue, or stored with no fence.proxy.async, is a hazard (PTX ISA: wgmma.mma_async, wgmma.wait_group; Memory Consistency Model: proxies)") {
   const tg_test::ChildResult early = run_checked(wgmma_misuse_kernel<3>, 128);
   INFO("child stderr: " << early.err);
   CHECK(early.exit_code == 3);
@@ -142,6 +144,10 @@ TEST_CASE("racecheck: a wgmma operand overwritten before its wait_group, or writ
   INFO("child stderr: " << unordered.err);
   CHECK(unordered.exit_code == 3);
   CHECK(has(unordered.err, "read-after-write hazard"));
+  const tg_test::ChildResult unfenced = run_checked(wgmma_misuse_kernel<6>, 128);
+  INFO("child stderr: " << unfenced.err);
+  CHECK(unfenced.exit_code == 3);
+  CHECK(has(unfenced.err, "wgmma read of an operand its writer stored through the generic proxy and did not follow with fence.proxy.async"));
   const tg_test::ChildResult after = run_checked(wgmma_misuse_kernel<4>, 128);
   INFO("child stderr: " << after.err);
   CHECK(after.exit_code == 0);
