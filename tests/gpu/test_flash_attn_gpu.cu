@@ -486,7 +486,8 @@ TG_GPU_TEST("flash attention float: SIMT path within the derived fp32 tolerance 
 }
 
 // The Hopper kernels (wgmma, kernels/flash_attn_hopper.cuh, through flash_attn_forward / _backward
-// with TG_FLASH_HOPPER=1) against the same fp64 spec: O, lse, dQ, dK, dV by the ratio rules of the
+// with TG_FLASH_HOPPER=1; head sizes 64 and 128, and 40 and 96 padded to them) against the same
+// fp64 spec: O, lse, dQ, dK, dV by the ratio rules of the
 // bf16 case above, the keep decisions byte for byte the CPU's (the mask hook); and beside the
 // mma.sync kernels on the same inputs: O within a bf16 rounding, lse to the fp32 sums' few ulp
 // (the two differ only in the order of the sums inside their matrix products; under the emulator
@@ -494,8 +495,9 @@ TG_GPU_TEST("flash attention float: SIMT path within the derived fp32 tolerance 
 TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the ratio rules, masks the CPU's") {
   uint64_t salt = 80000;
   for (int Tn : tg_test::device_sizes<int>({1, 17, 64, 129, 255}, {1, 17, 129}))
-    for (int HS : {64, 128})
+    for (int HS : {40, 64, 96, 128})  // (40 and 96: padded to 64 and 128, at T = 17)
       for (double p : {0.0, 0.17}) {
+        if (HS % 64 != 0 && Tn != 17) continue;
         const Shape s{Tn <= 129 ? 2 : 1, Tn, 2, HS};
         const std::string where = describe(s, true, p) + " (hopper)";
         tg_test::TestContext tc(scratch_for(s, sizeof(gpu::bf16)), gpu::Precision::BF16);
