@@ -228,59 +228,68 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& json, const st
   } catch (const nlohmann::json::exception& e) {
     bad(origin + " is not JSON (" + tg::printable(e.what(), 100) + "); expected Hugging Face's tokenizer.json" + fix_hf(origin));
   }
-  auto shape = [&](bool ok, const std::string& what) {
-    if (!ok) bad(origin + ": " + what + "; expected GPT-2's shape: a BPE model, a ByteLevel pre-tokenizer without prefix "
-                 "space, no normalizer" + fix_hf(origin));
-  };
-  shape(j.is_object() && j.contains("model") && j["model"].is_object(), "no \"model\" object");
-  const nlohmann::json& m = j["model"];
-  shape(m.value("type", std::string("BPE")) == "BPE", "the model is not BPE");
-  auto null_or = [&](const char* key, const nlohmann::json& ok) {
-    return !m.contains(key) || m[key].is_null() || m[key] == ok;
-  };
-  shape(null_or("dropout", 0.0) && null_or("continuing_subword_prefix", "") && null_or("end_of_word_suffix", "") &&
-            null_or("byte_fallback", false) && null_or("ignore_merges", false),
-        "the BPE model has dropout, a subword prefix or suffix, byte fallback or ignore_merges");
-  shape(!j.contains("normalizer") || j["normalizer"].is_null(), "it has a normalizer");
-  const nlohmann::json pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json();
-  shape(pre.is_object() && pre.value("type", std::string()) == "ByteLevel", "the pre-tokenizer is not ByteLevel");
-  shape(pre.value("add_prefix_space", false) == false && pre.value("use_regex", true) == true,
-        "the ByteLevel pre-tokenizer adds a prefix space or does not use GPT-2's pattern");
-  shape(m.contains("vocab") && m.contains("merges") && m["merges"].is_array(), "the model has no vocab or no merges list");
-  std::vector<std::pair<int, std::string>> added;
-  if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
-    shape(j["added_tokens"].is_array(), "added_tokens is not a list");
-    for (const auto& a : j["added_tokens"]) {
-      shape(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
-                a["content"].is_string(), "an added token has no integer id or no content");
-      const int64_t id = a["id"].get<int64_t>();
-      shape(id >= 0 && (uint64_t)id <= kMaxVocab, "an added token's id is out of range");
-      added.emplace_back((int)id, a["content"].get<std::string>());
+  // (a field of another JSON type than the one read throws nlohmann's type_error: a refusal too)
+  try {
+    auto shape = [&](bool ok, const std::string& what) {
+      if (!ok)
+        bad(origin + ": " + what + "; expected GPT-2's shape: a BPE model, a ByteLevel pre-tokenizer without prefix "
+            "space, no normalizer" + fix_hf(origin));
+    };
+    shape(j.is_object() && j.contains("model") && j["model"].is_object(), "no \"model\" object");
+    const nlohmann::json& m = j["model"];
+    shape(m.value("type", std::string("BPE")) == "BPE", "the model is not BPE");
+    auto null_or = [&](const char* key, const nlohmann::json& ok) {
+      return !m.contains(key) || m[key].is_null() || m[key] == ok;
+    };
+    shape(null_or("dropout", 0.0) && null_or("continuing_subword_prefix", "") && null_or("end_of_word_suffix", "") &&
+              null_or("byte_fallback", false) && null_or("ignore_merges", false),
+          "the BPE model has dropout, a subword prefix or suffix, byte fallback or ignore_merges");
+    shape(!j.contains("normalizer") || j["normalizer"].is_null(), "it has a normalizer");
+    const nlohmann::json pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : nlohmann::json();
+    shape(pre.is_object() && pre.value("type", std::string()) == "ByteLevel", "the pre-tokenizer is not ByteLevel");
+    shape(pre.value("add_prefix_space", false) == false && pre.value("use_regex", true) == true,
+          "the ByteLevel pre-tokenizer adds a prefix space or does not use GPT-2's pattern");
+    shape(m.contains("vocab") && m.contains("merges") && m["merges"].is_array(),
+          "the model has no vocab or no merges list");
+    std::vector<std::pair<int, std::string>> added;
+    if (j.contains("added_tokens") && !j["added_tokens"].is_null()) {
+      shape(j["added_tokens"].is_array(), "added_tokens is not a list");
+      for (const auto& a : j["added_tokens"]) {
+        shape(a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") &&
+                  a["content"].is_string(), "an added token has no integer id or no content");
+        const int64_t id = a["id"].get<int64_t>();
+        shape(id >= 0 && (uint64_t)id <= kMaxVocab, "an added token's id is out of range");
+        added.emplace_back((int)id, a["content"].get<std::string>());
+      }
     }
-  }
-  std::vector<std::pair<std::string, std::string>> merges;
-  std::vector<std::string> where;
-  const auto& ml = m["merges"];
-  for (size_t r = 0; r < ml.size(); ++r) {
-    const auto& e = ml[r];
-    where.push_back("merge " + std::to_string(r));
-    if (e.is_string()) {
-      const std::string s = e.get<std::string>();
-      const size_t sp = s.find(' ');
-      if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() || s.find(' ', sp + 1) != std::string::npos)
-        bad(origin + ": merge " + std::to_string(r) + " is \"" + tg::printable(s) +
-            "\"; expected two tokens separated by one space" + fix_hf(origin));
-      merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-      merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
-    } else {
-      bad(origin + ": merge " + std::to_string(r) + " is " + tg::printable(e.dump()) +
-          "; expected \"a b\" or [\"a\", \"b\"]" + fix_hf(origin));
+    std::vector<std::pair<std::string, std::string>> merges;
+    std::vector<std::string> where;
+    const auto& ml = m["merges"];
+    for (size_t r = 0; r < ml.size(); ++r) {
+      const auto& e = ml[r];
+      where.push_back("merge " + std::to_string(r));
+      if (e.is_string()) {
+        const std::string s = e.get<std::string>();
+        const size_t sp = s.find(' ');
+        if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() || s.find(' ', sp + 1) != std::string::npos)
+          bad(origin + ": merge " + std::to_string(r) + " is \"" + tg::printable(s) +
+              "\"; expected two tokens separated by one space" + fix_hf(origin));
+        merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+      } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+        merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
+      } else {
+        bad(origin + ": merge " + std::to_string(r) + " is " + tg::printable(e.dump()) +
+            "; expected \"a b\" or [\"a\", \"b\"]" + fix_hf(origin));
+      }
     }
+    BpeTokenizer t = BpeFiles::from_vocab(m["vocab"], merges, where, added, origin);
+    t.files_ = {{"tokenizer.json", json}};
+    return t;
+  } catch (const nlohmann::json::exception& e) {
+    bad(origin + ": a field of another type than GPT-2's (" + tg::printable(e.what(), 100) +
+        "); expected GPT-2's shape: a BPE model, a ByteLevel pre-tokenizer without prefix space, no normalizer" +
+        fix_hf(origin));
   }
-  BpeTokenizer t = BpeFiles::from_vocab(m["vocab"], merges, where, added, origin);
-  t.files_ = {{"tokenizer.json", json}};
-  return t;
 }
 
 BpeTokenizer BpeTokenizer::from_tiktoken(const std::string& text, const std::string& origin) {
