@@ -159,15 +159,19 @@ struct Gemm {
                 ldc = std::max(1, m);
       const int block = A.type == CUDA_R_16BF ? hw_rounding_block() : 0;
       if (block) {  // bf16 on the tensor cores, as they round (tests/emu/hw_rounding.h): k in order
-        std::vector<float> row((size_t)k), col((size_t)k);
+        // op(A)'s rows and op(B)'s columns, each gathered once, k contiguous
+        std::vector<float> rows((size_t)m * k), cols((size_t)n * k);
+        for (int i = 0; i < m; ++i)
+          for (int kk = 0; kk < k; ++kk)
+            rows[(size_t)i * k + kk] = ta ? a[(size_t)i * lda + kk] : a[(size_t)kk * lda + i];
+        for (int j = 0; j < n; ++j)
+          for (int kk = 0; kk < k; ++kk)
+            cols[(size_t)j * k + kk] = tb ? bm[(size_t)kk * ldb + j] : bm[(size_t)j * ldb + kk];
         for (int j = 0; j < n; ++j)
           for (int i = 0; i < m; ++i) {
-            for (int kk = 0; kk < k; ++kk) {
-              row[(size_t)kk] = ta ? a[(size_t)i * lda + kk] : a[(size_t)kk * lda + i];
-              col[(size_t)kk] = tb ? bm[(size_t)kk * ldb + j] : bm[(size_t)j * ldb + kk];
-            }
             float& cij = c[(size_t)j * m + i];
-            const float dot = tensor_core_dot(0.f, row.data(), 1, col.data(), 1, k, block);
+            const float dot =
+                tensor_core_dot(0.f, rows.data() + (size_t)i * k, 1, cols.data() + (size_t)j * k, 1, k, block);
             cij = alpha * dot + (beta_gemm != 0 ? beta_gemm * cij : 0.f);
           }
       } else if (m > 0 && n > 0) {

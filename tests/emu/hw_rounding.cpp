@@ -2,6 +2,7 @@
 #include "hw_rounding.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,26 @@ float to_float_rz(double d) {
   float f = (float)d;
   if (std::fabs((double)f) > std::fabs(d)) f = std::nextafter(f, 0.f);
   return f;
+}
+
+// e with |t| in [2^(e-1), 2^e), for t finite and non-zero (frexp's exponent, from the bits when
+// t is normal: a product of two bf16 values or an fp32 accumulator always is)
+int exponent_of(double t) {
+  uint64_t u;
+  std::memcpy(&u, &t, sizeof u);
+  const int biased = (int)((u >> 52) & 0x7ff);
+  if (biased != 0) return biased - 1022;
+  int e;
+  std::frexp(t, &e);
+  return e;
+}
+
+// 2^x as a double, for x a normal exponent (-1022 .. 1023)
+double pow2(int x) {
+  const uint64_t u = (uint64_t)(x + 1023) << 52;
+  double d;
+  std::memcpy(&d, &u, sizeof d);
+  return d;
 }
 
 }  // namespace
@@ -38,7 +59,7 @@ float tensor_core_dot(float c, const float* a, int sa, const float* b, int sb, i
     const int kn = k0 + block < n ? k0 + block : n;
     // the step's terms: the accumulator and the exact products (bf16 x bf16: 16 significant bits)
     double t[17];
-    int nt = 0, emax = INT32_MIN;
+    int nt = 0, emax;
     bool finite = std::isfinite(c);
     t[nt++] = c;
     for (int k = k0; k < kn; ++k) {
@@ -52,21 +73,25 @@ float tensor_core_dot(float c, const float* a, int sa, const float* b, int sb, i
       c = (float)s;
       continue;
     }
-    for (int i = 0; i < nt; ++i)
-      if (t[i] != 0) {
-        int e;
-        std::frexp(t[i], &e);  // |t| in [2^(e-1), 2^e)
-        if (e > emax) emax = e;
-      }
-    if (emax == INT32_MIN) {  // all zero
+    double largest = 0;  // the exponent grows with |t|: the largest term's is the step's
+    for (int i = 0; i < nt; ++i) largest = std::fabs(t[i]) > largest ? std::fabs(t[i]) : largest;
+    if (largest == 0) {  // all zero
       c = (float)(t[0] + 0.0);
       continue;
     }
+    emax = exponent_of(largest);  // |t| in [2^(emax-1), 2^emax) for the largest
     // aligned to the largest: fp32's 24 significant bits below 2^emax, no guard bits; each term
-    // truncated there (toward zero), the sum of the truncated terms exact in double
-    const double unit = std::ldexp(1.0, emax - 24);
+    // truncated there (toward zero), the sum of the truncated terms exact in double. (Scaling by
+    // a power of two is exact, and a term's multiple of the unit, below 2^24 in magnitude, is
+    // truncated by the conversion to an integer.)
     double s = 0;
-    for (int i = 0; i < nt; ++i) s += std::trunc(t[i] / unit) * unit;
+    if (emax - 24 >= -1022 && 24 - emax >= -1022) {
+      const double unit = pow2(emax - 24), inv = pow2(24 - emax);
+      for (int i = 0; i < nt; ++i) s += (double)(int64_t)(t[i] * inv) * unit;
+    } else {
+      const double unit = std::ldexp(1.0, emax - 24);
+      for (int i = 0; i < nt; ++i) s += std::trunc(t[i] / unit) * unit;
+    }
     c = std::fabs(s) >= (double)3.4028234663852886e38 ? (float)s : to_float_rz(s);
   }
   return c;
