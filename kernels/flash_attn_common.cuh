@@ -240,11 +240,11 @@ struct QueryTile {
 // elements) into s [R][HS + kPad], asynchronously (cp.async, 16 bytes per thread per step,
 // consecutive threads on consecutive 16-byte chunks of a row); rows >= Tn are zero-filled,
 // so scores against them are 0 (masked by the caller) and P V never meets garbage.
-template <int R, int HS, int NThreads>
-__device__ __forceinline__ void load_tile_async(bf16* s, const bf16* g, long long ld, int row0, int Tn) {
+// (The copies of any tile layout: 16-byte chunk k of tile row r goes to s + offset(r, k).)
+template <int R, int HS, int NThreads, typename T, typename Offset>
+__device__ __forceinline__ void load_tile_chunks(T* s, const bf16* g, long long ld, int row0, int Tn, Offset offset) {
   constexpr int kChunks = HS / 8;  // 16-byte chunks per row
   constexpr int kTotal = R * kChunks;
-  constexpr int S = HS + kPad;
   static_assert(kTotal % NThreads == 0, "tile chunks must divide evenly among the threads");
 #pragma unroll
   for (int it = 0; it < kTotal / NThreads; ++it) {
@@ -253,8 +253,13 @@ __device__ __forceinline__ void load_tile_async(bf16* s, const bf16* g, long lon
     const int row = row0 + r;
     const bool valid = row < Tn;
     const bf16* src = g + (long long)(valid ? row : 0) * ld + k * 8;  // row 0 exists: T >= 1
-    cp_async_16(s + r * S + k * 8, src, valid);
+    cp_async_16(s + offset(r, k), src, valid);
   }
+}
+template <int R, int HS, int NThreads>
+__device__ __forceinline__ void load_tile_async(bf16* s, const bf16* g, long long ld, int row0, int Tn) {
+  constexpr int S = HS + kPad;
+  load_tile_chunks<R, HS, NThreads>(s, g, ld, row0, Tn, [](int r, int k) { return r * S + k * 8; });
 }
 
 // ---- fragment index maps (host and device, so that they can be checked on the host) -------------

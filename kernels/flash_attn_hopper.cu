@@ -114,18 +114,7 @@ __host__ __device__ constexpr uint32_t sw128_offset(int R, int r, int k) {
 // zero-filled.
 template <int R, int HS, int NThreads>
 __device__ __forceinline__ void load_tile_sw128(unsigned char* s, const bf16* g, long long ld, int row0, int Tn) {
-  constexpr int kChunks = HS / 8;
-  constexpr int kTotal = R * kChunks;
-  static_assert(kTotal % NThreads == 0, "tile chunks must divide evenly among the threads");
-#pragma unroll
-  for (int it = 0; it < kTotal / NThreads; ++it) {
-    const int c = it * NThreads + (int)threadIdx.x;
-    const int r = c / kChunks, k = c % kChunks;
-    const int row = row0 + r;
-    const bool valid = row < Tn;
-    const bf16* src = g + (long long)(valid ? row : 0) * ld + k * 8;  // row 0 exists: T >= 1
-    cp_async_16(s + sw128_offset(R, r, k), src, valid);
-  }
+  load_tile_chunks<R, HS, NThreads>(s, g, ld, row0, Tn, [](int r, int k) { return sw128_offset(R, r, k); });
 }
 
 // The descriptors of a swizzled tile of R rows (see the header comment): K-major (the product
