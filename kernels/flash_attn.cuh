@@ -5,7 +5,7 @@
 // (the spec) in kernels/cpu/attention_tiled.h. T = bf16 runs on tensor cores (mma.sync bf16,
 // fp32 accumulate); T = float runs a plain fp32 SIMT kernel (no TF32).
 // forward overwrites out and lse (and mask when not null); backward accumulates (+=) into dqkv.
-// Head sizes: multiples of 8 up to 128 (flash_attn_tile_head_size: 32, 64, 128 run as they
+// Head sizes: multiples of 8 up to 256 (flash_attn_tile_head_size: 32, 64, 128, 256 run as they
 // are, the others padded through ctx.scratch).
 // causal must be true: the kernels are instantiated causal only (std::invalid_argument otherwise;
 // see flash::check_causal in kernels/flash_attn_common.cuh).
@@ -19,10 +19,10 @@
 
 namespace gpu {
 
-// The head size the kernels run a head size HS at: HS itself for 32, 64 and 128 (their tiles);
-// the next of those for the other multiples of 8 up to 128, whose heads the launchers copy into
-// that width with zero columns (zeros add nothing to Q K^T; V's zero columns give O zero columns,
-// dropped; the softmax scale stays 1 / sqrt(HS)); 0 for any other HS.
+// The head size the kernels run a head size HS at: HS itself for 32, 64, 128 and 256 (their
+// tiles); the next of those for the other multiples of 8 up to 256, whose heads the launchers
+// copy into that width with zero columns (zeros add nothing to Q K^T; V's zero columns give O
+// zero columns, dropped; the softmax scale stays 1 / sqrt(HS)); 0 for any other HS.
 int flash_attn_tile_head_size(int HS);
 
 // true when the flash kernels take head size HS (flash_attn_tile_head_size(HS) != 0); otherwise

@@ -81,29 +81,35 @@ __global__ void flash_bwd_dot_do_o_kernel(const BwdParams<T> p) {
 
 // ---- bf16: the dK / dV kernel ------------------------------------------------------------------
 // Bc = 64 keys per CTA (4 warps x 16 keys); Br query rows per inner tile: 64 for HS <= 64, 32
-// for HS = 128 (registers: dK_j, dV_j take HS/2 floats each per lane, S^T and dP^T Br/2 each).
+// above (registers: dK_j, dV_j take Cols/2 floats each per lane, S^T and dP^T Br/2 each).
+// Cols = the columns of dK_j and dV_j a CTA owns: HS up to 128; at HS = 256 two CTAs (grid z)
+// share a key tile, each computing S^T and dP^T over all 256 columns (the same values, by the
+// same code) and accumulating dK_j, dV_j for its 128 (2 x 256 floats a lane do not fit the 255
+// registers).
 // Shared: K_j, V_j [Bc][HS+8]; two stages of Q_i, dO_i [Br][HS+8], lse_i * log2(e) and D_i
 // [Br]; the keep bits [Bc][Br+4] bytes (the 4-byte pad spreads the 8 key rows a quad-column
 // read touches over different banks).
-//   HS = 32: 35 KB, HS = 64: 59 KB, HS = 128: 71 KB.
+//   HS = 32: 35 KB, HS = 64: 59 KB, HS = 128: 71 KB, HS = 256: 135 KB.
 template <int HS>
 struct DkvTile {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kBc = 16 * kWarps;
-  static constexpr int kBr = HS == 128 ? 32 : 64;
+  static constexpr int kBr = HS >= 128 ? 32 : 64;
+  static constexpr int kCols = HS > 128 ? 128 : HS;
+  static constexpr int kSplits = HS / kCols;  // CTAs per key tile (grid z)
   static constexpr int kStride = HS + kPad;
   static constexpr int kMaskStride = kBr + 4;
   static constexpr size_t kTileBytes = (size_t)(2 * kBc + 4 * kBr) * kStride * sizeof(bf16);
   static constexpr size_t kSmemBytes = kTileBytes + 4 * kBr * sizeof(float) + (size_t)kBc * kMaskStride;
 };
 
-// grid (B*NH, ceil(T / Bc)).
+// grid (B*NH, ceil(T / Bc), kSplits).
 template <int HS, bool IsCausal, bool IsDropout>
 __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_kernel(const BwdParams<bf16> p) {
   using Tile = DkvTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, S = Tile::kStride, MS = Tile::kMaskStride,
-                NThreads = Tile::kThreads;
+                NThreads = Tile::kThreads, Cols = Tile::kCols;
   unsigned char* const smem = dynamic_smem<unsigned char>();
   bf16* sK = reinterpret_cast<bf16*>(smem);  // K_j  [Bc][S]
   bf16* sV = sK + Bc * S;                    // V_j  [Bc][S]
@@ -119,6 +125,7 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
   const int j0 = blockIdx.y * Bc;     // first key of K_j
   const int jw0 = j0 + 16 * warp;     // first key of this warp
   const int k_g = jw0 + g;            // key of this lane's c0, c1 (c2, c3: +8)
+  const int c0 = Tile::kSplits > 1 ? (int)blockIdx.z * Cols : 0;  // first column of dK_j, dV_j owned
   const long long qkv_b = (long long)b * p.T * p.ld_qkv;
   const bf16* Q = p.qkv + qkv_b + (long long)h * HS;
   const bf16* K = Q + p.C;
@@ -147,7 +154,7 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
   load_q_tile(it0, 0);
   cp_async_commit();
 
-  float dk[HS / 8][4], dv[HS / 8][4];
+  float dk[Cols / 8][4], dv[Cols / 8][4];
   zero(dk);
   zero(dv);
   for (int it = it0; it < n_it; ++it) {
@@ -176,7 +183,7 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
       probs_key_major(st, sLi, p.scale_log2, t);
       // dV_j += (P_ij o M_ij)^T dO_i   (the scale s is applied once, at the end)
       const uint32_t bits = IsDropout ? keep_bits_from_tile<Br / 8, MS>(sM, warp, lane) : ~0u;
-      warp_gemm_rs<Br, HS, S, IsDropout>(dv, st, bits, sdOi, lane);
+      warp_gemm_rs<Br, Cols, S, IsDropout>(dv, st, bits, sdOi + c0, lane);
       // dPd_ij^T = V_j dO_i^T
       float dpt[Br / 8][4];
       zero(dpt);
@@ -184,20 +191,20 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
       // dP = dPd o M s, dS_ij^T = P_ij^T o (dP_ij^T - D_i), in place in dpt
       dscores_key_major<Br / 8, IsDropout>(dpt, st, sDi, bits, p.dropout_scale, t);
       // dK_j += dS_ij^T Q_i   (the 1/sqrt(HS) is applied once, at the end)
-      warp_gemm_rs<Br, HS, S, false>(dk, dpt, 0u, sQi, lane);
+      warp_gemm_rs<Br, Cols, S, false>(dk, dpt, 0u, sQi + c0, lane);
     }
     __syncthreads();  // every warp is done with this stage and the keep bits
   }
   // dqkv[K_j] += dK_j / sqrt(HS), dqkv[V_j] += dV_j s
   bf16* dqkv_b = p.dqkv + qkv_b;
-  add_to_dqkv(dqkv_b, p.ld_qkv, (long long)p.C + (long long)h * HS, dk, p.scale, k_g, p.T, lane);
-  add_to_dqkv(dqkv_b, p.ld_qkv, 2LL * p.C + (long long)h * HS, dv, p.dropout_scale, k_g, p.T, lane);
+  add_to_dqkv(dqkv_b, p.ld_qkv, (long long)p.C + (long long)h * HS + c0, dk, p.scale, k_g, p.T, lane);
+  add_to_dqkv(dqkv_b, p.ld_qkv, 2LL * p.C + (long long)h * HS + c0, dv, p.dropout_scale, k_g, p.T, lane);
 }
 
 // ---- bf16: the dQ kernel -----------------------------------------------------------------------
-// Br = 64 query rows per CTA (4 warps x 16 rows), Bc = 64 keys per tile. Shared: Q_i, dO_i
-// [Br][HS+8]; two stages of K_j, V_j [Bc][HS+8]:
-//   HS = 32: 30 KB, HS = 64: 54 KB, HS = 128: 102 KB.
+// Br = 64 query rows per CTA (4 warps x 16 rows), Bc = 64 keys per tile (32 at HS = 256).
+// Shared: Q_i, dO_i [Br][HS+8]; two stages of K_j, V_j [Bc][HS+8]:
+//   HS = 32: 30 KB, HS = 64: 54 KB, HS = 128: 102 KB, HS = 256: 132 KB.
 template <int HS>
 using DqTile = QueryTile<HS, 4, 2>;
 
@@ -468,8 +475,9 @@ void run_bwd(const Context& ctx, const BwdParams<T>& p) {
     using Dq = DqTile<HS>;
     const long long kv_tiles = ceil_div(p.T, Kv::kBc), q_tiles = ceil_div(p.T, Dq::kBr);
     if (kv_tiles > 65535 || q_tiles > 65535) throw std::invalid_argument("flash_attn_backward: T too large for the grid");
-    launch(flash_bwd_dkdv_bf16_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)kv_tiles),
-           Kv::kThreads, Kv::kSmemBytes, ctx.stream, p);
+    launch(flash_bwd_dkdv_bf16_kernel<HS, IsCausal, IsDropout>,
+           dim3((unsigned)(p.B * p.NH), (unsigned)kv_tiles, (unsigned)Kv::kSplits), Kv::kThreads, Kv::kSmemBytes,
+           ctx.stream, p);
     launch(flash_bwd_dq_bf16_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)q_tiles),
            Dq::kThreads, Dq::kSmemBytes, ctx.stream, p);
   } else {

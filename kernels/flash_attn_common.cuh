@@ -38,7 +38,7 @@ namespace flash {
 // ---- the static switch: runtime flags -> template parameters, used once per launcher --------
 // (BOOL_SWITCH is kernels/cuda_common.cuh's, the one for every kernel file)
 
-// HSV must already be one of 32, 64, 128 (flash_attn_tile_head_size).
+// HSV must already be one of 32, 64, 128, 256 (flash_attn_tile_head_size).
 #define FLASH_HEADDIM_SWITCH(HSV, NAME, ...)  \
   [&] {                                       \
     if ((HSV) == 32) {                        \
@@ -47,8 +47,11 @@ namespace flash {
     } else if ((HSV) == 64) {                 \
       constexpr static int NAME = 64;         \
       return __VA_ARGS__();                   \
-    } else {                                  \
+    } else if ((HSV) == 128) {                \
       constexpr static int NAME = 128;        \
+      return __VA_ARGS__();                   \
+    } else {                                  \
+      constexpr static int NAME = 256;        \
       return __VA_ARGS__();                   \
     }                                         \
   }()
@@ -223,15 +226,15 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 constexpr int kPad = 8;
 
 // Tile sizes of the bf16 kernels that own query rows (the forward, the backward's dQ kernel):
-// Warps warps of 16 query rows each (Br = 16 Warps), Bc = 64 keys per tile; shared memory holds
-// QBufs query-side tiles [Br][HS + kPad] (Q_i; Q_i and dO_i for dQ) and two stages of K_j and
-// V_j [Bc][HS + kPad].
+// Warps warps of 16 query rows each (Br = 16 Warps), Bc = 64 keys per tile (32 for HS = 256, so
+// that the tiles fit an A100's shared memory); shared memory holds QBufs query-side tiles
+// [Br][HS + kPad] (Q_i; Q_i and dO_i for dQ) and two stages of K_j and V_j [Bc][HS + kPad].
 template <int HS, int Warps, int QBufs>
 struct QueryTile {
   static constexpr int kWarps = Warps;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kBr = 16 * kWarps;
-  static constexpr int kBc = 64;
+  static constexpr int kBc = HS > 128 ? 32 : 64;
   static constexpr int kStride = HS + kPad;
   static constexpr size_t kSmemBytes = (size_t)(QBufs * kBr + 4 * kBc) * kStride * sizeof(bf16);
 };
@@ -304,21 +307,28 @@ __device__ __forceinline__ void load_tile_f32(float* s, const float* g, long lon
   }
 }
 
+// The k-steps run in rolled groups of at most 8 (HS = 256: two), each unrolled: ptxas otherwise
+// loads every step's fragments ahead at once and the dK / dV kernel spills.
 template <int K, int N, int S>
 __device__ __forceinline__ void warp_gemm_ss(float (&acc)[N / 8][4], const bf16* sA, const bf16* sB, int lane) {
   static_assert(K % 16 == 0 && N % 16 == 0, "tile sizes must be multiples of 16");
+  constexpr int kGroup = K / 16 < 8 ? K / 16 : 8;
+#pragma unroll 1
+  for (int k0 = 0; k0 < K / 16; k0 += kGroup) {
 #pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk) {
-    uint32_t a[4];
-    const RowCol ra = ldsm_a(lane, kk);
-    ldmatrix_x4(a, smem_u32(sA + ra.r * S + ra.c));
+    for (int kx = 0; kx < kGroup; ++kx) {
+      const int kk = k0 + kx;
+      uint32_t a[4];
+      const RowCol ra = ldsm_a(lane, kk);
+      ldmatrix_x4(a, smem_u32(sA + ra.r * S + ra.c));
 #pragma unroll
-    for (int np = 0; np < N / 16; ++np) {
-      uint32_t b[4];
-      const RowCol rb = ldsm_b(lane, np, kk);
-      ldmatrix_x4(b, smem_u32(sB + rb.r * S + rb.c));
-      mma_bf16_16816(acc[2 * np], a, b[0], b[1]);
-      mma_bf16_16816(acc[2 * np + 1], a, b[2], b[3]);
+      for (int np = 0; np < N / 16; ++np) {
+        uint32_t b[4];
+        const RowCol rb = ldsm_b(lane, np, kk);
+        ldmatrix_x4(b, smem_u32(sB + rb.r * S + rb.c));
+        mma_bf16_16816(acc[2 * np], a, b[0], b[1]);
+        mma_bf16_16816(acc[2 * np + 1], a, b[2], b[3]);
+      }
     }
   }
 }

@@ -46,15 +46,15 @@
 namespace gpu {
 
 int flash_attn_tile_head_size(int HS) {
-  if (HS < 8 || HS > 128 || HS % 8 != 0) return 0;
-  return HS <= 32 ? 32 : HS <= 64 ? 64 : 128;
+  if (HS < 8 || HS > 256 || HS % 8 != 0) return 0;
+  return HS <= 32 ? 32 : HS <= 64 ? 64 : HS <= 128 ? 128 : 256;
 }
 
 bool flash_attn_supported(int HS, std::string* why) {
   if (flash_attn_tile_head_size(HS) != 0) return true;
   if (why)
-    *why = "the flash attention kernels take head sizes that are multiples of 8 up to 128 (32, 64 and 128 as they "
-           "are, the others padded to the next of those)";
+    *why = "the flash attention kernels take head sizes that are multiples of 8 up to 256 (32, 64, 128 and 256 as "
+           "they are, the others padded to the next of those)";
   return false;
 }
 
@@ -86,10 +86,11 @@ namespace flash {
 namespace {
 
 // ---- tile sizes (bf16) -------------------------------------------------------------------------
-// Br = 128 query rows (8 warps x 16 rows), Bc = 64 keys for every head size. Shared memory:
+// Br = 128 query rows (8 warps x 16 rows), Bc = 64 keys (32 at HS = 256). Shared memory:
 // Q_i [Br][HS+8] + two stages of K_j and V_j [Bc][HS+8], bf16:
-//   HS = 32: 30 KB, HS = 64: 54 KB, HS = 128: 102 KB (opt-in dynamic shared memory; two
-//   CTAs per SM on sm_90, one on sm_80).
+//   HS = 32: 30 KB, HS = 64: 54 KB, HS = 128: 102 KB, HS = 256: 132 KB (opt-in dynamic shared
+//   memory; two CTAs per SM on sm_90 up to HS = 128, one on sm_80). At HS = 256 a lane's O_i
+//   takes 128 fp32 registers.
 template <int HS>
 using FwdTile = QueryTile<HS, 8, 1>;
 

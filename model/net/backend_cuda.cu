@@ -65,8 +65,7 @@ class Nccl {
 template <typename T>
 class CudaBackend final : public Backend {
  public:
-  // routed: what the start-up line adds when the flash path was asked for and the naive one runs
-  CudaBackend(const ModelConfig& m, const RunShape& run, std::string routed) : gpt_(m, run), routed_(std::move(routed)) {
+  explicit CudaBackend(const ModelConfig& m, const RunShape& run) : gpt_(m, run) {
     if (run.shard_ranks > 1) {
       shards_ = Shards(gpt_.n_params, run.shard_ranks);
       for (int r = 0; r < run.shard_ranks; ++r) counts_.push_back(shards_.count(r));
@@ -88,14 +87,17 @@ class CudaBackend final : public Backend {
   std::string precision() const override { return std::is_same<T, float>::value ? "fp32" : "bf16"; }
   double peak_flops() const override { return dense_bf16_peak(name_); }
   std::string attention_note() const override {
-    if (!routed_.empty()) return routed_;
     const int HS = gpt_.model().n_embd / gpt_.model().n_head, tile = gpu::flash_attn_tile_head_size(HS);
     if (gpt_.run().attention != gpu::AttentionPath::Flash && !gpt_.run().both_paths) return "";
     std::string note;
     if (tile != HS && tile != 0) note = "head size " + std::to_string(HS) + " padded to " + std::to_string(tile) + " in the flash kernels";
-    if (std::is_same<T, gpu::bf16>::value)
-      note += std::string(note.empty() ? "" : "; ") +
-              (gpu::flash_attn_hopper_chosen(gpt_.ctx(), HS) ? "Hopper wgmma kernels" : "mma.sync kernels");
+    if (std::is_same<T, gpu::bf16>::value) {
+      std::string kernels = gpu::flash_attn_hopper_chosen(gpt_.ctx(), HS) ? "Hopper wgmma kernels" : "mma.sync kernels";
+      // a Hopper device the Hopper kernels do not serve at this head size: say why
+      if (tile != 0 && gpu::flash_attn_hopper_device(gpt_.ctx()) && !gpu::flash_attn_hopper_head_size(tile))
+        kernels += ": the Hopper kernels take head sizes up to 128";
+      note += std::string(note.empty() ? "" : "; ") + kernels;
+    }
     return note.empty() ? "" : " (" + note + ")";
   }
 
@@ -215,7 +217,6 @@ class CudaBackend final : public Backend {
 
  private:
   GPTCuda<T> gpt_;
-  std::string routed_;
   std::string name_;
   double norm_ = 0;
   // ZeRO-1 (shards_.n == 0 without it): every rank's count, m and v gathered on rank 0
@@ -228,7 +229,7 @@ class CudaBackend final : public Backend {
 };
 
 template <typename T>
-std::unique_ptr<Backend> make(const ModelConfig& m, const RunShape& run, const std::string& routed) {
+std::unique_ptr<Backend> make(const ModelConfig& m, const RunShape& run) {
   // refuse, before allocating, a model that cannot fit in the device's free memory
   size_t free_b = 0, total_b = 0;
   cudaCheck(cudaMemGetInfo(&free_b, &total_b));
@@ -246,7 +247,7 @@ std::unique_ptr<Backend> make(const ModelConfig& m, const RunShape& run, const s
                                                              : ", or use --precision bf16");
     throw InputError(msg);
   }
-  return std::make_unique<CudaBackend<T>>(m, run, routed);
+  return std::make_unique<CudaBackend<T>>(m, run);
 }
 
 }  // namespace
@@ -283,15 +284,8 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& m, const RunShape&
   cudaCheck(cudaGetDevice(&dev));
   cudaCheck(cudaGetDeviceProperties(&prop, dev));
   const int HS = m.n_embd / m.n_head;
-  std::string why, routed;
-  RunShape shape = run;
-  if (run.attention == gpu::AttentionPath::Flash && !run.both_paths && !gpu::attention_supported(run.attention, HS, &why) &&
-      HS % 8 == 0 && HS <= 256) {
-    // a multiple of 8 the flash tiles do not fit (above 128): the naive path runs it, and says so
-    shape.attention = gpu::AttentionPath::Naive;
-    routed = " routed to naive (head size " + std::to_string(HS) +
-             ": the flash kernels take multiples of 8 up to 128; the naive path stores T x T probabilities)";
-  } else if (run.attention == gpu::AttentionPath::Flash && !gpu::attention_supported(run.attention, HS, &why))
+  std::string why;
+  if (run.attention == gpu::AttentionPath::Flash && !gpu::attention_supported(run.attention, HS, &why))
     throw InputError(std::string("--attention ") + attention_name(run) + " with head size " + std::to_string(HS) +
                      " (n-embd " + std::to_string(m.n_embd) + " / n-head " + std::to_string(m.n_head) + "): " + why +
                      "; change --n-embd or --n-head, or pass --attention naive");
@@ -301,7 +295,7 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& m, const RunShape&
                      std::to_string(prop.major) + "." + std::to_string(prop.minor) +
                      "); expected compute capability 8.0 or newer; pass --precision fp32");
   const bool bf16 = run.precision == Precision::BF16 || (run.precision == Precision::Auto && bf16_ok);
-  return bf16 ? make<gpu::bf16>(m, shape, routed) : make<float>(m, shape, routed);
+  return bf16 ? make<gpu::bf16>(m, run) : make<float>(m, run);
 }
 
 }  // namespace tg

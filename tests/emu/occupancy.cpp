@@ -256,7 +256,10 @@ namespace {
 
 // QueryTile<HS, Warps, QBufs>::kSmemBytes (kernels/flash_attn_common.cuh): QBufs query-side tiles
 // of Br = 16 Warps rows and two stages of K_j, V_j of Bc = 64 rows, [rows][HS + 8] bf16
-size_t query_tile_smem(int hs, int warps, int qbufs) { return (size_t)(qbufs * 16 * warps + 4 * 64) * (hs + 8) * 2; }
+// (Bc = 64 keys, 32 at HS = 256)
+size_t query_tile_smem(int hs, int warps, int qbufs) {
+  return (size_t)(qbufs * 16 * warps + 4 * (hs > 128 ? 32 : 64)) * (hs + 8) * 2;
+}
 
 }  // namespace
 
@@ -266,16 +269,16 @@ std::optional<Launch> flash_launch(const std::string& name) {
   const std::string base = name.substr(0, lt);
   if (base == "flash_bwd_dot_do_o_kernel") return Launch{256, 0};  // run_bwd in kernels/flash_attn_bwd.cu
   const int hs = std::atoi(name.c_str() + lt + 1);
-  if (hs != 32 && hs != 64 && hs != 128) return std::nullopt;
+  if (hs != 32 && hs != 64 && hs != 128 && hs != 256) return std::nullopt;
   // kernels/flash_attn_fwd.cu, run_fwd: FwdTile<HS> = QueryTile<HS, 8, 1>, 8 warps
   if (base == "flash_fwd_bf16_kernel") return Launch{256, query_tile_smem(hs, 8, 1)};
   // kernels/flash_attn_bwd.cu, run_bwd: DqTile<HS> = QueryTile<HS, 4, 2>, 4 warps
   if (base == "flash_bwd_dq_bf16_kernel") return Launch{128, query_tile_smem(hs, 4, 2)};
-  // kernels/flash_attn_bwd.cu, DkvTile<HS>: 4 warps, Bc = 64 keys, Br = 64 queries (32 at HS = 128);
-  // K_j, V_j and two stages of Q_i, dO_i [rows][HS + 8] bf16, lse and D [2][Br] floats, keep
-  // bits [Bc][Br + 4] bytes
+  // kernels/flash_attn_bwd.cu, DkvTile<HS>: 4 warps, Bc = 64 keys, Br = 64 queries (32 from
+  // HS = 128); K_j, V_j and two stages of Q_i, dO_i [rows][HS + 8] bf16, lse and D [2][Br] floats,
+  // keep bits [Bc][Br + 4] bytes
   if (base == "flash_bwd_dkdv_bf16_kernel") {
-    const int bc = 64, br = hs == 128 ? 32 : 64;
+    const int bc = 64, br = hs >= 128 ? 32 : 64;
     return Launch{128, (size_t)(2 * bc + 4 * br) * (hs + 8) * 2 + 4 * br * 4 + (size_t)bc * (br + 4)};
   }
   // kernels/flash_attn_fwd.cu, SimtTile (8 warps, Br = Bc = 32) and simt_fwd_smem_bytes<HS>

@@ -314,7 +314,7 @@ TEST_CASE("kernel resources: this build lists its architectures, the flash kerne
 
   for (int sm : t.archs)
     for (const char* base : {"flash_fwd_bf16_kernel", "flash_bwd_dkdv_bf16_kernel", "flash_bwd_dq_bf16_kernel"})
-      for (int hs : {32, 64, 128})
+      for (int hs : {32, 64, 128, 256})
         for (const char* dropout : {"false", "true"}) {
           const std::string nm = std::string(base) + "<" + std::to_string(hs) + ", true, " + dropout + ">";
           CHECK_MESSAGE(find(t, sm, nm) != nullptr, "sm_" << sm << ": no " << nm);
@@ -325,7 +325,7 @@ TEST_CASE("kernel resources: the flash launches' shared memory is the launchers'
   // flash_launch states the launchers' configurations (tests/emu/occupancy.cpp); the query-tile
   // kernels' against the tile struct of kernels/flash_attn_common.cuh they launch with, the
   // dK/dV kernel's against the sizes its comment in kernels/flash_attn_bwd.cu gives (DkvTile is
-  // local to that file): HS = 32: 35 KB, 64: 59 KB, 128: 71 KB
+  // local to that file): HS = 32: 35 KB, 64: 59 KB, 128: 71 KB, 256: 135 KB
   using gpu::flash::QueryTile;
   auto check_hs = [](auto hs_c) {
     constexpr int HS = decltype(hs_c)::value;
@@ -342,11 +342,12 @@ TEST_CASE("kernel resources: the flash launches' shared memory is the launchers'
     CHECK(dq->threads == QueryTile<HS, 4, 2>::kThreads);  // DqTile<HS>
     CHECK(dq->dynamic_smem_bytes == QueryTile<HS, 4, 2>::kSmemBytes);
     CHECK(dkdv->threads == 128);
-    CHECK(dkdv->dynamic_smem_bytes == (HS == 32 ? 36096u : HS == 64 ? 60672u : 72448u));
+    CHECK(dkdv->dynamic_smem_bytes == (HS == 32 ? 36096u : HS == 64 ? 60672u : HS == 128 ? 72448u : 137984u));
   };
   check_hs(std::integral_constant<int, 32>{});
   check_hs(std::integral_constant<int, 64>{});
   check_hs(std::integral_constant<int, 128>{});
+  check_hs(std::integral_constant<int, 256>{});
   CHECK(flash_launch("flash_bwd_dot_do_o_kernel<__nv_bfloat16>")->threads == 256);
   CHECK(!flash_launch("layernorm_kernel"));
   CHECK(!flash_launch("flash_fwd_bf16_kernel<96, true, false>"));
@@ -354,7 +355,7 @@ TEST_CASE("kernel resources: the flash launches' shared memory is the launchers'
 
 TEST_CASE("kernel resources: the bf16 flash kernels keep 8 warps per SM resident on an H100 at HS = 64") {
   const ResourceTable t = this_build();
-  for (int hs : {64, 128})
+  for (int hs : {64, 128, 256})
     for (const char* base : {"flash_fwd_bf16_kernel", "flash_bwd_dkdv_bf16_kernel", "flash_bwd_dq_bf16_kernel"})
       for (const char* dropout : {"false", "true"}) {
         const std::string nm = std::string(base) + "<" + std::to_string(hs) + ", true, " + dropout + ">";

@@ -4,7 +4,7 @@
 //   1. bf16, FlashAttention's rule: max |flash - ref| <= 2 max |naive - ref| + floor for O
 //      and lse, <= 3x + floor for dQ, dK, dV; T in {1, 2, 17, 97, 128, 129, 255, 1023, 1025},
 //      HS in {32, 64, 128}, causal (the launchers are built causal only), p in {0, 0.17}; and
-//      the padded head sizes 40, 80, 96 (run as 64, 128, 128) at fewer T.
+//      the padded head sizes 40, 80, 96, 200 (run as 64, 128, 128, 256) and 256 at fewer T.
 //   2. float (the SIMT path): within a tolerance derived below from the fp32 unit roundoff.
 //   3. the mask hook equals the CPU mask byte for byte (entries above the causal diagonal left
 //      untouched by both); with p = 0.17 about 17% are dropped; the hook does not change out.
@@ -12,7 +12,7 @@
 //      float).
 //   5. dqkv += (random start), no writes past the ends of out / lse / dqkv.
 //   6. scaled inputs (q x5, k x3): no NaN or Inf, and still the rule of 1.
-//   7. head sizes that are not multiples of 8 up to 128 are rejected with a message naming the
+//   7. head sizes that are not multiples of 8 up to 256 are rejected with a message naming the
 //      sizes taken, and so is causal = false (the launchers instantiate the causal kernels only).
 // Fresh random inputs each run (TG_TEST_SEED replays one); the dropout seed derives from it.
 // Uploads are followed by cudaDeviceSynchronize: DeviceArray::upload is a pageable cudaMemcpy,
@@ -281,9 +281,12 @@ std::vector<std::pair<Shape, bool>> cases() {
   for (int Tn : tg_test::device_sizes<int>({1, 2, 17, 97, 128, 129, 255, 1023, 1025}, {1, 17, 129}))
     for (int HS : {32, 64, 128})
       for (bool causal : {true}) cs.push_back({Tn <= 255 ? Shape{2, Tn, 2, HS} : Shape{1, Tn, 1, HS}, causal});
-  // head sizes the tiles do not have, run padded (flash_attn_tile_head_size)
+  // head sizes the tiles do not have, run padded (flash_attn_tile_head_size), and the widest tile
   for (int Tn : tg_test::device_sizes<int>({1, 17, 129, 255}, {17}))
-    for (int HS : {40, 80, 96}) cs.push_back({Shape{2, Tn, 2, HS}, true});
+    for (int HS : {40, 80, 96, 200, 256}) cs.push_back({Shape{2, Tn, 2, HS}, true});
+  // HS = 256 (32-key tiles; the dK / dV columns split over two CTAs) across several tiles of
+  // every kernel
+  cs.push_back({Shape{1, 97, 2, 256}, true});
   return cs;
 }
 
@@ -670,24 +673,24 @@ TG_GPU_TEST("flash attention backward accumulates into dqkv and writes nothing p
   for_each_bf16_family([] { accumulate_test<gpu::bf16>(); }, true);
 }
 
-TG_GPU_TEST("flash attention takes head sizes that are multiples of 8 up to 128 and rejects the others") {
+TG_GPU_TEST("flash attention takes head sizes that are multiples of 8 up to 256 and rejects the others") {
   std::string why;
-  for (int HS : {32, 64, 128}) {
+  for (int HS : {32, 64, 128, 256}) {
     CHECK(gpu::flash_attn_supported(HS, &why));
     CHECK(gpu::flash_attn_tile_head_size(HS) == HS);
   }
   // padded to the next tile
   const std::pair<int, int> padded[] = {{8, 32}, {24, 32}, {40, 64}, {48, 64}, {56, 64}, {72, 128}, {80, 128},
-                                        {96, 128}, {120, 128}};
+                                        {96, 128}, {120, 128}, {136, 256}, {200, 256}, {248, 256}};
   for (const auto& [HS, HSp] : padded) {
     CHECK(gpu::flash_attn_supported(HS, &why));
     CHECK(gpu::flash_attn_tile_head_size(HS) == HSp);
   }
-  for (int HS : {0, 4, 12, 20, 100, 136, 256}) {
+  for (int HS : {0, 4, 12, 20, 100, 260, 264, 512}) {
     why.clear();
     CHECK_FALSE(gpu::flash_attn_supported(HS, &why));
     CHECK(gpu::flash_attn_tile_head_size(HS) == 0);
-    CHECK_MESSAGE(why.find("multiples of 8 up to 128") != std::string::npos, why);
+    CHECK_MESSAGE(why.find("multiples of 8 up to 256") != std::string::npos, why);
   }
   const Shape s{1, 8, 2, 20};
   tg_test::TestContext tc(scratch_for(s, sizeof(gpu::bf16)));
