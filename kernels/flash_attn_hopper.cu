@@ -5,7 +5,7 @@
 // twins (cpu::attention_tiled_forward / _backward) are the spec.
 //
 // The forward, per (Q_i, bh): one CTA of two consumer warpgroups, each owning 64 query rows
-// (Br = 128), and one producer warp (288 threads, warp specialization). The producer's elected
+// (Br = 128; at HS = 256 one, Br = 64), and one producer warp (288 threads, warp specialization). The producer's elected
 // lane loads Q_i once and streams K_j, V_j (Bc = 64 keys) through a ring of kStages shared
 // stages with TMA (cp.async.bulk.tensor, 2-D boxes of 64 columns from one tensor map over qkv):
 // each stage has a "full" mbarrier (the producer's arrive.expect_tx; the boxes' bytes complete
@@ -72,7 +72,7 @@ hopper::EncodeTiled hopper::encode_tiled() {
 #endif
 }
 
-bool flash_attn_hopper_head_size(int HS) { return HS == 64 || HS == 128; }
+bool flash_attn_hopper_head_size(int HS) { return HS == 64 || HS == 128 || HS == 256; }
 
 bool flash_attn_hopper_device(const Context& ctx) { return ctx.cc_major == 9 && ctx.cc_minor == 0; }
 
@@ -92,7 +92,9 @@ using hopper::align_1024;
 
 template <int HS>
 struct HopperFwdTile {
-  static constexpr int kConsumers = 2;                    // warpgroups
+  // warpgroups: one at HS = 256, whose 64 x 256 O takes 128 registers a lane (ptxas gives a
+  // CTA of three warpgroups' registers 168 a thread, of two 255)
+  static constexpr int kConsumers = HS > 128 ? 1 : 2;
   static constexpr int kThreads = 128 * kConsumers + 32;  // and the producer warp
   static constexpr int kBr = 64 * kConsumers;             // query rows
   static constexpr int kBc = 64;                          // keys per tile
@@ -238,11 +240,12 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
 // same tiles, same order of every sum over tiles) with their five products on wgmma. Each CTA is
 // one warpgroup (its four warps own 16 rows each, as the mma.sync kernels' four warps do), so the
 // masking, keep-bit and output helpers are theirs. Operands (all tiles swizzled as above):
-//   dK / dV kernel (64 keys; Br queries a tile: 64, 32 for HS = 128):
+//   dK / dV kernel (64 keys; Br queries a tile: 64, 32 for HS = 128 and 256; at 256 two CTAs
+//   share a key tile, each owning 128 columns of dK and dV: N = Cols below):
 //     S^T  = K Q^T      A = K (K-major), B = Q (K-major)          wgmma m64n{Br}k16 ss
-//     dV  += Pd^T dO    A = P^T o M^T from registers, B = dO (MN-major)    m64n{HS}k16 rs
+//     dV  += Pd^T dO    A = P^T o M^T from registers, B = dO (MN-major)    m64n{Cols}k16 rs
 //     dP^T = V dO^T     A = V (K-major), B = dO (K-major)          m64n{Br}k16 ss
-//     dK  += dS^T Q     A = dS^T from registers, B = Q (MN-major)  m64n{HS}k16 rs
+//     dK  += dS^T Q     A = dS^T from registers, B = Q (MN-major)  m64n{Cols}k16 rs
 //   dQ kernel (64 queries, 64 keys a tile):
 //     S = Q K^T, dP = dO V^T (ss), dQ += dS K (rs, B = K MN-major).
 // The masks: the dK / dV kernel's keep bits come from the shared tile make_mask_tile writes (one
@@ -277,18 +280,22 @@ template <int HS>
 struct HopperDkvTile {
   static constexpr int kThreads = 128;  // one warpgroup
   static constexpr int kBc = 64;
-  static constexpr int kBr = HS == 128 ? 32 : 64;
+  static constexpr int kBr = HS >= 128 ? 32 : 64;
+  // the columns of dK_j, dV_j a CTA owns: at HS = 256 two CTAs (grid z) share a key tile, as in
+  // kernels/flash_attn_bwd.cu's DkvTile (S^T and dP^T over all 256 columns in each)
+  static constexpr int kCols = HS > 128 ? 128 : HS;
+  static constexpr int kSplits = HS / kCols;
   static constexpr int kMaskStride = kBr + 4;
   static constexpr int kKVBytes = kBc * HS * 2, kQBytes = kBr * HS * 2;
   static constexpr int kTileBytes = 2 * kKVBytes + 4 * kQBytes;  // K, V; two stages of Q, dO
   static constexpr size_t kSmemBytes = 1024 + kTileBytes + 4 * kBr * sizeof(float) + (size_t)kBc * kMaskStride;
 };
 
-// grid (B*NH, ceil(T / Bc)). Causal.
+// grid (B*NH, ceil(T / Bc), kSplits). Causal.
 template <int HS, bool IsDropout>
 __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv_hopper_kernel(const BwdParams<bf16> p) {
   using Tile = HopperDkvTile<HS>;
-  constexpr int Br = Tile::kBr, Bc = Tile::kBc, MS = Tile::kMaskStride, NThreads = Tile::kThreads;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, MS = Tile::kMaskStride, NThreads = Tile::kThreads, Cols = Tile::kCols;
   unsigned char* const raw = dynamic_smem<unsigned char>();
   unsigned char* const sK = align_1024(raw);  // K_j  [Bc][HS]
   unsigned char* const sV = sK + Tile::kKVBytes;                                  // V_j  [Bc][HS]
@@ -305,6 +312,10 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   const int j0 = blockIdx.y * Bc;  // first key of K_j
   const int jw0 = j0 + 16 * warp;  // first key of this warp
   const int k_g = jw0 + g;         // key of this lane's elements 0, 1 (2, 3: +8)
+  const int c0 = Tile::kSplits > 1 ? (int)blockIdx.z * Cols : 0;  // first column of dK_j, dV_j owned
+  // a tile's columns c0 .. c0+Cols-1 start c0 / 64 column blocks of Br rows into it (the
+  // MN-major operands dO_i and Q_i of dV and dK)
+  const uint32_t col_off = (uint32_t)(c0 / 64) * Br * 128;
   const long long qkv_b = (long long)b * p.T * p.ld_qkv;
   const bf16* Q = p.qkv + qkv_b + (long long)h * HS;
   const bf16* K = Q + p.C;
@@ -332,7 +343,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   load_q_tile(it0, 0);
   cp_async_commit();
 
-  float dk[HS / 8][4], dv[HS / 8][4];
+  float dk[Cols / 8][4], dv[Cols / 8][4];
   zero(dk);
   zero(dv);
   for (int it = it0; it < n_it; ++it) {
@@ -361,7 +372,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
     {
       uint32_t a[Br / 16][4];
       pack_a<Br, IsDropout>(a, st, bits);
-      wg_gemm_rs<Br, HS>(dv, a, tdO);
+      wg_gemm_rs<Br, Cols>(dv, a, tdO + col_off);
     }
     // dPd_ij^T = V_j dO_i^T
     float dpt[Br / 8][4];
@@ -372,33 +383,35 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
     {
       uint32_t a[Br / 16][4];
       pack_a<Br, false>(a, dpt, 0u);
-      wg_gemm_rs<Br, HS>(dk, a, tQ);
+      wg_gemm_rs<Br, Cols>(dk, a, tQ + col_off);
     }
     __syncthreads();  // every warp is done with this stage and the keep bits
   }
   // dqkv[K_j] += dK_j / sqrt(HS), dqkv[V_j] += dV_j s
   bf16* dqkv_b = p.dqkv + qkv_b;
-  add_to_dqkv(dqkv_b, p.ld_qkv, (long long)p.C + (long long)h * HS, dk, p.scale, k_g, p.T, lane);
-  add_to_dqkv(dqkv_b, p.ld_qkv, 2LL * p.C + (long long)h * HS, dv, p.dropout_scale, k_g, p.T, lane);
+  add_to_dqkv(dqkv_b, p.ld_qkv, (long long)p.C + (long long)h * HS + c0, dk, p.scale, k_g, p.T, lane);
+  add_to_dqkv(dqkv_b, p.ld_qkv, 2LL * p.C + (long long)h * HS + c0, dv, p.dropout_scale, k_g, p.T, lane);
 }
 
 template <int HS>
 struct HopperDqTile {
   static constexpr int kThreads = 128;  // one warpgroup
-  static constexpr int kBr = 64, kBc = 64;
-  static constexpr int kTileBytes = kBr * HS * 2;  // Q_i, dO_i, and each K_j, V_j stage
-  static constexpr size_t kSmemBytes = 1024 + 6 * (size_t)kTileBytes;
+  // (Bc = 32 at HS = 256: S and dP take 16 registers a lane each, so that dQ's 128 fit)
+  static constexpr int kBr = 64, kBc = HS > 128 ? 32 : 64;
+  static constexpr int kQBytes = kBr * HS * 2;    // Q_i, dO_i
+  static constexpr int kKVBytes = kBc * HS * 2;   // each K_j, V_j stage
+  static constexpr size_t kSmemBytes = 1024 + 2 * (size_t)kQBytes + 4 * (size_t)kKVBytes;
 };
 
 // grid (B*NH, ceil(T / Br)); query tiles last-first. Causal.
 template <int HS, bool IsDropout>
 __global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_hopper_kernel(const BwdParams<bf16> p) {
   using Tile = HopperDqTile<HS>;
-  constexpr int Br = Tile::kBr, Bc = Tile::kBc, NThreads = Tile::kThreads, TB = Tile::kTileBytes;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, NThreads = Tile::kThreads, TB = Tile::kKVBytes;
   unsigned char* const raw = dynamic_smem<unsigned char>();
   unsigned char* const sQ = align_1024(raw);  // Q_i  [Br][HS]
-  unsigned char* const sdO = sQ + TB;                                             // dO_i [Br][HS]
-  unsigned char* const sK = sdO + TB;                                             // K_j  [2][Bc][HS]
+  unsigned char* const sdO = sQ + Tile::kQBytes;                                  // dO_i [Br][HS]
+  unsigned char* const sK = sdO + Tile::kQBytes;                                  // K_j  [2][Bc][HS]
   unsigned char* const sV = sK + 2 * TB;                                          // V_j  [2][Bc][HS]
   const uint32_t aQ = smem_u32(sQ), adO = smem_u32(sdO), aK = smem_u32(sK), aV = smem_u32(sV);
 
@@ -476,8 +489,8 @@ void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
   using Dq = HopperDqTile<HS>;
   const long long kv_tiles = ceil_div(p.T, Kv::kBc), q_tiles = ceil_div(p.T, Dq::kBr);
   if (kv_tiles > 65535 || q_tiles > 65535) throw std::invalid_argument("flash_attn_backward: T too large for the grid");
-  launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)kv_tiles), Kv::kThreads,
-         Kv::kSmemBytes, ctx.stream, p);
+  launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)kv_tiles, (unsigned)Kv::kSplits),
+         Kv::kThreads, Kv::kSmemBytes, ctx.stream, p);
   launch(flash_bwd_dq_hopper_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)q_tiles), Dq::kThreads,
          Dq::kSmemBytes, ctx.stream, p);
 }
@@ -512,16 +525,20 @@ void run_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p) {
 void launch_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p, bool dropout) {
   if (p.HS == 64) {
     BOOL_SWITCH(dropout, kDropout, [&] { run_bwd_hopper<64, kDropout>(ctx, p); });
-  } else {
+  } else if (p.HS == 128) {
     BOOL_SWITCH(dropout, kDropout, [&] { run_bwd_hopper<128, kDropout>(ctx, p); });
+  } else {
+    BOOL_SWITCH(dropout, kDropout, [&] { run_bwd_hopper<256, kDropout>(ctx, p); });
   }
 }
 
 void launch_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p, bool dropout) {
   if (p.HS == 64) {
     BOOL_SWITCH(dropout, kDropout, [&] { run_fwd_hopper<64, kDropout>(ctx, p); });
-  } else {
+  } else if (p.HS == 128) {
     BOOL_SWITCH(dropout, kDropout, [&] { run_fwd_hopper<128, kDropout>(ctx, p); });
+  } else {
+    BOOL_SWITCH(dropout, kDropout, [&] { run_fwd_hopper<256, kDropout>(ctx, p); });
   }
 }
 
@@ -531,7 +548,7 @@ void flash_attn_forward_hopper(const Context& ctx, bf16* out, float* lse, const 
                                const philox::DropoutKey& key, int B, int Tn, int C, int NH, uint8_t* mask) {
   if (NH >= 1 && C >= 1 && C % NH == 0 && !flash_attn_hopper_head_size(C / NH))
     throw std::invalid_argument("flash_attn_forward_hopper: head size " + std::to_string(C / NH) +
-                                " (C / NH); the Hopper kernels take 64 and 128");
+                                " (C / NH); the Hopper kernels take 64, 128 and 256");
   flash::check_shape(B, Tn, C, NH, "flash_attn_forward_hopper");
   if (!flash_attn_hopper_device(ctx))
     throw std::invalid_argument("flash_attn_forward_hopper: the device is compute capability " +

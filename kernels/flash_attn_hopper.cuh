@@ -5,7 +5,8 @@
 //
 // Status: checked under the emulator and on an H100 (tests/gpu/test_flash_attn_gpu.cu, the
 // "hopper" cases: their outputs there are the mma.sync kernels' bit for bit, and a whole
-// shakespeare-char run on them gave the mma.sync run's losses at every step).
+// shakespeare-char run on them gave the mma.sync run's losses at every step); head size 256
+// under the emulator only so far.
 // flash_attn_forward / _backward<bf16> run them in place of the mma.sync kernels on compute
 // capability 9.0 unless TG_FLASH_HOPPER=0 (flash_attn_hopper_chosen).
 #pragma once
@@ -16,7 +17,7 @@
 
 namespace gpu {
 
-// The head sizes the Hopper forward takes: 64 and 128.
+// The head sizes the Hopper kernels take: 64, 128 and 256.
 bool flash_attn_hopper_head_size(int HS);
 
 // Whether the Hopper kernels can run on ctx's device: compute capability 9.0 (their code is
@@ -24,8 +25,8 @@ bool flash_attn_hopper_head_size(int HS);
 bool flash_attn_hopper_device(const Context& ctx);
 
 // Whether flash_attn_forward / _backward<bf16> run the Hopper kernels for heads of size HS on
-// ctx's device: compute capability 9.0, a tile head size (flash_attn_tile_head_size) of 64 or
-// 128, and TG_FLASH_HOPPER unset or 1 in the environment (read at each call; 0: the mma.sync
+// ctx's device: compute capability 9.0, a tile head size (flash_attn_tile_head_size) of 64,
+// 128 or 256, and TG_FLASH_HOPPER unset or 1 in the environment (read at each call; 0: the mma.sync
 // kernels; another value throws std::invalid_argument).
 bool flash_attn_hopper_chosen(const Context& ctx, int HS);
 

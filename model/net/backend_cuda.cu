@@ -95,7 +95,7 @@ class CudaBackend final : public Backend {
       std::string kernels = gpu::flash_attn_hopper_chosen(gpt_.ctx(), HS) ? "Hopper wgmma kernels" : "mma.sync kernels";
       // a Hopper device the Hopper kernels do not serve at this head size: say why
       if (tile != 0 && gpu::flash_attn_hopper_device(gpt_.ctx()) && !gpu::flash_attn_hopper_head_size(tile))
-        kernels += ": the Hopper kernels take head sizes up to 128";
+        kernels += ": the Hopper kernels take head sizes above 32";
       note += std::string(note.empty() ? "" : "; ") + kernels;
     }
     return note.empty() ? "" : " (" + note + ")";

@@ -128,7 +128,7 @@ TEST_CASE("train_gpt_emu: bad input is one line and exit 2, as with train_gpt") 
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
 
-TEST_CASE("train_gpt_emu: head sizes the flash tiles do not have run padded, above 128 on the mma.sync kernels, and say so") {
+TEST_CASE("train_gpt_emu: head sizes the flash tiles do not have run padded, and the start-up line says so and which kernels") {
   const std::string common = " --device cuda --n-layer 1 --block-size 16 --batch-size 2 --max-iters 1 --eval-interval 1 "
                              "--sample-tokens 0 --eval-iters 1 --data " + data_path();
   const fs::path out = fresh_dir("tg_emu_head_sizes");
@@ -140,8 +140,13 @@ TEST_CASE("train_gpt_emu: head sizes the flash tiles do not have run padded, abo
   const Run wide = run_emu("--n-head 1 --n-embd 200" + common + " --out-dir " + (out / "b").string());
   INFO("stderr: " << wide.err);
   CHECK(wide.code == 0);
-  CHECK(wide.out.find("attention: flash (head size 200 padded to 256 in the flash kernels; mma.sync kernels: the "
-                      "Hopper kernels take head sizes up to 128)") != std::string::npos);
+  CHECK(wide.out.find("attention: flash (head size 200 padded to 256 in the flash kernels; Hopper wgmma kernels)") !=
+        std::string::npos);
+  const Run narrow = run_emu("--n-head 2 --n-embd 64" + common + " --out-dir " + (out / "c").string());
+  INFO("stderr: " << narrow.err);
+  CHECK(narrow.code == 0);
+  CHECK(narrow.out.find("attention: flash (mma.sync kernels: the Hopper kernels take head sizes above 32)") !=
+        std::string::npos);
   fs::remove_all(out);
 }
 

@@ -491,16 +491,16 @@ TG_GPU_TEST("flash attention float: SIMT path within the derived fp32 tolerance 
 }
 
 // The Hopper kernels (wgmma, kernels/flash_attn_hopper.cuh, through flash_attn_forward / _backward
-// with TG_FLASH_HOPPER=1; head sizes 64 and 128, and 40 and 96 padded to them) against the same
-// fp64 spec: O, lse, dQ, dK, dV by the ratio rules of the
-// bf16 case above, the keep decisions byte for byte the CPU's (the mask hook); and beside the
-// mma.sync kernels on the same inputs: O within a bf16 rounding, lse to the fp32 sums' few ulp
-// (the two differ only in the order of the sums inside their matrix products; under the emulator
-// not at all), the gradients' largest difference reported.
+// with TG_FLASH_HOPPER=1; head sizes 64, 128 and 256, and 40, 96 and 200 padded to them) against
+// the same fp64 spec: O, lse, dQ, dK, dV by the ratio rules of the bf16 case above, the keep
+// decisions byte for byte the CPU's (the mask hook); and beside the mma.sync kernels on the same
+// inputs: O within a bf16 rounding, lse to the fp32 sums' few ulp (the two differ only in the
+// order of the sums inside their matrix products; under the emulator not at all), the gradients'
+// largest difference reported.
 TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the ratio rules, masks the CPU's") {
   uint64_t salt = 80000;
   for (int Tn : tg_test::device_sizes<int>({1, 17, 64, 129, 255}, {1, 17, 129}))
-    for (int HS : {40, 64, 96, 128})  // (40 and 96: padded to 64 and 128, at T = 17)
+    for (int HS : {40, 64, 96, 128, 200, 256})  // (40, 96, 200: padded to 64, 128, 256, at T = 17)
       for (double p : {0.0, 0.17}) {
         if (HS % 64 != 0 && Tn != 17) continue;
         const Shape s{Tn <= 129 ? 2 : 1, Tn, 2, HS};
@@ -524,16 +524,16 @@ TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the rati
       }
 }
 
-TG_HOPPER_TEST("flash attention hopper (wgmma): head sizes other than 64 and 128 are refused") {
+TG_HOPPER_TEST("flash attention hopper (wgmma): head sizes other than 64, 128 and 256 are refused") {
   tg_test::TestContext tc(0, gpu::Precision::BF16);
   const philox::DropoutKey key = attn_key(0.0);
-  for (int HS : {32, 40, 96, 256}) {
+  for (int HS : {32, 40, 96, 192}) {
     const Shape s{1, 8, 2, HS};
     DeviceArray<gpu::bf16> d_qkv(s.nqkv()), d_out(s.nout());
     DeviceArray<float> d_lse(s.nlse());
     CHECK_THROWS_WITH_AS(gpu::flash_attn_forward_hopper(tc.ctx, d_out.ptr, d_lse.ptr, d_qkv.ptr, key, s.B, s.Tn, s.C(),
                                                         s.NH, nullptr),
-                         doctest::Contains("the Hopper kernels take 64 and 128"), std::invalid_argument);
+                         doctest::Contains("the Hopper kernels take 64, 128 and 256"), std::invalid_argument);
   }
 }
 
