@@ -26,7 +26,8 @@
 #   attention    the attention benchmark (bench_gpu) beside PyTorch SDPA: forward, backward and
 #                both, p = 0 and 0.2, HS 64 and 128, TFLOP/s and ratios, on the default kernels
 #                (the Hopper ones on compute capability 9.0), then with TG_FLASH_HOPPER=0 (the
-#                mma.sync ones) at fewer T
+#                mma.sync ones) at fewer T, then with TG_FLASH_HOPPER=2 (the Hopper kernels with
+#                the warp-specialized TMA backward) at T 4k
 #   train_flash  shakespeare-char, flash, bf16, the full 5000 iterations: ms/iteration, tokens/s,
 #                MFU, peak device memory (nvidia-smi sampled), best val loss, the kernels it ran
 #   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle)
@@ -170,10 +171,11 @@ parse_hopper() {
 }
 
 # the attention benchmark's rows on the default kernels (the Hopper ones on compute capability
-# 9.0), then the mma.sync kernels' at fewer T
+# 9.0), then the mma.sync kernels' at fewer T, then the warp-specialized backward's
 parse_attention_step() {
   parse_attention "$1"
   [ -f "$1/bench_mma.csv" ] && parse_attention "$1" bench_mma.csv | sed 's/^/mma.sync kernels: /'
+  [ -f "$1/bench_ws.csv" ] && parse_attention "$1" bench_ws.csv | sed 's/^/warp-specialized backward: /'
   return 0
 }
 
@@ -344,6 +346,7 @@ window() {
     SAN_FLASH=(-tc="flash attention bf16: O*")
     SAN_SUITE=(-tc="gpu layernorm*,gpu gelu*")
     MMA_BENCH_ARGS=(--hs 64 --t 64 --p 0.2 --tokens 128 --width 128 --reps 1 --warmup 0)
+    WS_BENCH_ARGS=("${MMA_BENCH_ARGS[@]}")
     # expected seconds on this machine (2 cores, the emulator), and the limits
     NAIVE_ARGS=()
     EXP=([facts]=5 [libs]=5 [suite]=60 [hopper]=20 [attention]=40 [train_flash]=40 [nanogpt]=40 [sanitize]=60 [counters]=40 [train_naive]=30)
@@ -358,6 +361,7 @@ window() {
     SAN_FLASH=(-tc="flash attention bf16: O*,flash attention float*,flash attention backward*,flash attention hopper*")
     SAN_SUITE=(-tce="*20 steps*,*same seed twice*")
     MMA_BENCH_ARGS=(--hs 64,128 --t 1024,4096,16384 --p 0,0.2 --naive-max-t 0 --reps 10)
+    WS_BENCH_ARGS=(--hs 64,128 --t 4096 --p 0,0.2 --naive-max-t 0 --reps 10)
     NAIVE_ARGS=(--max-iters 1000 --eval-interval 500)
     # seconds each took in the first window on an H100 (docs/BENCHMARKS.md), rounded up
     # (hopper: not yet run on a GPU: its tests, a third of the attention step's shapes, 300
@@ -555,12 +559,14 @@ step_hopper() {
 }
 
 # the default kernels at every T (on compute capability 9.0 the Hopper ones), then the mma.sync
-# kernels at fewer T, each beside SDPA
+# kernels at fewer T, then the Hopper kernels with the warp-specialized backward
+# (TG_FLASH_HOPPER=2) at T 4k, each beside SDPA
 step_attention() {
   lib_env
   bounded_to 120 "$BENCH" "${BENCH_ARGS[@]}" --csv "$LOGS/bench_attention.csv"
   local rc=$?
   TG_FLASH_HOPPER=0 bounded "$BENCH" "${MMA_BENCH_ARGS[@]}" --csv "$LOGS/bench_mma.csv" || rc=$?
+  TG_FLASH_HOPPER=2 bounded "$BENCH" "${WS_BENCH_ARGS[@]}" --csv "$LOGS/bench_ws.csv" || rc=$?
   return $rc
 }
 

@@ -536,19 +536,20 @@ __device__ __forceinline__ void write_out_lse(const FwdParams<bf16>& p, float (&
 // warpgroup for the Hopper kernels) ------------------------------------------------------------------
 
 // The keep bits M_ij of the tile (queries i0 .. i0+Br-1, keys j0 .. j0+Bc-1) into
-// sM[key][query] (row stride MS), by all threads: one Philox call per (query, 4 keys).
+// sM[key][query] (row stride MS), by the NThreads threads tid = 0 .. NThreads-1 (a CTA, or one
+// warp making its own rows): one Philox call per (query, 4 keys).
 // Consecutive threads take consecutive queries of one group of 4 keys, so a warp's 32 one-byte
 // stores fall in 8 consecutive words of a key row: one wavefront, no bank conflict (threads
 // taking consecutive key groups of one query put their bytes MS bytes apart, two to a bank).
 template <int Br, int Bc, int MS, int NThreads>
-__device__ __forceinline__ void make_mask_tile(uint8_t* sM, const philox::DropoutKey& key, uint32_t bh, int i0,
-                                               int j0) {
+__device__ __forceinline__ void make_mask_tile(uint8_t* sM, const philox::DropoutKey& key, uint32_t bh, int i0, int j0,
+                                               int tid) {
   constexpr int kGroups = Bc / 4, kCalls = Br * kGroups;
   static_assert(kCalls % NThreads == 0, "Philox calls must divide evenly among the threads");
   static_assert(Br % 32 == 0, "a warp's queries lie in one key group");
 #pragma unroll
   for (int it = 0; it < kCalls / NThreads; ++it) {
-    const int c = it * NThreads + (int)threadIdx.x;
+    const int c = it * NThreads + tid;
     const int q = c % Br, kg = c / Br;
     const philox::U32x4 w = philox::dropout_words(key, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 4 * kg));
 #pragma unroll

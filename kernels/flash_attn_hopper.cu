@@ -76,14 +76,25 @@ bool flash_attn_hopper_head_size(int HS) { return HS == 64 || HS == 128 || HS ==
 
 bool flash_attn_hopper_device(const Context& ctx) { return ctx.cc_major == 9 && ctx.cc_minor == 0; }
 
-bool flash_attn_hopper_chosen(const Context& ctx, int HS) {
+namespace {
+// TG_FLASH_HOPPER: "" (unset), "0", "1" or "2"; anything else throws
+std::string hopper_setting() {
   const char* v = std::getenv("TG_FLASH_HOPPER");
   const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1")
+  if (!s.empty() && s != "0" && s != "1" && s != "2")
     throw std::invalid_argument("TG_FLASH_HOPPER is '" + s + "'; expected 1 (the Hopper kernels on compute capability "
-                                "9.0, the default) or 0 (the mma.sync kernels); set one of them, or unset it");
-  return s != "0" && flash_attn_hopper_device(ctx) && flash_attn_hopper_head_size(flash_attn_tile_head_size(HS));
+                                "9.0, the default), 2 (them with the warp-specialized TMA backward) or 0 (the "
+                                "mma.sync kernels); set one of them, or unset it");
+  return s;
 }
+}  // namespace
+
+bool flash_attn_hopper_chosen(const Context& ctx, int HS) {
+  return hopper_setting() != "0" && flash_attn_hopper_device(ctx) &&
+         flash_attn_hopper_head_size(flash_attn_tile_head_size(HS));
+}
+
+bool flash_attn_hopper_ws_backward() { return hopper_setting() == "2"; }
 
 namespace flash {
 namespace {
@@ -276,6 +287,42 @@ __device__ __forceinline__ void wg_gemm_rs(float (&acc)[HS / 8][4], const uint32
   hopper::wgmma_wait_group<0>();
 }
 
+// One query tile of the dK / dV kernels: dK_j, dV_j (the warpgroup's 64 keys from jw0 - 16 warp,
+// columns col_off / (Br 128) 64 on) += dS^T Q_i, Pd^T dO_i, with K_j, V_j at aK, aV, Q_i, dO_i
+// (queries i0 .. i0+Br-1) at tQ, tdO, their lse_i log2(e) and D_i at sLi, sDi, and the keep bits
+// M_ij^T at sM ([Bc][MS]; read with dropout only).
+template <int HS, int Br, int Bc, int MS, int Cols, bool IsDropout>
+__device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[Cols / 8][4], int Tn, float scale_log2,
+                                          float dropout_scale, uint32_t aK, uint32_t aV, uint32_t tQ, uint32_t tdO,
+                                          uint32_t col_off, const float* sLi, const float* sDi, const uint8_t* sM,
+                                          int i0, int jw0, int k_g, int warp, int lane) {
+  const int t = lane % 4;
+  // S_ij^T = K_j Q_i^T (raw), masked
+  float st[Br / 8][4];
+  wg_gemm_ss<HS, Br, Bc, Br>(st, aK, 0, tQ);
+  if (i0 + Br > Tn || i0 < jw0 + 15) mask_scores_t<Br / 8, true>(st, k_g, i0 + 2 * t, Tn);
+  // P_ij^T = exp(S_ij^T - lse_i) (lse of the column's query)
+  probs_key_major(st, sLi, scale_log2, t);
+  // dV_j += (P_ij o M_ij)^T dO_i   (the scale s is applied once, at the end)
+  const uint32_t bits = IsDropout ? keep_bits_from_tile<Br / 8, MS>(sM, warp, lane) : ~0u;
+  {
+    uint32_t a[Br / 16][4];
+    pack_a<Br, IsDropout>(a, st, bits);
+    wg_gemm_rs<Br, Cols>(dv, a, tdO + col_off);
+  }
+  // dPd_ij^T = V_j dO_i^T
+  float dpt[Br / 8][4];
+  wg_gemm_ss<HS, Br, Bc, Br>(dpt, aV, 0, tdO);
+  // dP = dPd o M s, dS_ij^T = P_ij^T o (dP_ij^T - D_i), in place in dpt
+  dscores_key_major<Br / 8, IsDropout>(dpt, st, sDi, bits, dropout_scale, t);
+  // dK_j += dS_ij^T Q_i   (the 1/sqrt(HS) is applied once, at the end)
+  {
+    uint32_t a[Br / 16][4];
+    pack_a<Br, false>(a, dpt, 0u);
+    wg_gemm_rs<Br, Cols>(dk, a, tQ + col_off);
+  }
+}
+
 template <int HS>
 struct HopperDkvTile {
   static constexpr int kThreads = 128;  // one warpgroup
@@ -285,6 +332,7 @@ struct HopperDkvTile {
   // kernels/flash_attn_bwd.cu's DkvTile (S^T and dP^T over all 256 columns in each)
   static constexpr int kCols = HS > 128 ? 128 : HS;
   static constexpr int kSplits = HS / kCols;
+  static constexpr int kThreadsWs = 128 + 32;  // and a producer warp (the warp-specialized kernel)
   static constexpr int kMaskStride = kBr + 4;
   static constexpr int kKVBytes = kBc * HS * 2, kQBytes = kBr * HS * 2;
   static constexpr int kTileBytes = 2 * kKVBytes + 4 * kQBytes;  // K, V; two stages of Q, dO
@@ -306,7 +354,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   uint8_t* sM = reinterpret_cast<uint8_t*>(sD + 2 * Br);         // M_ij^T [Bc][MS]
   const uint32_t aK = smem_u32(sK), aV = smem_u32(sV), aQ = smem_u32(sQ), adO = smem_u32(sdO);
 
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
   const uint32_t bh = blockIdx.x;
   const int b = (int)bh / p.NH, h = (int)bh % p.NH;
   const int j0 = blockIdx.y * Bc;  // first key of K_j
@@ -355,36 +403,12 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
     } else {
       cp_async_wait<0>();
     }
-    if constexpr (IsDropout) make_mask_tile<Br, Bc, MS, NThreads>(sM, p.key, bh, i0, j0);
+    if constexpr (IsDropout) make_mask_tile<Br, Bc, MS, NThreads>(sM, p.key, bh, i0, j0, (int)threadIdx.x);
     hopper::fence_proxy_async();
     __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
-    const uint32_t tQ = aQ + stage * Tile::kQBytes, tdO = adO + stage * Tile::kQBytes;
-    const float* sLi = sL + stage * Br;
-    const float* sDi = sD + stage * Br;
-    // S_ij^T = K_j Q_i^T (raw), masked
-    float st[Br / 8][4];
-    wg_gemm_ss<HS, Br, Bc, Br>(st, aK, 0, tQ);
-    if (i0 + Br > p.T || i0 < jw0 + 15) mask_scores_t<Br / 8, true>(st, k_g, i0 + 2 * t, p.T);
-    // P_ij^T = exp(S_ij^T - lse_i) (lse of the column's query)
-    probs_key_major(st, sLi, p.scale_log2, t);
-    // dV_j += (P_ij o M_ij)^T dO_i   (the scale s is applied once, at the end)
-    const uint32_t bits = IsDropout ? keep_bits_from_tile<Br / 8, MS>(sM, warp, lane) : ~0u;
-    {
-      uint32_t a[Br / 16][4];
-      pack_a<Br, IsDropout>(a, st, bits);
-      wg_gemm_rs<Br, Cols>(dv, a, tdO + col_off);
-    }
-    // dPd_ij^T = V_j dO_i^T
-    float dpt[Br / 8][4];
-    wg_gemm_ss<HS, Br, Bc, Br>(dpt, aV, 0, tdO);
-    // dP = dPd o M s, dS_ij^T = P_ij^T o (dP_ij^T - D_i), in place in dpt
-    dscores_key_major<Br / 8, IsDropout>(dpt, st, sDi, bits, p.dropout_scale, t);
-    // dK_j += dS_ij^T Q_i   (the 1/sqrt(HS) is applied once, at the end)
-    {
-      uint32_t a[Br / 16][4];
-      pack_a<Br, false>(a, dpt, 0u);
-      wg_gemm_rs<Br, Cols>(dk, a, tQ + col_off);
-    }
+    dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout>(dk, dv, p.T, p.scale_log2, p.dropout_scale, aK, aV,
+                                               aQ + stage * Tile::kQBytes, adO + stage * Tile::kQBytes, col_off,
+                                               sL + stage * Br, sD + stage * Br, sM, i0, jw0, k_g, warp, lane);
     __syncthreads();  // every warp is done with this stage and the keep bits
   }
   // dqkv[K_j] += dK_j / sqrt(HS), dqkv[V_j] += dV_j s
@@ -393,15 +417,160 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   add_to_dqkv(dqkv_b, p.ld_qkv, 2LL * p.C + (long long)h * HS + c0, dv, p.dropout_scale, k_g, p.T, lane);
 }
 
+// The dK / dV kernel warp-specialized: one consumer warpgroup (dkdv_tile) and a producer warp.
+// The producer's elected lane loads K_j, V_j once and streams Q_i, dO_i through a ring of two
+// stages with TMA (boxes of 64 columns by Br rows over qkv and dout); its 32 lanes write the
+// stage's lse_i log2(e) and D_i into shared memory and each arrives on the stage's "full"
+// mbarrier (the elected lane's arrival is the expect_tx one), so that the consumers see them
+// with the boxes. Each consumer warp makes the keep bits of its own 16 keys (a warp-local
+// make_mask_tile: no barrier across the warpgroup) and arrives on "empty" when done with the
+// stage. Rows past the end of a batch's sequence read the next sequence's rows (zeros past the
+// tensor): their queries have lse = +inf, so P = dS = 0 there. Chosen by TG_FLASH_HOPPER=2.
+// grid (B*NH, ceil(T / Bc), kSplits). Causal.
+template <int HS, bool IsDropout>
+__global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
+    flash_bwd_dkdv_hopper_ws_kernel(const BwdParams<bf16> p, const __grid_constant__ CUtensorMap qkv_map,
+                                    const __grid_constant__ CUtensorMap dout_map) {
+  using Tile = HopperDkvTile<HS>;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, MS = Tile::kMaskStride, Cols = Tile::kCols, NS = 2, Blocks = HS / 64;
+  __shared__ uint64_t bar_kv, full[NS], empty[NS];
+  unsigned char* const raw = dynamic_smem<unsigned char>();
+  unsigned char* const sK = align_1024(raw);         // K_j  [Bc][HS]
+  unsigned char* const sV = sK + Tile::kKVBytes;     // V_j  [Bc][HS]
+  unsigned char* const sQ = sV + Tile::kKVBytes;     // Q_i  [NS][Br][HS]
+  unsigned char* const sdO = sQ + NS * Tile::kQBytes;  // dO_i [NS][Br][HS]
+  float* sL = reinterpret_cast<float*>(sK + Tile::kTileBytes);  // lse_i log2(e) [NS][Br]
+  float* sD = sL + NS * Br;                                      // D_i [NS][Br]
+  uint8_t* sM = reinterpret_cast<uint8_t*>(sD + NS * Br);        // M_ij^T [Bc][MS]
+  const uint32_t aK = smem_u32(sK), aV = smem_u32(sV), aQ = smem_u32(sQ), adO = smem_u32(sdO);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int j0 = blockIdx.y * Bc;
+  const int c0 = Tile::kSplits > 1 ? (int)blockIdx.z * Cols : 0;
+  const int it0 = j0 / Br, n_it = (p.T + Br - 1) / Br;
+
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_init(&bar_kv, 1);
+    for (int st = 0; st < NS; ++st) {
+      hopper::mbarrier_init(&full[st], 32);  // the producer warp's lanes (one with expect_tx)
+      hopper::mbarrier_init(&empty[st], 4);  // one arrival per consumer warp
+    }
+    hopper::fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (warp == 4) {  // the producer warp
+    const int row0 = b * p.T;  // row of (b, 0) in the (B T, 3C) and (B T, C) tensors
+    if (lane == 0) {
+      hopper::mbarrier_arrive_expect_tx(&bar_kv, 2 * Tile::kKVBytes);
+      for (int blk = 0; blk < Blocks; ++blk)
+        for (int piece = 0; piece < Bc / Br; ++piece) {
+          const int off = blk * Bc * 128 + piece * Br * 128, row = row0 + j0 + piece * Br;
+          hopper::tma_load_2d(sK + off, &qkv_map, p.C + h * HS + 64 * blk, row, &bar_kv);
+          hopper::tma_load_2d(sV + off, &qkv_map, 2 * p.C + h * HS + 64 * blk, row, &bar_kv);
+        }
+    }
+    const float* lse = p.lse + (long long)bh * p.T;
+    const float* Dg = p.D + (long long)bh * p.T;
+    for (int it = it0; it < n_it; ++it) {
+      const int i0 = it * Br, st = (it - it0) % NS, use = (it - it0) / NS;
+      if (use > 0) hopper::mbarrier_wait_parity(&empty[st], (use - 1) & 1);  // the consumers released it
+      for (int r = lane; r < Br; r += 32) {
+        const int i = i0 + r;
+        sL[st * Br + r] = i < p.T ? lse[i] * kLog2e : INFINITY;
+        sD[st * Br + r] = i < p.T ? Dg[i] : 0.f;
+      }
+      if (lane == 0) {
+        hopper::mbarrier_arrive_expect_tx(&full[st], 2 * Tile::kQBytes);
+        for (int blk = 0; blk < Blocks; ++blk) {
+          hopper::tma_load_2d(sQ + st * Tile::kQBytes + blk * Br * 128, &qkv_map, h * HS + 64 * blk, row0 + i0, &full[st]);
+          hopper::tma_load_2d(sdO + st * Tile::kQBytes + blk * Br * 128, &dout_map, h * HS + 64 * blk, row0 + i0,
+                              &full[st]);
+        }
+      } else {
+        hopper::mbarrier_arrive(&full[st]);
+      }
+    }
+    return;
+  }
+
+  const int jw0 = j0 + 16 * warp, k_g = jw0 + lane / 4;
+  const uint32_t col_off = (uint32_t)(c0 / 64) * Br * 128;
+  float dk[Cols / 8][4], dv[Cols / 8][4];
+  zero(dk);
+  zero(dv);
+  hopper::mbarrier_wait_parity(&bar_kv, 0);
+  for (int it = it0; it < n_it; ++it) {
+    const int i0 = it * Br, st = (it - it0) % NS;
+    // this warp's keep bits (rows 16 warp .. 16 warp + 15 of the tile) while the stage lands
+    if constexpr (IsDropout) {
+      make_mask_tile<Br, 16, MS, 32>(sM + 16 * warp * MS, p.key, bh, i0, jw0, lane);
+      __syncwarp();
+    }
+    hopper::mbarrier_wait_parity(&full[st], ((it - it0) / NS) & 1);  // Q_i, dO_i, lse_i, D_i landed
+    dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout>(dk, dv, p.T, p.scale_log2, p.dropout_scale, aK, aV,
+                                               aQ + st * Tile::kQBytes, adO + st * Tile::kQBytes, col_off,
+                                               sL + st * Br, sD + st * Br, sM, i0, jw0, k_g, warp, lane);
+    // this warp's reads of the stage (its wgmmas retired, its lse and D loads done) are over
+    __syncwarp();
+    if (lane == 0) hopper::mbarrier_arrive(&empty[st]);
+  }
+  // dqkv[K_j] += dK_j / sqrt(HS), dqkv[V_j] += dV_j s
+  bf16* dqkv_b = p.dqkv + (long long)b * p.T * p.ld_qkv;
+  add_to_dqkv(dqkv_b, p.ld_qkv, (long long)p.C + (long long)h * HS + c0, dk, p.scale, k_g, p.T, lane);
+  add_to_dqkv(dqkv_b, p.ld_qkv, 2LL * p.C + (long long)h * HS + c0, dv, p.dropout_scale, k_g, p.T, lane);
+}
+
 template <int HS>
 struct HopperDqTile {
-  static constexpr int kThreads = 128;  // one warpgroup
+  static constexpr int kThreads = 128;         // one warpgroup
+  static constexpr int kThreadsWs = 128 + 32;  // and a producer warp (the warp-specialized kernel)
   // (Bc = 32 at HS = 256: S and dP take 16 registers a lane each, so that dQ's 128 fit)
   static constexpr int kBr = 64, kBc = HS > 128 ? 32 : 64;
   static constexpr int kQBytes = kBr * HS * 2;    // Q_i, dO_i
   static constexpr int kKVBytes = kBc * HS * 2;   // each K_j, V_j stage
   static constexpr size_t kSmemBytes = 1024 + 2 * (size_t)kQBytes + 4 * (size_t)kKVBytes;
 };
+
+// One key tile of the dQ kernels: dQ_i (the warpgroup's 64 query rows from iw0 - 16 warp) +=
+// dS_ij K_j, with Q_i, dO_i at aQ, adO and K_j, V_j (keys j0 .. j0+Bc-1) at tK, tV; lse2, Di the
+// lane's rows' lse_i log2(e) and D_i.
+template <int HS, int Br, int Bc, bool IsDropout>
+__device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const philox::DropoutKey& key, int Tn,
+                                        float scale_log2, float dropout_scale, uint32_t aQ, uint32_t adO, uint32_t tK,
+                                        uint32_t tV, int j0, int iw0, int i_g, const float (&lse2)[2],
+                                        const float (&Di)[2], uint32_t bh, int lane) {
+  // S_ij = Q_i K_j^T (raw), masked; P_ij = exp(S_ij - lse_i)
+  float s[Bc / 8][4];
+  wg_gemm_ss<HS, Bc, Br, Bc>(s, aQ, 0, tK);
+  if (j0 + Bc > Tn || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), Tn);
+  probs_query_major(s, lse2, scale_log2);
+  // dPd_ij = dO_i V_j^T
+  float dp[Bc / 8][4];
+  wg_gemm_ss<HS, Bc, Br, Bc>(dp, adO, 0, tV);
+  // dP_ij = dPd_ij o M_ij s (the forward's keep bits), dS_ij = P_ij o (dP_ij - D_i), in place
+  const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(key, bh, i_g, j0, lane) : ~0u;
+  dscores_query_major<Bc / 8, IsDropout>(dp, s, Di, bits, dropout_scale);
+  // dQ_i += dS_ij K_j   (the 1/sqrt(HS) is applied once, at the end)
+  {
+    uint32_t a[Bc / 16][4];
+    pack_a<Bc, false>(a, dp, 0u);
+    wg_gemm_rs<Bc, HS>(dq, a, tK);
+  }
+}
+
+// lse_i log2(e) and D_i of the lane's rows i_g, i_g + 8 (+inf past T: P = 0 there)
+__device__ __forceinline__ void row_lse_d(float (&lse2)[2], float (&Di)[2], const BwdParams<bf16>& p, uint32_t bh,
+                                          int i_g) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i_g + 8 * r;
+    lse2[r] = i < p.T ? p.lse[(long long)bh * p.T + i] * kLog2e : INFINITY;
+    Di[r] = i < p.T ? p.D[(long long)bh * p.T + i] : 0.f;
+  }
+}
 
 // grid (B*NH, ceil(T / Br)); query tiles last-first. Causal.
 template <int HS, bool IsDropout>
@@ -459,29 +628,98 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_ho
     }
     hopper::fence_proxy_async();
     __syncthreads();
-    const uint32_t tK = aK + stage * TB, tV = aV + stage * TB;
-    // S_ij = Q_i K_j^T (raw), masked; P_ij = exp(S_ij - lse_i)
-    float s[Bc / 8][4];
-    wg_gemm_ss<HS, Bc, Br, Bc>(s, aQ, 0, tK);
-    if (j0 + Bc > p.T || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), p.T);
-    probs_query_major(s, lse2, p.scale_log2);
-    // dPd_ij = dO_i V_j^T
-    float dp[Bc / 8][4];
-    wg_gemm_ss<HS, Bc, Br, Bc>(dp, adO, 0, tV);
-    // dP_ij = dPd_ij o M_ij s (the forward's keep bits), dS_ij = P_ij o (dP_ij - D_i), in place
-    const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(p.key, bh, i_g, j0, lane) : ~0u;
-    dscores_query_major<Bc / 8, IsDropout>(dp, s, Di, bits, p.dropout_scale);
-    // dQ_i += dS_ij K_j   (the 1/sqrt(HS) is applied once, at the end)
-    {
-      uint32_t a[Bc / 16][4];
-      pack_a<Bc, false>(a, dp, 0u);
-      wg_gemm_rs<Bc, HS>(dq, a, tK);
-    }
+    dq_tile<HS, Br, Bc, IsDropout>(dq, p.key, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + stage * TB,
+                                   aV + stage * TB, j0, iw0, i_g, lse2, Di, bh, lane);
     __syncthreads();
   }
   // dqkv[Q_i] += dQ_i / sqrt(HS)
   add_to_dqkv(p.dqkv + qkv_b, p.ld_qkv, (long long)h * HS, dq, p.scale, i_g, p.T, lane);
 }
+
+// The dQ kernel warp-specialized, as the forward: one consumer warpgroup (the dQ kernel's math,
+// dq_tile) and a producer warp whose elected lane loads Q_i and dO_i once and streams K_j, V_j
+// through a ring of two stages with TMA (boxes of 64 columns by Bc rows from tensor maps over
+// qkv and dout), full / empty mbarriers as in the forward (each consumer warp arrives on "empty"
+// once its wgmmas on the stage have retired). Rows past the end of a batch's sequence read the
+// next sequence's rows (zeros past the tensor): their keys are masked and their query rows have
+// lse = +inf (P = 0) and are never written. Chosen by TG_FLASH_HOPPER=2.
+// grid (B*NH, ceil(T / Br)); query tiles last-first. Causal.
+template <int HS, bool IsDropout>
+__global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
+    flash_bwd_dq_hopper_ws_kernel(const BwdParams<bf16> p, const __grid_constant__ CUtensorMap qkv_map,
+                                  const __grid_constant__ CUtensorMap dout_map) {
+  using Tile = HopperDqTile<HS>;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, NS = 2, TB = Tile::kKVBytes, Blocks = HS / 64;
+  __shared__ uint64_t bar_q, full[NS], empty[NS];
+  unsigned char* const raw = dynamic_smem<unsigned char>();
+  unsigned char* const sQ = align_1024(raw);        // Q_i  [Br][HS]
+  unsigned char* const sdO = sQ + Tile::kQBytes;    // dO_i [Br][HS]
+  unsigned char* const sK = sdO + Tile::kQBytes;    // K_j  [NS][Bc][HS]
+  unsigned char* const sV = sK + NS * TB;           // V_j  [NS][Bc][HS]
+  const uint32_t aQ = smem_u32(sQ), adO = smem_u32(sdO), aK = smem_u32(sK), aV = smem_u32(sV);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * Br;
+  const int j_end = min(p.T, i0 + Br);
+  const int n_j = (j_end + Bc - 1) / Bc;
+
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_init(&bar_q, 1);
+    for (int st = 0; st < NS; ++st) {
+      hopper::mbarrier_init(&full[st], 1);   // the producer's arrive.expect_tx
+      hopper::mbarrier_init(&empty[st], 4);  // one arrival per consumer warp
+    }
+    hopper::fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (warp == 4) {  // the producer warp: its first lane issues every load
+    if (lane == 0) {
+      const int row0 = b * p.T;  // row of (b, 0) in the (B T, 3C) and (B T, C) tensors
+      hopper::mbarrier_arrive_expect_tx(&bar_q, 2 * Tile::kQBytes);
+      for (int blk = 0; blk < Blocks; ++blk)
+        for (int piece = 0; piece < Br / Bc; ++piece) {
+          const int off = blk * Br * 128 + piece * Bc * 128, row = row0 + i0 + piece * Bc;
+          hopper::tma_load_2d(sQ + off, &qkv_map, h * HS + 64 * blk, row, &bar_q);
+          hopper::tma_load_2d(sdO + off, &dout_map, h * HS + 64 * blk, row, &bar_q);
+        }
+      for (int jt = 0; jt < n_j; ++jt) {
+        const int st = jt % NS, use = jt / NS;
+        if (use > 0) hopper::mbarrier_wait_parity(&empty[st], (use - 1) & 1);  // the consumers released it
+        hopper::mbarrier_arrive_expect_tx(&full[st], 2 * TB);
+        for (int blk = 0; blk < Blocks; ++blk) {
+          hopper::tma_load_2d(sK + st * TB + blk * Bc * 128, &qkv_map, p.C + h * HS + 64 * blk, row0 + jt * Bc, &full[st]);
+          hopper::tma_load_2d(sV + st * TB + blk * Bc * 128, &qkv_map, 2 * p.C + h * HS + 64 * blk, row0 + jt * Bc,
+                              &full[st]);
+        }
+      }
+    }
+    return;
+  }
+
+  const int iw0 = i0 + 16 * warp;
+  const int i_g = iw0 + lane / 4;
+  float lse2[2], Di[2];
+  row_lse_d(lse2, Di, p, bh, i_g);
+  float dq[HS / 8][4];
+  zero(dq);
+  hopper::mbarrier_wait_parity(&bar_q, 0);
+  for (int jt = 0; jt < n_j; ++jt) {
+    const int st = jt % NS;
+    hopper::mbarrier_wait_parity(&full[st], (jt / NS) & 1);  // K_j, V_j landed
+    dq_tile<HS, Br, Bc, IsDropout>(dq, p.key, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + st * TB, aV + st * TB,
+                                   jt * Bc, iw0, i_g, lse2, Di, bh, lane);
+    // this warp's wgmmas on the stage have retired: its arrival releases it (with the other three)
+    __syncwarp();
+    if (lane == 0) hopper::mbarrier_arrive(&empty[st]);
+  }
+  // dqkv[Q_i] += dQ_i / sqrt(HS)
+  add_to_dqkv(p.dqkv + (long long)b * p.T * p.ld_qkv, p.ld_qkv, (long long)h * HS, dq, p.scale, i_g, p.T, lane);
+}
+
+CUtensorMap tile_map(const bf16* base, long long ld, long long rows, int box_rows);
 
 template <int HS, bool IsDropout>
 void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
@@ -489,25 +727,39 @@ void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
   using Dq = HopperDqTile<HS>;
   const long long kv_tiles = ceil_div(p.T, Kv::kBc), q_tiles = ceil_div(p.T, Dq::kBr);
   if (kv_tiles > 65535 || q_tiles > 65535) throw std::invalid_argument("flash_attn_backward: T too large for the grid");
-  launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)kv_tiles, (unsigned)Kv::kSplits),
-         Kv::kThreads, Kv::kSmemBytes, ctx.stream, p);
-  launch(flash_bwd_dq_hopper_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)q_tiles), Dq::kThreads,
-         Dq::kSmemBytes, ctx.stream, p);
+  const dim3 kv_grid((unsigned)(p.B * p.NH), (unsigned)kv_tiles, (unsigned)Kv::kSplits);
+  if (flash_attn_hopper_ws_backward()) {
+    const long long rows = (long long)p.B * p.T;
+    launch(flash_bwd_dkdv_hopper_ws_kernel<HS, IsDropout>, kv_grid, Kv::kThreadsWs, Kv::kSmemBytes, ctx.stream, p,
+           tile_map(p.qkv, p.ld_qkv, rows, Kv::kBr), tile_map(p.dout, p.ld_out, rows, Kv::kBr));
+  } else {
+    launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout>, kv_grid, Kv::kThreads, Kv::kSmemBytes, ctx.stream, p);
+  }
+  const dim3 dq_grid((unsigned)(p.B * p.NH), (unsigned)q_tiles);
+  if (flash_attn_hopper_ws_backward()) {
+    const long long rows = (long long)p.B * p.T;
+    launch(flash_bwd_dq_hopper_ws_kernel<HS, IsDropout>, dq_grid, Dq::kThreadsWs, Dq::kSmemBytes, ctx.stream, p,
+           tile_map(p.qkv, p.ld_qkv, rows, Dq::kBc), tile_map(p.dout, p.ld_out, rows, Dq::kBc));
+  } else {
+    launch(flash_bwd_dq_hopper_kernel<HS, IsDropout>, dq_grid, Dq::kThreads, Dq::kSmemBytes, ctx.stream, p);
+  }
 }
 
-// qkv (B T rows of 3C bf16) as a 2-D tensor map: boxes of 64 columns (128 bytes, the swizzle's
-// width) by box_rows rows, landing with the 128-byte swizzle; zeros past the tensor.
-CUtensorMap qkv_map(const FwdParams<bf16>& p, int box_rows) {
+// A (rows, ld) bf16 tensor at base (qkv: B T rows of 3C; dout: of C) as a 2-D tensor map: boxes of
+// 64 columns (128 bytes, the swizzle's width) by box_rows rows, landing with the 128-byte swizzle;
+// zeros past the tensor.
+CUtensorMap tile_map(const bf16* base, long long ld, long long rows, int box_rows) {
   CUtensorMap map;
-  const cuuint64_t dims[2] = {(cuuint64_t)p.ld_qkv, (cuuint64_t)p.B * (cuuint64_t)p.T};
-  const cuuint64_t strides[1] = {(cuuint64_t)p.ld_qkv * sizeof(bf16)};
+  const cuuint64_t dims[2] = {(cuuint64_t)ld, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)ld * sizeof(bf16)};
   const cuuint32_t box[2] = {64, (cuuint32_t)box_rows}, ones[2] = {1, 1};
-  const CUresult r = hopper::encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(p.qkv), dims, strides,
-                                    box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                    CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = hopper::encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<bf16*>(base), dims,
+                                            strides, box, ones, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw std::runtime_error("flash attention (Hopper): cuTensorMapEncodeTiled failed (" + std::to_string((int)r) +
-                             ") for qkv of " + std::to_string(p.B * p.T) + " x " + std::to_string(p.ld_qkv));
+                             ") for a tensor of " + std::to_string(rows) + " x " + std::to_string(ld));
   return map;
 }
 
@@ -517,7 +769,7 @@ void run_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p) {
   const long long tiles = ceil_div(p.T, Tile::kBr);
   if (tiles > 65535) throw std::invalid_argument("flash_attn_forward_hopper: T too large for the grid");
   launch(flash_fwd_hopper_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles), Tile::kThreads,
-         Tile::kSmemBytes, ctx.stream, p, qkv_map(p, Tile::kBc));
+         Tile::kSmemBytes, ctx.stream, p, tile_map(p.qkv, p.ld_qkv, (long long)p.B * p.T, Tile::kBc));
 }
 
 }  // namespace

@@ -26,9 +26,14 @@ bool flash_attn_hopper_device(const Context& ctx);
 
 // Whether flash_attn_forward / _backward<bf16> run the Hopper kernels for heads of size HS on
 // ctx's device: compute capability 9.0, a tile head size (flash_attn_tile_head_size) of 64,
-// 128 or 256, and TG_FLASH_HOPPER unset or 1 in the environment (read at each call; 0: the mma.sync
-// kernels; another value throws std::invalid_argument).
+// 128 or 256, and TG_FLASH_HOPPER unset, 1 or 2 in the environment (read at each call; 0: the
+// mma.sync kernels; another value throws std::invalid_argument).
 bool flash_attn_hopper_chosen(const Context& ctx, int HS);
+
+// Whether the Hopper backward runs its warp-specialized kernel (a producer warp streaming the
+// tiles with TMA; kernels/flash_attn_hopper.cu) in place of the cp.async one: TG_FLASH_HOPPER=2.
+// It has not run on a GPU yet, so it is not the default.
+bool flash_attn_hopper_ws_backward();
 
 // As flash_attn_forward<bf16> with causal = true: out (B, T, C) and lse (B, NH, T) overwritten,
 // mask (B, NH, T, T) the keep decisions when not null (entries above the diagonal untouched).

@@ -92,7 +92,10 @@ class CudaBackend final : public Backend {
     std::string note;
     if (tile != HS && tile != 0) note = "head size " + std::to_string(HS) + " padded to " + std::to_string(tile) + " in the flash kernels";
     if (std::is_same<T, gpu::bf16>::value) {
-      std::string kernels = gpu::flash_attn_hopper_chosen(gpt_.ctx(), HS) ? "Hopper wgmma kernels" : "mma.sync kernels";
+      const bool hopper = gpu::flash_attn_hopper_chosen(gpt_.ctx(), HS);
+      std::string kernels = !hopper ? "mma.sync kernels"
+                            : gpu::flash_attn_hopper_ws_backward() ? "Hopper wgmma kernels, warp-specialized backward"
+                                                                   : "Hopper wgmma kernels";
       // a Hopper device the Hopper kernels do not serve at this head size: say why
       if (tile != 0 && gpu::flash_attn_hopper_device(gpt_.ctx()) && !gpu::flash_attn_hopper_head_size(tile))
         kernels += ": the Hopper kernels take head sizes above 32";

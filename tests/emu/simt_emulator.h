@@ -8,7 +8,7 @@
 //       -I$(CUDA_HOME)/include -fsanitize=address,undefined
 // so this header comes first. It provides:
 //   - the CUDA built-ins the kernels use: threadIdx / blockIdx / blockDim / gridDim,
-//     __syncthreads, __shfl_sync, __shfl_xor_sync; `__shared__` arrays become function-local
+//     __syncthreads, __syncwarp, __shfl_sync, __shfl_xor_sync; `__shared__` arrays become function-local
 //     statics (one copy per kernel, shared by the threads of the running CTA: CTAs run one at
 //     a time); gpu::dynamic_smem<T>() is the launch's dynamic shared memory;
 //   - emu::launch_kernel, what gpu::launch (kernels/cuda_common.cuh) calls in place of
@@ -156,6 +156,9 @@ inline V shfl(unsigned mask, V v, int src_lane, const char* op) {
 #define gridDim (emu::g_grid_dim)
 
 inline void __syncthreads() { emu::syncthreads(); }
+// a warp collective with nothing exchanged: every lane of the warp arrives before any leaves, and
+// the race checker orders the lanes' accesses across it
+inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)emu::warp_exchange(mask, 0, emu::g_thread->lane, "__syncwarp"); }
 template <typename V>
 inline V __shfl_sync(unsigned mask, V v, int src_lane, int width = 32) {
   if (width != 32) emu::device_fault(cudaErrorLaunchFailure, "__shfl_sync with width != 32 is not emulated");

@@ -154,7 +154,8 @@ TEST_CASE("train_gpt_emu: head sizes the flash tiles do not have run padded, and
 // the Hopper kernels (kernels/flash_attn_hopper.cuh) unless TG_FLASH_HOPPER=0, and the start-up
 // line says which; under the emulator (as on an H100) their outputs are the mma.sync kernels' bit
 // for bit (the same products, in the same order per k-step of 16), so the whole run is the same
-// bits. On an A100 they are the mma.sync kernels, and a value other than 0 or 1 is refused.
+// bits; TG_FLASH_HOPPER=2 (the warp-specialized backward) too. On an A100 they are the mma.sync
+// kernels, and a value other than 0, 1 or 2 is refused.
 TEST_CASE("train_gpt_emu: on compute capability 9.0 the flash kernels are Hopper wgmma's unless TG_FLASH_HOPPER=0, the same bits as mma.sync") {
   // head size 64 (one of the Hopper kernel's); two query tiles of its 128 rows at T = 160
   const std::string common = " --device cuda --precision bf16 --eval-interval 2 --log-interval 1 --sample-tokens 0 "
@@ -172,6 +173,12 @@ TEST_CASE("train_gpt_emu: on compute capability 9.0 the flash kernels are Hopper
   const std::map<int, double> a = train_losses(out / "mma"), b = train_losses(out / "hopper");
   CHECK(a.size() == 3);
   CHECK(a == b);
+  const Run ws = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 3 --out-dir " + (out / "ws").string(),
+                              "env TG_FLASH_HOPPER=2 ");
+  INFO("stderr: " << ws.err);
+  REQUIRE(ws.code == 0);
+  CHECK(ws.out.find("attention: flash (Hopper wgmma kernels, warp-specialized backward) |") != std::string::npos);
+  CHECK(train_losses(out / "ws") == a);
   const Run a100 = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 1 --out-dir " + (out / "a100").string(),
                                 "env TG_EMU_DEVICE=a100 ");
   CHECK(a100.code == 0);

@@ -68,9 +68,11 @@ uint64_t test_seed();
 struct FlashKernels {
   std::string before;
   bool had = false;
-  explicit FlashKernels(bool hopper) {
+  explicit FlashKernels(bool hopper) : FlashKernels(hopper ? "1" : "0") {}
+  // value: TG_FLASH_HOPPER's ("2": the Hopper kernels with the warp-specialized backward)
+  explicit FlashKernels(const char* value) {
     if (const char* v = std::getenv("TG_FLASH_HOPPER")) had = true, before = v;
-    setenv("TG_FLASH_HOPPER", hopper ? "1" : "0", 1);
+    setenv("TG_FLASH_HOPPER", value, 1);
   }
   FlashKernels(const FlashKernels&) = delete;
   FlashKernels& operator=(const FlashKernels&) = delete;

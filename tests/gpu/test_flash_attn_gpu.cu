@@ -521,6 +521,16 @@ TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the rati
         CHECK_MESSAGE(max_abs_diff(hw.lse, mma.lse) <= 64 * kU32 * (1 + max_abs(mma.lse)), where << ": lse beside mma.sync");
         MESSAGE(where << ": largest difference from the mma.sync kernels: O " << max_abs_diff(hw.out, mma.out) << ", lse "
                       << max_abs_diff(hw.lse, mma.lse) << ", dqkv " << max_abs_diff(hw.dqkv, mma.dqkv));
+        // the warp-specialized backward (TG_FLASH_HOPPER=2; with dropout): the same tile steps in
+        // the same order, so the same bits
+        if (p > 0) {
+          const Result ws = [&] {
+            const tg_test::FlashKernels family("2");
+            return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, true, false);
+          }();
+          CHECK_MESSAGE(bitwise_equal(ws.dqkv, hw.dqkv), where << ": the warp-specialized backward's dqkv differs, largest "
+                                                              << max_abs_diff(ws.dqkv, hw.dqkv));
+        }
       }
 }
 
