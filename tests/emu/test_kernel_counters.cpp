@@ -145,3 +145,28 @@ TEST_CASE("kernel counters: the Hopper flash kernels keep their shared memory fr
   const uint64_t heads = 6, hs = 64, per_tile = 128 * hs * 2 + 2 * (2 * 64 * hs * 2);
   CHECK(tma == heads * per_tile);
 }
+
+// The same step with the warp-specialized Hopper backward (TG_FLASH_HOPPER=2): its tiles come by
+// TMA, so its own memory instructions are lse and D (the dK / dV kernel's producer lanes; the dQ
+// kernel's consumer rows) and dqkv; held to no shared bank conflicts (the producer lanes' lse and
+// D, the per-warp keep bits), and its TMA bytes counted: per head (T = 128, 64 keys or queries a
+// tile) the dK / dV kernel loads K_j, V_j once per key tile and Q_i, dO_i for each query tile from
+// the key tile's first query on (2 + 1 of them), the dQ kernel Q_i, dO_i once per query tile and
+// K_j, V_j up to the tile's last row (1 + 2): five pairs of 64 x 64 bf16 tiles each.
+TEST_CASE("warp-specialized Hopper backward: its kernel counters, no shared bank conflicts, its TMA bytes") {
+  const tg_test::FlashKernels ws("2");
+  std::string report;
+  const std::vector<emu::KernelCounters> k = profile_step(gpu::AttentionPath::Flash, &report);
+  // (the efficiency: dqkv's bf16x2 read-add-writes, 50% of the sectors they touch, with the lse and
+  // D loads; the cp.async kernels' 0.69 and 0.77 counted their tile loads too)
+  check_targets(k, report,
+                {{"flash_bwd_dkdv_hopper_ws_kernel", 0.50, 1.63, 0}, {"flash_bwd_dq_hopper_ws_kernel", 0.50, 1.50, 0}});
+  uint64_t dkdv = 0, dq = 0;
+  for (const emu::KernelCounters& kc : k) {
+    if (kc.kernel.find("flash_bwd_dkdv_hopper_ws_kernel") != std::string::npos) dkdv += kc.tma_bytes;
+    if (kc.kernel.find("flash_bwd_dq_hopper_ws_kernel") != std::string::npos) dq += kc.tma_bytes;
+  }
+  const uint64_t heads = 6, pair = 2 * 64 * 64 * 2;
+  CHECK(dkdv == heads * 5 * pair);
+  CHECK(dq == heads * 5 * pair);
+}
