@@ -5,8 +5,8 @@
 // twins (cpu::attention_tiled_forward / _backward) are the spec.
 //
 // The forward, per (Q_i, bh): one CTA of two consumer warpgroups, each owning 64 query rows
-// (Br = 128; at HS = 256 one, Br = 64), and one producer warp (288 threads, warp specialization). The producer's elected
-// lane loads Q_i once and streams K_j, V_j (Bc = 64 keys) through a ring of kStages shared
+// (Br = 128), and one producer warp (288 threads, warp specialization; at HS = 256 one consumer
+// warpgroup, Br = 64, 160 threads). The producer's elected lane loads Q_i once and streams K_j, V_j (Bc = 64 keys) through a ring of kStages shared
 // stages with TMA (cp.async.bulk.tensor, 2-D boxes of 64 columns from one tensor map over qkv):
 // each stage has a "full" mbarrier (the producer's arrive.expect_tx; the boxes' bytes complete
 // it) and an "empty" one (one arrival per consumer warpgroup once its wgmmas on the stage have
@@ -40,7 +40,8 @@
 //            (2048 kk bytes).
 // The backward's two kernels load with cp.async (see below); cp.async writes through the
 // generic proxy and wgmma reads through the async proxy, so each thread fences
-// (fence.proxy.async) after its copies land, before the barrier that precedes the wgmmas.
+// (fence.proxy.async) after its copies land, before the barrier that precedes the wgmmas. Their
+// warp-specialized twins (TG_FLASH_HOPPER=2, not yet the default) load with TMA as the forward does.
 //
 // Built for sm_90a alone (the Makefile's HOPPER_GENCODE): the instructions exist nowhere else.
 #include <cmath>
@@ -287,10 +288,10 @@ __device__ __forceinline__ void wg_gemm_rs(float (&acc)[HS / 8][4], const uint32
   hopper::wgmma_wait_group<0>();
 }
 
-// One query tile of the dK / dV kernels: dK_j, dV_j (the warpgroup's 64 keys from jw0 - 16 warp,
-// columns col_off / (Br 128) 64 on) += dS^T Q_i, Pd^T dO_i, with K_j, V_j at aK, aV, Q_i, dO_i
-// (queries i0 .. i0+Br-1) at tQ, tdO, their lse_i log2(e) and D_i at sLi, sDi, and the keep bits
-// M_ij^T at sM ([Bc][MS]; read with dropout only).
+// One query tile of the dK / dV kernels: dK_j, dV_j (the warpgroup's 64 keys, from jw0 - 16 warp;
+// the CTA's Cols columns, col_off bytes into the MN-major tiles) += dS^T Q_i, Pd^T dO_i, with
+// K_j, V_j at aK, aV, Q_i, dO_i (queries i0 .. i0+Br-1) at tQ, tdO, their lse_i log2(e) and D_i at
+// sLi, sDi, and the keep bits M_ij^T at sM ([Bc][MS]; read with dropout only).
 template <int HS, int Br, int Bc, int MS, int Cols, bool IsDropout>
 __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[Cols / 8][4], int Tn, float scale_log2,
                                           float dropout_scale, uint32_t aK, uint32_t aV, uint32_t tQ, uint32_t tdO,
