@@ -528,8 +528,8 @@ test:
 # The emulated suite runs as two parts, EMU_PART's cases and the rest (each case in exactly one:
 # the same patterns included, then excluded; tests/run_all.sh counts a part's skipped cases), so
 # that the runs fill both cores of a 2-core machine. They start longest first, as cores free up
-# (tests/run_all.sh): the rest (147 s on the 2-vCPU machine) then the CPU suite (81 s) on one
-# core, EMU_PART (137 s) then the hardware-rounding run (95 s) on the other.
+# (tests/run_all.sh): the rest (149 s on the 2-vCPU machine) then the CPU suite (77 s) on one
+# core, EMU_PART (145 s) then the hardware-rounding run (89 s) on the other.
 EMU_PART := racecheck*$(comma)flash?attention?mask*$(comma)flash?attention?backward*$(comma)flash?attention?float*$(comma)flash?attention?bf16*$(comma)flash?attention?hopper*$(comma)flash?attention:?250*$(comma)kernel?counters*
 TEST_RUNS := $(if $(NVCC),"$(BUILD)/test_emu --no-skipped-summary --test-case-exclude=$(EMU_PART)" \
   "$(BUILD)/test_emu --no-skipped-summary --test-case=$(EMU_PART)" \
