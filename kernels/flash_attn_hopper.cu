@@ -145,6 +145,43 @@ __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t tile, int kk) {
   return hopper::make_smem_desc(tile + (uint32_t)(kk * 2048), R * 128, 1024, hopper::Swizzle::B128);
 }
 
+// Thread 0 initialises a ring's mbarriers: `once` (the tiles loaded once, one arrival), and per
+// stage "full" (full_count arrivals, one with expect_tx) and "empty" (empty_count arrivals);
+// then the CTA synchronises, so that no thread waits on an uninitialised barrier.
+template <int NS>
+__device__ __forceinline__ void init_ring(uint64_t* once, uint64_t (&full)[NS], uint32_t full_count,
+                                          uint64_t (&empty)[NS], uint32_t empty_count) {
+  if (threadIdx.x == 0) {
+    hopper::mbarrier_init(once, 1);
+    for (int st = 0; st < NS; ++st) {
+      hopper::mbarrier_init(&full[st], full_count);
+      hopper::mbarrier_init(&empty[st], empty_count);
+    }
+    hopper::fence_mbarrier_init();
+  }
+  __syncthreads();
+}
+
+// The producer's ring of key tiles (the forward's and the warp-specialized dQ kernel's): for each
+// key tile jt < n_j, once the consumers have released stage jt % NS, K_j and V_j as Blocks boxes
+// each of Bc rows from the qkv map (columns C + h HS and 2C + h HS on, rows from row0 + Bc jt) into
+// the stage's TB-byte tiles at sK and sV, completing full[st]. By one thread.
+template <int HS, int Bc, int NS, int TB>
+__device__ __forceinline__ void produce_kv_ring(unsigned char* sK, unsigned char* sV, const CUtensorMap* map,
+                                                uint64_t (&full)[NS], uint64_t (&empty)[NS], int n_j, int C, int h,
+                                                int row0) {
+  constexpr int Blocks = HS / 64;
+  for (int jt = 0; jt < n_j; ++jt) {
+    const int st = jt % NS, use = jt / NS;
+    if (use > 0) hopper::mbarrier_wait_parity(&empty[st], (use - 1) & 1);  // the consumers released it
+    hopper::mbarrier_arrive_expect_tx(&full[st], 2 * TB);
+    for (int blk = 0; blk < Blocks; ++blk) {
+      hopper::tma_load_2d(sK + st * TB + blk * Bc * 128, map, C + h * HS + 64 * blk, row0 + jt * Bc, &full[st]);
+      hopper::tma_load_2d(sV + st * TB + blk * Bc * 128, map, 2 * C + h * HS + 64 * blk, row0 + jt * Bc, &full[st]);
+    }
+  }
+}
+
 // grid (B*NH, ceil(T / Br)), query tiles last-first (the longest CTAs start first). Causal.
 // map: qkv as a (B T, 3C) tensor, boxes of 64 columns by Bc rows (Q_i: two boxes of rows a
 // column block).
@@ -168,15 +205,8 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
   const int j_end = min(p.T, i0 + Br);
   const int n_j = (j_end + Bc - 1) / Bc;
 
-  if (threadIdx.x == 0) {
-    hopper::mbarrier_init(&bar_q, 1);
-    for (int st = 0; st < NS; ++st) {
-      hopper::mbarrier_init(&full[st], 1);                      // the producer's arrive.expect_tx
-      hopper::mbarrier_init(&empty[st], Tile::kConsumers);      // one arrival per consumer warpgroup
-    }
-    hopper::fence_mbarrier_init();
-  }
-  __syncthreads();
+  // full: the producer's arrive.expect_tx; empty: one arrival per consumer warpgroup
+  init_ring(&bar_q, full, 1, empty, Tile::kConsumers);
 
   if (wg == Tile::kConsumers) {  // the producer warp: its first lane issues every load
     if (lane == 0) {
@@ -185,16 +215,7 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
       for (int blk = 0; blk < Blocks; ++blk)
         for (int half = 0; half < Br / Bc; ++half)
           hopper::tma_load_2d(sQ + blk * Br * 128 + half * Bc * 128, &map, h * HS + 64 * blk, row0 + i0 + half * Bc, &bar_q);
-      for (int jt = 0; jt < n_j; ++jt) {
-        const int st = jt % NS, use = jt / NS;
-        if (use > 0) hopper::mbarrier_wait_parity(&empty[st], (use - 1) & 1);  // the consumers released it
-        hopper::mbarrier_arrive_expect_tx(&full[st], 2 * Tile::kKVBytes);
-        for (int blk = 0; blk < Blocks; ++blk) {
-          hopper::tma_load_2d(sK + st * Tile::kKVBytes + blk * Bc * 128, &map, p.C + h * HS + 64 * blk, row0 + jt * Bc, &full[st]);
-          hopper::tma_load_2d(sV + st * Tile::kKVBytes + blk * Bc * 128, &map, 2 * p.C + h * HS + 64 * blk, row0 + jt * Bc,
-                              &full[st]);
-        }
-      }
+      produce_kv_ring<HS, Bc, NS, Tile::kKVBytes>(sK, sV, &map, full, empty, n_j, p.C, h, row0);
     }
     return;
   }
@@ -452,15 +473,8 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
   const int c0 = Tile::kSplits > 1 ? (int)blockIdx.z * Cols : 0;
   const int it0 = j0 / Br, n_it = (p.T + Br - 1) / Br;
 
-  if (threadIdx.x == 0) {
-    hopper::mbarrier_init(&bar_kv, 1);
-    for (int st = 0; st < NS; ++st) {
-      hopper::mbarrier_init(&full[st], 32);  // the producer warp's lanes (one with expect_tx)
-      hopper::mbarrier_init(&empty[st], 4);  // one arrival per consumer warp
-    }
-    hopper::fence_mbarrier_init();
-  }
-  __syncthreads();
+  // full: the producer warp's lanes (one with expect_tx); empty: one arrival per consumer warp
+  init_ring(&bar_kv, full, 32, empty, 4);
 
   if (warp == 4) {  // the producer warp
     const int row0 = b * p.T;  // row of (b, 0) in the (B T, 3C) and (B T, C) tensors
@@ -666,15 +680,8 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   const int j_end = min(p.T, i0 + Br);
   const int n_j = (j_end + Bc - 1) / Bc;
 
-  if (threadIdx.x == 0) {
-    hopper::mbarrier_init(&bar_q, 1);
-    for (int st = 0; st < NS; ++st) {
-      hopper::mbarrier_init(&full[st], 1);   // the producer's arrive.expect_tx
-      hopper::mbarrier_init(&empty[st], 4);  // one arrival per consumer warp
-    }
-    hopper::fence_mbarrier_init();
-  }
-  __syncthreads();
+  // full: the producer's arrive.expect_tx; empty: one arrival per consumer warp
+  init_ring(&bar_q, full, 1, empty, 4);
 
   if (warp == 4) {  // the producer warp: its first lane issues every load
     if (lane == 0) {
@@ -686,16 +693,7 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
           hopper::tma_load_2d(sQ + off, &qkv_map, h * HS + 64 * blk, row, &bar_q);
           hopper::tma_load_2d(sdO + off, &dout_map, h * HS + 64 * blk, row, &bar_q);
         }
-      for (int jt = 0; jt < n_j; ++jt) {
-        const int st = jt % NS, use = jt / NS;
-        if (use > 0) hopper::mbarrier_wait_parity(&empty[st], (use - 1) & 1);  // the consumers released it
-        hopper::mbarrier_arrive_expect_tx(&full[st], 2 * TB);
-        for (int blk = 0; blk < Blocks; ++blk) {
-          hopper::tma_load_2d(sK + st * TB + blk * Bc * 128, &qkv_map, p.C + h * HS + 64 * blk, row0 + jt * Bc, &full[st]);
-          hopper::tma_load_2d(sV + st * TB + blk * Bc * 128, &qkv_map, 2 * p.C + h * HS + 64 * blk, row0 + jt * Bc,
-                              &full[st]);
-        }
-      }
+      produce_kv_ring<HS, Bc, NS, TB>(sK, sV, &qkv_map, full, empty, n_j, p.C, h, row0);
     }
     return;
   }
@@ -729,19 +727,16 @@ void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
   const long long kv_tiles = ceil_div(p.T, Kv::kBc), q_tiles = ceil_div(p.T, Dq::kBr);
   if (kv_tiles > 65535 || q_tiles > 65535) throw std::invalid_argument("flash_attn_backward: T too large for the grid");
   const dim3 kv_grid((unsigned)(p.B * p.NH), (unsigned)kv_tiles, (unsigned)Kv::kSplits);
+  const dim3 dq_grid((unsigned)(p.B * p.NH), (unsigned)q_tiles);
   if (flash_attn_hopper_ws_backward()) {
+    // tensor maps over qkv and dout, boxes of each kernel's streamed tile rows
     const long long rows = (long long)p.B * p.T;
     launch(flash_bwd_dkdv_hopper_ws_kernel<HS, IsDropout>, kv_grid, Kv::kThreadsWs, Kv::kSmemBytes, ctx.stream, p,
            tile_map(p.qkv, p.ld_qkv, rows, Kv::kBr), tile_map(p.dout, p.ld_out, rows, Kv::kBr));
-  } else {
-    launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout>, kv_grid, Kv::kThreads, Kv::kSmemBytes, ctx.stream, p);
-  }
-  const dim3 dq_grid((unsigned)(p.B * p.NH), (unsigned)q_tiles);
-  if (flash_attn_hopper_ws_backward()) {
-    const long long rows = (long long)p.B * p.T;
     launch(flash_bwd_dq_hopper_ws_kernel<HS, IsDropout>, dq_grid, Dq::kThreadsWs, Dq::kSmemBytes, ctx.stream, p,
            tile_map(p.qkv, p.ld_qkv, rows, Dq::kBc), tile_map(p.dout, p.ld_out, rows, Dq::kBc));
   } else {
+    launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout>, kv_grid, Kv::kThreads, Kv::kSmemBytes, ctx.stream, p);
     launch(flash_bwd_dq_hopper_kernel<HS, IsDropout>, dq_grid, Dq::kThreads, Dq::kSmemBytes, ctx.stream, p);
   }
 }
