@@ -75,8 +75,9 @@ struct FwdParams {
   long long ld_out;        // C: row stride of out / dout in elements
 };
 
-// The Hopper forward (kernels/flash_attn_hopper.cu) on params p of head size 64, 128 or 256, with
-// or without the dropout path: what flash_attn_forward<bf16> runs when flash_attn_hopper_chosen.
+// The Hopper forward (kernels/flash_attn_hopper.cu) on params p of head size 64, 128 or 256,
+// with or without the dropout path: what flash_attn_forward<bf16> runs when
+// flash_attn_hopper_chosen.
 void launch_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p, bool dropout);
 
 template <typename Act>
@@ -87,7 +88,8 @@ struct BwdParams : FwdParams<Act> {
 };
 
 // The Hopper backward's dK / dV and dQ kernels (kernels/flash_attn_hopper.cu) on params p of head
-// size 64, 128 or 256, after the D pass: what flash_attn_backward<bf16> runs when flash_attn_hopper_chosen.
+// size 64, 128 or 256, after the D pass: what flash_attn_backward<bf16> runs when
+// flash_attn_hopper_chosen (the warp-specialized ones with flash_attn_hopper_ws_backward).
 void launch_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p, bool dropout);
 
 // The fields the forward and backward launchers fill alike.

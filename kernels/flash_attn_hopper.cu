@@ -6,12 +6,12 @@
 //
 // The forward, per (Q_i, bh): one CTA of two consumer warpgroups, each owning 64 query rows
 // (Br = 128), and one producer warp (288 threads, warp specialization; at HS = 256 one consumer
-// warpgroup, Br = 64, 160 threads). The producer's elected lane loads Q_i once and streams K_j, V_j (Bc = 64 keys) through a ring of kStages shared
-// stages with TMA (cp.async.bulk.tensor, 2-D boxes of 64 columns from one tensor map over qkv):
-// each stage has a "full" mbarrier (the producer's arrive.expect_tx; the boxes' bytes complete
-// it) and an "empty" one (one arrival per consumer warpgroup once its wgmmas on the stage have
-// retired); the producer refills a stage only after its empty phase completes. Per key tile and
-// warpgroup:
+// warpgroup, Br = 64, 160 threads). The producer's elected lane loads Q_i once and streams K_j, V_j
+// (Bc = 64 keys) through a ring of kStages shared stages with TMA (cp.async.bulk.tensor, 2-D boxes
+// of 64 columns from one tensor map over qkv): each stage has a "full" mbarrier (the producer's
+// arrive.expect_tx; the boxes' bytes complete it) and an "empty" one (one arrival per consumer
+// warpgroup once its wgmmas on the stage have retired); the producer refills a stage only after its
+// empty phase completes. Per key tile and warpgroup:
 //   S (64 x Bc) = Q K^T    HS/16 wgmma m64n64k16, A = Q and B = K from shared memory
 //   O (64 x HS) += P V     Bc/16 wgmma m64n{HS}k16, A = P from registers, B = V from shared
 //                          memory (MN-major: V is stored key-major, the wgmma's k)
@@ -500,7 +500,8 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
       if (lane == 0) {
         hopper::mbarrier_arrive_expect_tx(&full[st], 2 * Tile::kQBytes);
         for (int blk = 0; blk < Blocks; ++blk) {
-          hopper::tma_load_2d(sQ + st * Tile::kQBytes + blk * Br * 128, &qkv_map, h * HS + 64 * blk, row0 + i0, &full[st]);
+          hopper::tma_load_2d(sQ + st * Tile::kQBytes + blk * Br * 128, &qkv_map, h * HS + 64 * blk, row0 + i0,
+                              &full[st]);
           hopper::tma_load_2d(sdO + st * Tile::kQBytes + blk * Br * 128, &dout_map, h * HS + 64 * blk, row0 + i0,
                               &full[st]);
         }
