@@ -53,6 +53,7 @@ void Context::create(size_t scratch) {
   sm_count = prop.multiProcessorCount;
   cc_major = prop.major;
   cc_minor = prop.minor;
+  smem_per_block_optin = prop.sharedMemPerBlockOptin;
   cudaCheck(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cublasCheck(cublasCreate(&cublas));
   cublasCheck(cublasSetStream(cublas, stream));

@@ -114,6 +114,7 @@ struct Context {
   int device = 0;
   int sm_count = 0;
   int cc_major = 0, cc_minor = 0;
+  size_t smem_per_block_optin = 0;  // the most dynamic shared memory a block may opt in to
   Precision precision = Precision::BF16;
 
   // Sets up the stream, the handles and the cuBLAS workspace on the current device, and

@@ -30,6 +30,14 @@ int flash_attn_tile_head_size(int HS);
 // change).
 bool flash_attn_supported(int HS, std::string* why);
 
+// The most dynamic shared memory a block of the mma.sync (bf16) or SIMT (float) flash kernels
+// takes at head size HS (its tile size's), forward and backward: a device whose opt-in limit per
+// block is smaller cannot run them (consumer parts of compute capability 8.6 and 8.9 allow 99 KB:
+// HS 128 needs 102 KB there; the Hopper kernels run on 9.0, whose 227 KB fit every size); 0 for
+// an HS the kernels do not take. The launchers check it against ctx.smem_per_block_optin and
+// throw std::invalid_argument saying so.
+size_t flash_attn_smem_bytes(int HS, bool bf16);
+
 // Scratch the forward and backward need in ctx.scratch: the backward's D = rowsum(dO o O),
 // (B, NH, T) floats; for a padded head size also the padded copies of qkv, out, dout and dqkv.
 size_t flash_attn_scratch_bytes(int B, int Tn, int C, int NH);

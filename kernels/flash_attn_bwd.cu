@@ -35,6 +35,7 @@
 // an H100 at HS = 64 (two 4-warp CTAs: 177-223 registers; a third needs 168 or fewer). dQ, dK,
 // dV are read-added-written from the mma fragments as bf16x2: 50% of the sectors a warp's access
 // touches, 85-91% for the kernels at gpt2-124m's T = 1024.
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -461,6 +462,11 @@ __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dq_f32_kernel
   }
 }
 
+template <int HS>
+size_t bwd_smem_of(bool bf16) {
+  return bf16 ? std::max(DkvTile<HS>::kSmemBytes, DqTile<HS>::kSmemBytes) : simt_bwd_smem_bytes<HS>();
+}
+
 // One (T, HS, causal, dropout) instantiation: the D pass, then dK/dV, then dQ, on ctx.stream.
 template <typename T, int HS, bool IsCausal, bool IsDropout>
 void run_bwd(const Context& ctx, const BwdParams<T>& p) {
@@ -492,7 +498,19 @@ void run_bwd(const Context& ctx, const BwdParams<T>& p) {
 }
 
 }  // namespace
+
+size_t bwd_smem_bytes(int HSp, bool bf16) {
+  if (flash_attn_tile_head_size(HSp) != HSp) return 0;
+  return FLASH_HEADDIM_SWITCH(HSp, kHS, [&] { return bwd_smem_of<kHS>(bf16); });
+}
+
 }  // namespace flash
+
+size_t flash_attn_smem_bytes(int HS, bool bf16) {
+  const int HSp = flash_attn_tile_head_size(HS);
+  if (HSp == 0) return 0;
+  return std::max(flash::fwd_smem_bytes(HSp, bf16), flash::bwd_smem_bytes(HSp, bf16));
+}
 
 template <typename T>
 void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
@@ -512,6 +530,10 @@ void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qk
   // a head size the tiles do not have: widened copies of qkv, out, dout and dqkv (its values, so
   // that the kernels' += rounds once, as unpadded) after D in ctx.scratch; dqkv narrowed back
   const flash::Padding pad{HS, flash_attn_tile_head_size(HS)};
+  bool hopper = false;
+  if constexpr (std::is_same_v<T, bf16>) hopper = flash_attn_hopper_chosen(ctx, HS);
+  if (!hopper)
+    flash::check_smem(ctx, flash::bwd_smem_bytes(pad.HSp, std::is_same_v<T, bf16>), HS, pad.HSp, "flash_attn_backward");
   const long long rows = (long long)B * Tn;
   const T *qkv_k = qkv, *out_k = out, *dout_k = dout;
   T* dqkv_k = dqkv;

@@ -138,7 +138,23 @@ inline void set_scale(FwdParams<Act>& p, int HS) {
   p.scale_log2 = (float)(kLog2e / std::sqrt((double)HS));
 }
 
+// The most dynamic shared memory a block of the forward's (flash_attn_fwd.cu) or the backward's
+// (flash_attn_bwd.cu) mma.sync (bf16) or SIMT (float) kernels takes at tile head size HSp.
+size_t fwd_smem_bytes(int HSp, bool bf16);
+size_t bwd_smem_bytes(int HSp, bool bf16);
+
 // ---- host-side checks shared by the launchers ------------------------------------------------
+// Throws std::invalid_argument when `need` bytes of shared memory a block exceed ctx's device's
+// opt-in limit (head size HS, run as HSp).
+inline void check_smem(const Context& ctx, size_t need, int HS, int HSp, const char* who) {
+  if (ctx.smem_per_block_optin == 0 || need <= ctx.smem_per_block_optin) return;
+  throw std::invalid_argument(std::string(who) + ": head size " + std::to_string(HS) +
+                              (HSp != HS ? " (run as " + std::to_string(HSp) + ")" : std::string()) + " needs " +
+                              std::to_string(need) + " bytes of shared memory a block; this GPU allows " +
+                              std::to_string(ctx.smem_per_block_optin) +
+                              "; use the naive attention path (--attention naive) or a smaller head size");
+}
+
 // Validates the shape (throws std::invalid_argument naming what is wrong) and returns HS.
 inline int check_shape(int B, int Tn, int C, int NH, const char* who) {
   if (B < 1 || Tn < 1 || NH < 1 || C < 1 || C % NH != 0)

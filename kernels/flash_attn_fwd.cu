@@ -252,6 +252,11 @@ __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_fwd_f32_kernel(co
   }
 }
 
+template <int HS>
+size_t fwd_smem_of(bool bf16) {
+  return bf16 ? FwdTile<HS>::kSmemBytes : simt_fwd_smem_bytes<HS>();
+}
+
 // One (T, HS, causal, dropout) instantiation: grid and launch.
 template <typename T, int HS, bool IsCausal, bool IsDropout>
 void run_fwd(const Context& ctx, const FwdParams<T>& p) {
@@ -270,6 +275,12 @@ void run_fwd(const Context& ctx, const FwdParams<T>& p) {
 }
 
 }  // namespace
+
+size_t fwd_smem_bytes(int HSp, bool bf16) {
+  if (flash_attn_tile_head_size(HSp) != HSp) return 0;
+  return FLASH_HEADDIM_SWITCH(HSp, kHS, [&] { return fwd_smem_of<kHS>(bf16); });
+}
+
 }  // namespace flash
 
 template <typename T>
@@ -285,6 +296,10 @@ void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, co
   // a head size the tiles do not have: the kernels read widened copies of the heads from
   // ctx.scratch and write a widened O there, narrowed into out at the end
   const flash::Padding pad{HS, flash_attn_tile_head_size(HS)};
+  bool hopper = false;
+  if constexpr (std::is_same_v<T, bf16>) hopper = flash_attn_hopper_chosen(ctx, HS);
+  if (!hopper)
+    flash::check_smem(ctx, flash::fwd_smem_bytes(pad.HSp, std::is_same_v<T, bf16>), HS, pad.HSp, "flash_attn_forward");
   const long long rows = (long long)B * Tn;
   const T* qkv_k = qkv;
   T* out_k = out;
@@ -309,8 +324,6 @@ void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, co
   const bool dropout = key.threshold != 0 || mask != nullptr;
   // the one place where the runtime flags become template parameters
   // (causal only: see flash::check_causal)
-  bool hopper = false;
-  if constexpr (std::is_same_v<T, bf16>) hopper = flash_attn_hopper_chosen(ctx, HS);
   if (hopper) {
     if constexpr (std::is_same_v<T, bf16>) flash::launch_fwd_hopper(ctx, p, dropout);
   } else {

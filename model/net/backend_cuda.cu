@@ -65,7 +65,8 @@ class Nccl {
 template <typename T>
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const ModelConfig& m, const RunShape& run) : gpt_(m, run) {
+  // routed: what the start-up line adds when the flash path was asked for and the naive one runs
+  CudaBackend(const ModelConfig& m, const RunShape& run, std::string routed) : gpt_(m, run), routed_(std::move(routed)) {
     if (run.shard_ranks > 1) {
       shards_ = Shards(gpt_.n_params, run.shard_ranks);
       for (int r = 0; r < run.shard_ranks; ++r) counts_.push_back(shards_.count(r));
@@ -87,6 +88,7 @@ class CudaBackend final : public Backend {
   std::string precision() const override { return std::is_same<T, float>::value ? "fp32" : "bf16"; }
   double peak_flops() const override { return dense_bf16_peak(name_); }
   std::string attention_note() const override {
+    if (!routed_.empty()) return routed_;
     const int HS = gpt_.model().n_embd / gpt_.model().n_head, tile = gpu::flash_attn_tile_head_size(HS);
     if (gpt_.run().attention != gpu::AttentionPath::Flash && !gpt_.run().both_paths) return "";
     std::string note;
@@ -229,10 +231,11 @@ class CudaBackend final : public Backend {
 #ifdef TG_HAVE_NCCL
   Nccl comm_;
 #endif
+  std::string routed_;
 };
 
 template <typename T>
-std::unique_ptr<Backend> make(const ModelConfig& m, const RunShape& run) {
+std::unique_ptr<Backend> make(const ModelConfig& m, const RunShape& run, const std::string& routed) {
   // refuse, before allocating, a model that cannot fit in the device's free memory
   size_t free_b = 0, total_b = 0;
   cudaCheck(cudaMemGetInfo(&free_b, &total_b));
@@ -250,7 +253,7 @@ std::unique_ptr<Backend> make(const ModelConfig& m, const RunShape& run) {
                                                              : ", or use --precision bf16");
     throw InputError(msg);
   }
-  return std::make_unique<CudaBackend<T>>(m, run);
+  return std::make_unique<CudaBackend<T>>(m, run, routed);
 }
 
 }  // namespace
@@ -298,7 +301,24 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelConfig& m, const RunShape&
                      std::to_string(prop.major) + "." + std::to_string(prop.minor) +
                      "); expected compute capability 8.0 or newer; pass --precision fp32");
   const bool bf16 = run.precision == Precision::BF16 || (run.precision == Precision::Auto && bf16_ok);
-  return bf16 ? make<gpu::bf16>(m, run) : make<float>(m, run);
+  // a part whose shared memory a block is less than the flash kernels' tiles need at this head
+  // size (the consumer parts' 99 KB from head size 128 on): the naive path runs the model and the
+  // start-up line says so; --attention check, which needs both paths, is refused
+  RunShape shape = run;
+  std::string routed;
+  const size_t need = run.attention == gpu::AttentionPath::Flash ? gpu::flash_attn_smem_bytes(HS, bf16) : 0;
+  if (need > prop.sharedMemPerBlockOptin) {
+    const std::string what = "head size " + std::to_string(HS) + ": the flash kernels need " +
+                             std::to_string((need + 1023) / 1024) + " KB of shared memory a block, this GPU allows " +
+                             std::to_string(prop.sharedMemPerBlockOptin / 1024) + " KB";
+    if (run.both_paths)
+      throw InputError("--attention check on " + std::string(prop.name) + " with " + what +
+                       "; expected a GPU with more (an A100 or H100) for this head size; pass --attention naive, or a "
+                       "smaller head size (--n-embd / --n-head)");
+    shape.attention = gpu::AttentionPath::Naive;
+    routed = " routed to naive (" + what + "; the naive path stores T x T probabilities)";
+  }
+  return bf16 ? make<gpu::bf16>(m, shape, routed) : make<float>(m, shape, routed);
 }
 
 }  // namespace tg

@@ -4,7 +4,8 @@
 //
 // The device. One device, an H100 SXM 80 GB by default (compute capability 9.0, 132 SMs, 48 KB
 // of shared memory per block by default and 227 KB by opt-in) or, with TG_EMU_DEVICE=a100, an
-// A100 SXM 80 GB (8.0, 108 SMs, 163 KB by opt-in). Its name starts with "EMULATED" so that no
+// A100 SXM 80 GB (8.0, 108 SMs, 163 KB by opt-in), or with TG_EMU_DEVICE=rtx4090 a GeForce RTX
+// 4090 (8.9, 128 SMs, 24 GB, 99 KB by opt-in: the consumer parts' limit). Its name starts with "EMULATED" so that no
 // log mistakes it for a GPU. cudaMemGetInfo reports the part's memory less what is allocated,
 // capped by the host's available memory (so the backend's memory check refuses a model this
 // machine cannot hold).
@@ -82,11 +83,13 @@ cudaDeviceProp make_prop() {
   cudaDeviceProp p;
   std::memset(&p, 0, sizeof p);
   const char* env = std::getenv("TG_EMU_DEVICE");
-  const bool a100 = env && std::string(env) == "a100";  // anything else: the H100
+  const std::string part = env ? env : "";
+  const bool a100 = part == "a100", ada = part == "rtx4090";  // anything else: the H100
   std::snprintf(p.name, sizeof p.name, "%s",
-                a100 ? "EMULATED A100-SXM4-80GB (SIMT emulator on the CPU, not a GPU)"
-                     : "EMULATED H100 80GB HBM3 (SIMT emulator on the CPU, not a GPU)");
-  p.totalGlobalMem = (a100 ? 81920ull : 81559ull) << 20;
+                a100  ? "EMULATED A100-SXM4-80GB (SIMT emulator on the CPU, not a GPU)"
+                : ada ? "EMULATED GeForce RTX 4090 (SIMT emulator on the CPU, not a GPU)"
+                      : "EMULATED H100 80GB HBM3 (SIMT emulator on the CPU, not a GPU)");
+  p.totalGlobalMem = (a100 ? 81920ull : ada ? 24564ull : 81559ull) << 20;
   p.sharedMemPerBlock = kDefaultSmemPerBlock;
   p.regsPerBlock = 65536;
   p.warpSize = 32;
@@ -95,20 +98,20 @@ cudaDeviceProp make_prop() {
   p.maxThreadsDim[0] = 1024, p.maxThreadsDim[1] = 1024, p.maxThreadsDim[2] = 64;
   p.maxGridSize[0] = 2147483647, p.maxGridSize[1] = 65535, p.maxGridSize[2] = 65535;
   p.totalConstMem = 65536;
-  p.major = a100 ? 8 : 9;
-  p.minor = 0;
+  p.major = a100 || ada ? 8 : 9;
+  p.minor = ada ? 9 : 0;
   p.textureAlignment = 512;
-  p.multiProcessorCount = a100 ? 108 : 132;
+  p.multiProcessorCount = a100 ? 108 : ada ? 128 : 132;
   p.concurrentKernels = 1;
-  p.asyncEngineCount = a100 ? 3 : 5;
+  p.asyncEngineCount = a100 ? 3 : ada ? 2 : 5;
   p.unifiedAddressing = 1;
-  p.memoryBusWidth = 5120;
-  p.l2CacheSize = a100 ? 40 << 20 : 50 << 20;
-  p.maxThreadsPerMultiProcessor = 2048;
-  p.sharedMemPerMultiprocessor = a100 ? 167936 : 233472;
+  p.memoryBusWidth = ada ? 384 : 5120;
+  p.l2CacheSize = a100 ? 40 << 20 : ada ? 72 << 20 : 50 << 20;
+  p.maxThreadsPerMultiProcessor = ada ? 1536 : 2048;
+  p.sharedMemPerMultiprocessor = a100 ? 167936 : ada ? 102400 : 233472;
   p.regsPerMultiprocessor = 65536;
-  p.sharedMemPerBlockOptin = a100 ? 166912 : 232448;
-  p.maxBlocksPerMultiProcessor = 32;
+  p.sharedMemPerBlockOptin = a100 ? 166912 : ada ? 101376 : 232448;
+  p.maxBlocksPerMultiProcessor = ada ? 24 : 32;
   p.reservedSharedMemPerBlock = 1024;
   return p;
 }

@@ -13,7 +13,8 @@
 namespace emu {
 
 // ---- the device (tests/emu/cuda_runtime_emu.cpp) -------------------------------------------
-// The emulated part: an H100 SXM by default, an A100 SXM with TG_EMU_DEVICE=a100.
+// The emulated part: an H100 SXM by default, an A100 SXM with TG_EMU_DEVICE=a100, a GeForce RTX
+// 4090 with TG_EMU_DEVICE=rtx4090.
 const cudaDeviceProp& device_prop();
 
 // Makes e the device's sticky error (the first one wins) and prints "SIMT emulator: what" on

@@ -150,6 +150,36 @@ TEST_CASE("train_gpt_emu: head sizes the flash tiles do not have run padded, and
   fs::remove_all(out);
 }
 
+// On a part with 99 KB of shared memory a block (the emulated GeForce RTX 4090: the consumer
+// parts of compute capability 8.6 and 8.9), head size 64 runs on the flash kernels; 128, whose
+// tiles need 102 KB, runs on the naive path and the start-up line says why; --attention check,
+// which needs both paths, is refused in one line.
+TEST_CASE("train_gpt_emu: on a GPU with 99 KB of shared memory a block, head sizes whose flash tiles need more run naive, and say so") {
+  const std::string common = " --device cuda --precision bf16 --n-layer 1 --block-size 16 --batch-size 2 --max-iters 1 "
+                             "--eval-interval 1 --sample-tokens 0 --eval-iters 1 --data " + data_path();
+  const std::string env = "env TG_EMU_DEVICE=rtx4090 ";
+  const fs::path out = fresh_dir("tg_emu_small_smem");
+  const Run fits =
+      cli::run_exe(cli::train_gpt_emu_exe(), "--n-head 2 --n-embd 128" + common + " --out-dir " + (out / "a").string(), env);
+  INFO("stderr: " << fits.err);
+  CHECK(fits.code == 0);
+  CHECK(fits.out.find("GeForce RTX 4090") != std::string::npos);
+  CHECK(fits.out.find("attention: flash (mma.sync kernels) |") != std::string::npos);
+  const Run wide =
+      cli::run_exe(cli::train_gpt_emu_exe(), "--n-head 2 --n-embd 256" + common + " --out-dir " + (out / "b").string(), env);
+  INFO("stderr: " << wide.err);
+  CHECK(wide.code == 0);
+  CHECK(wide.out.find("attention: flash routed to naive (head size 128: the flash kernels need 102 KB of shared memory "
+                      "a block, this GPU allows 99 KB;") != std::string::npos);
+  const Run check = cli::run_exe(
+      cli::train_gpt_emu_exe(), "--n-head 2 --n-embd 256 --attention check" + common + " --out-dir " + (out / "c").string(),
+      env);
+  CHECK(check.code == 2);
+  CHECK(check.err.find("--attention check on EMULATED GeForce RTX 4090") != std::string::npos);
+  CHECK(std::count(check.err.begin(), check.err.end(), '\n') == 1);
+  fs::remove_all(out);
+}
+
 // On compute capability 9.0, the emulator's default device, the flash forward and backward run on
 // the Hopper kernels (kernels/flash_attn_hopper.cuh) unless TG_FLASH_HOPPER=0, and the start-up
 // line says which; under the emulator (as on an H100) their outputs are the mma.sync kernels' bit

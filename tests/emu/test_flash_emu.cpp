@@ -395,3 +395,60 @@ TEST_CASE("flash emulated: two runs are bitwise identical, under opposite thread
   two_runs<bf16>(Case{1, 97, 2, 64, true, 0.17, true});
   two_runs<float>(Case{1, 97, 2, 32, true, 0.17, true});
 }
+
+// On a part with 99 KB of shared memory a block (the emulated GeForce RTX 4090, compute
+// capability 8.9, as the consumer parts of 8.6 and 8.9), the launchers refuse the head sizes
+// whose tiles need more, with one sentence naming both sizes, before any launch (out and lse
+// untouched), and run the sizes that fit: flash_attn_smem_bytes says which.
+TEST_CASE("flash emulated: on a part with 99 KB of shared memory a block, head sizes whose tiles need more are refused, the others run") {
+  struct Part {
+    std::string before;
+    bool had = false;
+    Part() {
+      if (const char* v = std::getenv("TG_EMU_DEVICE")) had = true, before = v;
+      setenv("TG_EMU_DEVICE", "rtx4090", 1);
+    }
+    ~Part() {
+      if (had) setenv("TG_EMU_DEVICE", before.c_str(), 1);
+      else unsetenv("TG_EMU_DEVICE");
+    }
+  } part;
+  CHECK(gpu::flash_attn_smem_bytes(64, true) == 60672);   // the dK / dV kernel's tiles
+  CHECK(gpu::flash_attn_smem_bytes(96, true) == 104448);  // run as 128
+  CHECK(gpu::flash_attn_smem_bytes(128, false) == 66048);  // the SIMT backward
+  CHECK(gpu::flash_attn_smem_bytes(256, true) == 137984);  // the dK / dV kernel
+  CHECK(gpu::flash_attn_smem_bytes(12, true) == 0);
+  const philox::DropoutKey key = philox::make_dropout_key(1, 0, 0, 0, 0.1);
+  for (const int HS : {64, 96, 128}) {
+    CAPTURE(HS);
+    const Case c{1, 17, 2, HS, true, 0.1, false};
+    const std::vector<double> qkv = testutil::random_vec(c.nqkv());
+    DeviceCopy<bf16> d_qkv(to_t<bf16>(qkv)), d_out(to_t<bf16>(std::vector<double>(c.nout(), -7.0))),
+        d_dqkv(to_t<bf16>(std::vector<double>(c.nqkv(), 0.0)));
+    DeviceCopy<float> d_lse(std::vector<float>(c.nlse(), -7.f));
+    gpu::Context ctx;
+    ctx.create(gpu::flash_attn_scratch_bytes(c.B, c.Tn, c.C(), c.NH));
+    CHECK(ctx.smem_per_block_optin == 101376);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    const bool fits = gpu::flash_attn_smem_bytes(HS, true) <= ctx.smem_per_block_optin;
+    CHECK(fits == (HS == 64));
+    if (fits) {
+      CHECK_NOTHROW(gpu::flash_attn_forward<bf16>(ctx, d_out.ptr, d_lse.ptr, d_qkv.ptr, key, c.B, c.Tn, c.C(), c.NH,
+                                                  true, nullptr));
+      CHECK_NOTHROW(gpu::flash_attn_backward<bf16>(ctx, d_dqkv.ptr, d_out.ptr, d_qkv.ptr, d_out.ptr, d_lse.ptr, key,
+                                                   c.B, c.Tn, c.C(), c.NH, true));
+    } else {
+      CHECK_THROWS_WITH_AS(gpu::flash_attn_forward<bf16>(ctx, d_out.ptr, d_lse.ptr, d_qkv.ptr, key, c.B, c.Tn, c.C(),
+                                                         c.NH, true, nullptr),
+                           doctest::Contains("bytes of shared memory a block; this GPU allows 101376"),
+                           std::invalid_argument);
+      CHECK_THROWS_WITH_AS(gpu::flash_attn_backward<bf16>(ctx, d_dqkv.ptr, d_out.ptr, d_qkv.ptr, d_out.ptr, d_lse.ptr,
+                                                          key, c.B, c.Tn, c.C(), c.NH, true),
+                           doctest::Contains("--attention naive"), std::invalid_argument);
+      const std::vector<bf16> out = d_out.download();
+      CHECK(std::all_of(out.begin(), out.end(), [](bf16 v) { return gpu::to_float(v) == -7.f; }));
+    }
+    REQUIRE(cudaStreamSynchronize(ctx.stream) == cudaSuccess);
+    ctx.destroy();
+  }
+}
