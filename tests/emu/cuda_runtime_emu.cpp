@@ -5,8 +5,8 @@
 // The device. One device, an H100 SXM 80 GB by default (compute capability 9.0, 132 SMs, 48 KB
 // of shared memory per block by default and 227 KB by opt-in) or, with TG_EMU_DEVICE=a100, an
 // A100 SXM 80 GB (8.0, 108 SMs, 163 KB by opt-in), or with TG_EMU_DEVICE=rtx4090 a GeForce RTX
-// 4090 (8.9, 128 SMs, 24 GB, 99 KB by opt-in: the consumer parts' limit). Its name starts with "EMULATED" so that no
-// log mistakes it for a GPU. cudaMemGetInfo reports the part's memory less what is allocated,
+// 4090 (8.9, 128 SMs, 24 GB, 99 KB by opt-in: the consumer parts' limit). Its name starts with
+// "EMULATED" so that no log mistakes it for a GPU. cudaMemGetInfo reports the part's memory less what is allocated,
 // capped by the host's available memory (so the backend's memory check refuses a model this
 // machine cannot hold).
 //
