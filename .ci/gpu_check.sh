@@ -506,23 +506,25 @@ lib_env() { [ -f "$LOGS/libs.env" ] && export "$(cat "$LOGS/libs.env")"; }
 
 step_suite() {
   lib_env
-  bounded "$TEST" "${SUITE_ARGS[@]}" >"$LOGS/suite.log" 2>&1
+  # (the cases' own log beside the step's, suite.log, which gets a copy: the step writes that one;
+  # at most 70 % of the step's time, so that a hang leaves time for the failing cases again)
+  bounded_to $((($(step_left) * 7) / 10)) "$TEST" "${SUITE_ARGS[@]}" >"$LOGS/suite_cases.log" 2>&1
   local rc=$? failed name i=0 seed
-  cat "$LOGS/suite.log"
-  failed=$(failing_cases "$LOGS/suite.log")
+  cat "$LOGS/suite_cases.log"
+  failed=$(failing_cases "$LOGS/suite_cases.log")
   if [ -z "$failed" ] && [ "$REHEARSE" = 1 ]; then
     # the rehearsal takes the path a failure takes, with a case that passed
     failed=$("$TEST" "${SUITE_ARGS[@]}" -ltc 2>/dev/null | grep -Ev '^(\[|=+$)' | head -n1)
     STEP_NOTE="rehearsal: '$failed' re-run as if it had failed"
   fi
-  seed=$(sed -nE 's/.*TG_TEST_SEED=([0-9]+).*/\1/p' "$LOGS/suite.log" | head -n1)
+  seed=$(sed -nE 's/.*TG_TEST_SEED=([0-9]+).*/\1/p' "$LOGS/suite_cases.log" | head -n1)
   printf '%s\n' "$failed" | sed '/^$/d' >"$LOGS/suite_failed.txt"
   while IFS= read -r name; do
     [ -n "$name" ] || continue
     i=$((i + 1))
     local filter=${name//,/\\,}
     echo "== again alone: $name"
-    TG_TEST_SEED=${seed:-1} bounded "$TEST" -tc="$filter" >"$LOGS/suite_rerun$i.log" 2>&1
+    TG_TEST_SEED=${seed:-1} bounded_to $(($(step_left) / 2)) "$TEST" -tc="$filter" >"$LOGS/suite_rerun$i.log" 2>&1
     if [ "$REHEARSE" = 1 ]; then
       TG_TEST_SEED=${seed:-1} TG_EMU_RACECHECK=1 bounded "$TEST" -tc="$filter" >"$LOGS/suite_memcheck$i.log" 2>&1 &&
         echo "ERROR SUMMARY: 0 errors (the emulator's AddressSanitizer, racecheck and initcheck)" >>"$LOGS/suite_memcheck$i.log"

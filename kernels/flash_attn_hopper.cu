@@ -445,8 +445,8 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
 // stage's lse_i log2(e) and D_i into shared memory and each arrives on the stage's "full"
 // mbarrier (the elected lane's arrival is the expect_tx one), so that the consumers see them
 // with the boxes. Each consumer warp makes the keep bits of its own 16 keys (a warp-local
-// make_mask_tile: no barrier across the warpgroup) and arrives on "empty" when done with the
-// stage. Rows past the end of a batch's sequence read the next sequence's rows (zeros past the
+// make_mask_tile: no barrier across the warpgroup), and each consumer thread arrives on "empty"
+// when done with the stage. Rows past the end of a batch's sequence read the next sequence's rows (zeros past the
 // tensor): their queries have lse = +inf, so P = dS = 0 there. Chosen by TG_FLASH_HOPPER=2.
 // grid (B*NH, ceil(T / Bc), kSplits). Causal.
 template <int HS, bool IsDropout>
@@ -473,8 +473,8 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
   const int c0 = Tile::kSplits > 1 ? (int)blockIdx.z * Cols : 0;
   const int it0 = j0 / Br, n_it = (p.T + Br - 1) / Br;
 
-  // full: the producer warp's lanes (one with expect_tx); empty: one arrival per consumer warp
-  init_ring(&bar_kv, full, 32, empty, 4);
+  // full: the producer warp's lanes (one with expect_tx); empty: every consumer thread
+  init_ring(&bar_kv, full, 32, empty, Tile::kThreads);
 
   if (warp == 4) {  // the producer warp
     const int row0 = b * p.T;  // row of (b, 0) in the (B T, 3C) and (B T, C) tensors
@@ -529,9 +529,13 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
     dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout>(dk, dv, p.T, p.scale_log2, p.dropout_scale, aK, aV,
                                                aQ + st * Tile::kQBytes, adO + st * Tile::kQBytes, col_off,
                                                sL + st * Br, sD + st * Br, sM, i0, jw0, k_g, warp, lane);
-    // this warp's reads of the stage (its wgmmas retired, its lse and D loads done) are over
+    // the warp's reads of its keep bits are over before it writes the next tile's
     __syncwarp();
-    if (lane == 0) hopper::mbarrier_arrive(&empty[st]);
+    // this thread's reads of the stage (its wgmmas retired, its lse and D loads done) are over:
+    // each consumer thread arrives, so that each of its loads is ordered before the producer's
+    // next writes of the stage by its own release (one arrival a warp after __syncwarp left the
+    // other lanes' loads unordered for compute-sanitizer's racecheck on the H200)
+    hopper::mbarrier_arrive(&empty[st]);
   }
   // dqkv[K_j] += dK_j / sqrt(HS), dqkv[V_j] += dV_j s
   bf16* dqkv_b = p.dqkv + (long long)b * p.T * p.ld_qkv;

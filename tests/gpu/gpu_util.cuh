@@ -139,6 +139,17 @@ struct DeviceArray {
     cudaCheck(cudaDeviceSynchronize());  // (see the constructor)
   }
   std::vector<double> download() const { return download_doubles(ptr, n); }
+  // The device's bytes as they are (for bitwise comparisons of many runs: no conversion)
+  std::vector<unsigned char> bytes() const {
+    std::vector<unsigned char> b(n * sizeof(T));
+    if (n) cudaCheck(cudaMemcpy(b.data(), ptr, b.size(), cudaMemcpyDeviceToHost));
+    return b;
+  }
+  // This array's values set to src's (of the same size) on the device.
+  void copy_from(const DeviceArray& src) {
+    if (n) cudaCheck(cudaMemcpy(ptr, src.ptr, n * sizeof(T), cudaMemcpyDeviceToDevice));
+    cudaCheck(cudaDeviceSynchronize());  // (see the constructor)
+  }
   // The values as the device holds them (rounded to T), for feeding the CPU reference the
   // same inputs the kernel saw.
   std::vector<double> rounded() const { return download(); }
