@@ -1,7 +1,7 @@
 // kernels/attention_naive.cu: multi-head self-attention, materialized, on the GPU (contract in
 // kernels/attention_naive.cuh; CPU twin kernels/cpu/attention_naive.h / .cpp, same math).
 // Per batch b and head h (bh = b*NH + h), Q, K, V the (T, HS) slices of qkv, sc = 1/sqrt(HS),
-// s = key.scale = 1/(1-p) (1 without dropout), M_ij = philox::dropout_keep(key, bh, i, j):
+// s = key.scale = 1/(1-p) (1 without dropout), M_ij = philox::attn_keep(key, bh, i, j):
 //   forward   S = sc Q K^T                      cuBLAS strided-batched GEMM over B*NH, fp32 out
 //             P = softmax_rows(S) (j > i -> 0)  } one fused kernel, fp32 math:
 //             Pd = P o M s                      }   att = P (T), Pd (T), mask hook
@@ -148,12 +148,12 @@ __global__ void scatter_add_heads_kernel(T* __restrict__ dqkv,          // (B, T
 // moved are the compulsory bytes (emulated counts, tests/emu/test_kernel_counters.cpp). Longer
 // rows are read again in each pass.
 //
-// The keep decisions: one Philox call (philox::dropout_words) gives the words of columns j0 ..
-// j0 + 3 (j0 a multiple of 4; word c for column j0 + c, which is what philox::dropout_keep picks).
+// The keep decisions: one Philox call (philox::attn_words) decides the 8 columns j0 .. j0 + 7
+// (j0 a multiple of 8; bit c of philox::attn_keep_byte for column j0 + c, as philox::attn_keep).
 // For each 1024 columns from c0 (once for a cached row), lane L makes the calls of columns
-// c0 + 128 g + 4 L .. + 3 for g < 8 and packs the decisions into the 8 nibbles of one word; in
-// pass k lane L reads the word of lane 8 (k mod 4) + L / 4 with one shuffle and takes bit
-// L mod 4 of nibble (k / 4) mod 8. One call per 4 columns, as in the CPU twin.
+// c0 + 256 g + 8 L .. + 7 for g < 4 and packs the decisions into the 4 bytes of one word; in
+// pass k lane L reads the word of lane 4 (k mod 8) + L / 8 with one shuffle and takes bit
+// L mod 8 of byte (k / 8) mod 4. One call per 8 columns, as in the CPU twin.
 
 constexpr int kCachedCols = 32;  // columns of a row a lane keeps in registers (rows of T <= 1024)
 
@@ -174,32 +174,29 @@ __device__ __forceinline__ RowIndex row_index(long long row, int Tn) {
   return r;
 }
 
-// The keep decisions of the lane's columns c0 + 128 g + 4 lane + c (g < 8, c < 4) as bit 4 g + c;
+// The keep decisions of the lane's columns c0 + 256 g + 8 lane + c (g < 4, c < 8) as bit 8 g + c;
 // 0 from the end of the columns in play on (no Philox call there), all kept without dropout.
 template <bool IsDropout>
-__device__ __forceinline__ uint32_t keep_nibbles(const philox::DropoutKey& key, const RowIndex& r, int c0, int lane) {
+__device__ __forceinline__ uint32_t keep_bytes(const philox::DropoutKey& key, const RowIndex& r, int c0, int lane) {
   if (!IsDropout) return 0xffffffffu;
+  const uint32_t thr = philox::attn_threshold(key);
   uint32_t bits = 0;
 #pragma unroll 1
-  for (int g = 0; g < 8; ++g) {
-    const int j0 = c0 + 128 * g + 4 * lane;
+  for (int g = 0; g < 4; ++g) {
+    const int j0 = c0 + 256 * g + 8 * lane;
     if (j0 >= r.jn) break;
-    const philox::U32x4 w = philox::dropout_words(key, r.bh, (uint32_t)r.i, (uint32_t)j0);
-    const uint32_t t = key.threshold;
-    const uint32_t nibble = (uint32_t)(w.v[0] >= t) | (uint32_t)(w.v[1] >= t) << 1 | (uint32_t)(w.v[2] >= t) << 2 |
-                            (uint32_t)(w.v[3] >= t) << 3;
-    bits |= nibble << (4 * g);
+    bits |= philox::attn_keep_byte(philox::attn_words(key, r.bh, (uint32_t)r.i, (uint32_t)j0), thr) << (8 * g);
   }
   return bits;
 }
 
-// Whether column 32 k + lane is kept, from each lane's keep_nibbles of the 1024 columns that hold
+// Whether column 32 k + lane is kept, from each lane's keep_bytes of the 1024 columns that hold
 // pass k. The whole warp calls it (a shuffle).
 template <bool IsDropout>
-__device__ __forceinline__ bool pass_keep(uint32_t nibbles, int k, int lane) {
+__device__ __forceinline__ bool pass_keep(uint32_t bytes, int k, int lane) {
   if (!IsDropout) return true;
-  const uint32_t bits = __shfl_sync(0xffffffffu, nibbles, 8 * (k & 3) + (lane >> 2));
-  return (bits >> (4 * ((k >> 2) & 7) + (lane & 3))) & 1u;
+  const uint32_t bits = __shfl_sync(0xffffffffu, bytes, 4 * (k & 7) + (lane >> 3));
+  return (bits >> (8 * ((k >> 3) & 3) + (lane & 7))) & 1u;
 }
 
 // Forward, row (bh, i):  m = max_j S_ij,  l = sum_j exp(S_ij - m),  P_ij = exp(S_ij - m) / l,
@@ -253,12 +250,12 @@ __global__ void __launch_bounds__(kRowThreads)
   T* pd_i = IsDropout ? pd + r.off : nullptr;
   uint8_t* mask_i = mask ? mask + r.off : nullptr;
   const float scale = key.scale;
-  uint32_t nibbles = 0;
+  uint32_t keep_word = 0;
 #pragma unroll
   for (int k = 0; k < (Cached ? kCachedCols : kt); ++k) {
     if (Cached && k >= kt) break;
-    if (IsDropout && (k & 31) == 0) nibbles = keep_nibbles<IsDropout>(key, r, 32 * k, lane);
-    const bool keep = pass_keep<IsDropout>(nibbles, k, lane);
+    if (IsDropout && (k & 31) == 0) keep_word = keep_bytes<IsDropout>(key, r, 32 * k, lane);
+    const bool keep = pass_keep<IsDropout>(keep_word, k, lane);
     const int j = 32 * k + lane;
     if (j >= Tn) continue;
     // one store a pass for each buffer, its columns in play and the zeros beyond them together
@@ -301,12 +298,12 @@ __global__ void __launch_bounds__(kRowThreads, 2)
 
   // D_i = sum_j P_ij dP_ij over the kept j < jn
   float D = 0.f;
-  uint32_t nibbles = 0;
+  uint32_t keep_word = 0;
 #pragma unroll
   for (int k = 0; k < (Cached ? kCachedCols : kn); ++k) {
     if (Cached && k >= kn) break;
-    if (IsDropout && (k & 31) == 0) nibbles = keep_nibbles<IsDropout>(key, r, 32 * k, lane);
-    const bool keep = pass_keep<IsDropout>(nibbles, k, lane);
+    if (IsDropout && (k & 31) == 0) keep_word = keep_bytes<IsDropout>(key, r, 32 * k, lane);
+    const bool keep = pass_keep<IsDropout>(keep_word, k, lane);
     const int j = 32 * k + lane;
     if (j < r.jn) {
       const float p = to_float(att_i[j]);
@@ -327,8 +324,8 @@ __global__ void __launch_bounds__(kRowThreads, 2)
 #pragma unroll
   for (int k = 0; k < (Cached ? kCachedCols : kt); ++k) {
     if (Cached && k >= kt) break;
-    if (!Cached && IsDropout && (k & 31) == 0) nibbles = keep_nibbles<IsDropout>(key, r, 32 * k, lane);
-    const bool keep = pass_keep<IsDropout>(nibbles, k, lane);
+    if (!Cached && IsDropout && (k & 31) == 0) keep_word = keep_bytes<IsDropout>(key, r, 32 * k, lane);
+    const bool keep = pass_keep<IsDropout>(keep_word, k, lane);
     const int j = 32 * k + lane;
     if (j >= Tn) continue;
     // one store a pass for each buffer, its columns in play and the zeros beyond them together

@@ -2,7 +2,7 @@
 // score matrix of every head lives in memory): cuBLAS strided-batched GEMMs around one fused
 // softmax + dropout kernel. Exactly the math of the CPU twin kernels/cpu/attention_naive.h:
 //   S = Q K^T / sqrt(HS) (j > i excluded when causal), P = softmax_rows(S) saved in att,
-//   Pd = P o M / (1 - p) (M: philox::dropout_keep(key, b*NH + h, i, j)), O = Pd V.
+//   Pd = P o M / (1 - p) (M: philox::attn_keep(key, b*NH + h, i, j)), O = Pd V.
 // forward overwrites out and att (att is exactly 0 above the causal diagonal; mask, when not
 // null, gets the applied keep decisions and is untouched above the diagonal); backward
 // accumulates (+=) into dqkv. T is float or gpu::bf16; every GEMM accumulates in fp32.

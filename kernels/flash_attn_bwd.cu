@@ -3,7 +3,7 @@
 // kernels/cpu/attention_tiled.cpp; launcher contract in kernels/flash_attn.cuh.
 //
 // Per batch b and head h (bh = b*NH + h), with lse_i from the forward, s = 1 / (1 - p) and
-// M_ij = philox::dropout_keep(key, bh, i, j) regenerated (the forward's mask, bit for bit):
+// M_ij = philox::attn_keep(key, bh, i, j) regenerated (the forward's mask, bit for bit):
 //   D_i    = rowsum(dO_i o O_i)                      (preprocessing pass, into ctx.scratch)
 //   P_ij   = exp(S_ij - lse_i),  S_ij = Q_i K_j^T / sqrt(HS)   (recomputed; 0 at j >= T and,
 //            causal, at j > i)
@@ -21,7 +21,7 @@
 //     added to dqkv once at the end. It computes the transposed tiles S_ij^T = K_j Q_i^T
 //     (each warp owns 16 keys), so P^T, dP^T, dS^T are already in the A-operand layout of
 //     dV_j += Pd^T dO_i and dK_j += dS^T Q_i. The keep bits of the tile are made once per
-//     tile into shared memory by all threads (one Philox call per 4 keys of a query row) and
+//     tile into shared memory by all threads (one Philox call per 8 keys of a query row) and
 //     read back in the transposed layout.
 //   dQ kernel: one CTA per (Q_i tile, bh), looping over K_j, V_j (two stages), recomputing
 //     P_ij and dP_ij in the forward's layout (same dropout helper as the forward), dQ_i in
@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dkdv_f32_kern
       const float pij = valid ? expf(sdot * p.scale - sL[lane]) : 0.f;
       // Pd = P o M s, dP = dPd o M s, dS = P o (dP - D_i)
       bool keep = true;
-      if constexpr (IsDropout) keep = philox::dropout_keep(p.key, bh, (uint32_t)i, (uint32_t)j);
+      if constexpr (IsDropout) keep = philox::attn_keep(p.key, bh, (uint32_t)i, (uint32_t)j);
       const float pd = keep ? pij * p.dropout_scale : 0.f;
       const float dp = keep ? dpd * p.dropout_scale : 0.f;
       const float ds = pij * (dp - sD[lane]);
@@ -440,7 +440,7 @@ __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dq_f32_kernel
       const float pij = valid ? expf(sdot * p.scale - lse[rr]) : 0.f;
       // dP = dPd o M s, dS = P o (dP - D_i)
       bool keep = true;
-      if constexpr (IsDropout) keep = philox::dropout_keep(p.key, bh, (uint32_t)i, (uint32_t)j);
+      if constexpr (IsDropout) keep = philox::attn_keep(p.key, bh, (uint32_t)i, (uint32_t)j);
       const float dp = keep ? dpd * p.dropout_scale : 0.f;
       const float ds = pij * (dp - Dr[rr]);
       // dQ_i += dS_ij K_j, keys in order

@@ -425,35 +425,38 @@ __device__ __forceinline__ void mask_scores(float (&s)[NT][4], int i_g, int j_t,
 }
 
 // ---- dropout in the query-major accumulator layout ---------------------------------------------
-// M_ij = philox::dropout_keep(key, bh, i, j): one Philox call gives the 4 words of columns
-// 4(j/4) .. 4(j/4)+3 of row i. In n-tile nt the lane pair (t, t^1) owns columns
-// c = j0 + 8nt + 4(t/2) + 0..3, i.e. exactly one Philox group (j0 is a multiple of 8): the
-// even lane (t = 0, 2) owns words 0, 1 (columns 4(j/4)+0, +1), the odd lane words 2, 3, each
-// for rows g and g+8. So the even lane makes the call for row g, the odd lane the call for
-// row g+8, and they swap the two keep bits the other needs (one shuffle): every element's
-// decision is still the word of its own (bh, i, j), whatever the tile or thread layout.
+// M_ij = philox::attn_keep(key, bh, i, j): one Philox call decides the 8 columns 8(j/8) .. 8(j/8)+7
+// of row i, one n-tile of one row (j0 is a multiple of 8). The quad of lanes t = 0..3 (rows g and
+// g+8; in each n-tile lane t owns columns 2t, 2t+1) covers two n-tiles nt, nt+1 of both rows with
+// four calls, one a lane: lane t decides row g + 8 (t % 2) of n-tile nt + t / 2. The quad then
+// gathers the four keep bytes (two shuffles), byte t of one word, and each lane takes its two
+// columns' bits of each: every element's decision is still that of its own (bh, i, j), whatever
+// the tile or thread layout. (NT odd: the last n-tile's calls are those of lanes t < 2 alone.)
 // Returns the keep bits, bit 4nt+e for element (nt, e). All 32 lanes must call it.
 template <int NT>
 __device__ __forceinline__ uint32_t dropout_keep_bits(const philox::DropoutKey& key, uint32_t bh, int i_g, int j0,
                                                       int lane) {
   static_assert(NT * 4 <= 32, "keep bits must fit one register");
   const int t = lane % 4;
-  const bool odd = (t & 1) != 0;
-  const uint32_t row = (uint32_t)(i_g + (odd ? 8 : 0));  // this lane's Philox row
-  const uint32_t thr = key.threshold;
+  const uint32_t row = (uint32_t)(i_g + 8 * (t & 1));  // this lane's Philox row
+  const uint32_t thr = philox::attn_threshold(key);
   uint32_t bits = 0;
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const uint32_t j = (uint32_t)(j0 + 8 * nt + 2 * t);  // column of element e = 0; j/4 shared by t, t^1
-    const philox::U32x4 w = philox::dropout_words(key, bh, row, j);
-    const uint32_t k01 = (uint32_t)(w.v[0] >= thr) | ((uint32_t)(w.v[1] >= thr) << 1);
-    const uint32_t k23 = (uint32_t)(w.v[2] >= thr) | ((uint32_t)(w.v[3] >= thr) << 1);
-    // even lane: row g = own k01, row g+8 = the odd lane's k01; odd lane: row g = the even
-    // lane's k23, row g+8 = own k23
-    const uint32_t recv = __shfl_xor_sync(0xffffffffu, odd ? k01 : k23, 1);
-    const uint32_t top = odd ? recv : k01;  // row g:   columns j, j+1 -> elements 0, 1
-    const uint32_t bot = odd ? k23 : recv;  // row g+8: columns j, j+1 -> elements 2, 3
-    bits |= (top | (bot << 2)) << (4 * nt);
+  for (int nt = 0; nt < NT; nt += 2) {
+    // this lane's call: n-tile nt + t / 2 (past the last n-tile when NT is odd: a call whose
+    // byte no lane takes, made so that the shuffles stay warp-wide)
+    const uint32_t j = (uint32_t)(j0 + 8 * (nt + t / 2));
+    const uint32_t byte = philox::attn_keep_byte(philox::attn_words(key, bh, row, j), thr);
+    uint32_t all = byte << (8 * t);
+    all |= __shfl_xor_sync(0xffffffffu, all, 1);
+    all |= __shfl_xor_sync(0xffffffffu, all, 2);
+    // byte 0: row g of n-tile nt, 1: row g+8 of nt, 2: row g of nt+1, 3: row g+8 of nt+1
+#pragma unroll
+    for (int h = 0; h < 2 && nt + h < NT; ++h) {
+      const uint32_t top = (all >> (16 * h + 2 * t)) & 3u;      // row g:   columns 2t, 2t+1 -> e = 0, 1
+      const uint32_t bot = (all >> (16 * h + 8 + 2 * t)) & 3u;  // row g+8: columns 2t, 2t+1 -> e = 2, 3
+      bits |= (top | (bot << 2)) << (4 * (nt + h));
+    }
   }
   return bits;
 }
@@ -555,23 +558,25 @@ __device__ __forceinline__ void write_out_lse(const FwdParams<bf16>& p, float (&
 
 // The keep bits M_ij of the tile (queries i0 .. i0+Br-1, keys j0 .. j0+Bc-1) into
 // sM[key][query] (row stride MS), by the NThreads threads tid = 0 .. NThreads-1 (a CTA, or one
-// warp making its own rows): one Philox call per (query, 4 keys).
-// Consecutive threads take consecutive queries of one group of 4 keys, so a warp's 32 one-byte
+// warp making its own rows): one Philox call per (query, 8 keys), philox::attn_keep's.
+// Consecutive threads take consecutive queries of one group of 8 keys, so a warp's 32 one-byte
 // stores fall in 8 consecutive words of a key row: one wavefront, no bank conflict (threads
 // taking consecutive key groups of one query put their bytes MS bytes apart, two to a bank).
 template <int Br, int Bc, int MS, int NThreads>
 __device__ __forceinline__ void make_mask_tile(uint8_t* sM, const philox::DropoutKey& key, uint32_t bh, int i0, int j0,
                                                int tid) {
-  constexpr int kGroups = Bc / 4, kCalls = Br * kGroups;
+  constexpr int kGroups = Bc / 8, kCalls = Br * kGroups;
   static_assert(kCalls % NThreads == 0, "Philox calls must divide evenly among the threads");
   static_assert(Br % 32 == 0, "a warp's queries lie in one key group");
+  const uint32_t thr = philox::attn_threshold(key);
 #pragma unroll
   for (int it = 0; it < kCalls / NThreads; ++it) {
     const int c = it * NThreads + tid;
     const int q = c % Br, kg = c / Br;
-    const philox::U32x4 w = philox::dropout_words(key, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 4 * kg));
+    const uint32_t byte =
+        philox::attn_keep_byte(philox::attn_words(key, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 8 * kg)), thr);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) sM[(4 * kg + u) * MS + q] = (uint8_t)(w.v[u] >= key.threshold);
+    for (int u = 0; u < 8; ++u) sM[(8 * kg + u) * MS + q] = (uint8_t)((byte >> u) & 1u);
   }
 }
 

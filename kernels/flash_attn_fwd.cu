@@ -4,7 +4,7 @@
 //
 // Per batch b and head h (bh = b*NH + h), Q, K, V the (T, HS) slices of qkv, the query rows
 // cut into tiles Q_i of Br rows (one CTA each) and the keys into tiles K_j, V_j of Bc rows,
-// s = 1 / (1 - p) = key.scale, M the Philox mask (M_ij = philox::dropout_keep(key, bh, i, j)):
+// s = 1 / (1 - p) = key.scale, M the Philox mask (M_ij = philox::attn_keep(key, bh, i, j)):
 //   m_i = -inf, l_i = 0, O_i = 0
 //   for each K_j, V_j (causal: tiles wholly above the diagonal skipped):
 //     S_ij  = Q_i K_j^T / sqrt(HS)          (-inf at j >= T and, causal, at j > i)
@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_fwd_f32_kernel(co
       m[rr] = m_new;
       // P~_ij o M_ij (and the mask dump)
       if constexpr (IsDropout) {
-        const bool keep = philox::dropout_keep(p.key, bh, (uint32_t)i, (uint32_t)j);
+        const bool keep = philox::attn_keep(p.key, bh, (uint32_t)i, (uint32_t)j);
         if (p.mask && valid) p.mask[((long long)bh * p.T + i) * p.T + j] = keep ? 1 : 0;
         if (!keep) pij = 0.f;
       }

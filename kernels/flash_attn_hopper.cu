@@ -19,7 +19,7 @@
 // each warp of the warpgroup 16 rows in exactly the layout of mma.m16n8k16's C fragments over
 // N / 8 n-tiles (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts": warp w holds rows
 // 16w .. 16w+15, element 2h + c of n-tile j is row 16w + 8h + g, column 8j + 2t + c), so the
-// masking, the online softmax, the dropout (one Philox call per 4 columns, keyed by position)
+// masking, the online softmax, the dropout (one Philox call per 8 columns, keyed by position)
 // and the output are the mma.sync kernel's own functions (kernels/flash_attn_common.cuh): the
 // keep decisions are the same bytes by construction, and so is every other step but the sums
 // inside the two products. A box of rows past the end of a batch's sequence reads the next
@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
 //   dQ kernel (64 queries, 64 keys a tile):
 //     S = Q K^T, dP = dO V^T (ss), dQ += dS K (rs, B = K MN-major).
 // The masks: the dK / dV kernel's keep bits come from the shared tile make_mask_tile writes (one
-// Philox call per 4 keys of a query), the dQ kernel's from dropout_keep_bits, as in flash_attn_bwd.cu.
+// Philox call per 8 keys of a query), the dQ kernel's from dropout_keep_bits, as in flash_attn_bwd.cu.
 
 // acc (the warpgroup's 64 x N) = A B^T over HS: A the 64 rows of tile a (RA rows) from row0, B the
 // N rows of tile b; both K-major. Waits for the result.

@@ -3,7 +3,7 @@
 // the (T, HS) slices of qkv (HS = C / NH) and s = 1 / (1 - p) the dropout scale (key.scale):
 //   S_ij = Q_i . K_j / sqrt(HS)                   (j > i excluded when causal: P_ij = 0)
 //   P_i  = softmax(S_i)                            saved in att (before dropout)
-//   Pd_ij = P_ij M_ij s                            M from philox::dropout_keep(key, bh, i, j)
+//   Pd_ij = P_ij M_ij s                            M from philox::attn_keep(key, bh, i, j)
 //   O_i  = sum_j Pd_ij V_j                         written to out[b, i, h*HS : h*HS+HS]
 // Backward, with dO the upstream gradient:
 //   dPd_ij = dO_i . V_j,  dV_j += Pd_ij dO_i,  dP_ij = dPd_ij M_ij s,
@@ -28,13 +28,14 @@ namespace cpu {
 
 namespace {
 
-// keep[j] for j in [0, jn) of row i of batch-head bh: one Philox call per 4 columns (the same
-// decisions as philox::dropout_keep, which picks word j % 4 of the call for column j / 4).
+// keep[j] for j in [0, jn) of row i of batch-head bh: one Philox call per 8 columns (the same
+// decisions as philox::attn_keep, bit j % 8 of the call's keep byte for column j).
 void keep_row(uint8_t* keep, const philox::DropoutKey& key, uint32_t bh, int i, int jn) {
-  philox::U32x4 w{};
+  const uint32_t thr = philox::attn_threshold(key);
+  uint32_t byte = 0;
   for (int j = 0; j < jn; ++j) {
-    if ((j & 3) == 0) w = philox::dropout_words(key, bh, (uint32_t)i, (uint32_t)j);
-    keep[j] = w.v[j & 3] >= key.threshold ? 1 : 0;
+    if ((j & 7) == 0) byte = philox::attn_keep_byte(philox::attn_words(key, bh, (uint32_t)i, (uint32_t)j), thr);
+    keep[j] = (byte >> (j & 7)) & 1u;
   }
 }
 

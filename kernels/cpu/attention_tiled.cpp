@@ -166,7 +166,7 @@ void online_softmax_update(MapMat<T>& Sij, T sc, int i0, int j0, int nr, int nc,
 
 // Dropout on a tile in place: X_ij o M_ij s (s = 1 / (1 - p)), for rows i0 .. i0+nr-1 and
 // columns j0 .. j0+nc-1; entries above the causal diagonal are 0 already and left alone.
-// M_ij from kernels/philox.h, one Philox call per 4 aligned columns. When mask is not null
+// M_ij from kernels/philox.h, philox::attn_keep, one Philox call per 8 aligned columns. When mask is not null
 // the decisions are recorded there (all kept when p = 0). Row r of the call is row rbase + r
 // of Xij (a band of the tile).
 template <typename T>
@@ -179,13 +179,15 @@ void apply_dropout(MapMat<T>& Xij, const philox::DropoutKey& key, const Head& hd
     const int i = i0 + r;
     const int cend = causal ? std::min(nc, i + 1 - j0) : nc;
     uint8_t* mrow = mask ? mask + ((size_t)hd.bh * hd.Tn + i) * hd.Tn + j0 : nullptr;
-    philox::U32x4 w{};
+    const uint32_t thr = philox::attn_threshold(key);
+    uint32_t byte = 0;
     for (int c = 0; c < cend; ++c) {
       const int j = j0 + c;
       bool keep = true;
       if (drop) {
-        if (c == 0 || (j & 3) == 0) w = philox::dropout_words(key, hd.bh, (uint32_t)i, (uint32_t)j);
-        keep = w.v[j & 3] >= key.threshold;
+        if (c == 0 || (j & 7) == 0)
+          byte = philox::attn_keep_byte(philox::attn_words(key, hd.bh, (uint32_t)i, (uint32_t)j), thr);
+        keep = (byte >> (j & 7)) & 1u;
         Xij(rbase + r, c) = keep ? Xij(rbase + r, c) * s : T(0);
       }
       if (mrow) mrow[c] = keep;

@@ -5,7 +5,7 @@
 //   - tiled == naive (out, dqkv) to 1e-12 of max|ref| in double over many T and tilings;
 //     lse == log(sum_j exp(S_ij)) computed here;
 //   - the mask dumps of naive and of every tiling are bit-identical and equal to
-//     philox::dropout_keep; they change with seed, step and layer;
+//     philox::attn_keep; they change with seed, step and layer;
 //   - float: tiled error <= 2x naive error (+ slack), both against naive<double>;
 //   - causality, and rows of att summing to 1.
 // Forward outputs are pre-filled with NaN (every entry must be overwritten); dqkv starts
@@ -241,7 +241,7 @@ TEST_CASE("attention: tiled lse == log(sum_j exp(S_ij)) computed directly") {
   }
 }
 
-TEST_CASE("attention: mask dumps of naive and all tilings identical, equal to dropout_keep") {
+TEST_CASE("attention: mask dumps of naive and all tilings identical, equal to attn_keep") {
   const Dims d{2, 37, 16, 2};
   const int tilings[][2] = {{1, 1}, {16, 16}, {7, 5}, {64, 64}, {3, 11}, {37, 1}};
   const double p = 0.3;
@@ -250,7 +250,7 @@ TEST_CASE("attention: mask dumps of naive and all tilings identical, equal to dr
     INFO("causal=" << causal);
     const std::vector<double> qkv = random_vec(d.nqkv());
     const Run<double> ref = run_naive(d, qkv, nullptr, key, causal);
-    // naive dump == philox::dropout_keep, entries above the causal diagonal untouched
+    // naive dump == philox::attn_keep, entries above the causal diagonal untouched
     size_t bad = 0, kept = 0, written = 0;
     for (int bh = 0; bh < d.B * d.NH; ++bh)
       for (int i = 0; i < d.T; ++i)
@@ -260,7 +260,7 @@ TEST_CASE("attention: mask dumps of naive and all tilings identical, equal to dr
             bad += m != kUntouched;
             continue;
           }
-          const uint8_t want = philox::dropout_keep(key, (uint32_t)bh, (uint32_t)i, (uint32_t)j);
+          const uint8_t want = philox::attn_keep(key, (uint32_t)bh, (uint32_t)i, (uint32_t)j);
           bad += m != want;
           kept += want;
           ++written;

@@ -132,6 +132,39 @@ TEST_CASE("philox: dropout threshold is round(p * 2^32)") {
   CHECK(key.scale == (float)(1.0 / 0.7));
 }
 
+TEST_CASE("philox: the attention probabilities' rule, 16 bits a decision and 8 columns a call, as documented") {
+  // threshold16 = round(p * 2^16), saturated; 0 for p = 0
+  for (double p : {0.0, 1e-9, 0.1, 0.17, 0.2, 0.5, 0.9, 0.999}) {
+    CAPTURE(p);
+    const auto key = philox::make_dropout_key(1, 2, 3, philox::kSiteAttnProbs, p);
+    CHECK(philox::attn_threshold(key) == (uint32_t)std::llround(p * 65536.0));
+  }
+  CHECK(philox::attn_threshold(philox::make_dropout_key(1, 2, 3, 1, 1.0)) == 65535u);
+  CHECK(philox::attn_threshold(philox::make_dropout_key(1, 2, 3, 1, 0.9999999)) == 65535u);
+  // keep(bh, i, j) = half j % 2 of word (j % 8) / 2 of philox4x32_10({j / 8, i, bh + row0,
+  // (step << 10) | (layer << 3) | site}, seed) >= threshold16, restated here from kernels/philox.h
+  auto key = philox::make_dropout_key(0x0123456789abcdefull, 77, 5, philox::kSiteAttnProbs, 0.3);
+  key.row0 = 9;
+  const uint32_t thr = (uint32_t)std::llround(0.3 * 65536.0);
+  size_t bad = 0, kept = 0, n = 0;
+  for (uint32_t bh : {0u, 1u, 13u})
+    for (uint32_t i = 0; i < 70; ++i)
+      for (uint32_t j = 0; j < 300; ++j) {
+        const philox::U32x4 r = philox::philox4x32_10(j / 8, i, bh + 9, (77u << 10) | (5u << 3) | 1u, 0x89abcdefu,
+                                                      0x01234567u);
+        const uint32_t half = (r.v[(j % 8) / 2] >> (16 * (j % 2))) & 0xFFFFu;
+        const bool want = half >= thr;
+        bad += philox::attn_keep(key, bh, i, j) != want;
+        kept += want;
+        ++n;
+      }
+  CHECK(bad == 0);
+  CHECK(std::fabs((double)kept / (double)n - 0.7) < 0.01);
+  // p = 0 (threshold 0): every element kept
+  const auto none = philox::make_dropout_key(3, 4, 5, philox::kSiteAttnProbs, 0.0);
+  for (uint32_t j = 0; j < 64; ++j) CHECK(philox::attn_keep(none, 2, 3, j));
+}
+
 TEST_CASE("philox: the mask changes with seed, step, layer, site, position; fixed by the key") {
   const int B = 4, Tn = 64, C = 1024;  // 2^18 elements
   const double p = 0.3, expect = 2 * p * (1 - p);

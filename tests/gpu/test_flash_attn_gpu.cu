@@ -425,7 +425,7 @@ F32Bounds f32_bounds(const Shape& s, const std::vector<double>& qkv, const std::
             dpabs += std::fabs(dOi[d] * v(j)[d]);
           }
           sigma = std::max(sigma, sc * sabs);
-          const bool keep = !drop || philox::dropout_keep(key, bh, (uint32_t)i, (uint32_t)j);
+          const bool keep = !drop || philox::attn_keep(key, bh, (uint32_t)i, (uint32_t)j);
           prow[j] = std::exp(sc * dot - lse);
           dprow[j] = keep ? sd * dpabs : 0.0;
           Dabs += prow[j] * dprow[j];

@@ -19,7 +19,8 @@ __global__ void dropout_mask_kernel(uint8_t* mask, philox::DropoutKey key, int B
   long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
   if (idx >= (long long)BH * T * T) return;
   int j = idx % T, i = (idx / T) % T, bh = idx / ((long long)T * T);
-  mask[idx] = philox::dropout_keep(key, bh, i, j);
+  // bit 0: the (B, T, C) sites' rule, bit 1: the attention probabilities'
+  mask[idx] = (uint8_t)(philox::dropout_keep(key, bh, i, j) | (philox::attn_keep(key, bh, i, j) << 1));
 }
 
 }  // namespace
@@ -40,7 +41,7 @@ TG_GPU_TEST("gpu philox: device words equal host words") {
   CHECK(mismatches == 0);
 }
 
-TG_GPU_TEST("gpu philox: device dropout mask equals host mask") {
+TG_GPU_TEST("gpu philox: device dropout masks equal host masks (both rules)") {
   const int BH = 6, T = 97;
   philox::DropoutKey key = philox::make_dropout_key(1337, 12, 3, philox::kSiteAttnProbs, 0.17);
   const size_t n = (size_t)BH * T * T;
@@ -53,6 +54,8 @@ TG_GPU_TEST("gpu philox: device dropout mask equals host mask") {
   size_t mismatches = 0;
   for (int bh = 0; bh < BH; ++bh)
     for (int i = 0; i < T; ++i)
-      for (int j = 0; j < T; ++j) mismatches += got[((size_t)bh * T + i) * T + j] != philox::dropout_keep(key, bh, i, j);
+      for (int j = 0; j < T; ++j)
+        mismatches += got[((size_t)bh * T + i) * T + j] !=
+                      (uint8_t)(philox::dropout_keep(key, bh, i, j) | (philox::attn_keep(key, bh, i, j) << 1));
   CHECK(mismatches == 0);
 }
