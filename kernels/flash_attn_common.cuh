@@ -425,10 +425,10 @@ __device__ __forceinline__ void mask_scores(float (&s)[NT][4], int i_g, int j_t,
 }
 
 // ---- dropout in the query-major accumulator layout ---------------------------------------------
-// M_ij = philox::attn_keep(key, bh, i, j): one Philox call decides the 8 columns 8(j/8) .. 8(j/8)+7
-// of row i, one n-tile of one row (j0 is a multiple of 8). The quad of lanes t = 0..3 (rows g and
-// g+8; in each n-tile lane t owns columns 2t, 2t+1) covers two n-tiles nt, nt+1 of both rows with
-// four calls, one a lane: lane t decides row g + 8 (t % 2) of n-tile nt + t / 2. The quad then
+// M_ij = philox::attn_keep(key, bh, i, j): one Philox call decides the 8 columns 8(j/8) ..
+// 8(j/8)+7 of row i, one n-tile of one row (j0 is a multiple of 8). The quad of lanes t = 0..3
+// (rows g and g+8; in each n-tile lane t owns columns 2t, 2t+1) covers two n-tiles nt, nt+1 of
+// both rows with four calls, one a lane: lane t decides row g + 8 (t % 2) of n-tile nt + t / 2. The quad then
 // gathers the four keep bytes (two shuffles), byte t of one word, and each lane takes its two
 // columns' bits of each: every element's decision is still that of its own (bh, i, j), whatever
 // the tile or thread layout. (NT odd: the last n-tile's calls are those of lanes t < 2 alone.)

@@ -166,9 +166,9 @@ void online_softmax_update(MapMat<T>& Sij, T sc, int i0, int j0, int nr, int nc,
 
 // Dropout on a tile in place: X_ij o M_ij s (s = 1 / (1 - p)), for rows i0 .. i0+nr-1 and
 // columns j0 .. j0+nc-1; entries above the causal diagonal are 0 already and left alone.
-// M_ij from kernels/philox.h, philox::attn_keep, one Philox call per 8 aligned columns. When mask is not null
-// the decisions are recorded there (all kept when p = 0). Row r of the call is row rbase + r
-// of Xij (a band of the tile).
+// M_ij = philox::attn_keep (kernels/philox.h), one Philox call per 8 aligned columns. When
+// mask is not null the decisions are recorded there (all kept when p = 0). Row r of the call
+// is row rbase + r of Xij (a band of the tile).
 template <typename T>
 void apply_dropout(MapMat<T>& Xij, const philox::DropoutKey& key, const Head& hd, int i0, int j0, int nr, int nc,
                    bool causal, uint8_t* mask, int rbase = 0) {

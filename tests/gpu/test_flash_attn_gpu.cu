@@ -74,9 +74,9 @@ struct Shape {
 };
 
 // Whether this device gives a block the shared memory the flash kernels' tiles take at head size
-// HS (GeForce parts of compute capability 8.6 and 8.9 allow 99 KB a block: head sizes from 128 on
-// do not fit there, the launchers refuse them and train_gpt runs the naive path). A size that does
-// not fit is not run; the case says so once per size.
+// HS (GeForce parts of compute capability 8.6 and 8.9 allow 99 KB a block: head sizes above 64,
+// padded to 128 and 256, do not fit there; the launchers refuse them and train_gpt runs the naive
+// path). A size that does not fit is not run; the case says so once per size.
 bool flash_fits(int HS, bool bf16) {
   int dev = 0;
   cudaDeviceProp prop{};
