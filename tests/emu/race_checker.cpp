@@ -81,19 +81,12 @@ void RaceChecker::mbarrier_observed(const void* bar, uint64_t phases) {
 void RaceChecker::bulk_landing(const void* bar, uint64_t phases) {
   landings_.emplace_back(reinterpret_cast<uintptr_t>(bar), phases);
 }
-void RaceChecker::warp_collective(int warp, const char*) {
-  ++collective_[(size_t)warp];
-  if (clock_.empty()) return;
-  // the lanes' accesses before the collective are ordered before every lane's after it: each
-  // lane's clock ticks, and all take the warp's join (so a lane's arrival after it carries them)
-  Clock all;
-  const int first = 32 * warp, last = std::min(nthreads_, first + 32);
-  for (int l = first; l < last; ++l) {
-    ++clock_[(size_t)l][(size_t)l];
-    join(all, clock_[(size_t)l]);
-  }
-  for (int l = first; l < last; ++l) join(clock_[(size_t)l], all);
-}
+// The lanes' accesses before the collective are ordered before every lane's after it (the
+// warp's collective epoch), but not before another warp's accesses through one lane's later
+// arrival on an mbarrier: compute-sanitizer's racecheck on an H200 named such a pattern (the
+// consumer lanes' reads, a __syncwarp, lane 0's arrival on "empty", the producer's writes) as a
+// hazard, so each thread whose accesses an arrival is to order must arrive itself.
+void RaceChecker::warp_collective(int warp, const char*) { ++collective_[(size_t)warp]; }
 
 RaceChecker::Cell& RaceChecker::cell(uintptr_t a) {
   const uintptr_t off = a - reinterpret_cast<uintptr_t>(g_smem);

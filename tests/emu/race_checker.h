@@ -7,7 +7,10 @@
 // mbarrier arrival after the first access whose phase the second thread then saw complete
 // (a test_wait or try_wait that answered true), directly or by a chain of such arrivals and
 // waits (vector clocks). Lanes of a warp are not
-// ordered by being in one warp: since Volta each thread has its own program counter.
+// ordered by being in one warp: since Volta each thread has its own program counter. A warp
+// collective orders its lanes among themselves only: one lane's arrival after it does not carry
+// the other lanes' accesses to another warp (compute-sanitizer's racecheck does not either: on
+// an H200 it named that pattern a hazard), so each thread an arrival is to order arrives itself.
 //
 // Hazards, each a device fault at once (the kernel, block, both threads and both source lines):
 //   - read-after-write, write-after-read, write-after-write: two unordered accesses to one byte of

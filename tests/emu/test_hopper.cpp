@@ -232,19 +232,21 @@ TEST_CASE("hopper: a TMA box whose innermost coordinate is not on 16 bytes is a 
 
 namespace {
 
-// A producer / consumer ring (the Hopper attention forward's pattern): thread 0 of warp 1 streams
+// A producer / consumer ring (the Hopper attention kernels' pattern): thread 0 of warp 1 streams
 // 6 boxes of 8 x 8 through 2 stages with TMA, each stage a "full" mbarrier (its bytes) and an
-// "empty" one (one arrival by warp 0's first lane once the stage is read); warp 0 waits on full,
-// sums the stage and releases it. Only mbarriers (and a warp collective) order the refills after
-// the reads. MODE 1 releases a stage before reading it (a race: the producer may overwrite what
-// is read).
+// "empty" one (an arrival by each of warp 0's lanes once it has read the stage); warp 0 waits on
+// full, sums the stage and releases it. Only mbarriers order the refills after the reads. MODE 1
+// releases a stage before reading it (a race: the producer may overwrite what is read). MODE 2
+// has lane 0 alone arrive, after a warp collective: compute-sanitizer's racecheck on an H200 named
+// that pattern a hazard (the collective orders the lanes among themselves, not for the producer).
 template <int MODE>
 __global__ void ring_kernel(const __grid_constant__ CUtensorMap map, float* out) {
   __shared__ uint64_t full[2], empty[2];
   unsigned char* s = gpu::dynamic_smem<unsigned char>();
   const int t = threadIdx.x;
   if (t == 0)
-    for (int st = 0; st < 2; ++st) gpu::hopper::mbarrier_init(&full[st], 1), gpu::hopper::mbarrier_init(&empty[st], 1);
+    for (int st = 0; st < 2; ++st)
+      gpu::hopper::mbarrier_init(&full[st], 1), gpu::hopper::mbarrier_init(&empty[st], MODE == 0 ? 32 : 1);
   __syncthreads();
   if (t == 32) {  // the producer
     for (int i = 0; i < 6; ++i) {
@@ -262,9 +264,11 @@ __global__ void ring_kernel(const __grid_constant__ CUtensorMap map, float* out)
       uint16_t v;
       std::memcpy(&v, s + 1024 * st + 2 * t, 2);
       sum += (float)v;
-      // the lanes' reads before lane 0's arrival: a warp collective orders them (as __syncwarp would)
-      sum += __shfl_sync(0xffffffffu, 0.f, 0);
-      if (MODE == 0 && t == 0) gpu::hopper::mbarrier_arrive(&empty[st]);
+      if (MODE == 0) gpu::hopper::mbarrier_arrive(&empty[st]);  // each lane after its own read
+      if (MODE == 2) {
+        sum += __shfl_sync(0xffffffffu, 0.f, 0);  // a warp collective, then lane 0 alone
+        if (t == 0) gpu::hopper::mbarrier_arrive(&empty[st]);
+      }
     }
     out[t] = sum;
   }
@@ -272,7 +276,7 @@ __global__ void ring_kernel(const __grid_constant__ CUtensorMap map, float* out)
 
 }  // namespace
 
-TEST_CASE("racecheck: mbarriers order a ring's refills after its reads, and a stage released before it is read is a hazard (PTX ISA: mbarrier.arrive, mbarrier.try_wait)") {
+TEST_CASE("racecheck: mbarriers order a ring's refills after its reads, and a stage released before it is read, or by one lane for the warp, is a hazard (PTX ISA: mbarrier.arrive, mbarrier.try_wait)") {
   auto run = [](auto kernel) {
     return tg_test::in_child([kernel] {
       emu::RaceChecker checker;
@@ -301,4 +305,8 @@ TEST_CASE("racecheck: mbarriers order a ring's refills after its reads, and a st
   INFO("child stderr: " << early.err);
   CHECK(early.exit_code == 3);
   CHECK(has(early.err, "write-after-read hazard"));
+  const tg_test::ChildResult one_lane = run(ring_kernel<2>);
+  INFO("child stderr: " << one_lane.err);
+  CHECK(one_lane.exit_code == 3);
+  CHECK(has(one_lane.err, "write-after-read hazard"));
 }
