@@ -20,9 +20,9 @@
 #                kernels' cases where they fail
 #   suite        the rest of the GPU suite (test_gpu); the failing cases again alone, with their
 #                full output, and under compute-sanitizer memcheck
-#   sanitize     compute-sanitizer racecheck, initcheck and synccheck on the reduced flash
-#                matrix (the Hopper kernels' cases among them), memcheck on the reduced suite
-#                (each tool only if it fits)
+#   sanitize     compute-sanitizer racecheck on the reduced flash matrix (the Hopper kernels'
+#                cases among them), initcheck and synccheck on the Hopper kernels' cases, memcheck
+#                on the reduced suite (each tool only if it fits)
 #   attention    the attention benchmark (bench_gpu) beside PyTorch SDPA: forward, backward and
 #                both, p = 0 and 0.2, HS 64 and 128, TFLOP/s and ratios, on the default kernels
 #                (the Hopper ones on compute capability 9.0), then with TG_FLASH_HOPPER=0 (the
@@ -344,6 +344,7 @@ window() {
                   --log_interval=1 --batch_size=4 --block_size=32 --n_layer=2 --n_head=2 --n_embd=64)
     NANOGPT_FROM=5
     SAN_FLASH=(-tc="flash attention bf16: O*")
+    SAN_QUICK=("${SAN_FLASH[@]}")
     SAN_SUITE=(-tc="gpu layernorm*,gpu gelu*")
     MMA_BENCH_ARGS=(--hs 64 --t 64 --p 0.2 --tokens 128 --width 128 --reps 1 --warmup 0)
     WS_BENCH_ARGS=("${MMA_BENCH_ARGS[@]}")
@@ -359,6 +360,9 @@ window() {
     NANOGPT_ARGS=(--compile=True)
     NANOGPT_FROM=100
     SAN_FLASH=(-tc="flash attention bf16: O*,flash attention float*,flash attention backward*,flash attention hopper*")
+    # initcheck and synccheck on the Hopper kernels' cases alone (1 and 2 s on the H200): racecheck
+    # on the whole flash matrix took 141 s there, and left no time for them on the rest
+    SAN_QUICK=(-tc="flash attention hopper*")
     SAN_SUITE=(-tce="*20 steps*,*same seed twice*")
     MMA_BENCH_ARGS=(--hs 64,128 --t 1024,4096,16384 --p 0,0.2 --naive-max-t 0 --reps 10)
     WS_BENCH_ARGS=(--hs 64,128 --t 4096 --p 0,0.2 --naive-max-t 0 --reps 10)
@@ -375,7 +379,7 @@ window() {
   step libs 600
   step hopper 200
   step suite 240
-  step sanitize 160
+  step sanitize 200
   step attention 240
   step train_flash 300
   step counters 300
@@ -614,22 +618,28 @@ step_nanogpt() {
 }
 
 # each tool in turn while the time left fits it (in the rehearsal, the emulator's racecheck and
-# initcheck over the same cases: it has no synccheck, and AddressSanitizer is always on)
+# initcheck over the same cases: it has no synccheck, and AddressSanitizer is always on):
+# racecheck on the flash matrix, initcheck and synccheck on SAN_QUICK (20 s each expected), memcheck
+# on the reduced suite
 step_sanitize() {
   lib_env
-  local tool per=${EXP[sanitize]}
+  local tool need
   export TG_REDUCED_MATRIX=1
   for tool in racecheck initcheck synccheck memcheck; do
-    if (($(step_left) < per)); then
+    local cases=("${SAN_FLASH[@]}")
+    need=${EXP[sanitize]}
+    case $tool in
+      initcheck | synccheck) cases=("${SAN_QUICK[@]}") need=20 ;;
+      memcheck) cases=("${SAN_SUITE[@]}") ;;
+    esac
+    if (($(step_left) < need)); then
       echo "$tool: skipped, $(step_left) s left"
       STEP_NOTE+="${STEP_NOTE:+, }$tool skipped"
       continue
     fi
-    local cases=("${SAN_FLASH[@]}")
-    [ "$tool" = memcheck ] && cases=("${SAN_SUITE[@]}")
     if [ "$REHEARSE" = 1 ]; then
       [ "$tool" = synccheck ] && continue
-      TG_EMU_RACECHECK=1 timeout -k 10 "$per" "$TEST" "${cases[@]}" >"$LOGS/sanitize_$tool.log" 2>&1 &&
+      TG_EMU_RACECHECK=1 timeout -k 10 "${EXP[sanitize]}" "$TEST" "${cases[@]}" >"$LOGS/sanitize_$tool.log" 2>&1 &&
         echo "ERROR SUMMARY: 0 errors (the emulator's $tool)" >>"$LOGS/sanitize_$tool.log"
     else
       bounded compute-sanitizer --tool "$tool" --error-exitcode 9 "$TEST" "${cases[@]}" >"$LOGS/sanitize_$tool.log" 2>&1
