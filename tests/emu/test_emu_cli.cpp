@@ -434,6 +434,12 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
            (dir / "padded").string()},
       // (the bf16 runs take the Hopper kernels, the emulated device's default; this one the mma.sync ones)
       {"TG_FLASH_HOPPER=0 ", "--device cuda --precision bf16 --attention check --dropout 0.1 --bias" + kTiny + data},
+      // the warp-specialized Hopper backward (opt-in; head size 64, the Hopper kernels take it), with
+      // dropout: T 192 is three query tiles, so a stage of its dK / dV ring is refilled after its
+      // reads (with one lane's arrival for its warp this run names the race an H200 found)
+      {"TG_FLASH_HOPPER=2 ", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 2 "
+                             "--n-embd 128 --block-size 192 --batch-size 1 --max-iters 1 --eval-interval 1 "
+                             "--eval-iters 1 --sample-tokens 4" + data + " --out-dir " + (dir / "ws").string()},
       {"TG_EMU_CUBLASLT_NO_ALGORITHM=1 ", "--device cuda --precision bf16 --bias --max-iters 1 --eval-interval 1 "
                                           "--sample-tokens 4" + kTiny + data + " --out-dir " + (dir / "fallback").string()},
   };
@@ -443,6 +449,8 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
     const Run r = cli::run_exe(cli::train_gpt_emu_exe(), args, env + more_env);
     INFO("stderr: " << r.err);
     REQUIRE(r.code == 0);
+    if (more_env == "TG_FLASH_HOPPER=2 ")  // the start-up line names the backward it runs
+      CHECK(r.out.find("(Hopper wgmma kernels, warp-specialized backward)") != std::string::npos);
     if (args.find("--n-embd 80") != std::string::npos)  // the start-up line says the size is padded
       CHECK(r.out.find("attention: flash (head size 40 padded to 64 in the flash kernels; Hopper wgmma kernels)") !=
             std::string::npos);
