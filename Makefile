@@ -196,15 +196,20 @@ EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp te
   tests/emu/nccl_emu.cpp tests/emu/access_hook.cpp tests/emu/kernel_profiler.cpp tests/emu/race_checker.cpp tests/emu/hopper_emu.cpp)
 EMU_CUDA_OBJS := $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o)
 # the emulator itself at -O3: its fibers, barriers and memory hook are most of an emulated test's
-# time (-O3 took 9% off two flash and counter cases: 19.4-20.0 s to 17.7-17.8 s)
-$(EMU_LIB_OBJS): EMU_FLAGS += -O3
+# time (-O3 took 9% off two flash and counter cases: 19.4-20.0 s to 17.7-17.8 s); for the host
+# build's machine (CXXFLAGS' -march), so that the tensor-core products' fmaf is an instruction, not
+# a call into libm, and no contraction: every rounding stays the one the source writes
+$(EMU_LIB_OBJS): EMU_FLAGS += -O3 $(filter -march=% -mtune=%,$(CXXFLAGS)) -ffp-contract=off
 # The kernel files carry the memory hook (tests/emu/access_hook.h): GCC's ThreadSanitizer
 # instrumentation in place of AddressSanitizer's (the hook does AddressSanitizer's check), with
 # no runtime linked; vectorisation and store merging off, so every access keeps the width the
 # source gives it.
 EMU_HOOK_FLAGS := $(filter-out -fsanitize=address$(comma)undefined,$(EMU_FLAGS)) -fsanitize=thread,undefined \
   --param tsan-instrument-func-entry-exit=0 -fno-tree-vectorize -fno-tree-slp-vectorize -fno-store-merging
-EMU_LIBS := -fsanitize=address,undefined -lblas -ldl $(LDLIBS)
+# -static-libasan: AddressSanitizer's runtime linked in, so that its thread-local state, read at
+# every fiber switch, is the executable's own (with the shared runtime each read went through
+# __tls_get_addr: about 5% of an emulated model test)
+EMU_LIBS := -fsanitize=address,undefined -static-libasan -lblas -ldl $(LDLIBS)
 # the emulated test suite: the GPU suite (tests/gpu, with its main) and the emulator's own tests
 TEST_EMU_SRCS := $(wildcard tests/emu/test_*.cpp)
 TEST_EMU_OBJS := $(TEST_EMU_SRCS:%.cpp=$(EMU_BUILD)/%.o) $(TEST_GPU_SRCS:%.cu=$(EMU_BUILD)/%.o)
@@ -221,6 +226,7 @@ TEST_BINS := $(BUILD)/test_cpu $(GEMM_AVX512_EMU) $(if $(NVCC),$(BUILD)/test_gpu
 
 # tests/fuzz: a libFuzzer target over the readers of untrusted bytes (checkpoints, config text,
 # command line), built by clang++ with ASan and UBSan from the few sources it reads with
+# (-gline-tables-only: a crash's report names file:line; full debug information took 12% longer)
 FUZZ_SRCS := tests/fuzz/fuzz_readers.cpp model/run/config.cpp model/formats/checkpoint.cpp model/formats/safetensors.cpp \
              model/formats/json_io.cpp model/formats/ckpt_io.cpp model/formats/ckpt_lookup.cpp model/net/gpt.cpp \
              model/formats/init_from.cpp model/formats/hf_export.cpp data/dataset.cpp data/tokens.cpp data/sha256.cpp \
@@ -308,7 +314,7 @@ $(BUILD)/train_gpt_host: train_gpt.cu $(HOST_OBJS)
 
 $(BUILD)/fuzz_readers: $(FUZZ_SRCS) $(wildcard model/*/*.h data/*.h tests/fuzz/*.h) kernels/philox.h
 	@mkdir -p $(dir $@)
-	$(FUZZ_CXX) -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. $(JSON_INC) $(FUZZ_SRCS) -o $@
+	$(FUZZ_CXX) -std=c++17 -O1 -gline-tables-only -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. $(JSON_INC) $(FUZZ_SRCS) -o $@
 
 $(BUILD)/test_cpu: $(TEST_CPU_OBJS) $(HOST_OBJS) $(CPU_DOUBLE_OBJS)
 	$(CXX) $(CXXFLAGS) -o $@ $^ $(if $(NVCC),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lcurand,) $(LDLIBS)

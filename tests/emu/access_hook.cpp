@@ -74,12 +74,17 @@ inline void asan_check(uintptr_t a, uint32_t n, bool write) {
 
 // Device or shared memory: the accesses observers see.
 inline bool classify(uintptr_t a, Space* s) {
-  if (a - reinterpret_cast<uintptr_t>(g_smem) < g_smem_bytes || static_shared(a)) {
+  if (a - reinterpret_cast<uintptr_t>(g_smem) < g_smem_bytes) {
     *s = Space::Shared;
     return true;
   }
+  if (on_own_stack(a)) return false;
   if (device_memory(a)) {
     *s = Space::Global;
+    return true;
+  }
+  if (static_shared(a)) {
+    *s = Space::Shared;
     return true;
   }
   return false;

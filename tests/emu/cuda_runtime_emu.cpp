@@ -412,20 +412,52 @@ cudaError_t synchronize(cudaStream_t s) {
   return sticky_error();
 }
 
-bool device_memory(uintptr_t a) {
-  // one allocation remembered: a kernel's accesses mostly stay in the buffer of its last one
-  static uintptr_t lo = 0, hi = 0;
-  static uint64_t seen = ~0ull;
-  if (seen != mem().generation) {
-    seen = mem().generation;
-    lo = hi = 0;
+namespace {
+// device_memory's memory: the last few allocations hit (a kernel's accesses mostly stay in the
+// few buffers it reads and writes: q, k, v, o, lse), and the last gap between allocations that an
+// address fell in (a kernel's parameters, in host memory); the map's search is the slow way.
+struct DeviceMemoryCache {
+  static constexpr int kRemembered = 8;
+  uintptr_t lo[kRemembered] = {}, hi[kRemembered] = {}, gap_lo = 0, gap_hi = 0;
+  int next = 0;
+  uint64_t generation = ~0ull;
+};
+DeviceMemoryCache g_device_cache;
+
+__attribute__((noinline)) bool device_memory_search(uintptr_t a) {
+  DeviceMemoryCache& c = g_device_cache;
+  const auto& m = mem().by_base;
+  auto it = m.upper_bound(a);  // the first allocation above a
+  if (it != m.begin()) {
+    const auto below = std::prev(it);
+    const uintptr_t base = below->first, end = base + below->second.size;
+    if (a < end) {
+      c.lo[c.next] = base;
+      c.hi[c.next] = end;
+      c.next = (c.next + 1) % DeviceMemoryCache::kRemembered;
+      return true;
+    }
+    c.gap_lo = end;
+  } else {
+    c.gap_lo = 0;
   }
-  if (a - lo < hi - lo) return true;
-  const Allocation* al = find_allocation(reinterpret_cast<const void*>(a));
-  if (!al || a == reinterpret_cast<uintptr_t>(al->base) + al->size) return false;
-  lo = reinterpret_cast<uintptr_t>(al->base);
-  hi = lo + al->size;
-  return true;
+  c.gap_hi = it == m.end() ? UINTPTR_MAX : it->first;
+  return false;
+}
+}  // namespace
+
+// Every observed access of a kernel asks this: the cache's test runs without AddressSanitizer's
+// checks of its own fixed fields (they were most of its time).
+__attribute__((no_sanitize("address"))) bool device_memory(uintptr_t a) {
+  DeviceMemoryCache& c = g_device_cache;
+  if (c.generation != mem().generation) {
+    c = DeviceMemoryCache{};
+    c.generation = mem().generation;
+  }
+  for (int i = 0; i < DeviceMemoryCache::kRemembered; ++i)
+    if (a - c.lo[i] < c.hi[i] - c.lo[i]) return true;
+  if (a - c.gap_lo < c.gap_hi - c.gap_lo) return false;
+  return device_memory_search(a);
 }
 
 std::string describe_device_address(const void* p) {

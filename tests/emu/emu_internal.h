@@ -76,6 +76,9 @@ std::string kernel_name(const void* kernel);
 // Whether address a lies in a function-local static object of the executable: in kernel code,
 // a static __shared__ array (the memory hook's test for static shared memory).
 bool static_shared(uintptr_t a);
+// Whether address a lies on the running kernel thread's own stack (its locals: never shared or
+// device memory; the memory hook's quick answer for them).
+bool on_own_stack(uintptr_t a);
 // Order of warps and lanes in a CTA: 0 = ascending in even CTAs, descending in odd ones; 1 = the
 // reverse. Launches and CTAs run so far.
 void set_schedule(int s);

@@ -199,15 +199,6 @@ Warpgroup& my_warpgroup(const char* op) {
   return h.warpgroups[(size_t)wg];
 }
 
-float bf16_at(uint32_t off) {
-  uint16_t v;
-  std::memcpy(&v, g_smem + off, 2);
-  const uint32_t u = (uint32_t)v << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // The shared offset of element (mn, k) of a 16-deep bf16 operand that descriptor `desc`
 // describes ("Matrix Descriptor Format", "Shared Memory Matrix Layout"); mn_major: the operand is
 // transposed (imm-trans 1).
@@ -230,30 +221,51 @@ uint32_t operand_offset(uint64_t desc, bool mn_major, int mn, int k) {
   return swizzle(off + start, width);
 }
 
+// The 16-byte chunks of a shared operand (mn_extent x 16, mn_extent a multiple of 8): the 8
+// elements from (mn, k) along the contiguous dimension (K when K-major, MN when MN-major) lie in
+// one chunk whatever the swizzle, which moves whole chunks; f(mn, k, offset) for each.
+template <class F>
+void for_each_chunk(uint64_t desc, bool mn_major, int mn_extent, F f) {
+  for (int mn = 0; mn < mn_extent; mn += mn_major ? 8 : 1)
+    for (int k = 0; k < 16; k += mn_major ? 1 : 8) f(mn, k, operand_offset(desc, mn_major, mn, k));
+}
+
 // Checks one shared operand (mn_extent x 16) at issue and lists the 16-byte chunks it reads.
 void check_operand(uint64_t desc, bool mn_major, int mn_extent, const char* which, std::vector<uint32_t>& chunks) {
   if ((desc >> 49 & 7) != 0)
     device_fault(cudaErrorLaunchFailure, std::string("wgmma: the ") + which + " descriptor " + hex(desc) +
                                              " has a matrix base offset, which the emulator does not model");
-  for (int mn = 0; mn < mn_extent; ++mn)
-    for (int k = 0; k < 16; ++k) {
-      const uint32_t off = operand_offset(desc, mn_major, mn, k);
-      if ((size_t)off + 2 > g_smem_bytes)
+  for_each_chunk(desc, mn_major, mn_extent, [&](int mn, int k, uint32_t off) {
+    for (int e = 0; e < 8; ++e)
+      if ((size_t)off + 2 * e + 2 > g_smem_bytes)
         device_fault(cudaErrorIllegalAddress, std::string("wgmma: the ") + which + " descriptor " + hex(desc) +
-                                                  " reaches shared byte " + std::to_string(off) + " (element " +
-                                                  std::to_string(mn) + ", k " + std::to_string(k) + "), past the " +
+                                                  " reaches shared byte " + std::to_string(off + 2 * e) + " (element " +
+                                                  std::to_string(mn + (mn_major ? e : 0)) + ", k " +
+                                                  std::to_string(k + (mn_major ? 0 : e)) + "), past the " +
                                                   std::to_string(g_smem_bytes) + " bytes of dynamic shared memory");
-      // each chunk is 8 elements along the contiguous dimension: count it at its first element
-      if ((mn_major ? mn : k) % 8 == 0) chunks.push_back(off);
+    chunks.push_back(off);
+  });
+}
+
+// Reads one shared operand (checked at issue) as floats: element (mn, k) to out[mn * mn_step + k * k_step].
+void read_operand(uint64_t desc, bool mn_major, int mn_extent, float* out, int mn_step, int k_step) {
+  for_each_chunk(desc, mn_major, mn_extent, [&](int mn, int k, uint32_t off) {
+    uint16_t v[8];
+    std::memcpy(v, g_smem + off, sizeof v);
+    const int step = mn_major ? mn_step : k_step;
+    float* o = out + mn * mn_step + k * k_step;
+    for (int e = 0; e < 8; ++e) {
+      const uint32_t u = (uint32_t)v[e] << 16;
+      std::memcpy(o + e * step, &u, 4);
     }
+  });
 }
 
 // Runs one mma_async: reads the shared operands now, writes every thread's accumulators.
 void execute(const WgmmaOp& op) {
   const int n = op.n;
   static float A[64][16], B[16][256];
-  for (int m = 0; m < 64; ++m)
-    for (int k = 0; k < 16; ++k) A[m][k] = op.a_in_regs ? 0.f : bf16_at(operand_offset(op.desc_a, op.trans_a, m, k));
+  if (!op.a_in_regs) read_operand(op.desc_a, op.trans_a, 64, &A[0][0], 16, 1);
   if (op.a_in_regs)
     for (int i = 0; i < kWarpgroup; ++i) {
       const int row = 16 * (i / 32) + (i % 32) / 4, col = 2 * (i % 4);
@@ -265,23 +277,19 @@ void execute(const WgmmaOp& op) {
         std::memcpy(&A[m][k + 1], &hi, 4);
       }
     }
-  for (int k = 0; k < 16; ++k)
-    for (int j = 0; j < n; ++j) B[k][j] = bf16_at(operand_offset(op.desc_b, op.trans_b, j, k));
-  const int block = hw_rounding_block();
-  for (int i = 0; i < kWarpgroup; ++i) {
-    float* d = op.d[i];
+  read_operand(op.desc_b, op.trans_b, n, &B[0][0], 1, 256);
+  // D (64 x n) as the warpgroup's threads hold it: thread i's register r is row
+  // 16 (i / 32) + (i % 32) / 4 + 8 ((r / 2) % 2), column 8 (r / 4) + 2 (i % 4) + r % 2
+  static float C[64][256];
+  auto at = [](int i, int r) -> float& {
     const int w = i / 32, g = (i % 32) / 4, t = i % 4;
-    for (int r = 0; r < n / 2; ++r) {
-      const int row = 16 * w + g + 8 * ((r / 2) % 2), col = 8 * (r / 4) + 2 * t + r % 2;
-      float c = op.accumulate ? d[r] : 0.f;
-      if (block) {
-        c = tensor_core_dot(c, &A[row][0], 1, &B[0][col], 256, 16, block);
-      } else {
-        for (int k = 0; k < 16; ++k) c = std::fmaf(A[row][k], B[k][col], c);
-      }
-      d[r] = c;
-    }
-  }
+    return C[16 * w + g + 8 * ((r / 2) % 2)][8 * (r / 4) + 2 * t + r % 2];
+  };
+  for (int i = 0; i < kWarpgroup; ++i)
+    for (int r = 0; r < n / 2; ++r) at(i, r) = op.accumulate ? op.d[i][r] : 0.f;
+  tensor_core_mma(&C[0][0], 256, &A[0][0], &B[0][0], 256, 64, n);
+  for (int i = 0; i < kWarpgroup; ++i)
+    for (int r = 0; r < n / 2; ++r) op.d[i][r] = at(i, r);
 }
 
 // Delivers the chunks of an operation to the observers as the warpgroup's first thread.

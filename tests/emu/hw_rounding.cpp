@@ -10,10 +10,13 @@
 namespace emu {
 namespace {
 
+// tensor_core_dot's arithmetic helpers, inlined into it and, like it, out of the sanitizers' reach
+#define TG_EMU_UNCHECKED __attribute__((no_sanitize("address", "undefined"), always_inline)) inline
+
 int g_block = -1;  // -1: not read from the environment yet
 
 // float(d) rounded toward zero (d finite, within fp32's range)
-float to_float_rz(double d) {
+TG_EMU_UNCHECKED float to_float_rz(double d) {
   float f = (float)d;
   if (std::fabs((double)f) > std::fabs(d)) f = std::nextafter(f, 0.f);
   return f;
@@ -21,7 +24,7 @@ float to_float_rz(double d) {
 
 // e with |t| in [2^(e-1), 2^e), for t finite and non-zero (frexp's exponent, from the bits when
 // t is normal: a product of two bf16 values or an fp32 accumulator always is)
-int exponent_of(double t) {
+TG_EMU_UNCHECKED int exponent_of(double t) {
   uint64_t u;
   std::memcpy(&u, &t, sizeof u);
   const int biased = (int)((u >> 52) & 0x7ff);
@@ -32,7 +35,7 @@ int exponent_of(double t) {
 }
 
 // 2^x as a double, for x a normal exponent (-1022 .. 1023)
-double pow2(int x) {
+TG_EMU_UNCHECKED double pow2(int x) {
   const uint64_t u = (uint64_t)(x + 1023) << 52;
   double d;
   std::memcpy(&d, &u, sizeof d);
@@ -54,7 +57,10 @@ int hw_rounding_block() {
 
 void set_hw_rounding_block(int block) { g_block = block; }
 
-float tensor_core_dot(float c, const float* a, int sa, const float* b, int sb, int n, int block) {
+// Out of the sanitizers' reach, as tensor_core_mma below: its own small arrays and the caller's
+// rows, by their bounds (their checks doubled an emulated model test in this mode)
+__attribute__((no_sanitize("address", "undefined"))) float tensor_core_dot(float c, const float* a, int sa, const float* b,
+                                                                         int sb, int n, int block) {
   for (int k0 = 0; k0 < n; k0 += block) {
     const int kn = k0 + block < n ? k0 + block : n;
     // the step's terms: the accumulator and the exact products (bf16 x bf16: 16 significant bits)
@@ -95,6 +101,25 @@ float tensor_core_dot(float c, const float* a, int sa, const float* b, int sb, i
     c = std::fabs(s) >= (double)3.4028234663852886e38 ? (float)s : to_float_rz(s);
   }
   return c;
+}
+
+// Out of the sanitizers' reach: the loops walk the callers' fixed arrays by their bounds, and
+// UBSan's bounds checks kept the k loop from vectorising (a third of an emulated Hopper case's time).
+__attribute__((no_sanitize("address", "undefined"))) void tensor_core_mma(float* c, int ldc, const float* a,
+                                                                        const float* b, int ldb, int rows, int cols) {
+  if (const int block = hw_rounding_block()) {
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < cols; ++j) c[r * ldc + j] = tensor_core_dot(c[r * ldc + j], a + r * 16, 1, b + j, ldb, 16, block);
+    return;
+  }
+  for (int r = 0; r < rows; ++r) {
+    float* cr = c + r * ldc;
+    for (int k = 0; k < 16; ++k) {
+      const float ar = a[r * 16 + k];
+      const float* bk = b + k * ldb;
+      for (int j = 0; j < cols; ++j) cr[j] = std::fmaf(ar, bk[j], cr[j]);
+    }
+  }
 }
 
 float device_math(float f, float x, int max_ulp, uint32_t fn) {

@@ -34,6 +34,12 @@ void set_hw_rounding_block(int block);  // for tests: 0 turns the mode off
 // (block > 0), the a and b values exactly representable in bf16.
 float tensor_core_dot(float c, const float* a, int sa, const float* b, int sb, int n, int block);
 
+// C (rows x cols, row stride ldc) += A (rows x 16, row stride 16) B (16 x cols, row stride ldb),
+// as mma.sync m16n8k16 and wgmma's m64nNk16 accumulate: each element's 16 products in k's order,
+// fused one at a time and rounded to nearest (fmaf), or in the hardware-rounding mode as
+// tensor_core_dot does at the mode's block.
+void tensor_core_mma(float* c, int ldc, const float* a, const float* b, int ldb, int rows, int cols);
+
 // The device math functions: f is the host libm's value at x, max_ulp the Programming Guide's
 // bound, fn an identifier of the function (for the hash).
 float device_math(float f, float x, int max_ulp, uint32_t fn);

@@ -132,23 +132,40 @@ void RaceChecker::hazard(const char* what, uintptr_t a, const Stamp& e, const Ac
   device_fault(cudaErrorLaunchFailure, msg);
 }
 
+// The bits of the bytes [b, end) that lie in b's 64-byte word of the initcheck map, and the end
+// of that run: the map is set and tested a word at a time.
+static uint64_t word_mask(uintptr_t b, uintptr_t end, uintptr_t* run_end) {
+  *run_end = std::min<uintptr_t>(end, (b | 63) + 1);
+  const unsigned len = (unsigned)(*run_end - b);
+  return (len == 64 ? ~0ull : (1ull << len) - 1) << (b & 63);
+}
+
 void RaceChecker::mark_written(uintptr_t a, size_t n, bool on) {
   for (uintptr_t b = a; b < a + n;) {
     std::vector<uint64_t>& page = written_[b >> 12];
     if (page.empty()) page.assign(64, 0);
     const uintptr_t end = std::min<uintptr_t>(a + n, ((b >> 12) + 1) << 12);
-    for (; b < end; ++b) {
-      const uint64_t bit = 1ull << (b & 63);
+    while (b < end) {
+      uintptr_t next;
+      const uint64_t bits = word_mask(b, end, &next);
       uint64_t& w = page[(b >> 6) & 63];
-      w = on ? (w | bit) : (w & ~bit);
+      w = on ? (w | bits) : (w & ~bits);
+      b = next;
     }
   }
 }
 
 bool RaceChecker::all_written(uintptr_t a, uint32_t n) const {
-  for (uintptr_t b = a; b < a + n; ++b) {
+  for (uintptr_t b = a; b < a + n;) {
     const auto it = written_.find(b >> 12);
-    if (it == written_.end() || !((it->second[(b >> 6) & 63] >> (b & 63)) & 1)) return false;
+    if (it == written_.end()) return false;
+    const uintptr_t end = std::min<uintptr_t>(a + n, ((b >> 12) + 1) << 12);
+    while (b < end) {
+      uintptr_t next;
+      const uint64_t bits = word_mask(b, end, &next);
+      if ((it->second[(b >> 6) & 63] & bits) != bits) return false;
+      b = next;
+    }
   }
   return true;
 }

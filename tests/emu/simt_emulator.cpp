@@ -511,13 +511,29 @@ std::string kernel_name(const void* kernel) {
   return name;
 }
 
-bool static_shared(uintptr_t a) {
-  static const auto& v = symbols().local_statics;
-  static const uintptr_t lo = v.empty() ? 0 : v.front().first, hi = v.empty() ? 0 : v.back().second;
-  if (a - lo >= hi - lo) return false;
-  auto it = std::upper_bound(v.begin(), v.end(), std::make_pair(a, UINTPTR_MAX));
-  return it != v.begin() && a < (--it)->second;
+namespace {
+// The local statics' span, read once; out of line, so that the symbol table's reading (and
+// AddressSanitizer's frame for it) stays off the path of every observed access.
+__attribute__((noinline)) std::pair<uintptr_t, uintptr_t> local_statics_span() {
+  const auto& v = symbols().local_statics;
+  return v.empty() ? std::pair<uintptr_t, uintptr_t>{0, 0} : std::pair<uintptr_t, uintptr_t>{v.front().first, v.back().second};
 }
+__attribute__((noinline)) const std::vector<std::pair<uintptr_t, uintptr_t>>& local_statics() { return symbols().local_statics; }
+}  // namespace
+
+bool static_shared(uintptr_t a) {
+  static const std::pair<uintptr_t, uintptr_t> span = local_statics_span();
+  static std::pair<uintptr_t, uintptr_t> last{0, 0};  // the object of the last hit
+  if (a - last.first < last.second - last.first) return true;
+  if (a - span.first >= span.second - span.first) return false;
+  const auto& v = local_statics();
+  auto it = std::upper_bound(v.begin(), v.end(), std::make_pair(a, UINTPTR_MAX));
+  if (it == v.begin() || a >= (--it)->second) return false;
+  last = *it;
+  return true;
+}
+
+bool on_own_stack(uintptr_t a) { return g_thread && a - reinterpret_cast<uintptr_t>(cur().stack) < kFiberStack; }
 
 void set_schedule(int s) { eng().schedule = s & 1; }
 long long launch_count() { return eng().launches; }
@@ -758,7 +774,7 @@ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
   w.in[lane][5] = b1;
   w.out[lane] = d;
   arrive(w.bar, "mma.m16n8k16", [&w] {
-    float A[16][16], B[16][8];
+    float A[16][16], B[16][8], C[16][8];
     for (int l = 0; l < 32; ++l) {
       const int g = l / 4, t = l % 4;
       const uint32_t a0 = (uint32_t)w.in[l][0], a1 = (uint32_t)w.in[l][1], a2 = (uint32_t)w.in[l][2],
@@ -769,20 +785,14 @@ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
       A[g + 8][2 * t + 8] = bf16_lo(a3), A[g + 8][2 * t + 9] = bf16_hi(a3);
       B[2 * t][g] = bf16_lo(r0), B[2 * t + 1][g] = bf16_hi(r0);
       B[2 * t + 8][g] = bf16_lo(r1), B[2 * t + 9][g] = bf16_hi(r1);
+      const float* acc = static_cast<const float*>(w.out[l]);
+      for (int e = 0; e < 4; ++e) C[g + 8 * (e / 2)][2 * t + e % 2] = acc[e];
     }
+    tensor_core_mma(&C[0][0], 8, &A[0][0], &B[0][0], 8, 16, 8);
     for (int l = 0; l < 32; ++l) {
       float* acc = static_cast<float*>(w.out[l]);
       const int g = l / 4, t = l % 4;
-      for (int e = 0; e < 4; ++e) {
-        const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
-        float c = acc[e];
-        if (const int block = hw_rounding_block()) {  // as the tensor cores round (tests/emu/hw_rounding.h)
-          c = tensor_core_dot(c, &A[row][0], 1, &B[0][col], 8, 16, block);
-        } else {
-          for (int k = 0; k < 16; ++k) c = std::fmaf(A[row][k], B[k][col], c);
-        }
-        acc[e] = c;
-      }
+      for (int e = 0; e < 4; ++e) acc[e] = C[g + 8 * (e / 2)][2 * t + e % 2];
     }
     if (g_observed) {
       notify_mma(g_thread->warp, 2 * 16 * 8 * 16);
