@@ -485,10 +485,11 @@ __device__ __forceinline__ void write_mask(uint8_t* mask_bh, uint32_t bits, int 
 //   alpha = exp(m_i - m_new);  l_i = alpha l_i + rowsum(P~_ij);  O_i = alpha O_i;  m_i = m_new
 // l_i is the lane's partial sum over its own columns (the quad sum is taken once, at the
 // end, in a fixed order). A row with nothing unmasked yet (m_new = -inf) keeps its state and
-// gets P~ = 0, as in the CPU twin.
-template <int NT, int NO>
-__device__ __forceinline__ void online_softmax_update(float (&s)[NT][4], float (&o)[NO][4], float (&m)[2],
-                                                      float (&l)[2], float scale_log2) {
+// gets P~ = 0, as in the CPU twin. online_softmax_scores does all but O_i's rescaling, whose
+// alpha it returns; online_softmax_update does both.
+template <int NT>
+__device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (&alpha)[2], float (&m)[2], float (&l)[2],
+                                                      float scale_log2) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = m[r];
@@ -498,7 +499,7 @@ __device__ __forceinline__ void online_softmax_update(float (&s)[NT][4], float (
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const bool empty = mx == -INFINITY;
     const float m_scaled = empty ? 0.f : mx * scale_log2;
-    const float alpha = empty ? 1.f : exp2f(m[r] * scale_log2 - m_scaled);  // 0 on the first tile
+    alpha[r] = empty ? 1.f : exp2f(m[r] * scale_log2 - m_scaled);  // 0 on the first tile
     float rowsum = 0.f;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -507,14 +508,27 @@ __device__ __forceinline__ void online_softmax_update(float (&s)[NT][4], float (
         s[nt][e] = exp2f(fmaf(s[nt][e], scale_log2, -m_scaled));  // exp2(-inf) = 0 at masked entries
         rowsum += s[nt][e];
       }
-    l[r] = alpha * l[r] + rowsum;
-#pragma unroll
-    for (int no = 0; no < NO; ++no) {
-      o[no][2 * r] *= alpha;
-      o[no][2 * r + 1] *= alpha;
-    }
+    l[r] = alpha[r] * l[r] + rowsum;
     m[r] = mx;
   }
+}
+
+// O_i = alpha O_i, the rows' rescaling (apart from the scores' update, so that a kernel whose O is
+// still being accumulated asynchronously applies it once that product has retired)
+template <int NO>
+__device__ __forceinline__ void rescale_rows(float (&o)[NO][4], const float (&alpha)[2]) {
+#pragma unroll
+  for (int no = 0; no < NO; ++no)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[no][e] *= alpha[e / 2];
+}
+
+template <int NT, int NO>
+__device__ __forceinline__ void online_softmax_update(float (&s)[NT][4], float (&o)[NO][4], float (&m)[2],
+                                                      float (&l)[2], float scale_log2) {
+  float alpha[2];
+  online_softmax_scores(s, alpha, m, l, scale_log2);
+  rescale_rows(o, alpha);
 }
 
 // apply dropout: P~_ij o M_ij (the scale s comes at the end), with M_ij from

@@ -15,7 +15,10 @@
 //   S (64 x Bc) = Q K^T    HS/16 wgmma m64n64k16, A = Q and B = K from shared memory
 //   O (64 x HS) += P V     Bc/16 wgmma m64n{HS}k16, A = P from registers, B = V from shared
 //                          memory (MN-major: V is stored key-major, the wgmma's k)
-// each group waited for at once (wgmma.wait_group 0). The accumulators of a wgmma m64nNk16 give
+// software-pipelined within the warpgroup (FlashAttention-3's intra-warpgroup overlap): tile j's S
+// is issued before tile j-1's P V, and tile j's softmax and dropout run while that P V product
+// does (wgmma.wait_group 1, then 0 before O's rescaling); three stages, since a warpgroup holds
+// two. The accumulators of a wgmma m64nNk16 give
 // each warp of the warpgroup 16 rows in exactly the layout of mma.m16n8k16's C fragments over
 // N / 8 n-tiles (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts": warp w holds rows
 // 16w .. 16w+15, element 2h + c of n-tile j is row 16w + 8h + g, column 8j + 2t + c), so the
@@ -110,11 +113,19 @@ struct HopperFwdTile {
   static constexpr int kThreads = 128 * kConsumers + 32;  // and the producer warp
   static constexpr int kBr = 64 * kConsumers;             // query rows
   static constexpr int kBc = 64;                          // keys per tile
-  static constexpr int kStages = 2;                       // K_j, V_j stages in the ring
+  // K_j, V_j stages in the ring: three, since a consumer holds two (V_{j-1} under its P V
+  // product while K_j is under S's) and the third is the tile in flight
+  static constexpr int kStages = 3;
   static constexpr int kQBytes = kBr * HS * 2;
   static constexpr int kKVBytes = kBc * HS * 2;  // one K or V tile
   // Q_i, the stages, and the slack that aligns them to 1024 bytes
   static constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStages * kKVBytes;
+  static_assert(kSmemBytes <= 227 * 1024, "the forward's tiles exceed an H100's 227 KB of shared memory a block");
+  // Whether tile j's softmax overlaps tile j-1's P V product (below): it keeps S and P live
+  // together, and with dropout at HS = 128 that spilled (ptxas, nvcc 13.0: 168 registers, the
+  // cap for 288 threads, and 28 bytes of spill stores; HS 64 with dropout fits in 168, HS 256 in
+  // 255), so that one runs the products one after the other, as before
+  __host__ __device__ static constexpr bool overlap(bool dropout) { return !(dropout && HS == 128); }
 };
 
 // Byte offset of 16-byte chunk k (0 .. HS/8 - 1) of row r in a tile of R rows stored as column
@@ -230,40 +241,84 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
   float(&o_flat)[HS / 2] = reinterpret_cast<float(&)[HS / 2]>(o);
   hopper::mbarrier_wait_parity(&bar_q, 0);
 
-  for (int jt = 0; jt < n_j; ++jt) {
-    const int j0 = jt * Bc, st = jt % NS;
-    hopper::mbarrier_wait_parity(&full[st], (jt / NS) & 1);  // K_j, V_j landed
-    // a warpgroup whose 64 rows all lie above this tile's first key has nothing unmasked here
-    // (the condition is the warpgroup's: its four warps issue the wgmmas together)
-    if (j0 <= iwg0 + 63) {
-      const uint32_t tK = aK + st * Tile::kKVBytes, tV = aV + st * Tile::kKVBytes;
-      // S_ij = Q_i K_j^T (raw; the 1/sqrt(HS) is folded into scale_log2)
-      float s[Bc / 8][4];
-      float(&s_flat)[Bc / 2] = reinterpret_cast<float(&)[Bc / 2]>(s);
-      hopper::wgmma_fence();
+  // The key tiles with anything unmasked for this warpgroup's 64 rows: a prefix, jt < n_wg (the
+  // condition is the warpgroup's: its four warps issue the wgmmas together). Software-pipelined
+  // (where Tile::overlap) as FlashAttention-3 describes (intra-warpgroup overlap): tile jt's S = Q K_j^T is issued, then
+  // tile jt-1's O += P V, and the softmax (and dropout) of tile jt runs on the CUDA cores while
+  // that P V product runs on the tensor cores. O's rescaling by tile jt's alpha waits for the
+  // product to retire, so O = alpha_j O_{j-1} + P_j V_j as before, in the same order: the same
+  // bits as the unpipelined loop (and as the mma.sync kernels).
+  const int n_wg = min(n_j, (iwg0 + 63) / Bc + 1);
+  float s[Bc / 8][4];
+  float(&s_flat)[Bc / 2] = reinterpret_cast<float(&)[Bc / 2]>(s);
+  uint32_t a[Bc / 16][4];  // P of the previous tile, bf16, as wgmma A fragments
+  // S_ij = Q_i K_j^T (raw; the 1/sqrt(HS) is folded into scale_log2), issued and committed
+  auto issue_s = [&](int jt) {
+    const uint32_t tK = aK + (jt % NS) * Tile::kKVBytes;
 #pragma unroll
-      for (int kk = 0; kk < HS / 16; ++kk)
-        hopper::wgmma_bf16_ss<Bc, 0, 0>(s_flat, desc_kmajor<Br>(aQ, 64 * wg, kk), desc_kmajor<Bc>(tK, 0, kk), kk > 0);
-      hopper::wgmma_commit_group();
-      hopper::wgmma_wait_group<0>();
-      if (j0 + Bc > p.T || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), p.T);
-      // m_new = max(m_i, rowmax S_ij), P~_ij = exp(S_ij - m_new), l_i = e^(m_i - m_new) l_i + rowsum(P~_ij)
-      online_softmax_update(s, o, m, l, p.scale_log2);
-      // P~_ij o M_ij
-      if constexpr (IsDropout) apply_dropout<Bc / 8, true>(s, p, bh, i_g, j0, lane);
-      // O_i += (P~_ij o M_ij) V_j: P as wgmma A fragments, k-step kk = columns 16kk .. 16kk+15
-      // (the m16n8k16 A layout: n-tiles 2kk and 2kk+1, rows g and g+8)
-      uint32_t a[Bc / 16][4];
-      pack_a<Bc, false>(a, s, 0u);
+    for (int kk = 0; kk < HS / 16; ++kk)
+      hopper::wgmma_bf16_ss<Bc, 0, 0>(s_flat, desc_kmajor<Br>(aQ, 64 * wg, kk), desc_kmajor<Bc>(tK, 0, kk), kk > 0);
+    hopper::wgmma_commit_group();
+  };
+  // O_i += (P~_ij o M_ij) V_j from a (k-step kk = columns 16kk .. 16kk+15), issued and committed
+  auto issue_pv = [&](int jt) {
+    const uint32_t tV = aV + (jt % NS) * Tile::kKVBytes;
+#pragma unroll
+    for (int kk = 0; kk < Bc / 16; ++kk) hopper::wgmma_bf16_rs<HS, 1>(o_flat, a[kk], desc_mnmajor<Bc>(tV, kk), true);
+    hopper::wgmma_commit_group();
+  };
+  // S_ij masked, m_new, P~_ij = exp(S_ij - m_new), l_i, P~_ij o M_ij: all but O's rescaling
+  auto softmax = [&](int jt, float (&alpha)[2]) {
+    const int j0 = jt * Bc;
+    if (j0 + Bc > p.T || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), p.T);
+    online_softmax_scores(s, alpha, m, l, p.scale_log2);
+    if constexpr (IsDropout) apply_dropout<Bc / 8, true>(s, p, bh, i_g, j0, lane);
+  };
+  // the warpgroup's wgmmas on the stage have retired (its reads of the stage are over): one
+  // arrival, by its first thread, releases it
+  auto release = [&](int jt) {
+    if (threadIdx.x % 128 == 0) hopper::mbarrier_arrive(&empty[jt % NS]);
+  };
+
+  float alpha[2];
+  hopper::mbarrier_wait_parity(&full[0], 0);  // K_0, V_0 landed
+  hopper::wgmma_fence();
+  issue_s(0);
+  hopper::wgmma_wait_group<0>();
+  softmax(0, alpha);
+  rescale_rows(o, alpha);
+  pack_a<Bc, false>(a, s, 0u);
+  for (int jt = 1; jt < n_wg; ++jt) {
+    if constexpr (Tile::overlap(IsDropout)) {
+      hopper::mbarrier_wait_parity(&full[jt % NS], (jt / NS) & 1);  // K_j, V_j landed
       hopper::wgmma_fence();  // o was rescaled and a written by ordinary code since the last wgmma
-#pragma unroll
-      for (int kk = 0; kk < Bc / 16; ++kk) hopper::wgmma_bf16_rs<HS, 1>(o_flat, a[kk], desc_mnmajor<Bc>(tV, kk), true);
-      hopper::wgmma_commit_group();
+      issue_s(jt);
+      issue_pv(jt - 1);
+      hopper::wgmma_wait_group<1>();  // S_ij (committed first) is in s; P_{j-1} V_{j-1} may run on
+      softmax(jt, alpha);
+      hopper::wgmma_wait_group<0>();  // O += P_{j-1} V_{j-1} retired: a and o are free
+    } else {
+      hopper::wgmma_fence();
+      issue_pv(jt - 1);
       hopper::wgmma_wait_group<0>();
+      hopper::mbarrier_wait_parity(&full[jt % NS], (jt / NS) & 1);
+      hopper::wgmma_fence();
+      issue_s(jt);
+      hopper::wgmma_wait_group<0>();
+      softmax(jt, alpha);
     }
-    // this warpgroup's wgmmas on the stage have retired (its reads of the stage are over): one
-    // arrival, by its first thread, releases it
-    if (threadIdx.x % 128 == 0) hopper::mbarrier_arrive(&empty[st]);
+    release(jt - 1);
+    rescale_rows(o, alpha);
+    pack_a<Bc, false>(a, s, 0u);
+  }
+  hopper::wgmma_fence();
+  issue_pv(n_wg - 1);
+  hopper::wgmma_wait_group<0>();
+  release(n_wg - 1);
+  // the tiles past this warpgroup's rows: nothing to compute, the stage released once landed
+  for (int jt = n_wg; jt < n_j; ++jt) {
+    hopper::mbarrier_wait_parity(&full[jt % NS], (jt / NS) & 1);
+    release(jt);
   }
   // O_i = diag(l_i)^-1 O_i s, lse_i = m_i + log(l_i)
   write_out_lse(p, o, m, l, bh, b, h, i_g, lane);
