@@ -41,12 +41,18 @@ std::string field_text(const std::string& tok, const char* key, const std::strin
   return tok.substr(k.size());
 }
 
-// "sm_90" -> 90
+// "90" or "90a" (the architecture-specific features: wgmma, setmaxnreg) -> 90; -1 otherwise
+int capability_of(const std::string& tok) {
+  const std::string digits = !tok.empty() && tok.back() == 'a' ? tok.substr(0, tok.size() - 1) : tok;
+  if (digits.empty() || digits.size() > 3 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoi(digits);
+}
+
+// "sm_90" or "sm_90a" -> 90
 int arch_of(const std::string& tok, const std::string& source, int line) {
-  if (tok.size() < 4 || tok.compare(0, 3, "sm_") != 0 || tok.size() > 6 ||
-      tok.find_first_not_of("0123456789", 3) != std::string::npos)
-    bad_line(source, line, "expected an architecture sm_NN, found \"" + tok + "\"");
-  return std::stoi(tok.substr(3));
+  const int cc = tok.compare(0, 3, "sm_") == 0 ? capability_of(tok.substr(3)) : -1;
+  if (cc < 0) bad_line(source, line, "expected an architecture sm_NN, found \"" + tok + "\"");
+  return cc;
 }
 
 }  // namespace
@@ -66,9 +72,9 @@ ResourceTable parse_resources(const std::string& text, const std::string& source
         std::istringstream a(ln.substr(kArchs.size()));
         std::string tok;
         while (a >> tok) {
-          if (tok.find_first_not_of("0123456789") != std::string::npos || tok.size() > 3)
-            bad_line(source, line, "not a compute capability: \"" + tok + "\"");
-          t.archs.push_back(std::stoi(tok));
+          const int cc = capability_of(tok);
+          if (cc < 0) bad_line(source, line, "not a compute capability: \"" + tok + "\"");
+          t.archs.push_back(cc);
         }
         if (t.archs.empty()) bad_line(source, line, "no architecture after \"# archs:\"");
         have_archs = true;

@@ -221,6 +221,14 @@ TEST_CASE("kernel resources: the reader takes the table's format, demangled as g
   CHECK(short_name(b.name) == "layernorm_kernel");
   CHECK(demangle("not_mangled") == "not_mangled");
   CHECK(short_name("void f<a::b<1>, (anonymous namespace)::X>(int (*)(int))") == "f<a::b<1>, (anonymous namespace)::X>");
+  // the Hopper kernels' table: the architecture-specific target (sm_90a) is compute capability 9.0
+  const ResourceTable h = parse_resources("# archs: 90a\nsm_90a regs=168 spill_stores=0 spill_loads=0 stack=0 smem=64 "
+                                          "lmem=0 object=build/kernels/flash_attn_hopper.o kernel=k\n",
+                                          "h.txt");
+  CHECK(h.archs == std::vector<int>{90});
+  REQUIRE(h.kernels.size() == 1);
+  CHECK(h.kernels[0].sm == 90);
+  CHECK(h.kernels[0].regs == 168);
 }
 
 TEST_CASE("kernel resources: a malformed table is refused, naming the file and line") {
@@ -232,6 +240,8 @@ TEST_CASE("kernel resources: a malformed table is refused, naming the file and l
   CHECK(parse_error(kHeader).find("no kernel in the table") != std::string::npos);
   CHECK(parse_error(std::string(kHeader) + "# archs: 80\n" + good).find("t.txt:3: a second") != std::string::npos);
   CHECK(parse_error("# archs: 80 x\n" + good).find("t.txt:1: not a compute capability") != std::string::npos);
+  CHECK(parse_error("# archs: 90b\n" + good).find("t.txt:1: not a compute capability") != std::string::npos);
+  CHECK(parse_error("# archs: a\n" + good).find("t.txt:1: not a compute capability") != std::string::npos);
   // a field missing, one too many, out of order, not a count, an unknown or unlisted architecture
   const std::string e1 = parse_error(std::string(kHeader) + good +
                                      "sm_80 regs=1 spill_stores=0 spill_loads=0 stack=0 smem=0 object=a.o kernel=_Z1fv\n");
@@ -262,10 +272,12 @@ TEST_CASE("kernel resources: a malformed table is refused, naming the file and l
 // ---- 3. this build's kernels -------------------------------------------------------------------
 namespace {
 
-// The table of this build: $TG_KERNEL_RESOURCES (make test sets it), else the default build's.
-ResourceTable this_build() {
+// The table of this build: $TG_KERNEL_RESOURCES (make test sets it), else the default build's;
+// with hopper, the Hopper kernels' (sm_90a) table written beside it.
+ResourceTable this_build(bool hopper = false) {
   const char* env = std::getenv("TG_KERNEL_RESOURCES");
-  const std::string path = env && *env ? env : "build/kernel_resources.txt";
+  std::string path = env && *env ? env : "build/kernel_resources.txt";
+  if (hopper) path = path.substr(0, path.find_last_of('/') + 1) + "kernel_resources_hopper.txt";
   try {
     return read_resources(path);
   } catch (const std::exception& e) {
@@ -275,6 +287,21 @@ ResourceTable this_build() {
     FAIL(why);
   }
   return {};
+}
+
+// No spills, and no stack frame or local memory either: a register array indexed at run time
+// lives in local memory (as slow as a spill; ptxas reports it as stack, not as a spill).
+void check_no_spills(const ResourceTable& t) {
+  std::ostringstream spills;
+  int n_spilling = 0;
+  for (const KernelResources& k : t.kernels)
+    if (k.spill_store_bytes != 0 || k.spill_load_bytes != 0 || k.stack_bytes != 0 || k.local_bytes != 0) {
+      ++n_spilling;
+      spills << "\n  sm_" << k.sm << " " << k.name << ": " << k.spill_store_bytes << " bytes spill stores, "
+             << k.spill_load_bytes << " bytes spill loads, " << k.stack_bytes << " bytes of stack, " << k.local_bytes
+             << " of local memory, " << k.regs << " registers";
+    }
+  CHECK_MESSAGE(n_spilling == 0, n_spilling << " kernels spill registers or use local memory:" << spills.str());
 }
 
 const KernelResources* find(const ResourceTable& t, int sm, const std::string& short_nm) {
@@ -299,18 +326,7 @@ TEST_CASE("kernel resources: this build lists its architectures, the flash kerne
   }
   CHECK(with_kernels == archs);
 
-  // no spills, and no stack frame or local memory either: a register array indexed at run time
-  // lives in local memory (as slow as a spill; ptxas reports it as stack, not as a spill)
-  std::ostringstream spills;
-  int n_spilling = 0;
-  for (const KernelResources& k : t.kernels)
-    if (k.spill_store_bytes != 0 || k.spill_load_bytes != 0 || k.stack_bytes != 0 || k.local_bytes != 0) {
-      ++n_spilling;
-      spills << "\n  sm_" << k.sm << " " << k.name << ": " << k.spill_store_bytes << " bytes spill stores, "
-             << k.spill_load_bytes << " bytes spill loads, " << k.stack_bytes << " bytes of stack, " << k.local_bytes
-             << " of local memory, " << k.regs << " registers";
-    }
-  CHECK_MESSAGE(n_spilling == 0, n_spilling << " kernels spill registers or use local memory:" << spills.str());
+  check_no_spills(t);
 
   for (int sm : t.archs)
     for (const char* base : {"flash_fwd_bf16_kernel", "flash_bwd_dkdv_bf16_kernel", "flash_bwd_dq_bf16_kernel"})
@@ -319,6 +335,18 @@ TEST_CASE("kernel resources: this build lists its architectures, the flash kerne
           const std::string nm = std::string(base) + "<" + std::to_string(hs) + ", true, " + dropout + ">";
           CHECK_MESSAGE(find(t, sm, nm) != nullptr, "sm_" << sm << ": no " << nm);
         }
+}
+
+TEST_CASE("kernel resources: the Hopper kernels (sm_90a) are listed and none spills or uses local memory") {
+  const ResourceTable t = this_build(true);
+  CHECK(t.archs == std::vector<int>{90});
+  check_no_spills(t);
+  for (const char* base : {"flash_fwd_hopper_kernel", "flash_bwd_dkdv_hopper_kernel", "flash_bwd_dq_hopper_kernel"})
+    for (int hs : {64, 128, 256})
+      for (const char* dropout : {"false", "true"}) {
+        const std::string nm = std::string(base) + "<" + std::to_string(hs) + ", " + dropout + ">";
+        CHECK_MESSAGE(find(t, 90, nm) != nullptr, "sm_90a: no " << nm);
+      }
 }
 
 TEST_CASE("kernel resources: the flash launches' shared memory is the launchers' tiles") {
