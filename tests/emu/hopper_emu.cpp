@@ -265,8 +265,9 @@ void read_operand(uint64_t desc, bool mn_major, int mn_extent, float* out, int m
 void execute(const WgmmaOp& op) {
   const int n = op.n;
   static float A[64][16], B[16][256];
-  if (!op.a_in_regs) read_operand(op.desc_a, op.trans_a, 64, &A[0][0], 16, 1);
-  if (op.a_in_regs)
+  if (!op.a_in_regs)
+    read_operand(op.desc_a, op.trans_a, 64, &A[0][0], 16, 1);
+  else
     for (int i = 0; i < kWarpgroup; ++i) {
       const int row = 16 * (i / 32) + (i % 32) / 4, col = 2 * (i % 4);
       for (int r = 0; r < 4; ++r) {
