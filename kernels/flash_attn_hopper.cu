@@ -243,11 +243,11 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
 
   // The key tiles with anything unmasked for this warpgroup's 64 rows: a prefix, jt < n_wg (the
   // condition is the warpgroup's: its four warps issue the wgmmas together). Software-pipelined
-  // (where Tile::overlap) as FlashAttention-3 describes (intra-warpgroup overlap): tile jt's S = Q K_j^T is issued, then
-  // tile jt-1's O += P V, and the softmax (and dropout) of tile jt runs on the CUDA cores while
-  // that P V product runs on the tensor cores. O's rescaling by tile jt's alpha waits for the
-  // product to retire, so O = alpha_j O_{j-1} + P_j V_j as before, in the same order: the same
-  // bits as the unpipelined loop (and as the mma.sync kernels).
+  // where Tile::overlap, as FlashAttention-3 describes (intra-warpgroup overlap): tile jt's
+  // S = Q K_j^T is issued, then tile jt-1's O += P V, and the softmax (and dropout) of tile jt
+  // runs on the CUDA cores while that P V product runs on the tensor cores. O's rescaling by tile
+  // jt's alpha waits for the product to retire, so O = alpha_j O_{j-1} + P_j V_j as before, in the
+  // same order: the same bits as the unpipelined loop (and as the mma.sync kernels).
   const int n_wg = min(n_j, (iwg0 + 63) / Bc + 1);
   float s[Bc / 8][4];
   float(&s_flat)[Bc / 2] = reinterpret_cast<float(&)[Bc / 2]>(s);
