@@ -25,7 +25,8 @@
 #                on the reduced suite (each tool only if it fits)
 #   attention    the attention benchmark (bench_gpu) beside PyTorch SDPA: forward, backward and
 #                both, p = 0 and 0.2, HS 64 and 128, TFLOP/s and ratios, on the default kernels
-#                (the Hopper ones on compute capability 9.0), then with TG_FLASH_HOPPER=0 (the
+#                (the Hopper ones on compute capability 9.0; at p = 0.2 also with the backward
+#                making the keep decisions again, --paths recompute), then with TG_FLASH_HOPPER=0 (the
 #                mma.sync ones) at fewer T, then with TG_FLASH_HOPPER=2 (the Hopper kernels with
 #                the warp-specialized TMA backward) at T 4k
 #   train_flash  shakespeare-char, flash, bf16, the full 5000 iterations: ms/iteration, tokens/s,
@@ -337,7 +338,7 @@ window() {
     TRAIN=./train_gpt_emu TEST=build/test_emu BENCH=build/bench_gpu_emu
     for b in "$TRAIN" "$TEST" "$BENCH"; do [ -x "$b" ] || die "--rehearse needs $b: make train_gpt_emu build/test_emu build/bench_gpu_emu"; done
     SUITE_ARGS=(-tc="gpu philox*,gpu layernorm*,gpu gelu*,gpu attention_decode*,flash attention bf16: O*")
-    BENCH_ARGS=(--hs 64 --t 64 --p 0,0.2 --tokens 128 --width 128 --reps 1 --warmup 0)
+    BENCH_ARGS=(--hs 64 --t 64 --p 0,0.2 --tokens 128 --width 128 --reps 1 --warmup 0 --paths flash,recompute,naive)
     TINY=(--n-layer 2 --n-embd 64 --n-head 1 --block-size 32 --batch-size 2 --max-iters 4 --eval-interval 2 --eval-iters 1 --log-interval 1)
     SAMPLE_TOKENS=8
     NANOGPT_ARGS=(--device=cpu --compile=False --dtype=float32 --max_iters=30 --eval_interval=10 --eval_iters=2
@@ -354,7 +355,8 @@ window() {
   else
     TRAIN=$BUNDLE/bin/train_gpt TEST=$BUNDLE/bin/test_gpu BENCH=$BUNDLE/bin/bench_gpu
     SUITE_ARGS=(-tce="*hopper*")  # the hopper step ran them
-    BENCH_ARGS=(--hs 64,128 --t 512,1024,2048,4096,8192,16384 --p 0,0.2 --naive-max-t 2048 --reps 10)
+    BENCH_ARGS=(--hs 64,128 --t 512,1024,2048,4096,8192,16384 --p 0,0.2 --naive-max-t 2048 --reps 10
+                --paths flash,recompute,naive)
     TINY=()
     SAMPLE_TOKENS=200
     NANOGPT_ARGS=(--compile=True)

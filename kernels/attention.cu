@@ -23,7 +23,7 @@ template <typename T>
 void attention_forward(const Context& ctx, AttentionPath path, T* out, AttentionSaved<T> saved, const T* qkv,
                        const philox::DropoutKey& key, int B, int Tn, int C, int NH, bool causal) {
   if (path == AttentionPath::Flash)
-    flash_attn_forward(ctx, out, saved.lse, qkv, key, B, Tn, C, NH, causal, nullptr);
+    flash_attn_forward(ctx, out, saved.lse, qkv, key, B, Tn, C, NH, causal, nullptr, saved.keep);
   else
     attention_naive_forward(ctx, out, saved.att, qkv, key, B, Tn, C, NH, causal, nullptr);
 }
@@ -33,7 +33,7 @@ void attention_backward(const Context& ctx, AttentionPath path, T* dqkv, const T
                         AttentionSaved<T> saved, const philox::DropoutKey& key, int B, int Tn, int C, int NH,
                         bool causal) {
   if (path == AttentionPath::Flash)
-    flash_attn_backward(ctx, dqkv, dout, qkv, out, saved.lse, key, B, Tn, C, NH, causal);
+    flash_attn_backward(ctx, dqkv, dout, qkv, out, saved.lse, key, B, Tn, C, NH, causal, saved.keep);
   else
     attention_naive_backward(ctx, dqkv, dout, qkv, saved.att, key, B, Tn, C, NH, causal);
 }

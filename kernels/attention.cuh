@@ -5,7 +5,8 @@
 // with the same dropout mask (kernels/philox.h, keyed by (b*NH + h, i, j)). What they save for
 // the backward differs:
 //   naive (kernels/attention_naive.cuh): the probabilities P, (B, NH, T, T) in T;
-//   flash (kernels/flash_attn.cuh):      the row logsumexp, (B, NH, T) in float (and O itself).
+//   flash (kernels/flash_attn.cuh):      the row logsumexp, (B, NH, T) in float (and O itself),
+//                                        and with dropout the keep decisions when given room.
 // forward overwrites out and the saved buffer; backward accumulates (+=) into dqkv.
 // CPU twins: kernels/cpu/attention_naive.h and kernels/cpu/attention_tiled.h.
 #pragma once
@@ -25,6 +26,8 @@ template <typename T>
 struct AttentionSaved {
   T* att = nullptr;      // (B, NH, T, T) naive: softmax probabilities before dropout
   float* lse = nullptr;  // (B, NH, T)    flash: row logsumexp of the scaled scores
+  uint8_t* keep = nullptr;  // flash, bf16, with dropout: the keep decisions (flash_attn_keep_bytes),
+                            // or null: the backward makes them again (the same bits, more time)
 };
 
 // Elements of the saved buffer per (B, T, NH): T*T per row of heads for naive, one for flash.

@@ -3,7 +3,9 @@
 // kernels/cpu/attention_tiled.cpp; launcher contract in kernels/flash_attn.cuh.
 //
 // Per batch b and head h (bh = b*NH + h), with lse_i from the forward, s = 1 / (1 - p) and
-// M_ij = philox::attn_keep(key, bh, i, j) regenerated (the forward's mask, bit for bit):
+// M_ij = philox::attn_keep(key, bh, i, j) (the forward's mask, bit for bit: regenerated, or with
+// bf16 read from the keep bytes the forward stored, flash_attn_keep_offset: one byte load where
+// a Philox4x32-10 call was, 20 multiplies, 20 three-way xors and the key schedule's adds):
 //   D_i    = rowsum(dO_i o O_i)                      (preprocessing pass, into ctx.scratch)
 //   P_ij   = exp(S_ij - lse_i),  S_ij = Q_i K_j^T / sqrt(HS)   (recomputed; 0 at j >= T and,
 //            causal, at j > i)
@@ -21,8 +23,8 @@
 //     added to dqkv once at the end. It computes the transposed tiles S_ij^T = K_j Q_i^T
 //     (each warp owns 16 keys), so P^T, dP^T, dS^T are already in the A-operand layout of
 //     dV_j += Pd^T dO_i and dK_j += dS^T Q_i. The keep bits of the tile are made once per
-//     tile into shared memory by all threads (one Philox call per 8 keys of a query row) and
-//     read back in the transposed layout.
+//     tile into shared memory by all threads (one Philox call per 8 keys of a query row, or its
+//     stored byte) and read back in the transposed layout.
 //   dQ kernel: one CTA per (Q_i tile, bh), looping over K_j, V_j (two stages), recomputing
 //     P_ij and dP_ij in the forward's layout (same dropout helper as the forward), dQ_i in
 //     registers, added to dqkv at the end.
@@ -167,7 +169,7 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
     } else {
       cp_async_wait<0>();
     }
-    if constexpr (IsDropout) make_mask_tile<Br, Bc, MS, NThreads>(sM, p.key, bh, i0, j0, (int)threadIdx.x);
+    if constexpr (IsDropout) make_mask_tile<Br, Bc, MS, NThreads>(sM, p.key, bh, i0, j0, (int)threadIdx.x, p.keep, p.T);
     __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
     // a warp whose 16 keys all come after the tile's last query has nothing unmasked here
     if (!(IsCausal && i0 + Br - 1 < jw0)) {
@@ -278,7 +280,7 @@ __global__ void __launch_bounds__(DqTile<HS>::kThreads, 1) flash_bwd_dq_bf16_ker
       zero(dp);
       warp_gemm_ss<HS, Bc, S>(dp, sdO + 16 * warp * S, sVj, lane);
       // dP_ij = dPd_ij o M_ij s (the forward's keep bits), dS_ij = P_ij o (dP_ij - D_i), in place
-      const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(p.key, bh, i_g, j0, lane) : ~0u;
+      const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(p.key, bh, i_g, j0, lane, p.keep, nullptr, p.T) : ~0u;
       dscores_query_major<Bc / 8, IsDropout>(dp, s, Di, bits, p.dropout_scale);
       // dQ_i += dS_ij K_j   (the 1/sqrt(HS) is applied once, at the end)
       warp_gemm_rs<Bc, HS, S, false>(dq, dp, 0u, sKj, lane);
@@ -514,7 +516,8 @@ size_t flash_attn_smem_bytes(int HS, bool bf16) {
 
 template <typename T>
 void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
-                         const philox::DropoutKey& key, int B, int Tn, int C, int NH, bool causal) {
+                         const philox::DropoutKey& key, int B, int Tn, int C, int NH, bool causal,
+                         const uint8_t* keep) {
   const int HS = flash::check_shape(B, Tn, C, NH, "flash_attn_backward");
   flash::check_causal(causal, "flash_attn_backward");
   if (!dqkv || !dout || !qkv || !out || !lse) throw std::invalid_argument("flash_attn_backward: null buffer");
@@ -558,6 +561,8 @@ void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qk
   p.dqkv = dqkv_k;
   p.D = static_cast<float*>(ctx.scratch);
   const bool dropout = key.threshold != 0;
+  // (the kernels only read p.keep here)
+  if constexpr (std::is_same_v<T, bf16>) p.keep = dropout && Tn <= kFlashKeepMaxT ? const_cast<uint8_t*>(keep) : nullptr;
   // the one place where the runtime flags become template parameters
   // (causal only: see flash::check_causal)
   FLASH_HEADDIM_SWITCH(pad.HSp, kHS, [&] {
@@ -567,8 +572,9 @@ void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qk
 }
 
 template void flash_attn_backward<float>(const Context&, float*, const float*, const float*, const float*,
-                                         const float*, const philox::DropoutKey&, int, int, int, int, bool);
+                                         const float*, const philox::DropoutKey&, int, int, int, int, bool,
+                                         const uint8_t*);
 template void flash_attn_backward<bf16>(const Context&, bf16*, const bf16*, const bf16*, const bf16*, const float*,
-                                        const philox::DropoutKey&, int, int, int, int, bool);
+                                        const philox::DropoutKey&, int, int, int, int, bool, const uint8_t*);
 
 }  // namespace gpu

@@ -66,6 +66,8 @@ struct FwdParams {
   float* lse;              // (B, NH, T) lse_i = m_i + log(l_i), natural log of the scaled scores;
                            // forward: overwritten; backward: read only
   uint8_t* mask;           // (B, NH, T, T) forward debug dump of the keep decisions, or null
+  uint8_t* keep;           // the keep decisions' bytes (flash_attn_keep_offset), or null: the bf16
+                           // forward stores them, the bf16 backward reads them instead of Philox
   philox::DropoutKey key;  // selects the dropout mask M (kernels/philox.h); key.threshold used as is
   float dropout_scale;     // s = 1 / (1 - p): kept values are scaled by s; exactly 1 without dropout
   float scale;             // 1 / sqrt(HS): S_ij = Q_i K_j^T * scale
@@ -425,6 +427,20 @@ __device__ __forceinline__ void mask_scores(float (&s)[NT][4], int i_g, int j_t,
 }
 
 // ---- dropout in the query-major accumulator layout ---------------------------------------------
+// The keep decisions of query i and keys j .. j+7 (j a multiple of 8), one byte (bit u: key
+// j + u): read from `in` when the forward stored them there, else made by their Philox call
+// (philox::attn_keep_byte) and, when `out` is not null, stored there for the backward. The
+// buffers hold the causal pairs of queries < T (flash_attn_keep_offset); elsewhere the byte read
+// is 0, for elements the masking has already zeroed (keys all after the query, or a query >= T).
+__device__ __forceinline__ uint32_t keep_byte(const philox::DropoutKey& key, uint32_t thr, const uint8_t* in,
+                                              uint8_t* out, int Tn, uint32_t bh, uint32_t i, uint32_t j) {
+  const bool stored = i < (uint32_t)Tn && j <= i;
+  if (in) return stored ? (uint32_t)in[flash_attn_keep_offset(Tn, bh, i, j / 8)] : 0u;
+  const uint32_t byte = philox::attn_keep_byte(philox::attn_words(key, bh, i, j), thr);
+  if (out && stored) out[flash_attn_keep_offset(Tn, bh, i, j / 8)] = (uint8_t)byte;
+  return byte;
+}
+
 // M_ij = philox::attn_keep(key, bh, i, j): one Philox call decides the 8 columns 8(j/8) ..
 // 8(j/8)+7 of row i, one n-tile of one row (j0 is a multiple of 8). The quad of lanes t = 0..3
 // (rows g and g+8; in each n-tile lane t owns columns 2t, 2t+1) covers two n-tiles nt, nt+1 of
@@ -432,10 +448,11 @@ __device__ __forceinline__ void mask_scores(float (&s)[NT][4], int i_g, int j_t,
 // gathers the four keep bytes (two shuffles), byte t of one word, and each lane takes its two
 // columns' bits of each: every element's decision is still that of its own (bh, i, j), whatever
 // the tile or thread layout. (NT odd: the last n-tile's calls are those of lanes t < 2 alone.)
+// The bytes come from keep_byte (in: the forward's stored ones, or out: where to store them).
 // Returns the keep bits, bit 4nt+e for element (nt, e). All 32 lanes must call it.
 template <int NT>
 __device__ __forceinline__ uint32_t dropout_keep_bits(const philox::DropoutKey& key, uint32_t bh, int i_g, int j0,
-                                                      int lane) {
+                                                      int lane, const uint8_t* in, uint8_t* out, int Tn) {
   static_assert(NT * 4 <= 32, "keep bits must fit one register");
   const int t = lane % 4;
   const uint32_t row = (uint32_t)(i_g + 8 * (t & 1));  // this lane's Philox row
@@ -446,7 +463,7 @@ __device__ __forceinline__ uint32_t dropout_keep_bits(const philox::DropoutKey& 
     // this lane's call: n-tile nt + t / 2 (past the last n-tile when NT is odd: a call whose
     // byte no lane takes, made so that the shuffles stay warp-wide)
     const uint32_t j = (uint32_t)(j0 + 8 * (nt + t / 2));
-    const uint32_t byte = philox::attn_keep_byte(philox::attn_words(key, bh, row, j), thr);
+    const uint32_t byte = keep_byte(key, thr, in, out, Tn, bh, row, j);
     uint32_t all = byte << (8 * t);
     all |= __shfl_xor_sync(0xffffffffu, all, 1);
     all |= __shfl_xor_sync(0xffffffffu, all, 2);
@@ -532,11 +549,12 @@ __device__ __forceinline__ void online_softmax_update(float (&s)[NT][4], float (
 }
 
 // apply dropout: P~_ij o M_ij (the scale s comes at the end), with M_ij from
-// dropout_keep_bits; the same bits go to the mask dump when it is requested.
+// dropout_keep_bits; the same bits go to the mask dump when it is requested, and their bytes to
+// p.keep when it is not null.
 template <int NT, bool IsCausal>
 __device__ __forceinline__ void apply_dropout(float (&s)[NT][4], const FwdParams<bf16>& p, uint32_t bh, int i_g,
                                               int j0, int lane) {
-  const uint32_t bits = dropout_keep_bits<NT>(p.key, bh, i_g, j0, lane);
+  const uint32_t bits = dropout_keep_bits<NT>(p.key, bh, i_g, j0, lane, nullptr, p.keep, p.T);
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -572,23 +590,24 @@ __device__ __forceinline__ void write_out_lse(const FwdParams<bf16>& p, float (&
 
 // The keep bits M_ij of the tile (queries i0 .. i0+Br-1, keys j0 .. j0+Bc-1) into
 // sM[key][query] (row stride MS), by the NThreads threads tid = 0 .. NThreads-1 (a CTA, or one
-// warp making its own rows): one Philox call per (query, 8 keys), philox::attn_keep's.
-// Consecutive threads take consecutive queries of one group of 8 keys, so a warp's 32 one-byte
-// stores fall in 8 consecutive words of a key row: one wavefront, no bank conflict (threads
-// taking consecutive key groups of one query put their bytes MS bytes apart, two to a bank).
+// warp making its own rows): one Philox call per (query, 8 keys), philox::attn_keep's, or with
+// `in` not null the byte the forward stored (keep_byte; i0 and j0 multiples of 16).
+// A warp's 32 calls are 16 consecutive queries of two consecutive key groups, the 32-byte block
+// of the stored bytes (flash_attn_keep_offset): one sector. Its one-byte stores fall in two runs
+// of 16 bytes of key rows 8 apart, 8 MS bytes apart (MS = Br + 4: 8 banks apart), so one
+// wavefront, no bank conflict.
 template <int Br, int Bc, int MS, int NThreads>
 __device__ __forceinline__ void make_mask_tile(uint8_t* sM, const philox::DropoutKey& key, uint32_t bh, int i0, int j0,
-                                               int tid) {
+                                               int tid, const uint8_t* in, int Tn) {
   constexpr int kGroups = Bc / 8, kCalls = Br * kGroups;
-  static_assert(kCalls % NThreads == 0, "Philox calls must divide evenly among the threads");
-  static_assert(Br % 32 == 0, "a warp's queries lie in one key group");
+  static_assert(kCalls % NThreads == 0 && NThreads % 32 == 0, "Philox calls must divide evenly among the warps");
+  static_assert(Br % 16 == 0 && Bc % 16 == 0, "blocks of 16 queries by 16 keys");
   const uint32_t thr = philox::attn_threshold(key);
 #pragma unroll
   for (int it = 0; it < kCalls / NThreads; ++it) {
-    const int c = it * NThreads + tid;
-    const int q = c % Br, kg = c / Br;
-    const uint32_t byte =
-        philox::attn_keep_byte(philox::attn_words(key, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 8 * kg)), thr);
+    const int c = it * NThreads + tid, blk = c / 32, w = c % 32;
+    const int q = 16 * (blk % (Br / 16)) + w % 16, kg = 2 * (blk / (Br / 16)) + w / 16;
+    const uint32_t byte = keep_byte(key, thr, in, nullptr, Tn, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 8 * kg));
 #pragma unroll
     for (int u = 0; u < 8; ++u) sM[(8 * kg + u) * MS + q] = (uint8_t)((byte >> u) & 1u);
   }

@@ -283,9 +283,13 @@ size_t fwd_smem_bytes(int HSp, bool bf16) {
 
 }  // namespace flash
 
+size_t flash_attn_keep_bytes(int B, int NH, int Tn) {
+  return Tn > kFlashKeepMaxT ? 0 : (size_t)B * NH * flash_attn_keep_bh_bytes(Tn);
+}
+
 template <typename T>
 void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, const philox::DropoutKey& key, int B,
-                        int Tn, int C, int NH, bool causal, uint8_t* mask) {
+                        int Tn, int C, int NH, bool causal, uint8_t* mask, uint8_t* keep) {
   const int HS = flash::check_shape(B, Tn, C, NH, "flash_attn_forward");
   flash::check_causal(causal, "flash_attn_forward");
   if (!out || !lse || !qkv) throw std::invalid_argument("flash_attn_forward: null buffer");
@@ -319,6 +323,7 @@ void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, co
   flash::FwdParams<T> p{};
   flash::fill_fwd_params(p, qkv_k, out_k, lse, mask, key, B, Tn, NH * pad.HSp, NH);
   flash::set_scale(p, HS);
+  if constexpr (std::is_same_v<T, bf16>) p.keep = key.threshold != 0 && Tn <= kFlashKeepMaxT ? keep : nullptr;
   // with the mask dump and p = 0 the dropout path runs with threshold 0 (every element kept,
   // s = 1: the same result) so that the dump is written by the code that applies dropout
   const bool dropout = key.threshold != 0 || mask != nullptr;
@@ -335,8 +340,8 @@ void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, co
 }
 
 template void flash_attn_forward<float>(const Context&, float*, float*, const float*, const philox::DropoutKey&, int,
-                                        int, int, int, bool, uint8_t*);
+                                        int, int, int, bool, uint8_t*, uint8_t*);
 template void flash_attn_forward<bf16>(const Context&, bf16*, float*, const bf16*, const philox::DropoutKey&, int,
-                                       int, int, int, bool, uint8_t*);
+                                       int, int, int, bool, uint8_t*, uint8_t*);
 
 }  // namespace gpu

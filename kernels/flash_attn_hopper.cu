@@ -123,9 +123,10 @@ struct HopperFwdTile {
   static_assert(kSmemBytes <= 227 * 1024, "the forward's tiles exceed an H100's 227 KB of shared memory a block");
   // Whether tile j's softmax overlaps tile j-1's P V product (below): it keeps S and P live
   // together, and with dropout at HS = 128 that spilled (ptxas, nvcc 13.0: 168 registers, the
-  // cap for 288 threads, and 28 bytes of spill stores; HS 64 with dropout fits in 168, HS 256 in
-  // 255), so that one runs the products one after the other, as before
-  __host__ __device__ static constexpr bool overlap(bool dropout) { return !(dropout && HS == 128); }
+  // cap for 288 threads, and 28 bytes of spill stores; HS 64 with dropout fits in 168), and at
+  // HS = 256 once the keep bytes were stored (255 registers, 8 bytes of spill stores), so those
+  // two run the products one after the other, as before
+  __host__ __device__ static constexpr bool overlap(bool dropout) { return !(dropout && HS >= 128); }
 };
 
 // Byte offset of 16-byte chunk k (0 .. HS/8 - 1) of row r in a tile of R rows stored as column
@@ -337,7 +338,8 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
 //   dQ kernel (64 queries, 64 keys a tile):
 //     S = Q K^T, dP = dO V^T (ss), dQ += dS K (rs, B = K MN-major).
 // The masks: the dK / dV kernel's keep bits come from the shared tile make_mask_tile writes (one
-// Philox call per 8 keys of a query), the dQ kernel's from dropout_keep_bits, as in flash_attn_bwd.cu.
+// Philox call per 8 keys of a query, or the byte the forward stored in p.keep), the dQ kernel's
+// from dropout_keep_bits (the same two sources), as in flash_attn_bwd.cu.
 
 // acc (the warpgroup's 64 x N) = A B^T over HS: A the 64 rows of tile a (RA rows) from row0, B the
 // N rows of tile b; both K-major. Waits for the result.
@@ -480,7 +482,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
     } else {
       cp_async_wait<0>();
     }
-    if constexpr (IsDropout) make_mask_tile<Br, Bc, MS, NThreads>(sM, p.key, bh, i0, j0, (int)threadIdx.x);
+    if constexpr (IsDropout) make_mask_tile<Br, Bc, MS, NThreads>(sM, p.key, bh, i0, j0, (int)threadIdx.x, p.keep, p.T);
     hopper::fence_proxy_async();
     __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
     dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout>(dk, dv, p.T, p.scale_log2, p.dropout_scale, aK, aV,
@@ -577,7 +579,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
     const int i0 = it * Br, st = (it - it0) % NS;
     // this warp's keep bits (rows 16 warp .. 16 warp + 15 of the tile) while the stage lands
     if constexpr (IsDropout) {
-      make_mask_tile<Br, 16, MS, 32>(sM + 16 * warp * MS, p.key, bh, i0, jw0, lane);
+      make_mask_tile<Br, 16, MS, 32>(sM + 16 * warp * MS, p.key, bh, i0, jw0, lane, p.keep, p.T);
       __syncwarp();
     }
     hopper::mbarrier_wait_parity(&full[st], ((it - it0) / NS) & 1);  // Q_i, dO_i, lse_i, D_i landed
@@ -613,9 +615,9 @@ struct HopperDqTile {
 // dS_ij K_j, with Q_i, dO_i at aQ, adO and K_j, V_j (keys j0 .. j0+Bc-1) at tK, tV; lse2, Di the
 // lane's rows' lse_i log2(e) and D_i.
 template <int HS, int Br, int Bc, bool IsDropout>
-__device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const philox::DropoutKey& key, int Tn,
-                                        float scale_log2, float dropout_scale, uint32_t aQ, uint32_t adO, uint32_t tK,
-                                        uint32_t tV, int j0, int iw0, int i_g, const float (&lse2)[2],
+__device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const philox::DropoutKey& key, const uint8_t* keep,
+                                        int Tn, float scale_log2, float dropout_scale, uint32_t aQ, uint32_t adO,
+                                        uint32_t tK, uint32_t tV, int j0, int iw0, int i_g, const float (&lse2)[2],
                                         const float (&Di)[2], uint32_t bh, int lane) {
   // S_ij = Q_i K_j^T (raw), masked; P_ij = exp(S_ij - lse_i)
   float s[Bc / 8][4];
@@ -626,7 +628,7 @@ __device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const philox::Dr
   float dp[Bc / 8][4];
   wg_gemm_ss<HS, Bc, Br, Bc>(dp, adO, 0, tV);
   // dP_ij = dPd_ij o M_ij s (the forward's keep bits), dS_ij = P_ij o (dP_ij - D_i), in place
-  const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(key, bh, i_g, j0, lane) : ~0u;
+  const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(key, bh, i_g, j0, lane, keep, nullptr, Tn) : ~0u;
   dscores_query_major<Bc / 8, IsDropout>(dp, s, Di, bits, dropout_scale);
   // dQ_i += dS_ij K_j   (the 1/sqrt(HS) is applied once, at the end)
   {
@@ -703,7 +705,7 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_ho
     }
     hopper::fence_proxy_async();
     __syncthreads();
-    dq_tile<HS, Br, Bc, IsDropout>(dq, p.key, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + stage * TB,
+    dq_tile<HS, Br, Bc, IsDropout>(dq, p.key, p.keep, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + stage * TB,
                                    aV + stage * TB, j0, iw0, i_g, lse2, Di, bh, lane);
     __syncthreads();
   }
@@ -768,8 +770,8 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   for (int jt = 0; jt < n_j; ++jt) {
     const int st = jt % NS;
     hopper::mbarrier_wait_parity(&full[st], (jt / NS) & 1);  // K_j, V_j landed
-    dq_tile<HS, Br, Bc, IsDropout>(dq, p.key, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + st * TB, aV + st * TB,
-                                   jt * Bc, iw0, i_g, lse2, Di, bh, lane);
+    dq_tile<HS, Br, Bc, IsDropout>(dq, p.key, p.keep, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + st * TB,
+                                   aV + st * TB, jt * Bc, iw0, i_g, lse2, Di, bh, lane);
     // this warp's wgmmas on the stage have retired: its arrival releases it (with the other three)
     __syncwarp();
     if (lane == 0) hopper::mbarrier_arrive(&empty[st]);

@@ -11,6 +11,7 @@
 #include "../../kernels/cross_entropy.cuh"
 #include "../../kernels/dropout.cuh"
 #include "../../kernels/encoder.cuh"
+#include "../../kernels/flash_attn.cuh"
 #include "../../kernels/gelu.cuh"
 #include "../../kernels/layernorm.cuh"
 #include "../../kernels/matmul.cuh"
@@ -55,8 +56,8 @@ struct CudaOps {
   void attention_forward(T* out, net::AttentionSaved<T, float> saved, const T* qkv, const Key& key, int b, int t,
                          int C, int NH) {
     rec("attention_forward", "=", {b, t, C, NH}, &key);
-    gpu::attention_forward(ctx, run.attention, out, gpu::AttentionSaved<T>{saved.att, saved.lse}, qkv, key, b, t, C, NH,
-                           true);
+    gpu::attention_forward(ctx, run.attention, out, gpu::AttentionSaved<T>{saved.att, saved.lse, saved.keep}, qkv, key,
+                           b, t, C, NH, true);
   }
   void gelu_forward(T* out, const T* inp, size_t n, GeluForm form) {
     rec("gelu_forward", "=", {(long long)n, (int)form});
@@ -104,8 +105,8 @@ struct CudaOps {
   void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, net::AttentionSaved<T, float> saved,
                           const Key& key, int b, int t, int C, int NH) {
     rec("attention_backward", "+=", {b, t, C, NH}, &key);
-    gpu::attention_backward(ctx, run.attention, dqkv, dout, qkv, out, gpu::AttentionSaved<T>{saved.att, saved.lse},
-                            key, b, t, C, NH, true);
+    gpu::attention_backward(ctx, run.attention, dqkv, dout, qkv, out,
+                            gpu::AttentionSaved<T>{saved.att, saved.lse, saved.keep}, key, b, t, C, NH, true);
   }
   void encoder_backward(float* dwte, float* dwpe, const T* dout, const int32_t*, const uint32_t* order_keys,
                         const uint32_t* order_vals, int b, int t, int C) {
@@ -143,7 +144,10 @@ void GPTCuda<T>::carve(State& st, net::Buffers<T, float>& b, net::Carver& a, con
   st.v = a.take<float>(shard.opt_elems);
   st.params_t = std::is_same<T, float>::value ? reinterpret_cast<T*>(st.params) : a.take<T>(n_params);
   st.tensors = a.take<gpu::AdamWTensor>(n_tensors);
-  net::buffer_table(b, a, m, run);
+  // the bf16 flash kernels' keep decisions, stored by each layer's forward for its backward
+  const bool keep = std::is_same<T, gpu::bf16>::value && run.dropout > 0 &&
+                    (run.both_paths || run.attention == gpu::AttentionPath::Flash);
+  net::buffer_table(b, a, m, run, keep ? gpu::flash_attn_keep_bytes(run.B, m.n_head, run.T) : 0);
 }
 
 namespace {
@@ -390,7 +394,7 @@ void GPTCuda<T>::upload_state(const float* params, const float* m, const float* 
 template <typename T>
 typename GPTCuda<T>::LayerView GPTCuda<T>::layer(int li) const {
   const net::Layer<T, float>& a = buf_.acts.h[li];
-  return LayerView{a.qkv, a.atty, gpu::AttentionSaved<T>{a.saved.att, a.saved.lse}, a.attproj, a.fcproj};
+  return LayerView{a.qkv, a.atty, gpu::AttentionSaved<T>{a.saved.att, a.saved.lse, a.saved.keep}, a.attproj, a.fcproj};
 }
 
 template class GPTCuda<float>;

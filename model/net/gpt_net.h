@@ -60,6 +60,8 @@ template <typename T, typename S>
 struct AttentionSaved {  // what the attention saves for its backward, on the path(s) the run takes
   T* att = nullptr;  // (B, NH, T, T) naive: softmax probabilities before dropout
   S* lse = nullptr;  // (B, NH, T)    flash: row logsumexp of the scaled scores
+  uint8_t* keep = nullptr;  // flash with dropout, where the backend stores the keep decisions for its
+                            // backward (the CUDA one in bf16: gpu::flash_attn_keep_bytes)
 };
 
 template <typename T, typename S>
@@ -128,9 +130,10 @@ class Carver {
   double approx_ = 0;  // an upper bound of used_
 };
 
-// The table: every buffer of the step for a run of (B, T), taken from a in this order.
+// The table: every buffer of the step for a run of (B, T), taken from a in this order;
+// keep_bytes a layer for its attention's keep decisions (0: none).
 template <typename T, typename S>
-void buffer_table(Buffers<T, S>& b, Carver& a, const ModelConfig& m, const RunShape& run) {
+void buffer_table(Buffers<T, S>& b, Carver& a, const ModelConfig& m, const RunShape& run, size_t keep_bytes = 0) {
   const size_t BT = (size_t)run.B * run.T, C = m.n_embd, V = m.vp();  // logits rows: Vp
   const size_t rows = (size_t)run.B * m.n_head * run.T;                  // attention rows (B, NH, T)
   const bool naive = run.both_paths || run.attention == AttentionPath::Naive;
@@ -152,6 +155,7 @@ void buffer_table(Buffers<T, S>& b, Carver& a, const ModelConfig& m, const RunSh
     l.saved = {};
     if (naive) l.saved.att = a.take<T>(rows * run.T);
     if (flash) l.saved.lse = a.take<S>(rows);
+    if (flash && keep_bytes) l.saved.keep = a.take<uint8_t>(keep_bytes);
   }
   acts.lnf = a.take<T>(BT * C);
   acts.lnf_mean = a.take<S>(BT);

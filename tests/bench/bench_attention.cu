@@ -8,8 +8,11 @@
 // do not fit in free device memory, or above --naive-max-t. When PyTorch is importable,
 // tests/bench/sdpa_peer.py times torch.nn.functional.scaled_dot_product_attention on the same
 // shapes and the table gets the ratios ours / PyTorch (< 1: we are faster).
+// Paths (--paths): flash (with dropout its forward stores the keep decisions for its backward,
+// as train_gpt runs it: flash_attn_keep_bytes), recompute (flash with the backward making the
+// decisions again, the keep buffer's alternative; rows at p > 0 only), naive.
 //   build/bench_gpu [--csv PATH] [--reps N] [--warmup N] [--hs 64,128] [--t 512,...] [--p 0,0.2]
-//                   [--tokens 16384] [--width 2048] [--naive-max-t T]
+//                   [--tokens 16384] [--width 2048] [--naive-max-t T] [--paths flash,naive]
 // Exits 0 with one line when no GPU is visible. Under the emulator (build/bench_gpu_emu) it runs
 // the same code on tiny shapes (the GPU window's rehearsal): times there are the emulator's.
 #include <cuda_runtime.h>
@@ -40,7 +43,7 @@ struct Shape {
 
 struct Row {
   Shape s;
-  std::string path;        // flash | naive
+  std::string path;        // flash | recompute | naive
   std::string status;      // ok | skipped (why) | error (what)
   double fwd = 0, bwd = 0, fb = 0;           // ms
   double t_fwd = 0, t_bwd = 0, t_fb = 0;     // PyTorch ms (0: not measured)
@@ -92,13 +95,14 @@ struct Buf {
 // Times one shape on one path; fills row.fwd / bwd / fb or row.status.
 void bench_one(Row& row, int warmup, int reps) {
   const Shape& s = row.s;
-  const bool flash = row.path == "flash";
+  const bool flash = row.path != "naive";
+  const size_t nkeep = row.path == "flash" && s.p > 0 ? gpu::flash_attn_keep_bytes(s.B, s.NH, s.T) : 0;
   const size_t nqkv = (size_t)s.B * s.T * 3 * s.C(), nout = (size_t)s.B * s.T * s.C();
   const size_t natt = (size_t)s.B * s.NH * s.T * s.T, nlse = (size_t)s.B * s.NH * s.T;
   const size_t scratch = flash ? gpu::flash_attn_scratch_bytes(s.B, s.T, s.C(), s.NH)
                                : gpu::attention_naive_scratch_bytes(s.B, s.T, s.C(), s.NH, sizeof(gpu::bf16));
   const size_t need = (2 * nqkv + 2 * nout) * sizeof(gpu::bf16) + scratch + gpu::kCublasWorkspaceBytes +
-                      (flash ? nlse * sizeof(float) : natt * sizeof(gpu::bf16));
+                      (flash ? nlse * sizeof(float) + nkeep : natt * sizeof(gpu::bf16));
   size_t free_b = 0, total_b = 0;
   cudaCheck(cudaMemGetInfo(&free_b, &total_b));
   if (need + (512ull << 20) > free_b) {
@@ -114,13 +118,16 @@ void bench_one(Row& row, int warmup, int reps) {
     Buf<gpu::bf16> qkv(nqkv), dqkv(nqkv), out(nout), dout(nout);
     Buf<float> lse(flash ? nlse : 1);
     Buf<gpu::bf16> att(flash ? 1 : natt);
+    Buf<uint8_t> keep(std::max<size_t>(nkeep, 1));
+    uint8_t* const keep_p = nkeep ? keep.p : nullptr;
     gpu::launch(fill_kernel, 1024, 256, 0, ctx.stream, qkv.p, nqkv, 1);
     gpu::launch(fill_kernel, 1024, 256, 0, ctx.stream, dout.p, nout, 2);
     cudaCheck(cudaMemsetAsync(dqkv.p, 0, nqkv * sizeof(gpu::bf16), ctx.stream));
     const philox::DropoutKey key = philox::make_dropout_key(1234, 1, 0, philox::kSiteAttnProbs, s.p);
     auto fwd = [&] {
       if (flash)
-        gpu::flash_attn_forward<gpu::bf16>(ctx, out.p, lse.p, qkv.p, key, s.B, s.T, s.C(), s.NH, s.causal, nullptr);
+        gpu::flash_attn_forward<gpu::bf16>(ctx, out.p, lse.p, qkv.p, key, s.B, s.T, s.C(), s.NH, s.causal, nullptr,
+                                           keep_p);
       else
         gpu::attention_naive_forward<gpu::bf16>(ctx, out.p, att.p, qkv.p, key, s.B, s.T, s.C(), s.NH, s.causal,
                                                 nullptr);
@@ -128,7 +135,7 @@ void bench_one(Row& row, int warmup, int reps) {
     auto bwd = [&] {
       if (flash)
         gpu::flash_attn_backward<gpu::bf16>(ctx, dqkv.p, dout.p, qkv.p, out.p, lse.p, key, s.B, s.T, s.C(), s.NH,
-                                            s.causal);
+                                            s.causal, keep_p);
       else
         gpu::attention_naive_backward<gpu::bf16>(ctx, dqkv.p, dout.p, qkv.p, att.p, key, s.B, s.T, s.C(), s.NH,
                                                  s.causal);
@@ -195,7 +202,8 @@ bool parse_list(const char* text, std::vector<T>& out) {
 
 int usage_error(const std::string& what) {
   std::fprintf(stderr, "bench_gpu: %s; expected [--csv PATH] [--reps N] [--warmup N] [--hs 64,128] [--t 512,1024] "
-               "[--p 0,0.2] [--tokens N] [--width C] [--naive-max-t T]; see tests/bench/bench_attention.cu\n", what.c_str());
+               "[--p 0,0.2] [--tokens N] [--width C] [--naive-max-t T] [--paths flash,recompute,naive]; see "
+               "tests/bench/bench_attention.cu\n", what.c_str());
   return 2;
 }
 
@@ -206,17 +214,31 @@ int main(int argc, char** argv) {
   int reps = 10, warmup = 3, tokens = 16384, width = 2048, naive_max_t = 1 << 30;
   std::vector<int> head_sizes = {64, 128}, seq_lens = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<double> drops = {0.0, 0.2};
+  std::vector<std::string> paths = {"flash", "naive"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::printf("build/bench_gpu [--csv PATH] [--reps N] [--warmup N] [--hs 64,128] [--t 512,...] [--p 0,0.2] "
-                  "[--tokens 16384] [--width 2048] [--naive-max-t T]: attention kernels beside PyTorch SDPA\n");
+                  "[--tokens 16384] [--width 2048] [--naive-max-t T] [--paths flash,recompute,naive]: attention "
+                  "kernels beside PyTorch SDPA\n");
       return 0;
     }
     if (i + 1 >= argc) return usage_error(a + " without a value");
     const char* v = argv[++i];
     std::vector<int> one;
     if (a == "--csv") csv = v;
+    else if (a == "--paths") {
+      paths.clear();
+      for (size_t pos = 0; pos <= std::strlen(v);) {
+        const char* end = std::strchr(v + pos, ',');
+        const size_t len = end ? (size_t)(end - v) - pos : std::strlen(v) - pos;
+        const std::string name(v + pos, len);
+        if (name != "flash" && name != "recompute" && name != "naive")
+          return usage_error("--paths " + std::string(v) + ": '" + name + "' is not flash, recompute or naive");
+        paths.push_back(name);
+        pos += len + 1;
+      }
+    }
     else if (a == "--hs" ? !parse_list(v, head_sizes)
              : a == "--t" ? !parse_list(v, seq_lens)
              : a == "--p" ? !parse_list(v, drops)
@@ -254,13 +276,14 @@ int main(int argc, char** argv) {
 
   std::vector<Row> rows;
   for (const Shape& s : shapes)
-    for (const char* path : {"flash", "naive"}) {
+    for (const std::string& path : paths) {
+      if (path == "recompute" && s.p == 0) continue;  // without dropout it is the flash path
       Row r;
       r.s = s;
       r.path = path;
       if (r.path == "naive" && s.T > naive_max_t) r.status = "skipped (above --naive-max-t)";
       else bench_one(r, warmup, reps);
-      std::printf("  HS=%3d T=%5d p=%.1f %-5s %s\n", s.HS, s.T, s.p, path, r.status.c_str());
+      std::printf("  HS=%3d T=%5d p=%.1f %-9s %s\n", s.HS, s.T, s.p, path.c_str(), r.status.c_str());
       std::fflush(stdout);
       rows.push_back(r);
     }
@@ -276,11 +299,11 @@ int main(int argc, char** argv) {
     std::printf("PyTorch not importable: no comparison with scaled_dot_product_attention\n");
   }
 
-  std::printf("\n%4s %6s %3s %3s %4s %-5s | %8s %8s %8s | %7s %7s %7s | %9s %6s %6s %6s\n", "HS", "T", "B", "NH", "p",
+  std::printf("\n%4s %6s %3s %3s %4s %-9s | %8s %8s %8s | %7s %7s %7s | %9s %6s %6s %6s\n", "HS", "T", "B", "NH", "p",
               "path", "fwd ms", "bwd ms", "f+b ms", "fwd TF", "bwd TF", "f+b TF", "torch f+b", "r_fwd", "r_bwd", "r_f+b");
   for (const Row& r : rows) {
     const Shape& s = r.s;
-    std::printf("%4d %6d %3d %3d %4.2f %-5s | ", s.HS, s.T, s.B, s.NH, s.p, r.path.c_str());
+    std::printf("%4d %6d %3d %3d %4.2f %-9s | ", s.HS, s.T, s.B, s.NH, s.p, r.path.c_str());
     if (r.status != "ok") {
       std::printf("%s\n", r.status.c_str());
       continue;

@@ -572,6 +572,62 @@ TG_HOPPER_TEST("flash attention hopper (wgmma): head sizes other than 64, 128 an
 
 namespace {
 
+// The keep buffer (flash_attn_keep_bytes) on the kernel family in force: with p > 0 the forward
+// stores every causal keep byte, the byte the CPU's Philox call gives (philox::attn_keep_byte;
+// the buffer starts as each byte's complement, so a byte never written is caught), each in its
+// own place, and nothing else (the bytes between and past them keep their sentinel); O and lse
+// are those of a forward without it; the backward reading it gives the dqkv of a backward making
+// the decisions again, bit for bit. With p = 0 nothing is written.
+void keep_buffer_case(const Shape& s, double p, uint64_t salt, const std::string& family) {
+  const std::string where = describe(s, true, p) + " (" + family + ")";
+  const philox::DropoutKey key = attn_key(p);
+  tg_test::TestContext tc(scratch_for(s, sizeof(gpu::bf16)), gpu::Precision::BF16);
+  const std::vector<double> qkv = make_qkv(s, salt), dout = random_vector(s.nout(), salt + 1);
+  const std::vector<double> init = random_vector(s.nqkv(), salt + 2);
+  // the bytes expected (p = 0: the starting ones), the buffer's start, and a guard past its end
+  const size_t nkeep = gpu::flash_attn_keep_bytes(s.B, s.NH, s.Tn), guard = 64;
+  std::vector<unsigned char> want(nkeep + guard, kSentinel), start(nkeep + guard, kSentinel);
+  std::vector<char> seen(nkeep, 0);  // each causal byte its own place in the buffer
+  size_t clashes = 0;
+  const uint32_t thr = philox::attn_threshold(key);
+  for (uint32_t bh = 0; bh < (uint32_t)(s.B * s.NH); ++bh)
+    for (uint32_t g = 0; 8 * g < (uint32_t)s.Tn; ++g)
+      for (uint32_t i = 8 * g; i < (uint32_t)s.Tn; ++i) {
+        const size_t at = gpu::flash_attn_keep_offset(s.Tn, bh, i, g);
+        REQUIRE(at < nkeep);
+        const uint8_t byte = (uint8_t)philox::attn_keep_byte(philox::attn_words(key, bh, i, 8 * g), thr);
+        start[at] = (uint8_t)~byte;
+        want[at] = p > 0 ? byte : start[at];
+        clashes += seen[at]++ != 0;
+      }
+  CHECK_MESSAGE(clashes == 0, where << ": " << clashes << " keep bytes share their place with another");
+  DeviceArray<gpu::bf16> d_qkv(qkv), d_dout(dout), d_out(s.nout()), d_out2(s.nout()), d_dqkv(init), d_dqkv2(init);
+  DeviceArray<float> d_lse(s.nlse()), d_lse2(s.nlse());
+  DeviceArray<uint8_t> d_keep(nkeep + guard);
+  cudaCheck(cudaMemcpy(d_keep.ptr, start.data(), start.size(), cudaMemcpyHostToDevice));
+  cudaCheck(cudaDeviceSynchronize());
+  gpu::flash_attn_forward<gpu::bf16>(tc.ctx, d_out.ptr, d_lse.ptr, d_qkv.ptr, key, s.B, s.Tn, s.C(), s.NH, true, nullptr,
+                                     d_keep.ptr);
+  gpu::flash_attn_forward<gpu::bf16>(tc.ctx, d_out2.ptr, d_lse2.ptr, d_qkv.ptr, key, s.B, s.Tn, s.C(), s.NH, true,
+                                     nullptr);
+  gpu::flash_attn_backward<gpu::bf16>(tc.ctx, d_dqkv.ptr, d_dout.ptr, d_qkv.ptr, d_out.ptr, d_lse.ptr, key, s.B, s.Tn,
+                                      s.C(), s.NH, true, d_keep.ptr);
+  gpu::flash_attn_backward<gpu::bf16>(tc.ctx, d_dqkv2.ptr, d_dout.ptr, d_qkv.ptr, d_out.ptr, d_lse.ptr, key, s.B,
+                                      s.Tn, s.C(), s.NH, true, nullptr);
+  cudaCheck(cudaStreamSynchronize(tc.ctx.stream));
+  const std::vector<unsigned char> keep = d_keep.bytes();
+  size_t wrong = 0, first = 0;
+  for (size_t k = 0; k < keep.size(); ++k)
+    if (keep[k] != want[k] && wrong++ == 0) first = k;
+  CHECK_MESSAGE(wrong == 0, where << ": " << wrong << " bytes of the keep buffer (of " << nkeep << ", and " << guard
+                                  << " past it) are not the expected ones, the first at byte " << first);
+  CHECK_MESSAGE(d_out.bytes() == d_out2.bytes(), where << ": O differs when the forward stores the keep bytes");
+  CHECK_MESSAGE(d_lse.bytes() == d_lse2.bytes(), where << ": lse differs when the forward stores the keep bytes");
+  CHECK_MESSAGE(d_dqkv.bytes() == d_dqkv2.bytes(),
+                where << ": dqkv from the stored keep bytes differs from the recomputing backward's, largest "
+                      << max_abs_diff(d_dqkv.download(), d_dqkv2.download()));
+}
+
 template <typename T>
 void mask_hook_test() {
   uint64_t salt = 50000;
@@ -695,6 +751,31 @@ void accumulate_test() {
 }
 
 }  // namespace
+
+// (the emulated suite runs a few shapes of each family: T 17 and 129 cover a partial tile, two
+// query tiles and the diagonal ones; head size 40 runs padded to 64)
+TG_GPU_TEST("flash attention bf16: the forward's keep buffer holds the CPU's keep bytes, and the backward reading it "
+            "gives the same dqkv bit for bit") {
+  uint64_t salt = 90000;
+  struct Run {
+    const char* family;  // TG_FLASH_HOPPER
+    int Tn, HS;
+  };
+  const std::vector<Run> runs = tg_test::device_sizes<Run>(
+      {{"0", 1, 64}, {"0", 129, 64}, {"0", 255, 128}, {"0", 17, 40}, {"1", 1, 64}, {"1", 129, 64}, {"1", 255, 128},
+       {"1", 17, 40}, {"1", 129, 256}, {"2", 129, 64}, {"2", 255, 128}},
+      {{"0", 129, 64}, {"0", 17, 40}, {"1", 129, 64}, {"1", 17, 128}, {"2", 129, 64}});
+  for (const Run& r : runs) {
+    if (r.family[0] != '0' && !tg_test::hopper_available()) continue;
+    if (!flash_fits(r.HS, true)) continue;
+    const tg_test::FlashKernels family(r.family);
+    for (double p : {0.17, 0.0})
+      keep_buffer_case(Shape{2, r.Tn, 2, r.HS}, p, salt += 10,
+                       r.family[0] == '0'   ? "mma.sync"
+                       : r.family[0] == '1' ? "hopper"
+                                            : "hopper, warp-specialized backward");
+  }
+}
 
 TG_GPU_TEST("flash attention mask hook equals the CPU mask byte for byte") {
   mask_hook_test<float>();
