@@ -116,8 +116,9 @@ parse_suite() {
 failing_cases() { sed -nE 's/^TEST CASE: +//p' "$1" 2>/dev/null | awk '!seen[$0]++'; }
 
 # bench_attention.csv (or the CSV named second): one line per head size and dropout: flash
-# forward + backward TFLOP/s at each T, and the median over T of flash's time over SDPA's (< 1:
-# ours faster)
+# forward + backward TFLOP/s at each T, the median over T of flash's time over SDPA's (< 1:
+# ours faster), and where the CSV has recompute rows the median over T of the backward's time
+# with the stored keep bytes over its time making them again
 parse_attention() {
   local f=$1/${2:-bench_attention.csv}
   [ -f "$f" ] || { [ -f "$1/${3:-attention}.log" ] && echo "no CSV written"; return 0; }
@@ -142,6 +143,9 @@ parse_attention() {
         if (f[18] + 0 > 0) { r[key, ++nr[key]] = f[12] / f[18]; rf[key, nr[key]] = f[10] / f[16]; rb[key, nr[key]] = f[11] / f[17] }
       }
       if (f[8] == "flash" && f[9] != "ok") bad[key]++
+      # the backward reading the stored keep bytes (flash) against the one making them again
+      if (f[9] == "ok" && (f[8] == "flash" || f[8] == "recompute")) bw[key, f[3], f[8]] = f[11]
+      if (f[9] == "ok" && f[8] == "recompute") { ts[key, ++nt[key]] = f[3] }
     }
     function med(a, key, m,   i, j, t, v) {
       for (i = 1; i <= m; i++) v[i] = a[key, i]
@@ -154,6 +158,10 @@ parse_attention() {
         line = sprintf("%s: flash TFLOP/s fwd/bwd/both at T%s", k, tf[k] == "" ? " -" : tf[k])
         if (nr[k] > 0) line = line sprintf(" | time / SDPA (median over T): fwd %.2f bwd %.2f both %.2f", med(rf, k, nr[k]), med(rb, k, nr[k]), med(r, k, nr[k]))
         else line = line " | SDPA: not measured"
+        m = 0
+        for (j = 1; j <= nt[k]; j++)
+          if ((k, ts[k, j], "flash") in bw && bw[k, ts[k, j], "recompute"] + 0 > 0) kr[k, ++m] = bw[k, ts[k, j], "flash"] / bw[k, ts[k, j], "recompute"]
+        if (m > 0) line = line sprintf(" | bwd with the stored keep bytes / making them again (median over T): %.2f", med(kr, k, m))
         if (bad[k]) line = line sprintf(" | %d shape(s) not ok", bad[k])
         print line
       }
