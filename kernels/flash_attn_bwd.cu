@@ -22,9 +22,9 @@
 //     Q_i, dO_i (two shared stages, cp.async), dK_j and dV_j accumulated in registers and
 //     added to dqkv once at the end. It computes the transposed tiles S_ij^T = K_j Q_i^T
 //     (each warp owns 16 keys), so P^T, dP^T, dS^T are already in the A-operand layout of
-//     dV_j += Pd^T dO_i and dK_j += dS^T Q_i. The keep bits of the tile are made once per
+//     dV_j += Pd^T dO_i and dK_j += dS^T Q_i. The keep bytes of the tile are made once per
 //     tile into shared memory by all threads (one Philox call per 8 keys of a query row, or its
-//     stored byte) and read back in the transposed layout.
+//     stored byte) and each lane reads its bits back in the transposed layout.
 //   dQ kernel: one CTA per (Q_i tile, bh), looping over K_j, V_j (two stages), recomputing
 //     P_ij and dP_ij in the forward's layout (same dropout helper as the forward), dQ_i in
 //     registers, added to dqkv at the end.
@@ -32,8 +32,8 @@
 // ldmatrix operands). T = float: the same two-kernel scheme in plain fp32 SIMT (no TF32).
 //
 // Without a GPU (emulated counts, tests/emu/test_kernel_counters.cpp; ptxas, build/kernel_resources.txt):
-// no shared-memory bank conflicts (ldmatrix rows padded as in the forward; the keep-bit tile
-// stored by consecutive queries a warp), no spills or local memory, 8 warps resident per SM on
+// no shared-memory bank conflicts (ldmatrix rows padded as in the forward; the keep bytes
+// stored by 16 consecutive queries of two groups a warp), no spills or local memory, 8 warps resident per SM on
 // an H100 at HS = 64 (two 4-warp CTAs: 177-223 registers; a third needs 168 or fewer). dQ, dK,
 // dV are read-added-written from the mma fragments as bf16x2: 50% of the sectors a warp's access
 // touches, 85-91% for the kernels at gpt2-124m's T = 1024.
@@ -90,9 +90,9 @@ __global__ void flash_bwd_dot_do_o_kernel(const BwdParams<T> p) {
 // same code) and accumulating dK_j, dV_j for its 128 (2 x 256 floats a lane do not fit the 255
 // registers).
 // Shared: K_j, V_j [Bc][HS+8]; two stages of Q_i, dO_i [Br][HS+8], lse_i * log2(e) and D_i
-// [Br]; the keep bits [Bc][Br+4] bytes (the 4-byte pad spreads the 8 key rows a quad-column
-// read touches over different banks).
-//   HS = 32: 35 KB, HS = 64: 59 KB, HS = 128: 71 KB, HS = 256: 135 KB.
+// [Br]; the keep bytes [Bc / 8][Br+16] (a row per group of 8 keys, a byte per query; the 16-byte
+// pad puts the two rows a warp writes in different banks: make_mask_tile).
+//   HS = 32: 32 KB, HS = 64: 56 KB, HS = 128: 69 KB, HS = 256: 133 KB.
 template <int HS>
 struct DkvTile {
   static constexpr int kWarps = 4;
@@ -102,9 +102,9 @@ struct DkvTile {
   static constexpr int kCols = HS > 128 ? 128 : HS;
   static constexpr int kSplits = HS / kCols;  // CTAs per key tile (grid z)
   static constexpr int kStride = HS + kPad;
-  static constexpr int kMaskStride = kBr + 4;
+  static constexpr int kMaskStride = kBr + 16;  // the keep bytes' rows: one a group of 8 keys
   static constexpr size_t kTileBytes = (size_t)(2 * kBc + 4 * kBr) * kStride * sizeof(bf16);
-  static constexpr size_t kSmemBytes = kTileBytes + 4 * kBr * sizeof(float) + (size_t)kBc * kMaskStride;
+  static constexpr size_t kSmemBytes = kTileBytes + 4 * kBr * sizeof(float) + (size_t)(kBc / 8) * kMaskStride;
 };
 
 // grid (B*NH, ceil(T / Bc), kSplits).
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
   bf16* sdO = sQ + 2 * Br * S;               // dO_i [2][Br][S]
   float* sL = reinterpret_cast<float*>(smem + Tile::kTileBytes);  // lse_i log2(e) [2][Br]
   float* sD = sL + 2 * Br;                                         // D_i [2][Br]
-  uint8_t* sM = reinterpret_cast<uint8_t*>(sD + 2 * Br);           // M_ij^T [Bc][MS]
+  uint8_t* sM = reinterpret_cast<uint8_t*>(sD + 2 * Br);           // keep bytes [Bc / 8][MS]
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const uint32_t bh = blockIdx.x;

@@ -588,34 +588,35 @@ __device__ __forceinline__ void write_out_lse(const FwdParams<bf16>& p, float (&
 // same per-warp accumulator layout: 16 rows a warp, warp = the warp's index in its CTA, or in its
 // warpgroup for the Hopper kernels) ------------------------------------------------------------------
 
-// The keep bits M_ij of the tile (queries i0 .. i0+Br-1, keys j0 .. j0+Bc-1) into
-// sM[key][query] (row stride MS), by the NThreads threads tid = 0 .. NThreads-1 (a CTA, or one
-// warp making its own rows): one Philox call per (query, 8 keys), philox::attn_keep's, or with
-// `in` not null the byte the forward stored (keep_byte; i0 and j0 multiples of 16).
+// The keep bytes of the tile (queries i0 .. i0+Br-1, keys j0 .. j0+Bc-1) into sM[group][query]
+// (row stride MS bytes, a group = 8 keys, bit u of a byte: key 8 group + u), by the NThreads
+// threads tid = 0 .. NThreads-1 (a CTA, or one warp making its own 16 keys' two rows): one
+// Philox call per (query, 8 keys), philox::attn_keep's, or with `in` not null the byte the
+// forward stored (keep_byte; i0 and j0 multiples of 16).
 // A warp's 32 calls are 16 consecutive queries of two consecutive key groups, the 32-byte block
-// of the stored bytes (flash_attn_keep_offset): one sector. Its one-byte stores fall in two runs
-// of 16 bytes of key rows 8 apart, 8 MS bytes apart (MS = Br + 4: 8 banks apart), so one
-// wavefront, no bank conflict.
+// of the stored bytes (flash_attn_keep_offset): one sector. Its 32 one-byte stores are two runs of
+// 16 bytes in rows MS bytes apart (MS = Br + 16: 12 or 20 banks apart), so one wavefront.
 template <int Br, int Bc, int MS, int NThreads>
 __device__ __forceinline__ void make_mask_tile(uint8_t* sM, const philox::DropoutKey& key, uint32_t bh, int i0, int j0,
                                                int tid, const uint8_t* in, int Tn) {
   constexpr int kGroups = Bc / 8, kCalls = Br * kGroups;
   static_assert(kCalls % NThreads == 0 && NThreads % 32 == 0, "Philox calls must divide evenly among the warps");
   static_assert(Br % 16 == 0 && Bc % 16 == 0, "blocks of 16 queries by 16 keys");
+  static_assert(MS % 4 == 0 && MS >= Br, "rows of whole words, a byte a query");
   const uint32_t thr = philox::attn_threshold(key);
 #pragma unroll
   for (int it = 0; it < kCalls / NThreads; ++it) {
     const int c = it * NThreads + tid, blk = c / 32, w = c % 32;
     const int q = 16 * (blk % (Br / 16)) + w % 16, kg = 2 * (blk / (Br / 16)) + w / 16;
-    const uint32_t byte = keep_byte(key, thr, in, nullptr, Tn, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 8 * kg));
-#pragma unroll
-    for (int u = 0; u < 8; ++u) sM[(8 * kg + u) * MS + q] = (uint8_t)((byte >> u) & 1u);
+    sM[kg * MS + q] = (uint8_t)keep_byte(key, thr, in, nullptr, Tn, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 8 * kg));
   }
 }
 
 // The keep bits of the elements a lane owns in the key-major layout (rows = keys, columns =
-// queries): element (nt, e) is key 16w + g + 8(e/2), query 8nt + 2t + e%2 (tile-relative);
-// the two queries of a row are adjacent bytes of sM, read as one 16-bit word.
+// queries): element (nt, e) is key 16w + g + 8(e/2), query 8nt + 2t + e%2 (tile-relative), bit g
+// of the byte of group 2w + e/2 and that query in make_mask_tile's sM; the two queries' bytes are
+// adjacent, read as one 16-bit word (the lanes of a quad row read one word: broadcast; the four
+// t read 8 consecutive bytes: one wavefront).
 template <int NT, int MS>
 __device__ __forceinline__ uint32_t keep_bits_from_tile(const uint8_t* sM, int warp, int lane) {
   uint32_t bits = 0;
@@ -624,9 +625,8 @@ __device__ __forceinline__ uint32_t keep_bits_from_tile(const uint8_t* sM, int w
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int k = 16 * warp + g + 8 * half, q = 8 * nt + 2 * t;
-      const uint32_t v = *reinterpret_cast<const uint16_t*>(sM + k * MS + q);
-      bits |= ((v & 1u) | (((v >> 8) & 1u) << 1)) << (4 * nt + 2 * half);
+      const uint32_t v = *reinterpret_cast<const uint16_t*>(sM + (2 * warp + half) * MS + 8 * nt + 2 * t) >> g;
+      bits |= ((v & 1u) | ((v >> 7) & 2u)) << (4 * nt + 2 * half);
     }
   return bits;
 }

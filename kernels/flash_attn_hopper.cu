@@ -369,7 +369,7 @@ __device__ __forceinline__ void wg_gemm_rs(float (&acc)[HS / 8][4], const uint32
 // One query tile of the dK / dV kernels: dK_j, dV_j (the warpgroup's 64 keys, from jw0 - 16 warp;
 // the CTA's Cols columns, col_off bytes into the MN-major tiles) += dS^T Q_i, Pd^T dO_i, with
 // K_j, V_j at aK, aV, Q_i, dO_i (queries i0 .. i0+Br-1) at tQ, tdO, their lse_i log2(e) and D_i at
-// sLi, sDi, and the keep bits M_ij^T at sM ([Bc][MS]; read with dropout only).
+// sLi, sDi, and the keep bytes at sM ([Bc / 8][MS], make_mask_tile's; read with dropout only).
 template <int HS, int Br, int Bc, int MS, int Cols, bool IsDropout>
 __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[Cols / 8][4], int Tn, float scale_log2,
                                           float dropout_scale, uint32_t aK, uint32_t aV, uint32_t tQ, uint32_t tdO,
@@ -412,10 +412,10 @@ struct HopperDkvTile {
   static constexpr int kCols = HS > 128 ? 128 : HS;
   static constexpr int kSplits = HS / kCols;
   static constexpr int kThreadsWs = 128 + 32;  // and a producer warp (the warp-specialized kernel)
-  static constexpr int kMaskStride = kBr + 4;
+  static constexpr int kMaskStride = kBr + 16;  // the keep bytes' rows: one a group of 8 keys
   static constexpr int kKVBytes = kBc * HS * 2, kQBytes = kBr * HS * 2;
   static constexpr int kTileBytes = 2 * kKVBytes + 4 * kQBytes;  // K, V; two stages of Q, dO
-  static constexpr size_t kSmemBytes = 1024 + kTileBytes + 4 * kBr * sizeof(float) + (size_t)kBc * kMaskStride;
+  static constexpr size_t kSmemBytes = 1024 + kTileBytes + 4 * kBr * sizeof(float) + (size_t)(kBc / 8) * kMaskStride;
 };
 
 // grid (B*NH, ceil(T / Bc), kSplits). Causal.
@@ -430,7 +430,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   unsigned char* const sdO = sQ + 2 * Tile::kQBytes;                              // dO_i [2][Br][HS]
   float* sL = reinterpret_cast<float*>(sK + Tile::kTileBytes);  // lse_i log2(e) [2][Br]
   float* sD = sL + 2 * Br;                                       // D_i [2][Br]
-  uint8_t* sM = reinterpret_cast<uint8_t*>(sD + 2 * Br);         // M_ij^T [Bc][MS]
+  uint8_t* sM = reinterpret_cast<uint8_t*>(sD + 2 * Br);         // keep bytes [Bc / 8][MS]
   const uint32_t aK = smem_u32(sK), aV = smem_u32(sV), aQ = smem_u32(sQ), adO = smem_u32(sdO);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
@@ -520,7 +520,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
   unsigned char* const sdO = sQ + NS * Tile::kQBytes;  // dO_i [NS][Br][HS]
   float* sL = reinterpret_cast<float*>(sK + Tile::kTileBytes);  // lse_i log2(e) [NS][Br]
   float* sD = sL + NS * Br;                                      // D_i [NS][Br]
-  uint8_t* sM = reinterpret_cast<uint8_t*>(sD + NS * Br);        // M_ij^T [Bc][MS]
+  uint8_t* sM = reinterpret_cast<uint8_t*>(sD + NS * Br);        // keep bytes [Bc / 8][MS]
   const uint32_t aK = smem_u32(sK), aV = smem_u32(sV), aQ = smem_u32(sQ), adO = smem_u32(sdO);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -577,9 +577,9 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
   hopper::mbarrier_wait_parity(&bar_kv, 0);
   for (int it = it0; it < n_it; ++it) {
     const int i0 = it * Br, st = (it - it0) % NS;
-    // this warp's keep bits (rows 16 warp .. 16 warp + 15 of the tile) while the stage lands
+    // this warp's keep bytes (its 16 keys' groups 2 warp, 2 warp + 1) while the stage lands
     if constexpr (IsDropout) {
-      make_mask_tile<Br, 16, MS, 32>(sM + 16 * warp * MS, p.key, bh, i0, jw0, lane, p.keep, p.T);
+      make_mask_tile<Br, 16, MS, 32>(sM + 2 * warp * MS, p.key, bh, i0, jw0, lane, p.keep, p.T);
       __syncwarp();
     }
     hopper::mbarrier_wait_parity(&full[st], ((it - it0) / NS) & 1);  // Q_i, dO_i, lse_i, D_i landed
