@@ -144,9 +144,9 @@ void GPTCuda<T>::carve(State& st, net::Buffers<T, float>& b, net::Carver& a, con
   st.v = a.take<float>(shard.opt_elems);
   st.params_t = std::is_same<T, float>::value ? reinterpret_cast<T*>(st.params) : a.take<T>(n_params);
   st.tensors = a.take<gpu::AdamWTensor>(n_tensors);
-  // the bf16 flash kernels' keep decisions, stored by each layer's forward for its backward
-  const bool keep = std::is_same<T, gpu::bf16>::value && run.dropout > 0 &&
-                    (run.both_paths || run.attention == gpu::AttentionPath::Flash);
+  // the bf16 flash kernels' keep decisions, stored by each layer's forward for its backward (the
+  // table gives them room where the run takes the flash path)
+  const bool keep = std::is_same<T, gpu::bf16>::value && run.dropout > 0;
   net::buffer_table(b, a, m, run, keep ? gpu::flash_attn_keep_bytes(run.B, m.n_head, run.T) : 0);
 }
 

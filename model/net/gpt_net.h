@@ -131,7 +131,8 @@ class Carver {
 };
 
 // The table: every buffer of the step for a run of (B, T), taken from a in this order;
-// keep_bytes a layer for its attention's keep decisions (0: none).
+// keep_bytes a layer for its flash attention's keep decisions (0: none; taken on the flash path
+// only).
 template <typename T, typename S>
 void buffer_table(Buffers<T, S>& b, Carver& a, const ModelConfig& m, const RunShape& run, size_t keep_bytes = 0) {
   const size_t BT = (size_t)run.B * run.T, C = m.n_embd, V = m.vp();  // logits rows: Vp
