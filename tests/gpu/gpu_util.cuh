@@ -5,9 +5,12 @@
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -217,6 +220,23 @@ inline bool within(const std::vector<double>& got, const std::vector<double>& re
                  << got[worst] << ", expected " << ref[worst] << ", bound " << bound[worst] << " ("
                  << worst_ratio << "x)");
   return bad == 0;
+}
+
+// fp32's unit roundoff, 2^-24: the unit of the derived bounds
+constexpr double kU32 = 5.9604644775390625e-8;
+// the byte a guard region is filled with: one that no kernel writes there
+constexpr uint8_t kSentinel = 0xAB;
+
+inline bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
+
+// n token ids in [0, V), from the suite's seeded uniform values
+inline std::vector<int32_t> random_tokens(size_t n, int V, uint64_t salt) {
+  const std::vector<double> u = random_vector(n, salt, 0.0, 1.0);
+  std::vector<int32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = std::min(V - 1, (int)(u[i] * V));
+  return t;
 }
 
 // The largest |got - ref| over the elements (for error-ratio rules such as flash vs naive).

@@ -24,9 +24,9 @@
 using tg_test::DeviceArray;
 using tg_test::random_vector;
 
-namespace {
+using tg_test::kU32;
 
-constexpr double kU32 = 5.9604644775390625e-8;
+namespace {
 
 template <typename T>
 void check_decode(int HS, int pos, uint64_t salt) {

@@ -53,17 +53,13 @@
 
 using tg_test::DeviceArray;
 using tg_test::random_vector;
+using tg_test::bitwise_equal;
+using tg_test::kSentinel;
+using tg_test::kU32;
 
 namespace {
 
-constexpr double kU32 = 5.9604644775390625e-8;  // 2^-24
-constexpr uint8_t kSentinel = 0xAB;
-
 using tg_test::within;
-
-bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
-}
 
 struct Case {
   int B, Tn, NH, HS;

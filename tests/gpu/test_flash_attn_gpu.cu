@@ -59,10 +59,11 @@ using tg_test::DeviceArray;
 using tg_test::max_abs_diff;
 using tg_test::random_vector;
 
-namespace {
+using tg_test::bitwise_equal;
+using tg_test::kSentinel;
+using tg_test::kU32;
 
-constexpr double kU32 = 5.9604644775390625e-8;  // 2^-24
-constexpr uint8_t kSentinel = 0xAB;
+namespace {
 
 struct Shape {
   int B, Tn, NH, HS;
@@ -125,10 +126,6 @@ bool all_finite(const std::vector<double>& a) {
   for (double x : a)
     if (!std::isfinite(x)) return false;
   return true;
-}
-
-bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
 
 struct Result {

@@ -42,20 +42,16 @@
 
 using tg_test::DeviceArray;
 using tg_test::random_vector;
+using tg_test::bitwise_equal;
+using tg_test::kU32;
 
 namespace {
-
-constexpr double kU32 = 5.9604644775390625e-8;  // 2^-24
 
 using tg_test::within;
 
 std::vector<double> absv(std::vector<double> v) {
   for (double& x : v) x = std::fabs(x);
   return v;
-}
-
-bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
 
 // A device array of T with `pad` guard elements on each side of the payload; the guards hold
@@ -86,10 +82,10 @@ struct Guarded {
   }
 };
 
-struct Shape {
+struct GemmShape {
   int N, C, OC;
 };
-const Shape kShapes[] = {{1, 65, 96}, {7, 96, 65}, {97, 200, 65}, {97, 65, 200}, {300, 96, 65}, {97, 96, 96}};
+const GemmShape kShapes[] = {{1, 65, 96}, {7, 96, 65}, {97, 200, 65}, {97, 65, 200}, {300, 96, 65}, {97, 96, 96}};
 
 // pad: elements before each buffer; 256 / sizeof(T) keeps cudaMalloc's 256-byte alignment,
 // 1 makes every pointer only sizeof(T)-aligned.
@@ -101,7 +97,7 @@ size_t pad_for(bool aligned) {
 // bias_aligned = false: every buffer aligned but the bias, one element off (what a bias at an
 // odd offset of the parameter buffer gives): the forward must not take the cuBLASLt path.
 template <typename T>
-void check_forward(const gpu::Context& ctx, Shape s, bool with_bias, bool aligned, uint64_t salt,
+void check_forward(const gpu::Context& ctx, GemmShape s, bool with_bias, bool aligned, uint64_t salt,
                    bool bias_aligned = true) {
   const int N = s.N, C = s.C, OC = s.OC;
   const double u = gpu::unit_roundoff<T>();
@@ -147,7 +143,7 @@ void check_forward(const gpu::Context& ctx, Shape s, bool with_bias, bool aligne
 }
 
 template <typename T>
-void check_backward(const gpu::Context& ctx, Shape s, bool with_dinp, bool with_dbias, bool aligned,
+void check_backward(const gpu::Context& ctx, GemmShape s, bool with_dinp, bool with_dbias, bool aligned,
                     uint64_t salt) {
   const int N = s.N, C = s.C, OC = s.OC;
   const double u = gpu::unit_roundoff<T>();
@@ -215,7 +211,7 @@ void check_backward(const gpu::Context& ctx, Shape s, bool with_dinp, bool with_
 
 size_t max_scratch() {
   size_t s = 0;
-  for (const Shape& sh : kShapes) s = std::max(s, gpu::matmul_scratch_bytes(sh.N, sh.OC));
+  for (const GemmShape& sh : kShapes) s = std::max(s, gpu::matmul_scratch_bytes(sh.N, sh.OC));
   return s;
 }
 
@@ -223,7 +219,7 @@ template <typename T>
 void forward_suite() {
   tg_test::TestContext tc(max_scratch(), sizeof(T) == 4 ? gpu::Precision::FP32 : gpu::Precision::BF16);
   uint64_t salt = 100;
-  for (const Shape& s : kShapes) {
+  for (const GemmShape& s : kShapes) {
     for (bool bias : {true, false})
       for (bool aligned : {true, false}) check_forward<T>(tc.ctx, s, bias, aligned, salt += 100);
     check_forward<T>(tc.ctx, s, true, true, salt += 100, false);
@@ -234,7 +230,7 @@ template <typename T>
 void backward_suite() {
   tg_test::TestContext tc(max_scratch(), sizeof(T) == 4 ? gpu::Precision::FP32 : gpu::Precision::BF16);
   uint64_t salt = 50000;
-  for (const Shape& s : kShapes)
+  for (const GemmShape& s : kShapes)
     for (int variant = 0; variant < 4; ++variant) {
       const bool dinp = variant != 1, dbias = variant != 2, aligned = variant != 3;
       check_backward<T>(tc.ctx, s, dinp, dbias, aligned, salt += 100);

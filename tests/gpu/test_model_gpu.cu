@@ -6,7 +6,6 @@
 // On a GPU and, in make test, under the SIMT emulator (tests/emu).
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -23,19 +22,14 @@
 #include "counters_step.cuh"
 #include "gpu_util.cuh"
 
+using tg_test::random_tokens;
+
 namespace {
 
 using tg::ModelConfig;
 
 // A tiny model: 2 layers, head size 32 (a flash head size), odd vocabulary, T below a tile.
 ModelConfig tiny_model(bool bias) { return ModelConfig{11, 19, 2, 2, 64, bias}; }
-
-std::vector<int32_t> random_tokens(size_t n, int V, uint64_t salt) {
-  std::mt19937_64 g(tg_test::test_seed() * 31 + salt);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = (int32_t)(g() % V);
-  return t;
-}
 
 // max |a - b| over a tensor, divided by max |b| of that tensor (b the double reference).
 double scaled_error(const float* a, const double* b, size_t n) {

@@ -27,7 +27,12 @@
 #include "../../kernels/gelu.cuh"
 #include "../../kernels/layernorm.cuh"
 #include "../../kernels/residual.cuh"
+#include "../common/qkv_slices.h"
 #include "gpu_util.cuh"
+
+using tg_test::bitwise_equal;
+using tg_test::max_abs;
+using tg_test::random_tokens;
 
 namespace {
 
@@ -64,19 +69,6 @@ struct DeviceBuf {
 // non-blocking stream: every test syncs the device between setup and launch.
 void sync() { cudaCheck(cudaDeviceSynchronize()); }
 
-double max_abs(const std::vector<double>& v) {
-  double m = 0;
-  for (double x : v) m = std::max(m, std::fabs(x));
-  return m;
-}
-
-std::vector<int32_t> random_tokens(size_t n, int V, uint64_t salt) {
-  const std::vector<double> u = random_vector(n, salt, 0.0, 1.0);
-  std::vector<int32_t> t(n);
-  for (size_t i = 0; i < n; ++i) t[i] = std::min(V - 1, (int)(u[i] * V));
-  return t;
-}
-
 // Values of magnitude in [0.5, 1.5) with random signs: never zero (so a zero marks a drop).
 std::vector<double> nonzero_vector(size_t n, uint64_t salt) {
   std::vector<double> a = random_vector(n, salt, 0.5, 1.5), s = random_vector(n, salt + 1);
@@ -90,10 +82,6 @@ std::vector<double> nonzero_vector(size_t n, uint64_t salt) {
 template <typename T>
 double store_rtol() {
   return gpu::unit_roundoff<T>() + 2 * kUf;
-}
-
-bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
 
 // ---- encoder ----------------------------------------------------------------------------------
