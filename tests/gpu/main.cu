@@ -1,7 +1,7 @@
 // tests/gpu/main.cu: the doctest runner of the GPU suite (build/test_gpu). Every test case is
 // registered with TG_GPU_TEST, which marks it skipped when no CUDA device is visible, so a
-// machine without a GPU reports them as skipped, never as passed.
-#define DOCTEST_CONFIG_IMPLEMENT
+// machine without a GPU reports them as skipped, never as passed. (doctest itself is
+// tests/common/doctest_impl.cpp.)
 #include <doctest/doctest.h>
 
 #include <chrono>
