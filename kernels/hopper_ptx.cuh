@@ -246,6 +246,30 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
+// ---- registers ---------------------------------------------------------------------------------
+// setmaxnreg.{inc,dec}.sync.aligned.u32 Count: the executing warpgroup's registers a thread
+// raised (.inc, taken from the CTA's pool, waiting until it holds enough) or lowered (.dec, given
+// back) to Count, 24 .. 256 and a multiple of 8; all 128 threads of the warpgroup execute it. ptxas
+// honours it only in a kernel whose register count at entry it knows: __launch_bounds__(threads, 1).
+template <int Count>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(Count >= 24 && Count <= 256 && Count % 8 == 0, "setmaxnreg: 24 .. 256, a multiple of 8");
+#if TG_HOPPER_PTX
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Count));
+#else
+  __trap();
+#endif
+}
+template <int Count>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(Count >= 24 && Count <= 256 && Count % 8 == 0, "setmaxnreg: 24 .. 256, a multiple of 8");
+#if TG_HOPPER_PTX
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Count));
+#else
+  __trap();
+#endif
+}
+
 // ---- wgmma -------------------------------------------------------------------------------------
 __device__ __forceinline__ void wgmma_fence() {
 #if TG_HOPPER_PTX

@@ -51,6 +51,17 @@
 //     touching a box before it landed, or with nothing ordering the landing before its access
 //     (its own wait on the phase, a __syncthreads, or arrivals and waits of other threads that
 //     saw it), is named.
+//   - setmaxnreg ("Miscellaneous Instructions: setmaxnreg"): .inc and .dec are warpgroup-wide
+//     rendezvous (the same instruction, with the same count, by the 128 threads of a warpgroup);
+//     the count is 24 .. 256 and a multiple of 8, no lower than the warpgroup's current count for
+//     .inc, no higher for .dec. The CTA's register pool starts empty, every warpgroup holding the
+//     entry count; .dec gives the difference back to the pool, .inc takes it and blocks until the
+//     pool holds enough, so a kernel whose warpgroups ask for more than the CTA has deadlocks, as
+//     on the hardware (the launch fails naming setmaxnreg.inc). The entry count is the one ptxas
+//     gives a kernel declared __launch_bounds__(its block size, 1), which setmaxnreg requires (else
+//     ptxas ignores it, warning C7508): 65536 registers over the block's warpgroups' threads,
+//     rounded down to a multiple of 8 (168 for 384 threads); tests/emu/test_occupancy.cpp checks
+//     the Hopper forward's count in the real build against it.
 //
 // Not emulated yet: the matrix base offset field (a non-zero one faults), scale-a / scale-b of
 // -1, other types and shapes, TMA stores and other ranks, multicast.
@@ -113,12 +124,19 @@ struct Warpgroup {
   std::vector<WgmmaOp> open;                 // issued, not yet committed
   std::deque<std::vector<WgmmaOp>> groups;   // committed, oldest first
   bool fenced = false;
+  int regs = 0;                  // registers a thread (setmaxnreg)
+  uint32_t count[kWarpgroup];    // one setmaxnreg rendezvous's counts, by thread
+  int granted = 0;               // setmaxnreg.inc: the count this warpgroup's request was granted
 };
 
 struct Hopper {
   std::unordered_map<uintptr_t, Mbarrier> mbarriers;  // by address (nodes: stable references)
   std::vector<Warpgroup> warpgroups;
   int nthreads = 0;
+  // setmaxnreg: each warpgroup's registers a thread (Warpgroup::regs), the CTA's pool of
+  // registers no warpgroup holds, and the barrier whose generation moves when the pool grows
+  long long reg_pool = 0;
+  Barrier pool_grew;
 };
 
 Hopper& hop() {
@@ -309,12 +327,66 @@ void hopper_cta_begin(int nthreads) {
   h.mbarriers.clear();
   h.nthreads = nthreads;
   h.warpgroups.resize((size_t)(nthreads + kWarpgroup - 1) / kWarpgroup);
+  const int entry = setmaxnreg_entry_count(nthreads);
   for (Warpgroup& w : h.warpgroups) {
     w.bar = Barrier{};
     w.bar.expected = kWarpgroup;
     w.open.clear();
     w.groups.clear();
     w.fenced = false;
+    w.regs = entry;
+    w.granted = 0;
+  }
+  h.reg_pool = 0;
+  h.pool_grew = Barrier{};
+  h.pool_grew.op = "setmaxnreg.inc (waiting for the CTA's register pool)";
+}
+
+int setmaxnreg_entry_count(int nthreads) {
+  const int warpgroups = (nthreads + kWarpgroup - 1) / kWarpgroup;
+  return std::min(256, 65536 / (warpgroups * kWarpgroup) / 8 * 8);
+}
+
+// setmaxnreg.{inc,dec}.sync.aligned.u32 count: see the file's header.
+void setmaxnreg(bool inc, uint32_t count) {
+  const char* const op = inc ? "setmaxnreg.inc" : "setmaxnreg.dec";
+  if (count < 24 || count > 256 || count % 8 != 0)
+    device_fault(cudaErrorLaunchFailure, std::string(op) + " with a count of " + std::to_string(count) +
+                                             " (the PTX ISA allows 24 .. 256, a multiple of 8)");
+  Hopper& h = hop();
+  Warpgroup& w = my_warpgroup(op);
+  const int wg = g_thread->linear / kWarpgroup;
+  w.count[g_thread->linear % kWarpgroup] = count;
+  rendezvous(w.bar, op, [&w, &h, inc, op, wg] {
+    for (int t = 1; t < kWarpgroup; ++t)
+      if (w.count[t] != w.count[0])
+        device_fault(cudaErrorLaunchFailure, std::string(op) + ": threads 0 and " + std::to_string(t) + " of warpgroup " +
+                                                 std::to_string(wg) + " gave different counts");
+    const int c = (int)w.count[0];
+    if (inc ? c < w.regs : c > w.regs)
+      device_fault(cudaErrorLaunchFailure, std::string(op) + " " + std::to_string(c) + " in warpgroup " + std::to_string(wg) +
+                                               ", which holds " + std::to_string(w.regs) + " registers a thread (" +
+                                               (inc ? ".inc may only raise the count)" : ".dec may only lower it)"));
+    if (!inc) {
+      h.reg_pool += (long long)(w.regs - c) * kWarpgroup;
+      w.regs = c;
+      ++h.pool_grew.gen;  // the waiting .inc requests look again
+    } else {
+      w.granted = 0;
+    }
+  });
+  if (!inc) return;
+  // .inc: the warpgroup's request is granted once, by whichever of its threads finds the pool
+  // holding enough; the others find it granted
+  while (w.granted == 0) {
+    const long long need = (long long)((int)w.count[0] - w.regs) * kWarpgroup;
+    if (h.reg_pool >= need) {
+      h.reg_pool -= need;
+      w.regs = (int)w.count[0];
+      w.granted = w.regs;
+      break;
+    }
+    block_until_next(h.pool_grew);
   }
 }
 

@@ -134,6 +134,10 @@ void tma_load_2d(void* dst, const void* map, int c0, int c1, void* bar);
 void stmatrix_x4(const uint32_t (&r)[4], uint32_t addr, bool trans);
 bool elect_sync();
 void fence_proxy_async();
+// setmaxnreg.{inc,dec}.sync.aligned.u32 (tests/emu/hopper_emu.cpp), and the registers a thread
+// that a block of nthreads starts with there
+void setmaxnreg(bool inc, uint32_t count);
+int setmaxnreg_entry_count(int nthreads);
 
 template <typename V>
 inline V shfl(unsigned mask, V v, int src_lane, const char* op) {
@@ -223,6 +227,14 @@ __attribute__((always_inline)) inline void stmatrix_x4_trans(uint32_t addr, cons
 inline bool elect_one() { return emu::elect_sync(); }
 inline void fence_proxy_async() { emu::fence_proxy_async(); }
 inline void wgmma_fence() { emu::wgmma_fence(); }
+template <int Count>
+inline void setmaxnreg_inc() {
+  emu::setmaxnreg(true, Count);
+}
+template <int Count>
+inline void setmaxnreg_dec() {
+  emu::setmaxnreg(false, Count);
+}
 inline void wgmma_commit_group() { emu::wgmma_commit_group(); }
 template <int N>
 inline void wgmma_wait_group() {

@@ -154,6 +154,69 @@ TEST_CASE("racecheck: a wgmma operand overwritten before its wait_group, written
 }
 
 // ---- TMA ---------------------------------------------------------------------------------------
+namespace {
+
+// ---- setmaxnreg ----------------------------------------------------------------------------------
+// A block of 384 threads (entry count 168: 65536 / 384, down to a multiple of 8). Warpgroup 2
+// gives back DEC registers, warpgroups 0 and 1 ask for INC; each thread then writes its
+// warpgroup's index. MODE 0: as written (the .inc waits for the .dec, which runs after it in the
+// emulator's warp order). MODE 1: thread 130 gives a different count. MODE 2: the .dec raises.
+template <int DEC, int INC, int MODE = 0>
+__global__ void setmaxnreg_kernel(int* out) {
+  const int wg = threadIdx.x / 128;
+  if (wg == 2) {
+    if (MODE == 2) gpu::hopper::setmaxnreg_dec<176>();
+    else gpu::hopper::setmaxnreg_dec<DEC>();
+  } else if (MODE == 1 && threadIdx.x == 130) {
+    gpu::hopper::setmaxnreg_inc<INC - 8>();
+  } else {
+    gpu::hopper::setmaxnreg_inc<INC>();
+  }
+  out[threadIdx.x] = wg;
+}
+
+tg_test::ChildResult run_regs_child(void (*kernel)(int*), bool check_out) {
+  return tg_test::in_child([kernel, check_out] {
+    int* out = nullptr;
+    cudaMalloc(&out, 384 * sizeof(int));
+    gpu::launch(kernel, 1, 384, 0, nullptr, out);
+    if (cudaDeviceSynchronize() != cudaSuccess) return 3;
+    if (!check_out) return 0;
+    std::vector<int> h(384);
+    cudaMemcpy(h.data(), out, h.size() * sizeof(int), cudaMemcpyDeviceToHost);
+    for (int t = 0; t < 384; ++t)
+      if (h[t] != t / 128) return 4;
+    return 0;
+  });
+}
+
+}  // namespace
+
+TEST_CASE("hopper: setmaxnreg moves registers through the CTA's pool; asking for more than the block has deadlocks; misuse is a fault (PTX ISA: setmaxnreg)") {
+  CHECK(emu::setmaxnreg_entry_count(384) == 168);
+  CHECK(emu::setmaxnreg_entry_count(288) == 168);  // 9 warps: three warpgroups' registers
+  CHECK(emu::setmaxnreg_entry_count(256) == 256);
+  CHECK(emu::setmaxnreg_entry_count(128) == 256);
+  // FlashAttention-3's split: 24 + 2 x 240 = 504 = 3 x 168, the whole pool
+  const tg_test::ChildResult fits = run_regs_child(setmaxnreg_kernel<24, 240>, true);
+  INFO("child stderr: " << fits.err);
+  CHECK(fits.exit_code == 0);
+  // 24 + 2 x 248 > 3 x 168: the second .inc waits for registers no warpgroup will give back
+  const tg_test::ChildResult over = run_regs_child(setmaxnreg_kernel<24, 248>, false);
+  INFO("child stderr: " << over.err);
+  CHECK(over.exit_code == 3);
+  CHECK(has(over.err, "deadlock"));
+  CHECK(has(over.err, "setmaxnreg.inc (waiting for the CTA's register pool)"));
+  const tg_test::ChildResult mixed = run_regs_child(setmaxnreg_kernel<24, 240, 1>, false);
+  INFO("child stderr: " << mixed.err);
+  CHECK(mixed.exit_code == 3);
+  CHECK(has(mixed.err, "setmaxnreg.inc: threads 0 and 2 of warpgroup 1 gave different counts"));
+  const tg_test::ChildResult up = run_regs_child(setmaxnreg_kernel<24, 240, 2>, false);
+  INFO("child stderr: " << up.err);
+  CHECK(up.exit_code == 3);
+  CHECK(has(up.err, "setmaxnreg.dec 176 in warpgroup 2, which holds 168 registers a thread (.dec may only lower it)"));
+}
+
 TEST_CASE("hopper: cuTensorMapEncodeTiled's stand-in refuses what the driver refuses (CUDA Driver API: cuTensorMapEncodeTiled)") {
   Tensor2d a{100, 37, 200};  // a row pitch that is not a multiple of 16
   a.upload();
