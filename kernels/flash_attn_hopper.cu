@@ -105,12 +105,21 @@ namespace {
 
 using hopper::align_1024;
 
+// the forward's registers a thread after setmaxnreg, producer and consumer warpgroups (below)
+constexpr int kFwdProducerRegs = 24, kFwdConsumerRegs = 240;
+
 template <int HS>
 struct HopperFwdTile {
   // warpgroups: one at HS = 256, whose 64 x 256 O takes 128 registers a lane (ptxas gives a
   // CTA of three warpgroups' registers 168 a thread, of two 255)
   static constexpr int kConsumers = HS > 128 ? 1 : 2;
-  static constexpr int kThreads = 128 * kConsumers + 32;  // and the producer warp
+  // With two consumers the producer is a whole warpgroup (FlashAttention-3's split): its one
+  // issuing lane needs few registers, so the warpgroup gives back all but kFwdProducerRegs a thread
+  // (setmaxnreg.dec) and the consumers take them (.inc kFwdConsumerRegs): 24 + 2 x 240 = 3 x 168, the
+  // registers a thread ptxas gives the whole block at entry under __launch_bounds__(384, 1). With
+  // one consumer (HS 256) a producer warp, as before: the consumer has 255 registers already.
+  static constexpr bool kProducerWarpgroup = kConsumers == 2;
+  static constexpr int kThreads = 128 * kConsumers + (kProducerWarpgroup ? 128 : 32);
   static constexpr int kBr = 64 * kConsumers;             // query rows
   static constexpr int kBc = 64;                          // keys per tile
   // K_j, V_j stages in the ring: three, since a consumer holds two (V_{j-1} under its P V
@@ -122,11 +131,11 @@ struct HopperFwdTile {
   static constexpr size_t kSmemBytes = 1024 + kQBytes + 2 * kStages * kKVBytes;
   static_assert(kSmemBytes <= 227 * 1024, "the forward's tiles exceed an H100's 227 KB of shared memory a block");
   // Whether tile j's softmax overlaps tile j-1's P V product (below): it keeps S and P live
-  // together, and with dropout at HS = 128 that spilled (ptxas, nvcc 13.0: 168 registers, the
-  // cap for 288 threads, and 28 bytes of spill stores; HS 64 with dropout fits in 168), and at
-  // HS = 256 once the keep bytes were stored (255 registers, 8 bytes of spill stores), so those
-  // two run the products one after the other, as before
-  __host__ __device__ static constexpr bool overlap(bool dropout) { return !(dropout && HS >= 128); }
+  // together. With dropout at HS = 256 that spilled once the keep bytes were stored (ptxas, nvcc
+  // 13.0: 255 registers, 8 bytes of spill stores), so there the products run one after the other;
+  // at HS = 128 it spilled in 168 registers (28 bytes of spill stores) and fits in the consumers'
+  // 240
+  __host__ __device__ static constexpr bool overlap(bool dropout) { return !(dropout && HS > 128); }
 };
 
 // Byte offset of 16-byte chunk k (0 .. HS/8 - 1) of row r in a tile of R rows stored as column
@@ -220,8 +229,9 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
   // full: the producer's arrive.expect_tx; empty: one arrival per consumer warpgroup
   init_ring(&bar_q, full, 1, empty, Tile::kConsumers);
 
-  if (wg == Tile::kConsumers) {  // the producer warp: its first lane issues every load
-    if (lane == 0) {
+  if (wg == Tile::kConsumers) {  // the producer: the first lane of its first warp issues every load
+    if constexpr (Tile::kProducerWarpgroup) hopper::setmaxnreg_dec<kFwdProducerRegs>();
+    if (warp == 4 * Tile::kConsumers && lane == 0) {
       const int row0 = b * p.T;  // row of (b, 0) in the (B T, 3C) tensor
       hopper::mbarrier_arrive_expect_tx(&bar_q, Tile::kQBytes);
       for (int blk = 0; blk < Blocks; ++blk)
@@ -233,6 +243,7 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
   }
 
   // a consumer warpgroup: rows iwg0 .. iwg0+63
+  if constexpr (Tile::kProducerWarpgroup) hopper::setmaxnreg_inc<kFwdConsumerRegs>();
   const int iwg0 = i0 + 64 * wg;                // first row of this warpgroup
   const int iw0 = iwg0 + 16 * (warp % 4);       // first row of this warp
   const int i_g = iw0 + lane / 4;               // row of this lane's elements 0, 1 (2, 3: +8)

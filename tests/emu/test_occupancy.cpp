@@ -347,6 +347,17 @@ TEST_CASE("kernel resources: the Hopper kernels (sm_90a) are listed and none spi
         const std::string nm = std::string(base) + "<" + std::to_string(hs) + ", " + dropout + ">";
         CHECK_MESSAGE(find(t, 90, nm) != nullptr, "sm_90a: no " << nm);
       }
+  // The forward at HS 64 and 128 moves registers with setmaxnreg (a producer warpgroup, 384
+  // threads): ptxas honours it only where it knows the count at entry, and then gives the kernel
+  // that count, the one the emulator's setmaxnreg starts every warpgroup with (168); a kernel
+  // where ptxas ignored it (warning C7508) would report what its code needs instead.
+  for (int hs : {64, 128})
+    for (const char* dropout : {"false", "true"}) {
+      const std::string nm = "flash_fwd_hopper_kernel<" + std::to_string(hs) + ", " + dropout + ">";
+      const KernelResources* k = find(t, 90, nm);
+      REQUIRE_MESSAGE(k != nullptr, "sm_90a: no " << nm);
+      CHECK_MESSAGE(k->regs == emu::setmaxnreg_entry_count(384), nm << ": " << k->regs << " registers");
+    }
 }
 
 TEST_CASE("kernel resources: the flash launches' shared memory is the launchers' tiles") {
