@@ -207,11 +207,23 @@ struct Warp {
   void* out[32];
 };
 
+// Where the scheduling loop of a CTA stands (see next_runnable): warp index wi (in the CTA's
+// order), lane index li within it, and whether the current sweep of the warp's lanes ran one
+// (again), the current pass over the warps found a live thread (alive) and ran one (ran).
+struct SchedState {
+  int nwarps = 0, wi = 0, li = 0;
+  bool descending = false, again = false, alive = false, ran = false;
+};
+
 struct Engine {
   Context sched;
   void* sched_fake = nullptr;
   const void* stack_bottom = nullptr;  // the scheduler's (host thread's) stack, for ASan
   size_t stack_size = 0;
+  bool from_sched = false;  // the switch under way left the scheduler (not a fiber)
+  const void* left_bottom = nullptr;  // the stack a fresh fiber was entered from
+  size_t left_size = 0;
+  SchedState st;
   std::vector<Fiber> fibers;
   std::vector<Warp> warps;
   Barrier cta_bar;
@@ -252,28 +264,80 @@ void finish_switch(void* fake, const void** bottom_old, size_t* size_old) {
 #endif
 }
 
-// Scheduler -> fiber f, until f yields.
+// The CTA's scheduling loop, one step at a time: the next thread to run, or nullptr where the
+// loop ends (a fault, every thread exited, or a pass over the warps that ran none: a deadlock;
+// run_cta tells which from e.st). The order: warp by warp (descending or ascending), each warp's
+// lanes swept in order, again while a sweep ran one, then the next pass. Fibers hand over to
+// the next one directly (yield), so a warp collective costs one switch a lane, not two.
+Fiber* next_runnable() {
+  Engine& e = eng();
+  if (!e.error.empty()) return nullptr;
+  SchedState& s = e.st;
+  for (;;) {
+    const int w = s.descending ? s.nwarps - 1 - s.wi : s.wi;
+    const int lanes = e.warps[w].bar.expected;
+    while (s.li < lanes) {
+      const int li = s.li++;
+      Fiber& f = e.fibers[32 * w + (s.descending ? lanes - 1 - li : li)];
+      if (f.done) continue;
+      s.alive = true;
+      if (f.waiting && f.waiting->gen == f.wait_gen) continue;  // still blocked
+      f.waiting = nullptr;
+      s.ran = s.again = true;
+      return &f;
+    }
+    s.li = 0;
+    if (s.again) {  // the sweep ran a lane: sweep the warp again
+      s.again = false;
+      continue;
+    }
+    if (++s.wi < s.nwarps) continue;
+    if (!s.alive || !s.ran) return nullptr;
+    s.wi = 0;
+    s.alive = s.ran = false;
+  }
+}
+
+// Scheduler -> fiber f; back when a fiber finds no next thread to run.
 void resume(Fiber& f) {
   Engine& e = eng();
   g_thread = &f;
+  e.from_sched = true;
   start_switch(&e.sched_fake, f.stack, kFiberStack);
   context_switch(e.sched, f.ctx);
   finish_switch(e.sched_fake, nullptr, nullptr);
   g_thread = nullptr;
 }
 
-// Fiber -> scheduler. A finished fiber is never resumed.
+// Fiber -> the next runnable one, or the scheduler where there is none. A finished fiber is
+// never resumed.
 void yield(bool finished) {
   Engine& e = eng();
   Fiber& f = cur();
-  start_switch(finished ? nullptr : &f.asan_fake, e.stack_bottom, e.stack_size);
-  context_switch(f.ctx, e.sched);
+  Fiber* n = next_runnable();
+  if (n == &f) return;  // the only runnable thread: it goes on
+  e.from_sched = false;
+  void** fake = finished ? nullptr : &f.asan_fake;
+  if (n) {
+    g_thread = n;
+    start_switch(fake, n->stack, kFiberStack);
+    context_switch(f.ctx, n->ctx);
+  } else {
+    start_switch(fake, e.stack_bottom, e.stack_size);
+    context_switch(f.ctx, e.sched);
+  }
   finish_switch(f.asan_fake, nullptr, nullptr);
 }
 
 void fiber_main() {
   Engine& e = eng();
-  finish_switch(nullptr, &e.stack_bottom, &e.stack_size);
+  // (the stack left, into members: a local whose address is taken would leave its red zones
+  // poisoned at the top of the stack, since this frame never returns)
+  finish_switch(nullptr, &e.left_bottom, &e.left_size);
+  if (e.from_sched) {  // the stack left is the scheduler's, the one fibers return to
+    e.stack_bottom = e.left_bottom;
+    e.stack_size = e.left_size;
+  }
   (*e.body)();
   cur().done = true;
   yield(true);
@@ -358,43 +422,26 @@ void run_cta(bool descending) {
     context_init(f.ctx, f.stack, kFiberStack, fiber_main);
   }
   if (g_observed) notify_cta_begin();
-  for (;;) {
-    bool alive = false, ran = false;
-    for (int wi = 0; wi < nwarps; ++wi) {
-      const int w = descending ? nwarps - 1 - wi : wi;
-      const int lanes = e.warps[w].bar.expected;
-      for (bool again = true; again;) {
-        again = false;
-        for (int li = 0; li < lanes; ++li) {
-          Fiber& f = e.fibers[32 * w + (descending ? lanes - 1 - li : li)];
-          if (f.done) continue;
-          alive = true;
-          if (f.waiting && f.waiting->gen == f.wait_gen) continue;  // still blocked
-          f.waiting = nullptr;
-          resume(f);
-          ran = again = true;
-          if (!e.error.empty()) return;
-        }
-      }
-    }
-    if (!alive) {
-      if (g_observed) notify_cta_end();
-      return;
-    }
-    if (!ran) {  // every live thread waits on a barrier that can never complete
-      int exited = 0;
-      std::string ops;
-      for (int t = 0; t < nthreads; ++t) {
-        const Fiber& f = e.fibers[t];
-        if (f.done) ++exited;
-        else if (ops.find(f.waiting->op) == std::string::npos) ops += std::string(ops.empty() ? "" : ", ") + f.waiting->op;
-      }
-      e.error = "deadlock in block " + dim_str(g_block_idx) + ": " + std::to_string(nthreads - exited) +
-                " threads wait (at " + ops + "), " + std::to_string(exited) + " have exited";
-      e.error_code = cudaErrorLaunchFailure;
-      return;
-    }
+  e.st = SchedState{};
+  e.st.nwarps = nwarps;
+  e.st.descending = descending;
+  if (Fiber* f = next_runnable()) resume(*f);
+  if (!e.error.empty()) return;
+  if (!e.st.alive) {
+    if (g_observed) notify_cta_end();
+    return;
   }
+  // a pass that ran none: every live thread waits on a barrier that can never complete
+  int exited = 0;
+  std::string ops;
+  for (int t = 0; t < nthreads; ++t) {
+    const Fiber& f = e.fibers[t];
+    if (f.done) ++exited;
+    else if (ops.find(f.waiting->op) == std::string::npos) ops += std::string(ops.empty() ? "" : ", ") + f.waiting->op;
+  }
+  e.error = "deadlock in block " + dim_str(g_block_idx) + ": " + std::to_string(nthreads - exited) +
+            " threads wait (at " + ops + "), " + std::to_string(exited) + " have exited";
+  e.error_code = cudaErrorLaunchFailure;
 }
 
 void smem_poison_tail(size_t used) {
