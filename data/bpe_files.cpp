@@ -19,22 +19,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using tg::bad_input;
+
 constexpr size_t kMaxFileBytes = size_t(1) << 30;
 constexpr size_t kMaxVocab = size_t(1) << 22;
 constexpr size_t kMaxTokenBytes = 1024;  // GPT-2's longest is 128 bytes
 const char* const kEot = "<|endoftext|>";
 
-[[noreturn]] void bad(const std::string& msg) { throw tg::InputError(msg); }
-
 std::string read_file(const std::string& path, const std::string& what) {
   struct stat st{};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
-    bad("cannot read " + what + " " + path + "; expected a readable file; check --tokenizer");
+    bad_input("cannot read " + what + " " + path + "; expected a readable file; check --tokenizer");
   if ((uint64_t)st.st_size > kMaxFileBytes)
-    bad(what + " " + path + " is " + std::to_string(st.st_size) + " bytes; expected at most 1 GiB; check --tokenizer");
+    bad_input(what + " " + path + " is " + std::to_string(st.st_size) + " bytes; expected at most 1 GiB; check --tokenizer");
   std::ifstream in(path, std::ios::binary);
   std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) bad("cannot read " + what + " " + path + "; check the file");
+  if (!in.good() && !in.eof()) bad_input("cannot read " + what + " " + path + "; check the file");
   return s;
 }
 
@@ -84,29 +84,29 @@ std::string fix_hf(const std::string&) {
 // The vocabulary of a {"token": id} object: tokens_[id] = bytes.
 void read_vocab(const nlohmann::json& v, const std::string& origin, std::vector<std::string>& tokens,
                 std::unordered_map<std::string, int32_t>& ids, const std::vector<std::pair<int, std::string>>& added) {
-  if (!v.is_object()) bad(origin + ": the vocabulary is not a JSON object; expected {\"token\": id, ...}" + fix_hf(origin));
+  if (!v.is_object()) bad_input(origin + ": the vocabulary is not a JSON object; expected {\"token\": id, ...}" + fix_hf(origin));
   if (v.size() == 0 || v.size() > kMaxVocab)
-    bad(origin + ": the vocabulary holds " + std::to_string(v.size()) + " tokens; expected 256 to " +
+    bad_input(origin + ": the vocabulary holds " + std::to_string(v.size()) + " tokens; expected 256 to " +
         std::to_string(kMaxVocab) + fix_hf(origin));
   std::vector<char> seen(v.size() + added.size(), 0);
   tokens.assign(v.size(), std::string());
   std::string bytes;
   for (auto it = v.begin(); it != v.end(); ++it) {
     if (!it.value().is_number_integer())
-      bad(origin + ": token \"" + tg::printable(it.key()) + "\" has id " + tg::printable(it.value().dump()) +
+      bad_input(origin + ": token \"" + tg::printable(it.key()) + "\" has id " + tg::printable(it.value().dump()) +
           "; expected an integer id" + fix_hf(origin));
     const int64_t id = it.value().get<int64_t>();
     if (id < 0 || id >= (int64_t)v.size())
-      bad(origin + ": token \"" + tg::printable(it.key()) + "\" has id " + std::to_string(id) + "; expected ids 0 to " +
+      bad_input(origin + ": token \"" + tg::printable(it.key()) + "\" has id " + std::to_string(id) + "; expected ids 0 to " +
           std::to_string(v.size() - 1) + " (one per token)" + fix_hf(origin));
-    if (seen[(size_t)id]) bad(origin + ": id " + std::to_string(id) + " is given to two tokens; expected each id once" + fix_hf(origin));
+    if (seen[(size_t)id]) bad_input(origin + ": id " + std::to_string(id) + " is given to two tokens; expected each id once" + fix_hf(origin));
     seen[(size_t)id] = 1;
     bool special = false;
     for (const auto& a : added) special |= a.first == id && a.second == it.key();
     if (special) {
       bytes = it.key();
     } else if (!key_bytes(it.key(), bytes)) {
-      bad(origin + ": token \"" + tg::printable(it.key()) + "\" (id " + std::to_string(id) +
+      bad_input(origin + ": token \"" + tg::printable(it.key()) + "\" (id " + std::to_string(id) +
           ") has a character outside GPT-2's byte-to-unicode alphabet; expected a byte-level BPE vocabulary" + fix_hf(origin));
     }
     tokens[(size_t)id] = bytes;
@@ -122,15 +122,15 @@ void add_merge(std::unordered_map<uint64_t, std::pair<uint32_t, int32_t>>& pairs
   auto ia = ids.find(a), ib = ids.find(b), ic = ids.find(a + b);
   const auto& missing = ia == ids.end() ? a : ib == ids.end() ? b : a + b;
   if (ia == ids.end() || ib == ids.end() || ic == ids.end())
-    bad(origin + ": " + where + " merges \"" + tg::printable(a) + "\" and \"" + tg::printable(b) + "\" but the vocabulary lacks \"" +
+    bad_input(origin + ": " + where + " merges \"" + tg::printable(a) + "\" and \"" + tg::printable(b) + "\" but the vocabulary lacks \"" +
         tg::printable(missing) + "\"; expected merges of the vocabulary's tokens into one of its tokens; the merges "
         "and the vocabulary are not of one tokenizer: pass both from the same directory");
   if (tokens[(size_t)ic->second] != tokens[(size_t)ia->second] + tokens[(size_t)ib->second])
-    bad(origin + ": " + where + " merges \"" + tg::printable(a) + "\" and \"" + tg::printable(b) +
+    bad_input(origin + ": " + where + " merges \"" + tg::printable(a) + "\" and \"" + tg::printable(b) +
         "\" into a token whose bytes are not theirs (an added token's content); expected byte-level merges" + fix_hf(origin));
   const uint64_t key = (uint64_t)(uint32_t)ia->second << 32 | (uint32_t)ib->second;
   if (!pairs.emplace(key, std::make_pair(rank, ic->second)).second)
-    bad(origin + ": " + where + " repeats the merge \"" + tg::printable(a) + " " + tg::printable(b) +
+    bad_input(origin + ": " + where + " repeats the merge \"" + tg::printable(a) + " " + tg::printable(b) +
         "\"; expected each merge once" + fix_hf(origin));
 }
 
@@ -170,16 +170,16 @@ struct BpeFiles {
     // added tokens beyond the vocabulary: their content
     for (const auto& a : added) {
       if (a.first < 0 || (size_t)a.first > kMaxVocab)
-        bad(origin + ": added token \"" + tg::printable(a.second) + "\" has id " + std::to_string(a.first) +
+        bad_input(origin + ": added token \"" + tg::printable(a.second) + "\" has id " + std::to_string(a.first) +
             "; expected an id after the vocabulary's" + fix_hf(origin));
       if ((size_t)a.first < t.tokens_.size()) {
         if (ids.count(a.second) == 0 || ids.at(a.second) != a.first)
-          bad(origin + ": added token \"" + tg::printable(a.second) + "\" has id " + std::to_string(a.first) +
+          bad_input(origin + ": added token \"" + tg::printable(a.second) + "\" has id " + std::to_string(a.first) +
               ", the id of another token; expected its vocabulary id or a new one" + fix_hf(origin));
         continue;
       }
       if ((size_t)a.first != t.tokens_.size())
-        bad(origin + ": added token \"" + tg::printable(a.second) + "\" has id " + std::to_string(a.first) +
+        bad_input(origin + ": added token \"" + tg::printable(a.second) + "\" has id " + std::to_string(a.first) +
             "; expected the next free id " + std::to_string(t.tokens_.size()) + fix_hf(origin));
       t.tokens_.push_back(a.second);
       ids.emplace(a.second, a.first);
@@ -203,7 +203,7 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const std::string& vocab_json, cons
   try {
     v = nlohmann::json::parse(vocab_json);
   } catch (const nlohmann::json::exception& e) {
-    bad(origin + ": vocab.json is not JSON (" + tg::printable(e.what(), 100) + "); expected {\"token\": id, ...}" + fix_hf(origin));
+    bad_input(origin + ": vocab.json is not JSON (" + tg::printable(e.what(), 100) + "); expected {\"token\": id, ...}" + fix_hf(origin));
   }
   std::vector<std::pair<std::string, std::string>> merges;
   std::vector<std::string> where;
@@ -211,7 +211,7 @@ BpeTokenizer BpeTokenizer::from_vocab_merges(const std::string& vocab_json, cons
     if (s.rfind("#version", 0) == 0 && merges.empty()) return;
     const size_t sp = s.find(' ');
     if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() || s.find(' ', sp + 1) != std::string::npos)
-      bad(origin + ": merges.txt line " + std::to_string(line) + " is \"" + tg::printable(s) +
+      bad_input(origin + ": merges.txt line " + std::to_string(line) + " is \"" + tg::printable(s) +
           "\"; expected two tokens separated by one space" + fix_hf(origin));
     merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
     where.push_back("merges.txt line " + std::to_string(line));
@@ -226,13 +226,13 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& json, const st
   try {
     j = nlohmann::json::parse(json);
   } catch (const nlohmann::json::exception& e) {
-    bad(origin + " is not JSON (" + tg::printable(e.what(), 100) + "); expected Hugging Face's tokenizer.json" + fix_hf(origin));
+    bad_input(origin + " is not JSON (" + tg::printable(e.what(), 100) + "); expected Hugging Face's tokenizer.json" + fix_hf(origin));
   }
   // (a field of another JSON type than the one read throws nlohmann's type_error: a refusal too)
   try {
     auto shape = [&](bool ok, const std::string& what) {
       if (!ok)
-        bad(origin + ": " + what + "; expected GPT-2's shape: a BPE model, a ByteLevel pre-tokenizer without prefix "
+        bad_input(origin + ": " + what + "; expected GPT-2's shape: a BPE model, a ByteLevel pre-tokenizer without prefix "
             "space, no normalizer" + fix_hf(origin));
     };
     shape(j.is_object() && j.contains("model") && j["model"].is_object(), "no \"model\" object");
@@ -272,13 +272,13 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& json, const st
         const std::string s = e.get<std::string>();
         const size_t sp = s.find(' ');
         if (sp == std::string::npos || sp == 0 || sp + 1 == s.size() || s.find(' ', sp + 1) != std::string::npos)
-          bad(origin + ": merge " + std::to_string(r) + " is \"" + tg::printable(s) +
+          bad_input(origin + ": merge " + std::to_string(r) + " is \"" + tg::printable(s) +
               "\"; expected two tokens separated by one space" + fix_hf(origin));
         merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
       } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
         merges.emplace_back(e[0].get<std::string>(), e[1].get<std::string>());
       } else {
-        bad(origin + ": merge " + std::to_string(r) + " is " + tg::printable(e.dump()) +
+        bad_input(origin + ": merge " + std::to_string(r) + " is " + tg::printable(e.dump()) +
             "; expected \"a b\" or [\"a\", \"b\"]" + fix_hf(origin));
       }
     }
@@ -286,7 +286,7 @@ BpeTokenizer BpeTokenizer::from_tokenizer_json(const std::string& json, const st
     t.files_ = {{"tokenizer.json", json}};
     return t;
   } catch (const nlohmann::json::exception& e) {
-    bad(origin + ": a field of another type than GPT-2's (" + tg::printable(e.what(), 100) +
+    bad_input(origin + ": a field of another type than GPT-2's (" + tg::printable(e.what(), 100) +
         "); expected GPT-2's shape: a BPE model, a ByteLevel pre-tokenizer without prefix space, no normalizer" +
         fix_hf(origin));
   }
@@ -308,7 +308,7 @@ BpeTokenizer BpeTokenizer::from_tiktoken(const std::string& text, const std::str
   std::vector<std::pair<int64_t, std::string>> entries;
   for_each_line(text, [&](size_t line, const std::string& s) {
     auto refuse = [&](const std::string& why) {
-      bad(origin + " line " + std::to_string(line) + " (\"" + tg::printable(s) + "\") " + why + fix);
+      bad_input(origin + " line " + std::to_string(line) + " (\"" + tg::printable(s) + "\") " + why + fix);
     };
     const size_t sp = s.find(' ');
     if (sp == std::string::npos || sp == 0 || sp + 1 == s.size()) refuse("is not \"base64 rank\"");
@@ -333,12 +333,12 @@ BpeTokenizer BpeTokenizer::from_tiktoken(const std::string& text, const std::str
     entries.emplace_back(std::stoll(num), bytes);
     if (entries.size() > kMaxVocab) refuse("is past " + std::to_string(kMaxVocab) + " tokens");
   });
-  if (entries.empty()) bad(origin + " holds no token; expected one line per token" + fix);
+  if (entries.empty()) bad_input(origin + " holds no token; expected one line per token" + fix);
   t.tokens_.assign(entries.size(), std::string());
   std::vector<char> seen(entries.size(), 0);
   for (const auto& [rank, bytes] : entries) {
     if (rank < 0 || rank >= (int64_t)entries.size() || seen[(size_t)rank])
-      bad(origin + ": rank " + std::to_string(rank) + (rank < (int64_t)entries.size() ? " is given twice" : " is past the end") +
+      bad_input(origin + ": rank " + std::to_string(rank) + (rank < (int64_t)entries.size() ? " is given twice" : " is past the end") +
           "; expected ranks 0 to " + std::to_string(entries.size() - 1) + ", each once" + fix);
     seen[(size_t)rank] = 1;
     t.tokens_[(size_t)rank] = bytes;
@@ -347,7 +347,7 @@ BpeTokenizer BpeTokenizer::from_tiktoken(const std::string& text, const std::str
   std::unordered_map<std::string_view, int32_t> ids;
   for (size_t i = 0; i < t.tokens_.size(); ++i)
     if (!ids.emplace(t.tokens_[i], (int32_t)i).second)
-      bad(origin + ": the token \"" + tg::printable(t.tokens_[i]) + "\" has two ranks; expected each token once" + fix);
+      bad_input(origin + ": the token \"" + tg::printable(t.tokens_[i]) + "\" has two ranks; expected each token once" + fix);
   for (size_t i = 0; i < t.tokens_.size(); ++i) {
     const std::string_view s = t.tokens_[i];
     for (size_t k = 1; k < s.size(); ++k) {
@@ -389,15 +389,15 @@ void BpeTokenizer::finish() {
   by_bytes_.clear();
   for (size_t i = 0; i < tokens_.size(); ++i) {
     if (special[i]) continue;
-    if (tokens_[i].empty()) bad(origin_ + ": token " + std::to_string(i) + " is empty" + fix);
+    if (tokens_[i].empty()) bad_input(origin_ + ": token " + std::to_string(i) + " is empty" + fix);
     if (!by_bytes_.emplace(tokens_[i], (int32_t)i).second)
-      bad(origin_ + ": tokens " + std::to_string(by_bytes_[tokens_[i]]) + " and " + std::to_string(i) + " are both \"" +
+      bad_input(origin_ + ": tokens " + std::to_string(by_bytes_[tokens_[i]]) + " and " + std::to_string(i) + " are both \"" +
           tg::printable(tokens_[i]) + "\"; expected each token once" + fix);
     if (tokens_[i].size() == 1) byte_id_[(unsigned char)tokens_[i][0]] = (int32_t)i;
   }
   for (int b = 0; b < 256; ++b)
     if (byte_id_[b] < 0)
-      bad(origin_ + ": no token is the single byte " + std::to_string(b) + " (it cannot encode every text)" + fix);
+      bad_input(origin_ + ": no token is the single byte " + std::to_string(b) + " (it cannot encode every text)" + fix);
   if (ranks_ == Ranks::Merges) by_bytes_.clear();  // the shortcut is tiktoken's alone
   size_t cap = 16;
   while (cap < 2 * pairs_.size() + 2) cap *= 2;
@@ -426,11 +426,11 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
     std::sort(found.begin(), found.end());
     if (found.size() == 1) return load((p / found[0]).string());
     if (found.size() > 1)
-      bad("--tokenizer " + path + " is a directory holding several tokenizer files (" + found[0] + ", " + found[1] +
+      bad_input("--tokenizer " + path + " is a directory holding several tokenizer files (" + found[0] + ", " + found[1] +
           (found.size() > 2 ? ", ..." : "") + "); expected one; pass the file itself");
-    bad("--tokenizer " + path + " is a directory without tokenizer.json or vocab.json" + none);
+    bad_input("--tokenizer " + path + " is a directory without tokenizer.json or vocab.json" + none);
   }
-  if (!fs::exists(p, ec)) bad("--tokenizer " + path + " does not exist" + none);
+  if (!fs::exists(p, ec)) bad_input("--tokenizer " + path + " does not exist" + none);
   const std::string name = p.filename().string();
   if (p.extension() == ".tiktoken") return from_tiktoken(read_file(path, "tiktoken rank file"), path);
   if (p.extension() == ".bin") return from_llmc(read_file(path, "llm.c tokenizer file"), path);
@@ -444,11 +444,11 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
       return from_tokenizer_json(text, path);
     const fs::path merges = p.parent_path() / "merges.txt";
     if (!fs::exists(merges, ec))
-      bad("--tokenizer " + path + " has no merges.txt beside it; expected vocab.json and merges.txt in one directory" + none);
+      bad_input("--tokenizer " + path + " has no merges.txt beside it; expected vocab.json and merges.txt in one directory" + none);
     BpeTokenizer t = from_vocab_merges(text, read_file(merges.string(), "merges file"), path);
     return t;
   }
-  bad("--tokenizer " + path + " is not a tokenizer file train_gpt reads (by its name)" + none);
+  bad_input("--tokenizer " + path + " is not a tokenizer file train_gpt reads (by its name)" + none);
 }
 
 }  // namespace data

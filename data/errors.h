@@ -18,6 +18,9 @@ struct RuntimeError : std::runtime_error {
   explicit RuntimeError(const std::string& m) : std::runtime_error(m) {}
 };
 
+// Throws InputError(m): for the readers that refuse bad bytes in many places.
+[[noreturn]] inline void bad_input(const std::string& m) { throw InputError(m); }
+
 // Bytes read from a file or the command line, made safe for a one-line message: at most max
 // characters, backslashes and bytes outside printable ASCII as \xNN.
 inline std::string printable(const std::string& s, size_t max = 60) {
