@@ -98,7 +98,9 @@ NVCCFLAGS ?= -O1
 override NVCCFLAGS += -std=c++17 $(GENCODE) -I. $(JSON_INC) -Xcompiler -fopenmp,-Wall
 LDLIBS := -lgomp -lpthread $(if $(MPI_OK),$(MPI_LIBS),)
 ifneq ($(NVCC),)
-  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcublas -lcublasLt -lcurand \
+  # (cuBLAS and cuBLASLt are not linked: kernels/cublas_loader.cu opens them on first use; the run
+  # path lets it find them where the build did)
+  CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Xlinker -rpath=$(CUDA_HOME)/lib64 -lcurand -ldl \
     $(if $(NCCL_OK),-L$(NCCL_LIBDIR) -Xlinker -rpath=$(NCCL_LIBDIR) -lnccl,)
   CURAND_FLAGS := -DTG_HAVE_CURAND -I$(CUDA_HOME)/include
   override NVCCFLAGS += $(if $(NCCL_OK),-DTG_HAVE_NCCL -I$(NCCL_INC),)

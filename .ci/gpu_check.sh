@@ -482,13 +482,22 @@ cuda_lib_dirs() {
   for d in $nv; do find "$d" -maxdepth 3 -name 'lib*.so*' -printf '%h\n' 2>/dev/null; done | sort -u
 }
 
+# whether one of the folders of a colon-separated list holds cuBLAS
+holds_cublas() {
+  local d IFS=:
+  for d in $1; do compgen -G "$d/libcublas.so*" >/dev/null && return 0; done
+  return 1
+}
+
 step_libs() {
   local b missing bad=() dirs
   dirs=$(cuda_lib_dirs | paste -sd: -)
   for b in "$BUNDLE"/bin/*; do
     missing=$(LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" ldd "$b" 2>&1 | grep 'not found')
-    if [ -n "$missing" ] && [ -n "$dirs" ]; then
-      # not on the binary's run path: found in the image's folders
+    # not on the binary's run path: found in the image's folders. cuBLAS too, which ldd does not
+    # list (the program opens it on first use, kernels/cublas_loader.cu): where the image's
+    # folders hold it, they go on the path
+    if [ -n "$dirs" ] && { [ -n "$missing" ] || holds_cublas "$dirs"; }; then
       export LD_LIBRARY_PATH="$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
       missing=$(ldd "$b" 2>&1 | grep 'not found')
     fi
