@@ -353,29 +353,36 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
 // from dropout_keep_bits (the same two sources), as in flash_attn_bwd.cu.
 
 // acc (the warpgroup's 64 x N) = A B^T over HS: A the 64 rows of tile a (RA rows) from row0, B the
-// N rows of tile b; both K-major. Waits for the result.
+// N rows of tile b; both K-major. Issued and committed as one group; the caller fences before and
+// waits after (the registers acc are the wgmmas' until their group retires).
 template <int HS, int N, int RA, int RB>
-__device__ __forceinline__ void wg_gemm_ss(float (&acc)[N / 8][4], uint32_t a, int row0, uint32_t b) {
+__device__ __forceinline__ void wg_issue_ss(float (&acc)[N / 8][4], uint32_t a, int row0, uint32_t b) {
   float(&flat)[N / 2] = reinterpret_cast<float(&)[N / 2]>(acc);
-  hopper::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < HS / 16; ++kk)
     hopper::wgmma_bf16_ss<N, 0, 0>(flat, desc_kmajor<RA>(a, row0, kk), desc_kmajor<RB>(b, 0, kk), kk > 0);
   hopper::wgmma_commit_group();
-  hopper::wgmma_wait_group<0>();
 }
 
 // acc (64 x HS) += A B: A (64 x K) from the registers a, B the K rows x HS of tile b (K rows,
-// MN-major). Waits for the result.
+// MN-major). Issued and committed as one group, as wg_issue_ss (a too stays the wgmmas' until it
+// retires).
 template <int K, int HS>
-__device__ __forceinline__ void wg_gemm_rs(float (&acc)[HS / 8][4], const uint32_t (&a)[K / 16][4], uint32_t b) {
+__device__ __forceinline__ void wg_issue_rs(float (&acc)[HS / 8][4], const uint32_t (&a)[K / 16][4], uint32_t b) {
   float(&flat)[HS / 2] = reinterpret_cast<float(&)[HS / 2]>(acc);
-  hopper::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < K / 16; ++kk) hopper::wgmma_bf16_rs<HS, 1>(flat, a[kk], desc_mnmajor<K>(b, kk), true);
   hopper::wgmma_commit_group();
-  hopper::wgmma_wait_group<0>();
 }
+
+// The backward's tiles issue their four or three products so that the CUDA cores' work overlaps
+// the tensor cores' (as the forward's loop does): the two products over the shared tiles (S and
+// dP) are issued together, P is made while the second runs, and in the dK / dV kernel dS while
+// dV's product runs. Each accumulator gets the same products in the same order as when each was
+// waited for: the same bits. Not at HS 256, whose dK / dV kernel has 246-248 registers: the P
+// fragments kept for dV's product while dS's are made would not fit.
+template <int HS>
+__host__ __device__ constexpr bool bwd_overlap() { return HS <= 128; }
 
 // One query tile of the dK / dV kernels: dK_j, dV_j (the warpgroup's 64 keys, from jw0 - 16 warp;
 // the CTA's Cols columns, col_off bytes into the MN-major tiles) += dS^T Q_i, Pd^T dO_i, with
@@ -386,31 +393,37 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[
                                           float dropout_scale, uint32_t aK, uint32_t aV, uint32_t tQ, uint32_t tdO,
                                           uint32_t col_off, const float* sLi, const float* sDi, const uint8_t* sM,
                                           int i0, int jw0, int k_g, int warp, int lane) {
+  constexpr bool Ov = bwd_overlap<HS>();
   const int t = lane % 4;
-  // S_ij^T = K_j Q_i^T (raw), masked
-  float st[Br / 8][4];
-  wg_gemm_ss<HS, Br, Bc, Br>(st, aK, 0, tQ);
+  // S_ij^T = K_j Q_i^T (raw) and, overlapped, dPd_ij^T = V_j dO_i^T
+  float st[Br / 8][4], dpt[Br / 8][4];
+  hopper::wgmma_fence();
+  wg_issue_ss<HS, Br, Bc, Br>(st, aK, 0, tQ);
+  if constexpr (Ov) wg_issue_ss<HS, Br, Bc, Br>(dpt, aV, 0, tdO);
+  hopper::wgmma_wait_group<Ov ? 1 : 0>();  // S^T is in st (groups retire in order)
+  // S^T masked; P_ij^T = exp(S_ij^T - lse_i) (lse of the column's query)
   if (i0 + Br > Tn || i0 < jw0 + 15) mask_scores_t<Br / 8, true>(st, k_g, i0 + 2 * t, Tn);
-  // P_ij^T = exp(S_ij^T - lse_i) (lse of the column's query)
   probs_key_major(st, sLi, scale_log2, t);
   // dV_j += (P_ij o M_ij)^T dO_i   (the scale s is applied once, at the end)
   const uint32_t bits = IsDropout ? keep_bits_from_tile<Br / 8, MS>(sM, warp, lane) : ~0u;
-  {
-    uint32_t a[Br / 16][4];
-    pack_a<Br, IsDropout>(a, st, bits);
-    wg_gemm_rs<Br, Cols>(dv, a, tdO + col_off);
+  uint32_t pa[Br / 16][4];
+  pack_a<Br, IsDropout>(pa, st, bits);
+  hopper::wgmma_fence();  // pa written by ordinary code
+  wg_issue_rs<Br, Cols>(dv, pa, tdO + col_off);
+  if constexpr (!Ov) {
+    hopper::wgmma_wait_group<0>();
+    hopper::wgmma_fence();
+    wg_issue_ss<HS, Br, Bc, Br>(dpt, aV, 0, tdO);
   }
-  // dPd_ij^T = V_j dO_i^T
-  float dpt[Br / 8][4];
-  wg_gemm_ss<HS, Br, Bc, Br>(dpt, aV, 0, tdO);
+  hopper::wgmma_wait_group<Ov ? 1 : 0>();  // dPd^T is in dpt (dV's product may still run)
   // dP = dPd o M s, dS_ij^T = P_ij^T o (dP_ij^T - D_i), in place in dpt
   dscores_key_major<Br / 8, IsDropout>(dpt, st, sDi, bits, dropout_scale, t);
   // dK_j += dS_ij^T Q_i   (the 1/sqrt(HS) is applied once, at the end)
-  {
-    uint32_t a[Br / 16][4];
-    pack_a<Br, false>(a, dpt, 0u);
-    wg_gemm_rs<Br, Cols>(dk, a, tQ + col_off);
-  }
+  uint32_t da[Br / 16][4];
+  pack_a<Br, false>(da, dpt, 0u);
+  hopper::wgmma_fence();
+  wg_issue_rs<Br, Cols>(dk, da, tQ + col_off);
+  hopper::wgmma_wait_group<0>();  // dV's and dK's products retired: the tiles are free
 }
 
 template <int HS>
@@ -630,23 +643,30 @@ __device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const philox::Dr
                                         int Tn, float scale_log2, float dropout_scale, uint32_t aQ, uint32_t adO,
                                         uint32_t tK, uint32_t tV, int j0, int iw0, int i_g, const float (&lse2)[2],
                                         const float (&Di)[2], uint32_t bh, int lane) {
-  // S_ij = Q_i K_j^T (raw), masked; P_ij = exp(S_ij - lse_i)
-  float s[Bc / 8][4];
-  wg_gemm_ss<HS, Bc, Br, Bc>(s, aQ, 0, tK);
+  constexpr bool Ov = bwd_overlap<HS>();
+  // S_ij = Q_i K_j^T (raw) and, overlapped, dPd_ij = dO_i V_j^T
+  float s[Bc / 8][4], dp[Bc / 8][4];
+  hopper::wgmma_fence();
+  wg_issue_ss<HS, Bc, Br, Bc>(s, aQ, 0, tK);
+  if constexpr (Ov) wg_issue_ss<HS, Bc, Br, Bc>(dp, adO, 0, tV);
+  hopper::wgmma_wait_group<Ov ? 1 : 0>();  // S is in s
+  // S masked; P_ij = exp(S_ij - lse_i); the forward's keep bits
   if (j0 + Bc > Tn || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), Tn);
   probs_query_major(s, lse2, scale_log2);
-  // dPd_ij = dO_i V_j^T
-  float dp[Bc / 8][4];
-  wg_gemm_ss<HS, Bc, Br, Bc>(dp, adO, 0, tV);
-  // dP_ij = dPd_ij o M_ij s (the forward's keep bits), dS_ij = P_ij o (dP_ij - D_i), in place
   const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(key, bh, i_g, j0, lane, keep, nullptr, Tn) : ~0u;
+  if constexpr (!Ov) {
+    hopper::wgmma_fence();
+    wg_issue_ss<HS, Bc, Br, Bc>(dp, adO, 0, tV);
+  }
+  hopper::wgmma_wait_group<0>();  // dPd is in dp
+  // dP_ij = dPd_ij o M_ij s, dS_ij = P_ij o (dP_ij - D_i), in place
   dscores_query_major<Bc / 8, IsDropout>(dp, s, Di, bits, dropout_scale);
   // dQ_i += dS_ij K_j   (the 1/sqrt(HS) is applied once, at the end)
-  {
-    uint32_t a[Bc / 16][4];
-    pack_a<Bc, false>(a, dp, 0u);
-    wg_gemm_rs<Bc, HS>(dq, a, tK);
-  }
+  uint32_t a[Bc / 16][4];
+  pack_a<Bc, false>(a, dp, 0u);
+  hopper::wgmma_fence();
+  wg_issue_rs<Bc, HS>(dq, a, tK);
+  hopper::wgmma_wait_group<0>();
 }
 
 // lse_i log2(e) and D_i of the lane's rows i_g, i_g + 8 (+inf past T: P = 0 there)
