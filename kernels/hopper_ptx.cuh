@@ -246,6 +246,34 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
+// ---- order between the blocks of a launch -------------------------------------------------------
+// A flag: an int in global memory that one block stores and a later one waits for (PTX ISA,
+// "Memory Consistency Model": a release pattern and an acquire pattern at GPU scope, morally
+// strong, so the waiting block sees what the storing block wrote before it). Use as CUTLASS's
+// semaphores do: flag_wait by one thread, then a __syncthreads, before the block reads what the
+// flag guards; the block's writes, then a __syncthreads, then flag_release by one thread. A block
+// may wait only on blocks of a lower linear index, which the hardware starts first: on one that
+// has not started it would wait for ever.
+__device__ __forceinline__ void flag_wait(const int* flag, int value) {
+#if TG_HOPPER_PTX
+  int now;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(now) : "l"(flag) : "memory");
+  } while (now != value);
+#else
+  (void)flag, (void)value;
+  __trap();
+#endif
+}
+__device__ __forceinline__ void flag_release(int* flag, int value) {
+#if TG_HOPPER_PTX
+  asm volatile("fence.acq_rel.gpu;\nst.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+#else
+  (void)flag, (void)value;
+  __trap();
+#endif
+}
+
 // ---- registers ---------------------------------------------------------------------------------
 // setmaxnreg.{inc,dec}.sync.aligned.u32 Count: the executing warpgroup's registers a thread
 // raised (.inc, taken from the CTA's pool, waiting until it holds enough) or lowered (.dec, given

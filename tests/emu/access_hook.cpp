@@ -202,6 +202,9 @@ void notify_mbarrier_arrived(const void* bar, uint64_t phase) {
 void notify_proxy_fence() {
   for (Observer* o : observers()) o->proxy_fence();
 }
+void notify_flag(const void* flag, bool release) {
+  for (Observer* o : observers()) o->flag(flag, release);
+}
 void notify_mma(int warp, uint64_t flops) {
   for (Observer* o : observers()) o->mma(warp, flops);
 }

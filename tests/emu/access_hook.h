@@ -100,6 +100,11 @@ class Observer {
   // The running thread executed fence.proxy.async: its shared-memory writes so far are visible to
   // the async proxy (wgmma's operand reads).
   virtual void proxy_fence() {}
+  // The running thread read (release false: ld.acquire.gpu, hopper::flag_wait) or is about to
+  // store (release true: the store after fence.acq_rel.gpu, hopper::flag_release) the flag at
+  // `flag` in device memory: an acquire and a release at GPU scope, the only order between the
+  // blocks of a launch.
+  virtual void flag(const void* flag, bool release) { (void)flag, (void)release; }
   virtual void cta_end() {}
   virtual void launch_end() {}
   virtual void gemm(const GemmEvent& g) { (void)g; }
@@ -140,6 +145,7 @@ void notify_mbarrier_observed(const void* bar, uint64_t phases);
 void notify_bulk_landing(const void* bar, uint64_t phases);
 void notify_mbarrier_arrived(const void* bar, uint64_t phase);
 void notify_proxy_fence();
+void notify_flag(const void* flag, bool release);
 void notify_cta_end();
 void notify_launch_end();
 void notify_gemm(const GemmEvent& g);

@@ -62,6 +62,12 @@
 //     ptxas ignores it, warning C7508): 65536 registers over the block's warpgroups' threads,
 //     rounded down to a multiple of 8 (168 for 384 threads); tests/emu/test_occupancy.cpp checks
 //     the Hopper forward's count in the real build against it.
+//   - flags between the blocks of a launch ("Memory Consistency Model": release and acquire
+//     patterns at GPU scope; kernels/hopper_ptx.cuh, flag_wait and flag_release): the blocks run
+//     one after another, so a flag_wait whose value is not there yet would wait on a later block
+//     (or for ever) on a GPU: it faults, naming the block, the flag and both values. The race
+//     checker sees each release and acquire (Observer::flag) and orders the blocks' global
+//     accesses by them.
 //
 // Not emulated yet: the matrix base offset field (a non-zero one faults), scale-a / scale-b of
 // -1, other types and shapes, TMA stores and other ranks, multicast.
@@ -506,6 +512,29 @@ void tma_load_2d(void* dst, const void* map, int c0, int c1, void* bar) {
 
 void fence_proxy_async() {
   if (g_observed) notify_proxy_fence();
+}
+
+void flag_wait(const int* flag, int value) {
+  if (reinterpret_cast<uintptr_t>(flag) % 4 != 0)
+    device_fault(cudaErrorMisalignedAddress, "ld.acquire.gpu.b32 of a flag not 4-byte aligned");
+  const int now = *flag;
+  if (now != value) {
+    const uint3 b = g_block_idx;
+    device_fault(cudaErrorLaunchFailure,
+                 "block (" + std::to_string(b.x) + "," + std::to_string(b.y) + "," + std::to_string(b.z) +
+                     ") waits for the flag at " + describe_device_address(flag) + " to hold " + std::to_string(value) +
+                     "; it holds " + std::to_string(now) +
+                     ". The emulator runs a launch's blocks one after another, so no earlier block stored the value: "
+                     "on a GPU this block would wait for a later one, or for ever");
+  }
+  if (g_observed) notify_flag(flag, false);
+}
+
+void flag_release(int* flag, int value) {
+  if (reinterpret_cast<uintptr_t>(flag) % 4 != 0)
+    device_fault(cudaErrorMisalignedAddress, "st.relaxed.gpu.b32 of a flag not 4-byte aligned");
+  if (g_observed) notify_flag(flag, true);
+  *flag = value;
 }
 
 void wgmma_fence() {

@@ -43,6 +43,11 @@ __global__ void hopper_ptx_check_kernel(float* out, uint32_t bytes, const __grid
   gpu::hopper::stmatrix_x4(base + 16 * (threadIdx.x % 32), frag);
   gpu::hopper::stmatrix_x4_trans(base + 512 + 16 * (threadIdx.x % 32), frag);
   if (gpu::hopper::elect_one()) out[1] = 1.f;
+  int* flag = reinterpret_cast<int*>(out + 2);
+  if (threadIdx.x == 0) {
+    gpu::hopper::flag_wait(flag, 1);
+    gpu::hopper::flag_release(flag, 2);
+  }
   const uint64_t desc_a = gpu::hopper::make_smem_desc(base, 128, 256, gpu::hopper::Swizzle::None);
   const uint64_t desc_b = gpu::hopper::make_smem_desc(base + 4096, 0, 1024, gpu::hopper::Swizzle::B128);
   const uint32_t a[4] = {threadIdx.x, 1u, 2u, 3u};

@@ -23,6 +23,7 @@ void RaceChecker::launch_begin(const void* kernel, dim3, dim3 block, size_t dyna
   global_page_ = ~uintptr_t(0);
   global_cells_ = nullptr;
   ctas_.clear();
+  flag_released_.clear();
 }
 
 void RaceChecker::cta_begin() {
@@ -36,6 +37,8 @@ void RaceChecker::cta_begin() {
   fences_.assign((size_t)nthreads_, 0);
   clock_.clear();
   released_.clear();
+  after_.clear();
+  acquired_.clear();
 }
 
 void RaceChecker::join(Clock& into, const Clock& from) {
@@ -53,7 +56,11 @@ void RaceChecker::mbarrier_arrived(const void* bar, uint64_t phase) {
   for (size_t p = (size_t)phase; p < phases.size(); ++p) join(phases[p], mine);
 }
 
-void RaceChecker::barrier() { ++barrier_; }
+void RaceChecker::barrier() {
+  ++barrier_;
+  for (const auto& [thread, known] : acquired_) learn(after_, known);  // now the whole CTA's
+  acquired_.clear();
+}
 
 void RaceChecker::proxy_fence() {
   if (g_thread) ++fences_[(size_t)g_thread->linear];
@@ -183,13 +190,31 @@ void RaceChecker::global_hazard(const char* what, uintptr_t a, uint32_t other, c
                           " thread (" + std::to_string(t % bx_) + "," + std::to_string(t / bx_ % by_) + "," +
                           std::to_string(t / (bx_ * by_)) + ") at " + source_line(now.pc) + ", after " +
                           (other ? "block " + block(ctas_[other - 1]) : std::string("other blocks")) +
-                          " of the same launch (nothing orders the blocks of a launch)";
+                          " of the same launch (no flag orders the two blocks' accesses)";
   std::fprintf(stderr, "SIMT emulator: %s\n", msg.c_str());
   device_fault(cudaErrorLaunchFailure, msg);
 }
 
+void RaceChecker::learn(Known& into, const Known& from) {
+  for (const auto& [cta, barriers] : from) {
+    uint32_t& known = into[cta];
+    known = std::max(known, barriers);
+  }
+}
+
+bool RaceChecker::global_ordered(uint32_t cta, uint32_t barriers, int thread) const {
+  if (cta == (uint32_t)ctas_.size()) return true;
+  const auto it = after_.find(cta);
+  if (it != after_.end() && it->second > barriers) return true;
+  const auto mine = acquired_.find(thread);
+  if (mine == acquired_.end()) return false;
+  const auto jt = mine->second.find(cta);
+  return jt != mine->second.end() && jt->second > barriers;
+}
+
 void RaceChecker::global_access(const Access& a) {
   const uint32_t me = (uint32_t)ctas_.size();
+  const int t = a.thread->linear;
   for (uintptr_t b = a.addr; b < a.addr + a.size; ++b) {
     if (b >> 12 != global_page_) {
       std::vector<GlobalCell>& page = global_[b >> 12];
@@ -198,19 +223,37 @@ void RaceChecker::global_access(const Access& a) {
       global_cells_ = page.data();
     }
     GlobalCell& c = global_cells_[b & 4095];
-    if (c.writer && c.writer != me)
+    if (c.writer && !global_ordered(c.writer, c.writer_barrier, t))
       global_hazard(a.write ? "write-after-write hazard" : "read-after-write hazard", b, c.writer, a);
     const uint32_t first_reader = c.reader & ~kSeveral;
     if (a.write) {
-      if (first_reader && first_reader != me) global_hazard("write-after-read hazard", b, first_reader, a);
+      if (first_reader && !global_ordered(first_reader, c.reader_barrier, t))
+        global_hazard("write-after-read hazard", b, first_reader, a);
       if (c.reader & kSeveral) global_hazard("write-after-read hazard", b, 0, a);
-      c.writer = me;
-    } else if (!first_reader) {
-      c.reader = me;
+      // the earlier accesses are ordered before this write, so after it only it matters
+      c = GlobalCell{me, 0, barrier_, 0};
+    } else if (!first_reader || (!(c.reader & kSeveral) && global_ordered(first_reader, c.reader_barrier, t))) {
+      c.reader = me;  // the first read, or one after every earlier read (its latest, if its CTA's)
+      c.reader_barrier = barrier_;
     } else if (first_reader != me) {
       c.reader |= kSeveral;
     }
   }
+}
+
+void RaceChecker::flag(const void* flag, bool release) {
+  if (!g_thread) return;
+  const uintptr_t f = reinterpret_cast<uintptr_t>(flag);
+  const int t = g_thread->linear;
+  if (release) {
+    Known carried = after_;
+    if (const auto mine = acquired_.find(t); mine != acquired_.end()) learn(carried, mine->second);
+    carried[(uint32_t)ctas_.size()] = barrier_;  // the accesses before the last __syncthreads
+    flag_released_[f] = std::move(carried);
+    return;
+  }
+  const auto it = flag_released_.find(f);
+  if (it != flag_released_.end()) learn(acquired_[t], it->second);
 }
 
 void RaceChecker::access(const Access& a) {

@@ -39,11 +39,18 @@
 //     copy, a memset, a library GEMM's output): the checker starts before the first allocation
 //     when the environment asks for it, and a test creates it before its buffers.
 //   - global memory: two CTAs of one launch on one byte of device memory, one of them writing
-//     (read-after-write, write-after-read, write-after-write): nothing orders the CTAs of a launch
-//     (the emulator runs them one after another, so such a race would look correct here). The
-//     kernels have no atomics; a byte a CTA both reads and writes is the CTA's own business (its
-//     threads are ordered by the shared-memory rules above only where they share memory; the
-//     kernels' global writes are their outputs, each element by one thread).
+//     (read-after-write, write-after-read, write-after-write), unless a flag orders them: the
+//     emulator runs the CTAs one after another, so such a race would look correct here. The
+//     one order between CTAs is a flag (kernels/hopper_ptx.cuh, flag_release and flag_wait),
+//     used as its comment says: a CTA's accesses that a __syncthreads orders before its release
+//     on a flag are ordered before the acquiring thread's later accesses, and, after its CTA's
+//     next __syncthreads, every thread's; what the releasing CTA had acquired passes on with
+//     it. (A release orders nothing of its own thread's that no __syncthreads orders before it:
+//     stricter than the PTX ISA, never laxer.) A
+//     byte a CTA both reads and writes is the CTA's own business (its threads are ordered by the
+//     shared-memory rules above only where they share memory; the kernels' global writes are
+//     their outputs, each element by one thread, or the fused Hopper backward's dQ sums, which
+//     its flags order).
 //
 // make test runs every kernel of a training step under it, both attention paths, bf16 and fp32,
 // the flash kernels through several key tiles (tests/emu/test_race_checker.cpp).
@@ -82,6 +89,7 @@ class RaceChecker : public Observer {
   void bulk_landing(const void* bar, uint64_t phases) override;
   void mbarrier_arrived(const void* bar, uint64_t phase) override;
   void proxy_fence() override;
+  void flag(const void* flag, bool release) override;
 
   // the demangled names of the kernels launched under the checker so far, each once
   const std::vector<std::string>& kernel_names() const { return kernel_names_; }
@@ -114,10 +122,25 @@ class RaceChecker : public Observer {
                            bool ordering_helps = true);
 
   // Global memory within one launch: per byte, the CTA (its ordinal in the launch, from 1) that
-  // last wrote it and the one that first read it, kSeveral set when other CTAs read it too.
+  // last wrote it and the one that first read it since, kSeveral set when other CTAs read it too
+  // that it was not ordered before; each with its CTA's __syncthreads count at the access.
   struct GlobalCell {
     uint32_t writer = 0, reader = 0;
+    uint32_t writer_barrier = 0, reader_barrier = 0;
   };
+  // What a CTA knows of earlier CTAs: per CTA ordinal, its accesses before how many of its
+  // __syncthreads are ordered before (a release carries the releasing CTA's count then).
+  using Known = std::unordered_map<uint32_t, uint32_t>;
+  static void learn(Known& into, const Known& from);
+  // Whether an access of CTA `cta` after `barriers` of its __syncthreads is ordered before the
+  // running thread's access: the same CTA, or one whose release after a later __syncthreads it
+  // has acquired (its CTA, before one of its own __syncthreads; or the thread itself).
+  bool global_ordered(uint32_t cta, uint32_t barriers, int thread) const;
+  // the running CTA's knowledge after its __syncthreads, and per thread what it acquired since
+  // the last one; per flag, what its last release carries
+  Known after_;
+  std::unordered_map<int, Known> acquired_;
+  std::unordered_map<uintptr_t, Known> flag_released_;
   static constexpr uint32_t kSeveral = 1u << 31;
   void global_access(const Access& a);
   [[noreturn]] void global_hazard(const char* what, uintptr_t a, uint32_t other, const Access& now);

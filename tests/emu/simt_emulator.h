@@ -134,6 +134,8 @@ void tma_load_2d(void* dst, const void* map, int c0, int c1, void* bar);
 void stmatrix_x4(const uint32_t (&r)[4], uint32_t addr, bool trans);
 bool elect_sync();
 void fence_proxy_async();
+void flag_wait(const int* flag, int value);
+void flag_release(int* flag, int value);
 // setmaxnreg.{inc,dec}.sync.aligned.u32 (tests/emu/hopper_emu.cpp), and the registers a thread
 // that a block of nthreads starts with there
 void setmaxnreg(bool inc, uint32_t count);
@@ -226,6 +228,8 @@ __attribute__((always_inline)) inline void stmatrix_x4(uint32_t addr, const uint
 __attribute__((always_inline)) inline void stmatrix_x4_trans(uint32_t addr, const uint32_t (&r)[4]) { emu::stmatrix_x4(r, addr, true); }
 inline bool elect_one() { return emu::elect_sync(); }
 inline void fence_proxy_async() { emu::fence_proxy_async(); }
+inline void flag_wait(const int* flag, int value) { emu::flag_wait(flag, value); }
+inline void flag_release(int* flag, int value) { emu::flag_release(flag, value); }
 inline void wgmma_fence() { emu::wgmma_fence(); }
 template <int Count>
 inline void setmaxnreg_inc() {

@@ -2,7 +2,7 @@
 // kernels that race on purpose (read-after-write and write-after-read between warps, lanes of one
 // warp with no collective between them, a cp.async destination read in flight, a read of shared
 // memory nothing wrote, a kernel reading device memory the previous kernel did not fill, two blocks
-// of a launch on one word of global memory) and stay
+// of a launch on one word of global memory, blocks chained by a flag used amiss) and stay
 // quiet on the orders the hardware promises (a __syncthreads, a warp collective, neighbouring
 // bytes of different threads); then every kernel of a training step (both attention paths, bf16
 // and fp32) runs clean under it, device memory included.
@@ -17,6 +17,7 @@
 
 #include "../../kernels/cuda_common.cuh"
 #include "../../kernels/flash_attn_common.cuh"
+#include "../../kernels/hopper_ptx.cuh"
 #include "../gpu/counters_step.cuh"
 #include "child_process.h"
 #include "emu_internal.h"
@@ -102,6 +103,23 @@ __global__ void global_race_kernel(float* out) {
       else out[2] = 2.f;
     }
   }
+}
+
+// Blocks in a chain through a flag (kernels/hopper_ptx.cuh: flag_wait, flag_release), as the fused
+// Hopper backward passes its dQ sums: block b waits until *flag = b, adds 1 to each out[t] that
+// block b - 1 left, and stores b + 1. MODE 0: as flag_release's comment says (clean). MODE 1: no
+// wait. MODE 2: no __syncthreads after the wait (only thread 0 acquired). MODE 3: no __syncthreads
+// before the release (the other threads' writes not released). MODE 4: a wait for a value no
+// earlier block stores.
+template <int MODE>
+__global__ void flag_chain_kernel(float* out) {
+  const int b = blockIdx.x, t = threadIdx.x;
+  int* flag = reinterpret_cast<int*>(out + 63);
+  if (MODE != 1 && b > 0 && t == 0) gpu::hopper::flag_wait(flag, MODE == 4 ? b + 1 : b);
+  if (MODE != 2) __syncthreads();
+  out[t] = (b == 0 ? 0.f : out[t]) + 1.f;
+  if (MODE != 3) __syncthreads();
+  if (t == 0) gpu::hopper::flag_release(flag, b + 1);
 }
 
 // schedule: the emulator's order of warps and lanes (emu::set_schedule): a hazard is found in
@@ -192,6 +210,44 @@ TEST_CASE("racecheck: two blocks of a launch on one byte of global memory, one w
   const tg_test::ChildResult ok = run(global_race_kernel<3>);
   INFO("child stderr: " << ok.err);
   CHECK(ok.exit_code == 0);
+}
+
+TEST_CASE("racecheck: a flag orders blocks as a release and an acquire; without it, or a __syncthreads beside it, a hazard") {
+  auto run = [](auto kernel, float* result) {
+    return tg_test::in_child([kernel, result] {
+      emu::RaceChecker checker;
+      float* out = nullptr;
+      cudaMalloc(&out, 64 * sizeof(float));
+      cudaMemset(out, 0, 64 * sizeof(float));
+      gpu::launch(kernel, 4, 32, 0, nullptr, out);
+      if (cudaDeviceSynchronize() != cudaSuccess) return 3;
+      cudaMemcpy(result, out, sizeof(float), cudaMemcpyDeviceToHost);
+      return *result == 4.f ? 0 : 4;  // each of the four blocks added its 1
+    });
+  };
+  float v = 0.f;
+  const tg_test::ChildResult ok = run(flag_chain_kernel<0>, &v);
+  INFO("child stderr: " << ok.err);
+  CHECK(ok.exit_code == 0);
+  const struct {
+    tg_test::ChildResult r;
+    bool thread0;  // whether thread 0's read may be the one named (it acquired, in MODE 2)
+  } races[] = {{run(flag_chain_kernel<1>, &v), true}, {run(flag_chain_kernel<2>, &v), false},
+               {run(flag_chain_kernel<3>, &v), true}};
+  for (const auto& c : races) {
+    INFO("child stderr: " << c.r.err);
+    CHECK(c.r.exit_code == 3);
+    CHECK(has(c.r.err, "racecheck: read-after-write hazard in global memory"));
+    CHECK(has(c.r.err, "block (1,0,0) thread ("));
+    CHECK(has(c.r.err, "after block (0,0,0) of the same launch (no flag orders the two blocks' accesses)"));
+    if (!c.thread0) CHECK(!has(c.r.err, "block (1,0,0) thread (0,0,0)"));
+  }
+  // a wait no earlier block can end: on a GPU a hang, here a fault naming both values
+  const tg_test::ChildResult never = run(flag_chain_kernel<4>, &v);
+  INFO("child stderr: " << never.err);
+  CHECK(never.exit_code == 3);
+  CHECK(has(never.err, "block (1,0,0) waits for the flag at byte 252 of the 256-byte allocation"));
+  CHECK(has(never.err, "to hold 2; it holds 1"));
 }
 
 TEST_CASE("racecheck: a cp.async destination read before its wait_group is a hazard") {
