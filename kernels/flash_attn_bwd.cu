@@ -49,13 +49,29 @@
 
 namespace gpu {
 
-size_t flash_attn_scratch_bytes(int B, int Tn, int C, int NH) {
-  const size_t d_bytes = ((size_t)B * NH * Tn * sizeof(float) + 255) / 256 * 256;  // D (B, NH, T)
-  const flash::Padding pad{C / NH, flash_attn_tile_head_size(C / NH)};
+namespace {
+size_t round_256(size_t n) { return (n + 255) / 256 * 256; }
+
+// The scratch before the Hopper backward's dQ sums: D (B, NH, T), then for a head size the tiles
+// do not have the widened qkv, out, dout and dqkv (the forward uses the first two from the start).
+size_t scratch_before_dq_sums(int B, int Tn, int NH, const flash::Padding& pad) {
+  const size_t d_bytes = round_256((size_t)B * NH * Tn * sizeof(float));
   if (!pad.active() || pad.HSp == 0) return d_bytes;
-  // D, then the widened qkv, out, dout and dqkv (the forward uses the first two from the start)
   const long long rows = (long long)B * Tn;
   return d_bytes + 2 * pad.bytes(rows, 3 * NH) + 2 * pad.bytes(rows, NH);
+}
+
+// The Hopper backward's dQ sums (B, NH, T, HSp) fp32 and its flags (B, NH, ceil(T / 32)) where its
+// dK / dV kernel computes dQ (tile head sizes 64 and 128; flash_attn_hopper_fused_dq), else 0
+size_t dq_sums_bytes(int B, int Tn, int NH, int HSp) {
+  if (HSp != 64 && HSp != 128) return 0;
+  return round_256((size_t)B * NH * Tn * HSp * sizeof(float)) + round_256((size_t)B * NH * ceil_div(Tn, 32) * sizeof(int));
+}
+}  // namespace
+
+size_t flash_attn_scratch_bytes(int B, int Tn, int C, int NH) {
+  const flash::Padding pad{C / NH, flash_attn_tile_head_size(C / NH)};
+  return scratch_before_dq_sums(B, Tn, NH, pad) + dq_sums_bytes(B, Tn, NH, pad.HSp);
 }
 
 namespace flash {
@@ -541,7 +557,7 @@ void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qk
   const T *qkv_k = qkv, *out_k = out, *dout_k = dout;
   T* dqkv_k = dqkv;
   if (pad.active()) {
-    char* at = static_cast<char*>(ctx.scratch) + ((size_t)B * NH * Tn * sizeof(float) + 255) / 256 * 256;
+    char* at = static_cast<char*>(ctx.scratch) + round_256((size_t)B * NH * Tn * sizeof(float));
     T* qkv_p = reinterpret_cast<T*>(at);
     T* out_p = reinterpret_cast<T*>(at + pad.bytes(rows, 3 * NH));
     T* dqkv_p = reinterpret_cast<T*>(at + pad.bytes(rows, 3 * NH) + pad.bytes(rows, NH));
@@ -560,6 +576,11 @@ void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qk
   p.dout = dout_k;
   p.dqkv = dqkv_k;
   p.D = static_cast<float*>(ctx.scratch);
+  if (hopper && dq_sums_bytes(B, Tn, NH, pad.HSp) > 0) {
+    char* at = static_cast<char*>(ctx.scratch) + scratch_before_dq_sums(B, Tn, NH, pad);
+    p.dq_sums = reinterpret_cast<float*>(at);
+    p.dq_flags = reinterpret_cast<int*>(at + round_256((size_t)B * NH * Tn * pad.HSp * sizeof(float)));
+  }
   const bool dropout = key.threshold != 0;
   // (the kernels only read p.keep here)
   if constexpr (std::is_same_v<T, bf16>) p.keep = dropout && Tn <= kFlashKeepMaxT ? const_cast<uint8_t*>(keep) : nullptr;

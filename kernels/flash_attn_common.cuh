@@ -87,6 +87,10 @@ struct BwdParams : FwdParams<Act> {
   const Act* dout;  // (B, T, C) upstream gradient dO
   Act* dqkv;        // (B, T, 3C) +=: dQ, dK, dV at the columns of Q, K, V
   float* D;         // (B, NH, T) scratch: D_i = rowsum(dO_i o O_i), written by the preprocessing pass
+  // the Hopper dK / dV kernel with dQ inside (kernels/flash_attn_hopper.cu), else null; scratch:
+  float* dq_sums;   // (B, NH, T, HS) dQ's fp32 sums, each query tile's added to key tile by key tile
+  int* dq_flags;    // (B, NH, ceil(T / Br)) per query tile, the key tiles whose terms its sums hold
+                    // (the scratch holds ceil(T / 32) a head, the smallest Br's count)
 };
 
 // The Hopper backward's dK / dV and dQ kernels (kernels/flash_attn_hopper.cu) on params p of head
@@ -644,6 +648,13 @@ __device__ __forceinline__ void mask_scores_t(float (&s)[NT][4], int k_g, int q_
     }
 }
 
+// dst[0], dst[1] += scale * (a0, a1), read, added and rounded as one bf16x2 (4-byte aligned)
+__device__ __forceinline__ void add_scaled_pair(bf16* dst, float scale, float a0, float a1) {
+  __nv_bfloat162* q = reinterpret_cast<__nv_bfloat162*>(dst);
+  const float2 old = __bfloat1622float2(*q);
+  *q = __floats2bfloat162_rn(old.x + scale * a0, old.y + scale * a1);
+}
+
 // dqkv[rows, col0 .. col0+HS) += scale * acc for the rows r_g (c0, c1) and r_g+8 (c2, c3) that
 // are < T; element (nt, e) goes to column col0 + 8nt + 2t + e%2 (bf16x2 read-add-write).
 template <int NO>
@@ -656,11 +667,7 @@ __device__ __forceinline__ void add_to_dqkv(bf16* dqkv_b /*row 0 of batch b*/, l
     if (row >= Tn) continue;
     bf16* dst = dqkv_b + (long long)row * ld + col0 + 2 * t;
 #pragma unroll
-    for (int no = 0; no < NO; ++no) {
-      __nv_bfloat162* q = reinterpret_cast<__nv_bfloat162*>(dst + 8 * no);
-      const float2 old = __bfloat1622float2(*q);
-      *q = __floats2bfloat162_rn(old.x + scale * acc[no][2 * r], old.y + scale * acc[no][2 * r + 1]);
-    }
+    for (int no = 0; no < NO; ++no) add_scaled_pair(dst + 8 * no, scale, acc[no][2 * r], acc[no][2 * r + 1]);
   }
 }
 

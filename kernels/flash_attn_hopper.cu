@@ -41,10 +41,23 @@
 //   MN-major (a product over the tile's rows, e.g. V in P V): rows 8 apart by SBO = 1024, column
 //            blocks of 64 apart by LBO = rows x 128 bytes; k-step kk starts at row 16 kk
 //            (2048 kk bytes).
-// The backward's two kernels load with cp.async (see below); cp.async writes through the
+// The backward's kernels load with cp.async (see below); cp.async writes through the
 // generic proxy and wgmma reads through the async proxy, so each thread fences
 // (fence.proxy.async) after its copies land, before the barrier that precedes the wgmmas. Their
 // warp-specialized twins (TG_FLASH_HOPPER=2, not yet the default) load with TMA as the forward does.
+//
+// The backward at HS 64 and 128 is one kernel: the dK / dV kernel computes dQ too (FusedDq). Per
+// (query tile i, key tile j) it has dS_ij in registers as dK's A operand; it stores it to shared
+// memory transposed (stmatrix .trans), as the B operand of dQ_i^T += K_j^T dS_ij^T (wgmma, A = K_j
+// MN-major: the product runs over the keys, K_j's rows), with dQ_i's fp32 sums so far loaded as
+// the accumulators. The sums pass from key tile j to j + 1 through global memory, in order: the CTA
+// of key tile j waits on a flag until tile j - 1's CTA has stored them, adds its terms, stores them
+// and raises the flag; the diagonal key tile, the last, adds dQ_i / sqrt(HS) to dqkv. Each element
+// of dQ so gets the dQ kernel's products in the dQ kernel's order (the same bits), and no kernel
+// recomputes S and dP for dQ: 5 products a tile pair where the two kernels made 7. The deterministic
+// order costs waits only where a CTA outruns the one before it; under the causal mask key tile j
+// starts its query tiles where tile j - 1 is a tile or two ahead. TG_FLASH_HOPPER=3 runs the two
+// kernels (and HS 256 always does: its dK / dV kernel has no registers to spare).
 //
 // Built for sm_90a alone (the Makefile's HOPPER_GENCODE): the instructions exist nowhere else.
 #include <cmath>
@@ -81,14 +94,14 @@ bool flash_attn_hopper_head_size(int HS) { return HS == 64 || HS == 128 || HS ==
 bool flash_attn_hopper_device(const Context& ctx) { return ctx.cc_major == 9 && ctx.cc_minor == 0; }
 
 namespace {
-// TG_FLASH_HOPPER: "" (unset), "0", "1" or "2"; anything else throws
+// TG_FLASH_HOPPER: "" (unset), "0", "1", "2" or "3"; anything else throws
 std::string hopper_setting() {
   const char* v = std::getenv("TG_FLASH_HOPPER");
   const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1" && s != "2")
+  if (!s.empty() && s != "0" && s != "1" && s != "2" && s != "3")
     throw std::invalid_argument("TG_FLASH_HOPPER is '" + s + "'; expected 1 (the Hopper kernels on compute capability "
-                                "9.0, the default), 2 (them with the warp-specialized TMA backward) or 0 (the "
-                                "mma.sync kernels); set one of them, or unset it");
+                                "9.0, the default), 2 (them with the warp-specialized TMA backward), 3 (them with "
+                                "dQ in a kernel of its own) or 0 (the mma.sync kernels); set one of them, or unset it");
   return s;
 }
 }  // namespace
@@ -99,6 +112,11 @@ bool flash_attn_hopper_chosen(const Context& ctx, int HS) {
 }
 
 bool flash_attn_hopper_ws_backward() { return hopper_setting() == "2"; }
+
+bool flash_attn_hopper_fused_dq() {
+  const std::string s = hopper_setting();
+  return s != "2" && s != "3";
+}
 
 namespace flash {
 namespace {
@@ -384,15 +402,36 @@ __device__ __forceinline__ void wg_issue_rs(float (&acc)[HS / 8][4], const uint3
 template <int HS>
 __host__ __device__ constexpr bool bwd_overlap() { return HS <= 128; }
 
+// The dQ terms of one (query tile, key tile) in the dK / dV kernel that computes dQ too
+// (HopperDkvTile::kFuseDq): dQ_i's fp32 sums so far come in at sums ([Br][HS + 4] in shared
+// memory, landed by cp.async; not read for key tile 0, whose sums start at zero), get
+// dS_ij K_j added by wgmma, and go out, rows below n_rows: to out (row i0 of the head's (T, HS)
+// sums in global memory), or from the query tile's last key tile (the one on its diagonal) to
+// dqkv (row i0, the head's Q columns; row stride ld) as dQ_i / sqrt(HS), as add_to_dqkv adds the
+// dQ kernel's.
+struct FusedDq {
+  uint32_t tS;        // dS_ij (queries x keys): the B tile of dQ_i^T's product, [Br][Bc] (shared)
+  const float* sums;  // the sums so far (shared)
+  float* out;         // (global)
+  bf16* dqkv;         // (global)
+  long long ld;
+  float scale;        // 1 / sqrt(HS)
+  int n_rows;         // the tile's rows before T
+  bool first, last;   // key tile 0; the query tile's last key tile
+};
+
 // One query tile of the dK / dV kernels: dK_j, dV_j (the warpgroup's 64 keys, from jw0 - 16 warp;
 // the CTA's Cols columns, col_off bytes into the MN-major tiles) += dS^T Q_i, Pd^T dO_i, with
 // K_j, V_j at aK, aV, Q_i, dO_i (queries i0 .. i0+Br-1) at tQ, tdO, their lse_i log2(e) and D_i at
 // sLi, sDi, and the keep bytes at sM ([Bc / 8][MS], make_mask_tile's; read with dropout only).
-template <int HS, int Br, int Bc, int MS, int Cols, bool IsDropout>
+// Fuse: and dQ_i's sums += dS_ij K_j as fq says, in the same order of products as the dQ kernel's
+// register sums (the same bits); only in a kernel whose block is the one warpgroup (it
+// synchronises the block).
+template <int HS, int Br, int Bc, int MS, int Cols, bool IsDropout, bool Fuse = false>
 __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[Cols / 8][4], int Tn, float scale_log2,
                                           float dropout_scale, uint32_t aK, uint32_t aV, uint32_t tQ, uint32_t tdO,
                                           uint32_t col_off, const float* sLi, const float* sDi, const uint8_t* sM,
-                                          int i0, int jw0, int k_g, int warp, int lane) {
+                                          int i0, int jw0, int k_g, int warp, int lane, const FusedDq& fq = {}) {
   constexpr bool Ov = bwd_overlap<HS>();
   const int t = lane % 4;
   // S_ij^T = K_j Q_i^T (raw) and, overlapped, dPd_ij^T = V_j dO_i^T
@@ -421,9 +460,73 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[
   // dK_j += dS_ij^T Q_i   (the 1/sqrt(HS) is applied once, at the end)
   uint32_t da[Br / 16][4];
   pack_a<Br, false>(da, dpt, 0u);
+  if constexpr (Fuse) {
+    // dS_ij into fq.tS before dK's product takes da: each 16 x 16 block of dS_ij^T's A fragments
+    // as four 8 x 8 matrices stored transposed (lanes 8m .. 8m+7 address the rows of matrix m:
+    // queries 16 kk + 8 (m / 2) + lane % 8, keys from 16 warp + 8 (m % 2), one 16-byte chunk)
+    const int m = lane / 8;
+#pragma unroll
+    for (int kk = 0; kk < Br / 16; ++kk)
+      hopper::stmatrix_x4_trans(fq.tS + sw128_offset(Br, 16 * kk + 8 * (m / 2) + lane % 8, 2 * warp + m % 2), da[kk]);
+    hopper::fence_proxy_async();  // for the async proxy, which reads it as an operand
+  }
   hopper::wgmma_fence();
   wg_issue_rs<Br, Cols>(dk, da, tQ + col_off);
-  hopper::wgmma_wait_group<0>();  // dV's and dK's products retired: the tiles are free
+  if constexpr (Fuse) {
+    // dQ_i^T (HS x Br, 64 rows a slab) += K_j^T dS_ij^T: A = K_j MN-major, B = dS_ij K-major
+    cp_async_wait<0>();  // this thread's copies of the sums landed
+    __syncthreads();     // and every thread's, and every warp's part of dS_ij
+    const int g = lane / 4, t = lane % 4;
+    float dqt[HS / 64][Br / 8][4];
+#pragma unroll
+    for (int sl = 0; sl < HS / 64; ++sl)
+#pragma unroll
+      for (int nt = 0; nt < Br / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int hs = 64 * sl + 16 * warp + 8 * (e / 2) + g, q = 8 * nt + 2 * t + e % 2;
+          dqt[sl][nt][e] = fq.first ? 0.f : fq.sums[q * (HS + 4) + hs];
+        }
+    hopper::wgmma_fence();  // dqt written by ordinary code
+#pragma unroll
+    for (int sl = 0; sl < HS / 64; ++sl) {
+      float(&flat)[Br / 2] = reinterpret_cast<float(&)[Br / 2]>(dqt[sl]);
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk)
+        hopper::wgmma_bf16_ss<Br, 1, 0>(flat, desc_mnmajor<Bc>(aK + (uint32_t)(sl * Bc * 128), kk),
+                                        desc_kmajor<Br>(fq.tS, 0, kk), true);
+    }
+    hopper::wgmma_commit_group();
+    hopper::wgmma_wait_group<0>();  // dV's, dK's and dQ's products retired: the tiles are free
+    if (fq.last) {
+      // dqkv += dQ_i / sqrt(HS) as bf16 pairs of adjacent columns: the lane holds rows q, q + 1
+      // of column hs, and the lane of group g ^ 1 those of hs ^ 1, so the two swap one each
+      const bool odd = g % 2;
+#pragma unroll
+      for (int sl = 0; sl < HS / 64; ++sl)
+#pragma unroll
+        for (int nt = 0; nt < Br / 8; ++nt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float a0 = dqt[sl][nt][2 * h], a1 = dqt[sl][nt][2 * h + 1];  // (q, hs), (q + 1, hs)
+            const float other = __shfl_xor_sync(0xffffffffu, odd ? a0 : a1, 4);
+            const int hs = 64 * sl + 16 * warp + 8 * h + g - (odd ? 1 : 0), q = 8 * nt + 2 * t + (odd ? 1 : 0);
+            if (q < fq.n_rows) add_scaled_pair(fq.dqkv + q * fq.ld + hs, fq.scale, odd ? other : a0, odd ? a1 : other);
+          }
+    } else {
+#pragma unroll
+      for (int sl = 0; sl < HS / 64; ++sl)
+#pragma unroll
+        for (int nt = 0; nt < Br / 8; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int hs = 64 * sl + 16 * warp + 8 * (e / 2) + g, q = 8 * nt + 2 * t + e % 2;
+            if (q < fq.n_rows) fq.out[(long long)q * HS + hs] = dqt[sl][nt][e];
+          }
+    }
+  } else {
+    hopper::wgmma_wait_group<0>();  // dV's and dK's products retired: the tiles are free
+  }
 }
 
 template <int HS>
@@ -440,13 +543,31 @@ struct HopperDkvTile {
   static constexpr int kKVBytes = kBc * HS * 2, kQBytes = kBr * HS * 2;
   static constexpr int kTileBytes = 2 * kKVBytes + 4 * kQBytes;  // K, V; two stages of Q, dO
   static constexpr size_t kSmemBytes = 1024 + kTileBytes + 4 * kBr * sizeof(float) + (size_t)(kBc / 8) * kMaskStride;
+  // The cp.async kernel computes dQ too at HS 64 and 128 (FusedDq): each query tile's dQ sums
+  // pass from key tile to key tile through global memory, in key-tile order (flags), so that no
+  // second kernel recomputes S and dP. Not at HS 256, where the kernel has no registers to spare.
+  static constexpr bool kFuseDq = HS <= 128;
+  static constexpr int kSumStride = HS + 4;  // floats a row of the sums in shared memory: rows 2
+                                             // apart 8 banks apart, so a warp's loads are conflict-free
+  static constexpr int kSBytes = kBr * kBc * 2, kSumBytes = kBr * kSumStride * 4;
+  static constexpr size_t kSOffset = (kSmemBytes - 1024 + 1023) / 1024 * 1024;  // dS_ij's tile, 1024-aligned
+  static constexpr size_t kSmemBytesFused = 1024 + kSOffset + kSBytes + kSumBytes;
+  static_assert(kSmemBytesFused <= 227 * 1024, "the fused dK / dV kernel's tiles exceed 227 KB");
 };
 
 // grid (B*NH, ceil(T / Bc), kSplits). Causal.
-template <int HS, bool IsDropout>
+// Fuse (Tile::kFuseDq, kSplits 1): and dQ. Query tile i's sums get key tile j's terms from the CTA
+// (bh, j), j = 0, 1, .. in order: CTA j waits until p.dq_flags[bh][i] = j (zeroed before the
+// launch), adds its terms to the sums in p.dq_sums (starting them, for j = 0) and stores j + 1.
+// The sums are the dQ kernel's: the same products in the same order. CTA j waits only on CTAs
+// (bh, j') with j' < j, of lower linear index (bh is blockIdx.x), which the hardware starts
+// first; the causal mask puts CTA j a query tile or two behind CTA j - 1 when both run, so that
+// it seldom waits.
+template <int HS, bool IsDropout, bool Fuse>
 __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv_hopper_kernel(const BwdParams<bf16> p) {
   using Tile = HopperDkvTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, MS = Tile::kMaskStride, NThreads = Tile::kThreads, Cols = Tile::kCols;
+  static_assert(!Fuse || (Tile::kFuseDq && Tile::kSplits == 1), "dQ inside the dK / dV kernel at HS 64 and 128 only");
   unsigned char* const raw = dynamic_smem<unsigned char>();
   unsigned char* const sK = align_1024(raw);  // K_j  [Bc][HS]
   unsigned char* const sV = sK + Tile::kKVBytes;                                  // V_j  [Bc][HS]
@@ -455,6 +576,9 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   float* sL = reinterpret_cast<float*>(sK + Tile::kTileBytes);  // lse_i log2(e) [2][Br]
   float* sD = sL + 2 * Br;                                       // D_i [2][Br]
   uint8_t* sM = reinterpret_cast<uint8_t*>(sD + 2 * Br);         // keep bytes [Bc / 8][MS]
+  // with Fuse, after the others: dS_ij [Br][Bc] (1024-aligned) and dQ_i's sums [Br][kSumStride]
+  unsigned char* const sS = sK + Tile::kSOffset;
+  float* const sSum = reinterpret_cast<float*>(sS + Tile::kSBytes);
   const uint32_t aK = smem_u32(sK), aV = smem_u32(sV), aQ = smem_u32(sQ), adO = smem_u32(sdO);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
@@ -494,11 +618,18 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   load_q_tile(it0, 0);
   cp_async_commit();
 
+  const int jt = (int)blockIdx.y;
+  int* const flags = Fuse ? p.dq_flags + (long long)bh * n_it : nullptr;
+  float* const sums = Fuse ? p.dq_sums + (long long)bh * p.T * HS : nullptr;
+
   float dk[Cols / 8][4], dv[Cols / 8][4];
   zero(dk);
   zero(dv);
   for (int it = it0; it < n_it; ++it) {
     const int i0 = it * Br, stage = (it - it0) % 2;
+    // key tiles 0 .. jt-1 have added their terms to query tile it's sums (the __syncthreads
+    // below passes that on to the block)
+    if (Fuse && jt > 0 && threadIdx.x == 0) hopper::flag_wait(flags + it, jt);
     if (it + 1 < n_it) {
       load_q_tile(it + 1, 1 - stage);
       cp_async_commit();
@@ -509,10 +640,36 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
     if constexpr (IsDropout) make_mask_tile<Br, Bc, MS, NThreads>(sM, p.key, bh, i0, j0, (int)threadIdx.x, p.keep, p.T);
     hopper::fence_proxy_async();
     __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
-    dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout>(dk, dv, p.T, p.scale_log2, p.dropout_scale, aK, aV,
-                                               aQ + stage * Tile::kQBytes, adO + stage * Tile::kQBytes, col_off,
-                                               sL + stage * Br, sD + stage * Br, sM, i0, jw0, k_g, warp, lane);
-    __syncthreads();  // every warp is done with this stage and the keep bits
+    FusedDq fq{};
+    if constexpr (Fuse) {
+      // the sums so far (rows past T zeros), landing while S and dP are made
+      constexpr int kRowChunks = HS / 4;  // 16-byte chunks of a row of fp32 sums
+      if (jt > 0) {
+#pragma unroll
+        for (int c = (int)threadIdx.x; c < Br * kRowChunks; c += NThreads) {
+          const int r = c / kRowChunks, k = c % kRowChunks;
+          const bool valid = i0 + r < p.T;
+          cp_async_16(sSum + r * Tile::kSumStride + 4 * k, sums + (long long)(valid ? i0 + r : 0) * HS + 4 * k, valid);
+        }
+        cp_async_commit();
+      }
+      // the query tile's last key tile: the diagonal one, holding the keys of its queries (key
+      // tile jt runs the query tiles from jt Bc / Br on)
+      fq = FusedDq{smem_u32(sS),
+                   sSum,
+                   sums + (long long)i0 * HS,
+                   p.dqkv + qkv_b + (long long)i0 * p.ld_qkv + h * HS,
+                   p.ld_qkv,
+                   p.scale,
+                   min(Br, p.T - i0),
+                   jt == 0,
+                   jt == i0 / Bc};
+    }
+    dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout, Fuse>(dk, dv, p.T, p.scale_log2, p.dropout_scale, aK, aV,
+                                                     aQ + stage * Tile::kQBytes, adO + stage * Tile::kQBytes, col_off,
+                                                     sL + stage * Br, sD + stage * Br, sM, i0, jw0, k_g, warp, lane, fq);
+    __syncthreads();  // every warp is done with this stage and the keep bits (and its stores of the sums)
+    if (Fuse && threadIdx.x == 0) hopper::flag_release(flags + it, jt + 1);
   }
   // dqkv[K_j] += dK_j / sqrt(HS), dqkv[V_j] += dV_j s
   bf16* dqkv_b = p.dqkv + qkv_b;
@@ -828,10 +985,20 @@ void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
            tile_map(p.qkv, p.ld_qkv, rows, Kv::kBr), tile_map(p.dout, p.ld_out, rows, Kv::kBr));
     launch(flash_bwd_dq_hopper_ws_kernel<HS, IsDropout>, dq_grid, Dq::kThreadsWs, Dq::kSmemBytes, ctx.stream, p,
            tile_map(p.qkv, p.ld_qkv, rows, Dq::kBc), tile_map(p.dout, p.ld_out, rows, Dq::kBc));
-  } else {
-    launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout>, kv_grid, Kv::kThreads, Kv::kSmemBytes, ctx.stream, p);
-    launch(flash_bwd_dq_hopper_kernel<HS, IsDropout>, dq_grid, Dq::kThreads, Dq::kSmemBytes, ctx.stream, p);
+    return;
   }
+  if constexpr (Kv::kFuseDq) {
+    if (flash_attn_hopper_fused_dq()) {
+      if (!p.dq_sums || !p.dq_flags)
+        throw std::logic_error("flash_attn_backward (Hopper): no scratch for the dQ sums (flash_attn_scratch_bytes)");
+      cudaCheck(cudaMemsetAsync(p.dq_flags, 0, (size_t)p.B * p.NH * ceil_div(p.T, Kv::kBr) * sizeof(int), ctx.stream));
+      launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout, true>, kv_grid, Kv::kThreads, Kv::kSmemBytesFused, ctx.stream,
+             p);
+      return;
+    }
+  }
+  launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout, false>, kv_grid, Kv::kThreads, Kv::kSmemBytes, ctx.stream, p);
+  launch(flash_bwd_dq_hopper_kernel<HS, IsDropout>, dq_grid, Dq::kThreads, Dq::kSmemBytes, ctx.stream, p);
 }
 
 // A (rows, ld) bf16 tensor at base (qkv: B T rows of 3C; dout: of C) as a 2-D tensor map: boxes of

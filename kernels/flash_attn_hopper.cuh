@@ -6,7 +6,8 @@
 // Status: checked under the emulator and on an H100 (tests/gpu/test_flash_attn_gpu.cu, the
 // "hopper" cases: their outputs there are the mma.sync kernels' bit for bit, and a whole
 // shakespeare-char run on them gave the mma.sync run's losses at every step); head size 256
-// under the emulator only so far.
+// under the emulator only so far. The backward with dQ inside its dK / dV kernel (the default at
+// head sizes 64 and 128 since) has run under the emulator only.
 // flash_attn_forward / _backward<bf16> run them in place of the mma.sync kernels on compute
 // capability 9.0 unless TG_FLASH_HOPPER=0 (flash_attn_hopper_chosen).
 #pragma once
@@ -26,7 +27,7 @@ bool flash_attn_hopper_device(const Context& ctx);
 
 // Whether flash_attn_forward / _backward<bf16> run the Hopper kernels for heads of size HS on
 // ctx's device: compute capability 9.0, a tile head size (flash_attn_tile_head_size) of 64,
-// 128 or 256, and TG_FLASH_HOPPER unset, 1 or 2 in the environment (read at each call; 0: the
+// 128 or 256, and TG_FLASH_HOPPER unset, 1, 2 or 3 in the environment (read at each call; 0: the
 // mma.sync kernels; another value throws std::invalid_argument).
 bool flash_attn_hopper_chosen(const Context& ctx, int HS);
 
@@ -34,6 +35,12 @@ bool flash_attn_hopper_chosen(const Context& ctx, int HS);
 // tiles with TMA; kernels/flash_attn_hopper.cu) in place of the cp.async one: TG_FLASH_HOPPER=2.
 // It has not run on a GPU yet, so it is not the default.
 bool flash_attn_hopper_ws_backward();
+
+// Whether the Hopper backward at head sizes 64 and 128 computes dQ inside its dK / dV kernel (sums
+// passed from key tile to key tile in order, in flash_attn_scratch_bytes' scratch) rather than in a
+// second kernel that recomputes S and dP: the default; TG_FLASH_HOPPER=3 (and 2) run the second
+// kernel. The bits are the same either way.
+bool flash_attn_hopper_fused_dq();
 
 // As flash_attn_forward<bf16> with causal = true: out (B, T, C) and lse (B, NH, T) overwritten,
 // mask (B, NH, T, T) the keep decisions when not null (entries above the diagonal untouched).

@@ -72,7 +72,8 @@ struct FlashKernels {
   std::string before;
   bool had = false;
   explicit FlashKernels(bool hopper) : FlashKernels(hopper ? "1" : "0") {}
-  // value: TG_FLASH_HOPPER's ("2": the Hopper kernels with the warp-specialized backward)
+  // value: TG_FLASH_HOPPER's ("2": the Hopper kernels with the warp-specialized backward; "3": with
+  // dQ in a kernel of its own)
   explicit FlashKernels(const char* value) {
     if (const char* v = std::getenv("TG_FLASH_HOPPER")) had = true, before = v;
     setenv("TG_FLASH_HOPPER", value, 1);
