@@ -420,6 +420,23 @@ struct FusedDq {
   bool first, last;   // key tile 0; the query tile's last key tile
 };
 
+// floats a row of the dQ sums in shared memory: rows 2 apart are 8 banks apart, so that a warp's
+// loads of its accumulators' elements (for_each_dqt) are free of conflicts
+__host__ __device__ constexpr int dq_sum_stride(int HS) { return HS + 4; }
+
+// f(v, hs, q) for each of the lane's accumulators v of dQ_i^T (HS x Br as HS / 64 wgmma slabs of
+// 64 rows, columns the tile's queries): column hs of dQ_i, row q of the tile
+template <int HS, int Br, typename F>
+__device__ __forceinline__ void for_each_dqt(float (&dqt)[HS / 64][Br / 8][4], int warp, int lane, F&& f) {
+#pragma unroll
+  for (int sl = 0; sl < HS / 64; ++sl)
+#pragma unroll
+    for (int nt = 0; nt < Br / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        f(dqt[sl][nt][e], 64 * sl + 16 * warp + 8 * (e / 2) + lane / 4, 8 * nt + 2 * (lane % 4) + e % 2);
+}
+
 // One query tile of the dK / dV kernels: dK_j, dV_j (the warpgroup's 64 keys, from jw0 - 16 warp;
 // the CTA's Cols columns, col_off bytes into the MN-major tiles) += dS^T Q_i, Pd^T dO_i, with
 // K_j, V_j at aK, aV, Q_i, dO_i (queries i0 .. i0+Br-1) at tQ, tdO, their lse_i log2(e) and D_i at
@@ -478,15 +495,9 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[
     __syncthreads();     // and every thread's, and every warp's part of dS_ij
     const int g = lane / 4, t = lane % 4;
     float dqt[HS / 64][Br / 8][4];
-#pragma unroll
-    for (int sl = 0; sl < HS / 64; ++sl)
-#pragma unroll
-      for (int nt = 0; nt < Br / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int hs = 64 * sl + 16 * warp + 8 * (e / 2) + g, q = 8 * nt + 2 * t + e % 2;
-          dqt[sl][nt][e] = fq.first ? 0.f : fq.sums[q * (HS + 4) + hs];
-        }
+    for_each_dqt<HS, Br>(dqt, warp, lane, [&](float& v, int hs, int q) {
+      v = fq.first ? 0.f : fq.sums[q * dq_sum_stride(HS) + hs];
+    });
     hopper::wgmma_fence();  // dqt written by ordinary code
 #pragma unroll
     for (int sl = 0; sl < HS / 64; ++sl) {
@@ -514,15 +525,9 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[
             if (q < fq.n_rows) add_scaled_pair(fq.dqkv + q * fq.ld + hs, fq.scale, odd ? other : a0, odd ? a1 : other);
           }
     } else {
-#pragma unroll
-      for (int sl = 0; sl < HS / 64; ++sl)
-#pragma unroll
-        for (int nt = 0; nt < Br / 8; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int hs = 64 * sl + 16 * warp + 8 * (e / 2) + g, q = 8 * nt + 2 * t + e % 2;
-            if (q < fq.n_rows) fq.out[(long long)q * HS + hs] = dqt[sl][nt][e];
-          }
+      for_each_dqt<HS, Br>(dqt, warp, lane, [&](float& v, int hs, int q) {
+        if (q < fq.n_rows) fq.out[(long long)q * HS + hs] = v;
+      });
     }
   } else {
     hopper::wgmma_wait_group<0>();  // dV's and dK's products retired: the tiles are free
@@ -547,8 +552,7 @@ struct HopperDkvTile {
   // pass from key tile to key tile through global memory, in key-tile order (flags), so that no
   // second kernel recomputes S and dP. Not at HS 256, where the kernel has no registers to spare.
   static constexpr bool kFuseDq = HS <= 128;
-  static constexpr int kSumStride = HS + 4;  // floats a row of the sums in shared memory: rows 2
-                                             // apart 8 banks apart, so a warp's loads are conflict-free
+  static constexpr int kSumStride = dq_sum_stride(HS);
   static constexpr int kSBytes = kBr * kBc * 2, kSumBytes = kBr * kSumStride * 4;
   static constexpr size_t kSOffset = (kSmemBytes - 1024 + 1023) / 1024 * 1024;  // dS_ij's tile, 1024-aligned
   static constexpr size_t kSmemBytesFused = 1024 + kSOffset + kSBytes + kSumBytes;

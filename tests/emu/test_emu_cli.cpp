@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <iterator>
 #include <set>
 #include <cstdlib>
 #include <filesystem>
@@ -184,8 +185,8 @@ TEST_CASE("train_gpt_emu: on a GPU with 99 KB of shared memory a block, head siz
 // the Hopper kernels (kernels/flash_attn_hopper.cuh) unless TG_FLASH_HOPPER=0, and the start-up
 // line says which; under the emulator (as on an H100) their outputs are the mma.sync kernels' bit
 // for bit (the same products, in the same order per k-step of 16), so the whole run is the same
-// bits; TG_FLASH_HOPPER=2 (the warp-specialized backward) too. On an A100 they are the mma.sync
-// kernels, and a value other than 0, 1 or 2 is refused.
+// bits; TG_FLASH_HOPPER=2 (the warp-specialized backward) and 3 (dQ in its own kernel) too. On an
+// A100 they are the mma.sync kernels, and a value other than 0, 1, 2 or 3 is refused.
 TEST_CASE("train_gpt_emu: on compute capability 9.0 the flash kernels are Hopper wgmma's unless TG_FLASH_HOPPER=0, the same bits as mma.sync") {
   // head size 64 (one of the Hopper kernel's); two query tiles of its 128 rows at T = 160
   const std::string common = " --device cuda --precision bf16 --eval-interval 2 --log-interval 1 --sample-tokens 0 "
@@ -209,6 +210,14 @@ TEST_CASE("train_gpt_emu: on compute capability 9.0 the flash kernels are Hopper
   REQUIRE(ws.code == 0);
   CHECK(ws.out.find("attention: flash (Hopper wgmma kernels, warp-specialized backward) |") != std::string::npos);
   CHECK(train_losses(out / "ws") == a);
+  // dQ in a kernel of its own (TG_FLASH_HOPPER=3): named, and the same first two steps (the second
+  // after the first backward)
+  const Run apart = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 2 --out-dir " + (out / "apart").string(),
+                                 "env TG_FLASH_HOPPER=3 ");
+  INFO("stderr: " << apart.err);
+  REQUIRE(apart.code == 0);
+  CHECK(apart.out.find("attention: flash (Hopper wgmma kernels, dQ in its own kernel) |") != std::string::npos);
+  CHECK(train_losses(out / "apart") == std::map<int, double>(a.begin(), std::next(a.begin(), 2)));
   const Run a100 = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 1 --out-dir " + (out / "a100").string(),
                                 "env TG_EMU_DEVICE=a100 ");
   CHECK(a100.code == 0);

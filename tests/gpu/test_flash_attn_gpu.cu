@@ -768,8 +768,8 @@ TG_GPU_TEST("flash attention bf16: the forward's keep buffer holds the CPU's kee
   };
   const std::vector<Run> runs = tg_test::device_sizes<Run>(
       {{"0", 1, 64}, {"0", 129, 64}, {"0", 255, 128}, {"0", 17, 40}, {"1", 1, 64}, {"1", 129, 64}, {"1", 255, 128},
-       {"1", 17, 40}, {"1", 129, 256}, {"2", 129, 64}, {"2", 255, 128}},
-      {{"0", 129, 64}, {"0", 17, 40}, {"1", 129, 64}, {"1", 17, 128}, {"2", 129, 64}});
+       {"1", 17, 40}, {"1", 129, 256}, {"2", 129, 64}, {"2", 255, 128}, {"3", 129, 64}},
+      {{"0", 129, 64}, {"0", 17, 40}, {"1", 129, 64}, {"1", 17, 128}, {"2", 129, 64}, {"3", 129, 128}});
   for (const Run& r : runs) {
     if (r.family[0] != '0' && !tg_test::hopper_available()) continue;
     if (!flash_fits(r.HS, true)) continue;
@@ -778,7 +778,8 @@ TG_GPU_TEST("flash attention bf16: the forward's keep buffer holds the CPU's kee
       keep_buffer_case(Shape{2, r.Tn, 2, r.HS}, p, salt += 10,
                        r.family[0] == '0'   ? "mma.sync"
                        : r.family[0] == '1' ? "hopper"
-                                            : "hopper, warp-specialized backward");
+                       : r.family[0] == '2' ? "hopper, warp-specialized backward"
+                                            : "hopper, dQ in its own kernel");
   }
 }
 
