@@ -253,13 +253,20 @@ __device__ __forceinline__ void fence_proxy_async() {
 // semaphores do: flag_wait by one thread, then a __syncthreads, before the block reads what the
 // flag guards; the block's writes, then a __syncthreads, then flag_release by one thread. A block
 // may wait only on blocks of a lower linear index, which the hardware starts first: on one that
-// has not started it would wait for ever.
+// has not started it would wait for ever. So that a bug ends the launch rather than hanging the
+// program, the wait polls at once 1024 times, then every 256 ns or so (__nanosleep), and traps
+// (an unspecified launch failure) after 2^27 such naps, half a minute at least.
 __device__ __forceinline__ void flag_wait(const int* flag, int value) {
 #if TG_HOPPER_PTX
-  int now;
-  do {
+  for (uint32_t polls = 0;; ++polls) {
+    int now;
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(now) : "l"(flag) : "memory");
-  } while (now != value);
+    if (now == value) return;
+    if (polls >= 1024) {
+      if (polls - 1024 >= (1u << 27)) __trap();
+      __nanosleep(256);
+    }
+  }
 #else
   (void)flag, (void)value;
   __trap();
