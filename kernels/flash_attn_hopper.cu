@@ -54,10 +54,14 @@
 // of key tile j waits on a flag until tile j - 1's CTA has stored them, adds its terms, stores them
 // and raises the flag; the diagonal key tile, the last, adds dQ_i / sqrt(HS) to dqkv. Each element
 // of dQ so gets the dQ kernel's products in the dQ kernel's order (the same bits), and no kernel
-// recomputes S and dP for dQ: 5 products a tile pair where the two kernels made 7. The deterministic
-// order costs waits only where a CTA outruns the one before it; under the causal mask key tile j
-// starts its query tiles where tile j - 1 is a tile or two ahead. TG_FLASH_HOPPER=3 runs the two
-// kernels (and HS 256 always does: its dK / dV kernel has no registers to spare).
+// recomputes S and dP for dQ: 5 products a tile pair where the two kernels made 7. The order has a
+// cost where the CTAs of one head's key tiles run at once: under the causal mask key tile j starts
+// at query tile j Bc / Br, Bc / Br tiles past tile j - 1's start, so it reaches each query tile
+// before tile j - 1 does and waits; in a wave where k of them start together the last waits about
+// (1 + Bc / Br) (k - 1) tile times. The grid runs every head's key tile 0, then every head's tile 1,
+// and so on, so once B NH is at least the CTAs the GPU holds (2 an SM) a key tile's CTA starts when
+// the one before it is long done. TG_FLASH_HOPPER=3 runs the two kernels (and HS 256 always does:
+// its dK / dV kernel has no registers to spare).
 //
 // Built for sm_90a alone (the Makefile's HOPPER_GENCODE): the instructions exist nowhere else.
 #include <cmath>
@@ -565,8 +569,7 @@ struct HopperDkvTile {
 // launch), adds its terms to the sums in p.dq_sums (starting them, for j = 0) and stores j + 1.
 // The sums are the dQ kernel's: the same products in the same order. CTA j waits only on CTAs
 // (bh, j') with j' < j, of lower linear index (bh is blockIdx.x), which the hardware starts
-// first; the causal mask puts CTA j a query tile or two behind CTA j - 1 when both run, so that
-// it seldom waits.
+// first (what the waits cost: the header comment).
 template <int HS, bool IsDropout, bool Fuse>
 __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv_hopper_kernel(const BwdParams<bf16> p) {
   using Tile = HopperDkvTile<HS>;
