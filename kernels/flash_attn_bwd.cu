@@ -61,11 +61,13 @@ size_t scratch_before_dq_sums(int B, int Tn, int NH, const flash::Padding& pad) 
   return d_bytes + 2 * pad.bytes(rows, 3 * NH) + 2 * pad.bytes(rows, NH);
 }
 
-// The Hopper backward's dQ sums (B, NH, T, HSp) fp32 and its flags (B, NH, ceil(T / 32)) where its
-// dK / dV kernel computes dQ (tile head sizes 64 and 128; flash_attn_hopper_fused_dq), else 0
+// The Hopper backward's dQ sums (B, NH, T, HSp) fp32 and its flags where its dK / dV kernel
+// computes dQ (flash_attn_hopper_fused_dq; the Hopper head sizes), else 0: a flag per query tile
+// of 32 rows or more, per 128 columns of a head
 size_t dq_sums_bytes(int B, int Tn, int NH, int HSp) {
-  if (HSp != 64 && HSp != 128) return 0;
-  return round_256((size_t)B * NH * Tn * HSp * sizeof(float)) + round_256((size_t)B * NH * ceil_div(Tn, 32) * sizeof(int));
+  if (!flash_attn_hopper_head_size(HSp)) return 0;
+  const size_t flags = (size_t)B * NH * ceil_div(Tn, 32) * (HSp > 128 ? HSp / 128 : 1);
+  return round_256((size_t)B * NH * Tn * HSp * sizeof(float)) + round_256(flags * sizeof(int));
 }
 }  // namespace
 

@@ -89,8 +89,8 @@ struct BwdParams : FwdParams<Act> {
   float* D;         // (B, NH, T) scratch: D_i = rowsum(dO_i o O_i), written by the preprocessing pass
   // the Hopper dK / dV kernel with dQ inside (kernels/flash_attn_hopper.cu), else null; scratch:
   float* dq_sums;   // (B, NH, T, HS) dQ's fp32 sums, each query tile's added to key tile by key tile
-  int* dq_flags;    // (B, NH, ceil(T / Br)) per query tile, the key tiles whose terms its sums hold
-                    // (the scratch holds ceil(T / 32) a head, the smallest Br's count)
+  int* dq_flags;    // (B, NH, splits, ceil(T / Br)) per query tile (and split of a head's columns
+                    // among CTAs), the key tiles whose terms its sums hold
 };
 
 // The Hopper backward's dK / dV and dQ kernels (kernels/flash_attn_hopper.cu) on params p of head

@@ -46,7 +46,8 @@
 // (fence.proxy.async) after its copies land, before the barrier that precedes the wgmmas. Their
 // warp-specialized twins (TG_FLASH_HOPPER=2, not yet the default) load with TMA as the forward does.
 //
-// The backward at HS 64 and 128 is one kernel: the dK / dV kernel computes dQ too (FusedDq). Per
+// The backward is one kernel: the dK / dV kernel computes dQ too (FusedDq; at HS 256 each of the
+// two CTAs of a key tile its 128 columns of dQ, with a flag of its own). Per
 // (query tile i, key tile j) it has dS_ij in registers as dK's A operand; it stores it to shared
 // memory transposed (stmatrix .trans), as the B operand of dQ_i^T += K_j^T dS_ij^T (wgmma, A = K_j
 // MN-major: the product runs over the keys, K_j's rows), with dQ_i's fp32 sums so far loaded as
@@ -60,8 +61,7 @@
 // before tile j - 1 does and waits; in a wave where k of them start together the last waits about
 // (1 + Bc / Br) (k - 1) tile times. The grid runs every head's key tile 0, then every head's tile 1,
 // and so on, so once B NH is at least the CTAs the GPU holds (2 an SM) a key tile's CTA starts when
-// the one before it is long done. TG_FLASH_HOPPER=3 runs the two kernels (and HS 256 always does:
-// its dK / dV kernel has no registers to spare).
+// the one before it is long done. TG_FLASH_HOPPER=3 runs the two kernels.
 //
 // Built for sm_90a alone (the Makefile's HOPPER_GENCODE): the instructions exist nowhere else.
 #include <cmath>
@@ -415,6 +415,7 @@ __host__ __device__ constexpr bool bwd_overlap() { return HS <= 128; }
 // dQ kernel's.
 struct FusedDq {
   uint32_t tS;        // dS_ij (queries x keys): the B tile of dQ_i^T's product, [Br][Bc] (shared)
+  uint32_t tK;        // K_j's column block of the CTA's first column (shared)
   const float* sums;  // the sums so far (shared)
   float* out;         // (global)
   bf16* dqkv;         // (global)
@@ -428,12 +429,13 @@ struct FusedDq {
 // loads of its accumulators' elements (for_each_dqt) are free of conflicts
 __host__ __device__ constexpr int dq_sum_stride(int HS) { return HS + 4; }
 
-// f(v, hs, q) for each of the lane's accumulators v of dQ_i^T (HS x Br as HS / 64 wgmma slabs of
-// 64 rows, columns the tile's queries): column hs of dQ_i, row q of the tile
-template <int HS, int Br, typename F>
-__device__ __forceinline__ void for_each_dqt(float (&dqt)[HS / 64][Br / 8][4], int warp, int lane, F&& f) {
+// f(v, hs, q) for each of the lane's accumulators v of dQ_i^T (the CTA's Cols columns of dQ by Br,
+// as Cols / 64 wgmma slabs of 64 rows, columns the tile's queries): column hs of dQ_i (from the
+// CTA's first), row q of the tile
+template <int Cols, int Br, typename F>
+__device__ __forceinline__ void for_each_dqt(float (&dqt)[Cols / 64][Br / 8][4], int warp, int lane, F&& f) {
 #pragma unroll
-  for (int sl = 0; sl < HS / 64; ++sl)
+  for (int sl = 0; sl < Cols / 64; ++sl)
 #pragma unroll
     for (int nt = 0; nt < Br / 8; ++nt)
 #pragma unroll
@@ -498,17 +500,17 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[
     cp_async_wait<0>();  // this thread's copies of the sums landed
     __syncthreads();     // and every thread's, and every warp's part of dS_ij
     const int g = lane / 4, t = lane % 4;
-    float dqt[HS / 64][Br / 8][4];
-    for_each_dqt<HS, Br>(dqt, warp, lane, [&](float& v, int hs, int q) {
-      v = fq.first ? 0.f : fq.sums[q * dq_sum_stride(HS) + hs];
+    float dqt[Cols / 64][Br / 8][4];
+    for_each_dqt<Cols, Br>(dqt, warp, lane, [&](float& v, int hs, int q) {
+      v = fq.first ? 0.f : fq.sums[q * dq_sum_stride(Cols) + hs];
     });
     hopper::wgmma_fence();  // dqt written by ordinary code
 #pragma unroll
-    for (int sl = 0; sl < HS / 64; ++sl) {
+    for (int sl = 0; sl < Cols / 64; ++sl) {
       float(&flat)[Br / 2] = reinterpret_cast<float(&)[Br / 2]>(dqt[sl]);
 #pragma unroll
       for (int kk = 0; kk < Bc / 16; ++kk)
-        hopper::wgmma_bf16_ss<Br, 1, 0>(flat, desc_mnmajor<Bc>(aK + (uint32_t)(sl * Bc * 128), kk),
+        hopper::wgmma_bf16_ss<Br, 1, 0>(flat, desc_mnmajor<Bc>(fq.tK + (uint32_t)(sl * Bc * 128), kk),
                                         desc_kmajor<Br>(fq.tS, 0, kk), true);
     }
     hopper::wgmma_commit_group();
@@ -518,7 +520,7 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[
       // of column hs, and the lane of group g ^ 1 those of hs ^ 1, so the two swap one each
       const bool odd = g % 2;
 #pragma unroll
-      for (int sl = 0; sl < HS / 64; ++sl)
+      for (int sl = 0; sl < Cols / 64; ++sl)
 #pragma unroll
         for (int nt = 0; nt < Br / 8; ++nt)
 #pragma unroll
@@ -529,7 +531,7 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[
             if (q < fq.n_rows) add_scaled_pair(fq.dqkv + q * fq.ld + hs, fq.scale, odd ? other : a0, odd ? a1 : other);
           }
     } else {
-      for_each_dqt<HS, Br>(dqt, warp, lane, [&](float& v, int hs, int q) {
+      for_each_dqt<Cols, Br>(dqt, warp, lane, [&](float& v, int hs, int q) {
         if (q < fq.n_rows) fq.out[(long long)q * HS + hs] = v;
       });
     }
@@ -552,11 +554,11 @@ struct HopperDkvTile {
   static constexpr int kKVBytes = kBc * HS * 2, kQBytes = kBr * HS * 2;
   static constexpr int kTileBytes = 2 * kKVBytes + 4 * kQBytes;  // K, V; two stages of Q, dO
   static constexpr size_t kSmemBytes = 1024 + kTileBytes + 4 * kBr * sizeof(float) + (size_t)(kBc / 8) * kMaskStride;
-  // The cp.async kernel computes dQ too at HS 64 and 128 (FusedDq): each query tile's dQ sums
-  // pass from key tile to key tile through global memory, in key-tile order (flags), so that no
-  // second kernel recomputes S and dP. Not at HS 256, where the kernel has no registers to spare.
-  static constexpr bool kFuseDq = HS <= 128;
-  static constexpr int kSumStride = dq_sum_stride(HS);
+  // The cp.async kernel computes dQ too (FusedDq), the CTA's Cols columns of it: each query
+  // tile's dQ sums pass from key tile to key tile through global memory, in key-tile order
+  // (flags, one a query tile and column split), so that no second kernel recomputes S and dP.
+  static constexpr bool kFuseDq = true;
+  static constexpr int kSumStride = dq_sum_stride(kCols);
   static constexpr int kSBytes = kBr * kBc * 2, kSumBytes = kBr * kSumStride * 4;
   static constexpr size_t kSOffset = (kSmemBytes - 1024 + 1023) / 1024 * 1024;  // dS_ij's tile, 1024-aligned
   static constexpr size_t kSmemBytesFused = 1024 + kSOffset + kSBytes + kSumBytes;
@@ -574,7 +576,7 @@ template <int HS, bool IsDropout, bool Fuse>
 __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv_hopper_kernel(const BwdParams<bf16> p) {
   using Tile = HopperDkvTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, MS = Tile::kMaskStride, NThreads = Tile::kThreads, Cols = Tile::kCols;
-  static_assert(!Fuse || (Tile::kFuseDq && Tile::kSplits == 1), "dQ inside the dK / dV kernel at HS 64 and 128 only");
+  static_assert(!Fuse || Tile::kFuseDq, "dQ inside the dK / dV kernel where its tile says so");
   unsigned char* const raw = dynamic_smem<unsigned char>();
   unsigned char* const sK = align_1024(raw);  // K_j  [Bc][HS]
   unsigned char* const sV = sK + Tile::kKVBytes;                                  // V_j  [Bc][HS]
@@ -626,8 +628,8 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   cp_async_commit();
 
   const int jt = (int)blockIdx.y;
-  int* const flags = Fuse ? p.dq_flags + (long long)bh * n_it : nullptr;
-  float* const sums = Fuse ? p.dq_sums + (long long)bh * p.T * HS : nullptr;
+  int* const flags = Fuse ? p.dq_flags + ((long long)bh * Tile::kSplits + (c0 / Cols)) * n_it : nullptr;
+  float* const sums = Fuse ? p.dq_sums + (long long)bh * p.T * HS + c0 : nullptr;  // the CTA's first column
 
   float dk[Cols / 8][4], dv[Cols / 8][4];
   zero(dk);
@@ -650,7 +652,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
     FusedDq fq{};
     if constexpr (Fuse) {
       // the sums so far (rows past T zeros), landing while S and dP are made
-      constexpr int kRowChunks = HS / 4;  // 16-byte chunks of a row of fp32 sums
+      constexpr int kRowChunks = Cols / 4;  // 16-byte chunks of the CTA's part of a row of fp32 sums
       if (jt > 0) {
 #pragma unroll
         for (int c = (int)threadIdx.x; c < Br * kRowChunks; c += NThreads) {
@@ -663,9 +665,10 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
       // the query tile's last key tile: the diagonal one, holding the keys of its queries (key
       // tile jt runs the query tiles from jt Bc / Br on)
       fq = FusedDq{smem_u32(sS),
+                   aK + (uint32_t)(c0 / 64) * Bc * 128,
                    sSum,
                    sums + (long long)i0 * HS,
-                   p.dqkv + qkv_b + (long long)i0 * p.ld_qkv + h * HS,
+                   p.dqkv + qkv_b + (long long)i0 * p.ld_qkv + h * HS + c0,
                    p.ld_qkv,
                    p.scale,
                    min(Br, p.T - i0),
@@ -998,7 +1001,8 @@ void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
     if (flash_attn_hopper_fused_dq()) {
       if (!p.dq_sums || !p.dq_flags)
         throw std::logic_error("flash_attn_backward (Hopper): no scratch for the dQ sums (flash_attn_scratch_bytes)");
-      cudaCheck(cudaMemsetAsync(p.dq_flags, 0, (size_t)p.B * p.NH * ceil_div(p.T, Kv::kBr) * sizeof(int), ctx.stream));
+      cudaCheck(cudaMemsetAsync(p.dq_flags, 0, (size_t)p.B * p.NH * Kv::kSplits * ceil_div(p.T, Kv::kBr) * sizeof(int),
+                                ctx.stream));
       launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout, true>, kv_grid, Kv::kThreads, Kv::kSmemBytesFused, ctx.stream,
              p);
       return;

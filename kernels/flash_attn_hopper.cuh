@@ -36,7 +36,7 @@ bool flash_attn_hopper_chosen(const Context& ctx, int HS);
 // It has not run on a GPU yet, so it is not the default.
 bool flash_attn_hopper_ws_backward();
 
-// Whether the Hopper backward at head sizes 64 and 128 computes dQ inside its dK / dV kernel (sums
+// Whether the Hopper backward computes dQ inside its dK / dV kernel (sums
 // passed from key tile to key tile in order, in flash_attn_scratch_bytes' scratch) rather than in a
 // second kernel that recomputes S and dP: the default; TG_FLASH_HOPPER=3 (and 2) run the second
 // kernel. The bits are the same either way.
