@@ -407,12 +407,12 @@ template <int HS>
 __host__ __device__ constexpr bool bwd_overlap() { return HS <= 128; }
 
 // The dQ terms of one (query tile, key tile) in the dK / dV kernel that computes dQ too
-// (HopperDkvTile::kFuseDq): dQ_i's fp32 sums so far come in at sums ([Br][HS + 4] in shared
-// memory, landed by cp.async; not read for key tile 0, whose sums start at zero), get
+// (the CTA's Cols columns of dQ): dQ_i's fp32 sums so far come in at sums ([Br][Cols + 4] in
+// shared memory, landed by cp.async; not read for key tile 0, whose sums start at zero), get
 // dS_ij K_j added by wgmma, and go out, rows below n_rows: to out (row i0 of the head's (T, HS)
-// sums in global memory), or from the query tile's last key tile (the one on its diagonal) to
-// dqkv (row i0, the head's Q columns; row stride ld) as dQ_i / sqrt(HS), as add_to_dqkv adds the
-// dQ kernel's.
+// sums in global memory, at the CTA's first column), or from the query tile's last key tile (the
+// one on its diagonal) to dqkv (row i0, the CTA's first Q column; row stride ld) as
+// dQ_i / sqrt(HS), as add_to_dqkv adds the dQ kernel's.
 struct FusedDq {
   uint32_t tS;        // dS_ij (queries x keys): the B tile of dQ_i^T's product, [Br][Bc] (shared)
   uint32_t tK;        // K_j's column block of the CTA's first column (shared)
@@ -496,7 +496,7 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[
   hopper::wgmma_fence();
   wg_issue_rs<Br, Cols>(dk, da, tQ + col_off);
   if constexpr (Fuse) {
-    // dQ_i^T (HS x Br, 64 rows a slab) += K_j^T dS_ij^T: A = K_j MN-major, B = dS_ij K-major
+    // dQ_i^T (the Cols columns by Br, 64 a slab) += K_j^T dS_ij^T: A = K_j MN-major, B = dS_ij K-major
     cp_async_wait<0>();  // this thread's copies of the sums landed
     __syncthreads();     // and every thread's, and every warp's part of dS_ij
     const int g = lane / 4, t = lane % 4;
@@ -557,7 +557,6 @@ struct HopperDkvTile {
   // The cp.async kernel computes dQ too (FusedDq), the CTA's Cols columns of it: each query
   // tile's dQ sums pass from key tile to key tile through global memory, in key-tile order
   // (flags, one a query tile and column split), so that no second kernel recomputes S and dP.
-  static constexpr bool kFuseDq = true;
   static constexpr int kSumStride = dq_sum_stride(kCols);
   static constexpr int kSBytes = kBr * kBc * 2, kSumBytes = kBr * kSumStride * 4;
   static constexpr size_t kSOffset = (kSmemBytes - 1024 + 1023) / 1024 * 1024;  // dS_ij's tile, 1024-aligned
@@ -566,9 +565,9 @@ struct HopperDkvTile {
 };
 
 // grid (B*NH, ceil(T / Bc), kSplits). Causal.
-// Fuse (Tile::kFuseDq, kSplits 1): and dQ. Query tile i's sums get key tile j's terms from the CTA
-// (bh, j), j = 0, 1, .. in order: CTA j waits until p.dq_flags[bh][i] = j (zeroed before the
-// launch), adds its terms to the sums in p.dq_sums (starting them, for j = 0) and stores j + 1.
+// Fuse: and dQ, the CTA's Cols columns of it. Query tile i's sums get key tile j's terms from the
+// CTA (bh, j, z), j = 0, 1, .. in order: CTA j waits until p.dq_flags[bh][z][i] = j (zeroed before
+// the launch), adds its terms to the sums in p.dq_sums (starting them, for j = 0) and stores j + 1.
 // The sums are the dQ kernel's: the same products in the same order. CTA j waits only on CTAs
 // (bh, j') with j' < j, of lower linear index (bh is blockIdx.x), which the hardware starts
 // first (what the waits cost: the header comment).
@@ -576,7 +575,6 @@ template <int HS, bool IsDropout, bool Fuse>
 __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv_hopper_kernel(const BwdParams<bf16> p) {
   using Tile = HopperDkvTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, MS = Tile::kMaskStride, NThreads = Tile::kThreads, Cols = Tile::kCols;
-  static_assert(!Fuse || Tile::kFuseDq, "dQ inside the dK / dV kernel where its tile says so");
   unsigned char* const raw = dynamic_smem<unsigned char>();
   unsigned char* const sK = align_1024(raw);  // K_j  [Bc][HS]
   unsigned char* const sV = sK + Tile::kKVBytes;                                  // V_j  [Bc][HS]
@@ -997,16 +995,13 @@ void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
            tile_map(p.qkv, p.ld_qkv, rows, Dq::kBc), tile_map(p.dout, p.ld_out, rows, Dq::kBc));
     return;
   }
-  if constexpr (Kv::kFuseDq) {
-    if (flash_attn_hopper_fused_dq()) {
-      if (!p.dq_sums || !p.dq_flags)
-        throw std::logic_error("flash_attn_backward (Hopper): no scratch for the dQ sums (flash_attn_scratch_bytes)");
-      cudaCheck(cudaMemsetAsync(p.dq_flags, 0, (size_t)p.B * p.NH * Kv::kSplits * ceil_div(p.T, Kv::kBr) * sizeof(int),
-                                ctx.stream));
-      launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout, true>, kv_grid, Kv::kThreads, Kv::kSmemBytesFused, ctx.stream,
-             p);
-      return;
-    }
+  if (flash_attn_hopper_fused_dq()) {
+    if (!p.dq_sums || !p.dq_flags)
+      throw std::logic_error("flash_attn_backward (Hopper): no scratch for the dQ sums (flash_attn_scratch_bytes)");
+    cudaCheck(cudaMemsetAsync(p.dq_flags, 0, (size_t)p.B * p.NH * Kv::kSplits * ceil_div(p.T, Kv::kBr) * sizeof(int),
+                              ctx.stream));
+    launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout, true>, kv_grid, Kv::kThreads, Kv::kSmemBytesFused, ctx.stream, p);
+    return;
   }
   launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout, false>, kv_grid, Kv::kThreads, Kv::kSmemBytes, ctx.stream, p);
   launch(flash_bwd_dq_hopper_kernel<HS, IsDropout>, dq_grid, Dq::kThreads, Dq::kSmemBytes, ctx.stream, p);

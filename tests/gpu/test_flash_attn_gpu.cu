@@ -551,8 +551,8 @@ TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the rati
           CHECK_MESSAGE(bitwise_equal(ws.dqkv, hw.dqkv), where << ": the warp-specialized backward's dqkv differs, largest "
                                                               << max_abs_diff(ws.dqkv, hw.dqkv));
         }
-        // dQ in a kernel of its own (TG_FLASH_HOPPER=3) rather than inside the dK / dV kernel (at
-        // HS 64 and 128, padded or not): the same products in the same order, so the same bits
+        // dQ in a kernel of its own (TG_FLASH_HOPPER=3) rather than inside the dK / dV kernel
+        // (padded or not): the same products in the same order, so the same bits
         const Result apart = [&] {
           const tg_test::FlashKernels family("3");
           return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, true, false);
