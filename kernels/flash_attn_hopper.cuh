@@ -6,8 +6,8 @@
 // Status: checked under the emulator and on an H100 (tests/gpu/test_flash_attn_gpu.cu, the
 // "hopper" cases: their outputs there are the mma.sync kernels' bit for bit, and a whole
 // shakespeare-char run on them gave the mma.sync run's losses at every step); head size 256
-// under the emulator only so far. The backward with dQ inside its dK / dV kernel (the default at
-// head sizes 64 and 128 since) has run under the emulator only.
+// under the emulator only so far. The backward with dQ inside its dK / dV kernel (the default
+// since) has run under the emulator only.
 // flash_attn_forward / _backward<bf16> run them in place of the mma.sync kernels on compute
 // capability 9.0 unless TG_FLASH_HOPPER=0 (flash_attn_hopper_chosen).
 #pragma once
