@@ -28,8 +28,8 @@
 #                (the Hopper ones on compute capability 9.0; at p = 0.2 also with the backward
 #                making the keep decisions again, --paths recompute), then with TG_FLASH_HOPPER=0 (the
 #                mma.sync ones, recompute rows too) at fewer T, then with TG_FLASH_HOPPER=2 (the Hopper kernels with
-#                the warp-specialized TMA backward) and TG_FLASH_HOPPER=3 (them with dQ in a kernel of its own,
-#                as before the default backward computed it inside the dK / dV kernel) at T 4k
+#                the warp-specialized TMA backward) and TG_FLASH_HOPPER=3 (them with dQ inside the dK / dV
+#                kernel) at T 4k
 #   train_flash  shakespeare-char, flash, bf16, the full 5000 iterations: ms/iteration, tokens/s,
 #                MFU, peak device memory (nvidia-smi sampled), best val loss, the kernels it ran
 #   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle)
@@ -182,12 +182,12 @@ parse_hopper() {
 
 # the attention benchmark's rows on the default kernels (the Hopper ones on compute capability
 # 9.0), then the mma.sync kernels' at fewer T, then the warp-specialized backward's, then the
-# backward's with dQ in its own kernel
+# backward's with dQ inside the dK / dV kernel
 parse_attention_step() {
   parse_attention "$1"
   [ -f "$1/bench_mma.csv" ] && parse_attention "$1" bench_mma.csv | sed 's/^/mma.sync kernels: /'
   [ -f "$1/bench_ws.csv" ] && parse_attention "$1" bench_ws.csv | sed 's/^/warp-specialized backward: /'
-  [ -f "$1/bench_apart.csv" ] && parse_attention "$1" bench_apart.csv | sed 's/^/dQ in its own kernel: /'
+  [ -f "$1/bench_fused.csv" ] && parse_attention "$1" bench_fused.csv | sed 's/^/dQ inside the dK \/ dV kernel: /'
   return 0
 }
 
@@ -590,14 +590,14 @@ step_hopper() {
 
 # the default kernels at every T (on compute capability 9.0 the Hopper ones), then the mma.sync
 # kernels at fewer T, then the Hopper kernels with the warp-specialized backward
-# (TG_FLASH_HOPPER=2) and with dQ in its own kernel (TG_FLASH_HOPPER=3) at T 4k, each beside SDPA
+# (TG_FLASH_HOPPER=2) and with dQ inside the dK / dV kernel (TG_FLASH_HOPPER=3) at T 4k, each beside SDPA
 step_attention() {
   lib_env
   bounded_to 120 "$BENCH" "${BENCH_ARGS[@]}" --csv "$LOGS/bench_attention.csv"
   local rc=$?
   TG_FLASH_HOPPER=0 bounded "$BENCH" "${MMA_BENCH_ARGS[@]}" --csv "$LOGS/bench_mma.csv" || rc=$?
   TG_FLASH_HOPPER=2 bounded "$BENCH" "${WS_BENCH_ARGS[@]}" --csv "$LOGS/bench_ws.csv" || rc=$?
-  TG_FLASH_HOPPER=3 bounded "$BENCH" "${WS_BENCH_ARGS[@]}" --csv "$LOGS/bench_apart.csv" || rc=$?
+  TG_FLASH_HOPPER=3 bounded "$BENCH" "${WS_BENCH_ARGS[@]}" --csv "$LOGS/bench_fused.csv" || rc=$?
   return $rc
 }
 

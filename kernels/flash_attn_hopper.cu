@@ -46,7 +46,8 @@
 // (fence.proxy.async) after its copies land, before the barrier that precedes the wgmmas. Their
 // warp-specialized twins (TG_FLASH_HOPPER=2, not yet the default) load with TMA as the forward does.
 //
-// The backward is one kernel: the dK / dV kernel computes dQ too (FusedDq; at HS 256 each of the
+// With TG_FLASH_HOPPER=3 the backward is one kernel (measured slower on the H200, so not the
+// default: docs/BENCHMARKS.md): the dK / dV kernel computes dQ too (FusedDq; at HS 256 each of the
 // two CTAs of a key tile its 128 columns of dQ, with a flag of its own). Per
 // (query tile i, key tile j) it has dS_ij in registers as dK's A operand; it stores it to shared
 // memory transposed (stmatrix .trans), as the B operand of dQ_i^T += K_j^T dS_ij^T (wgmma, A = K_j
@@ -61,7 +62,7 @@
 // before tile j - 1 does and waits; in a wave where k of them start together the last waits about
 // (1 + Bc / Br) (k - 1) tile times. The grid runs every head's key tile 0, then every head's tile 1,
 // and so on, so once B NH is at least the CTAs the GPU holds (2 an SM) a key tile's CTA starts when
-// the one before it is long done. TG_FLASH_HOPPER=3 runs the two kernels.
+// the one before it is long done.
 //
 // Built for sm_90a alone (the Makefile's HOPPER_GENCODE): the instructions exist nowhere else.
 #include <cmath>
@@ -105,7 +106,7 @@ std::string hopper_setting() {
   if (!s.empty() && s != "0" && s != "1" && s != "2" && s != "3")
     throw std::invalid_argument("TG_FLASH_HOPPER is '" + s + "'; expected 1 (the Hopper kernels on compute capability "
                                 "9.0, the default), 2 (them with the warp-specialized TMA backward), 3 (them with "
-                                "dQ in a kernel of its own) or 0 (the mma.sync kernels); set one of them, or unset it");
+                                "dQ inside the dK / dV kernel) or 0 (the mma.sync kernels); set one of them, or unset it");
   return s;
 }
 }  // namespace
@@ -117,10 +118,7 @@ bool flash_attn_hopper_chosen(const Context& ctx, int HS) {
 
 bool flash_attn_hopper_ws_backward() { return hopper_setting() == "2"; }
 
-bool flash_attn_hopper_fused_dq() {
-  const std::string s = hopper_setting();
-  return s != "2" && s != "3";
-}
+bool flash_attn_hopper_fused_dq() { return hopper_setting() == "3"; }
 
 namespace flash {
 namespace {

@@ -6,8 +6,8 @@
 // Status: checked under the emulator and on an H100 (tests/gpu/test_flash_attn_gpu.cu, the
 // "hopper" cases: their outputs there are the mma.sync kernels' bit for bit, and a whole
 // shakespeare-char run on them gave the mma.sync run's losses at every step); head size 256
-// under the emulator only so far. The backward with dQ inside its dK / dV kernel (the default
-// since) has run under the emulator only.
+// under the emulator only so far. The backward with dQ inside its dK / dV kernel
+// (TG_FLASH_HOPPER=3) gives the same bits on the H200 and is slower there.
 // flash_attn_forward / _backward<bf16> run them in place of the mma.sync kernels on compute
 // capability 9.0 unless TG_FLASH_HOPPER=0 (flash_attn_hopper_chosen).
 #pragma once
@@ -38,8 +38,8 @@ bool flash_attn_hopper_ws_backward();
 
 // Whether the Hopper backward computes dQ inside its dK / dV kernel (sums
 // passed from key tile to key tile in order, in flash_attn_scratch_bytes' scratch) rather than in a
-// second kernel that recomputes S and dP: the default; TG_FLASH_HOPPER=3 (and 2) run the second
-// kernel. The bits are the same either way.
+// second kernel that recomputes S and dP: TG_FLASH_HOPPER=3 (on the H200 it was slower than the
+// two kernels, the default). The bits are the same either way.
 bool flash_attn_hopper_fused_dq();
 
 // As flash_attn_forward<bf16> with causal = true: out (B, T, C) and lse (B, NH, T) overwritten,

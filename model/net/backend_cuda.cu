@@ -97,8 +97,8 @@ class CudaBackend final : public Backend {
       const bool hopper = gpu::flash_attn_hopper_chosen(gpt_.ctx(), HS);
       std::string kernels = !hopper ? "mma.sync kernels"
                             : gpu::flash_attn_hopper_ws_backward() ? "Hopper wgmma kernels, warp-specialized backward"
-                            : !gpu::flash_attn_hopper_fused_dq() && tile <= 128 ? "Hopper wgmma kernels, dQ in its own kernel"
-                                                                                 : "Hopper wgmma kernels";
+                            : gpu::flash_attn_hopper_fused_dq() ? "Hopper wgmma kernels, dQ inside the dK / dV kernel"
+                                                                : "Hopper wgmma kernels";
       // a Hopper device the Hopper kernels do not serve at this head size: say why
       if (tile != 0 && gpu::flash_attn_hopper_device(gpt_.ctx()) && !gpu::flash_attn_hopper_head_size(tile))
         kernels += ": the Hopper kernels take head sizes above 32";

@@ -185,7 +185,7 @@ TEST_CASE("train_gpt_emu: on a GPU with 99 KB of shared memory a block, head siz
 // the Hopper kernels (kernels/flash_attn_hopper.cuh) unless TG_FLASH_HOPPER=0, and the start-up
 // line says which; under the emulator (as on an H100) their outputs are the mma.sync kernels' bit
 // for bit (the same products, in the same order per k-step of 16), so the whole run is the same
-// bits; TG_FLASH_HOPPER=2 (the warp-specialized backward) and 3 (dQ in its own kernel) too. On an
+// bits; TG_FLASH_HOPPER=2 (the warp-specialized backward) and 3 (dQ inside the dK / dV kernel) too. On an
 // A100 they are the mma.sync kernels, and a value other than 0, 1, 2 or 3 is refused.
 TEST_CASE("train_gpt_emu: on compute capability 9.0 the flash kernels are Hopper wgmma's unless TG_FLASH_HOPPER=0, the same bits as mma.sync") {
   // head size 64 (one of the Hopper kernel's); two query tiles of its 128 rows at T = 160
@@ -210,13 +210,13 @@ TEST_CASE("train_gpt_emu: on compute capability 9.0 the flash kernels are Hopper
   REQUIRE(ws.code == 0);
   CHECK(ws.out.find("attention: flash (Hopper wgmma kernels, warp-specialized backward) |") != std::string::npos);
   CHECK(train_losses(out / "ws") == a);
-  // dQ in a kernel of its own (TG_FLASH_HOPPER=3): named, and the same first two steps (the second
+  // dQ inside the dK / dV kernel (TG_FLASH_HOPPER=3): named, and the same first two steps (the second
   // after the first backward)
   const Run apart = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 2 --out-dir " + (out / "apart").string(),
                                  "env TG_FLASH_HOPPER=3 ");
   INFO("stderr: " << apart.err);
   REQUIRE(apart.code == 0);
-  CHECK(apart.out.find("attention: flash (Hopper wgmma kernels, dQ in its own kernel) |") != std::string::npos);
+  CHECK(apart.out.find("attention: flash (Hopper wgmma kernels, dQ inside the dK / dV kernel) |") != std::string::npos);
   CHECK(train_losses(out / "apart") == std::map<int, double>(a.begin(), std::next(a.begin(), 2)));
   const Run a100 = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 1 --out-dir " + (out / "a100").string(),
                                 "env TG_EMU_DEVICE=a100 ");
@@ -437,8 +437,9 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
       {"", "--device cuda --precision fp32 --attention naive" + train + " --out-dir " + (dir / "naive").string()},
       {"", "--sample --ckpt " + (dir / "flash").string() + " --device cuda --sample-tokens 4 --prompt QUEEN"},
       {"", "--device cuda --precision fp32 --attention check --dropout 0.1" + kTiny + data},
-      // head size 40: the flash kernels run it padded to 64 (their heads widened and narrowed back)
-      {"", "--device cuda --precision bf16 --attention flash --n-layer 1 --n-head 2 --n-embd 80 --block-size 32 "
+      // head size 40: the flash kernels run it padded to 64 (their heads widened and narrowed back),
+      // the Hopper backward with dQ inside its dK / dV kernel
+      {"TG_FLASH_HOPPER=3 ", "--device cuda --precision bf16 --attention flash --n-layer 1 --n-head 2 --n-embd 80 --block-size 32 "
            "--batch-size 2 --max-iters 1 --eval-interval 1 --eval-iters 1 --sample-tokens 4" + data + " --out-dir " +
            (dir / "padded").string()},
       // (the bf16 runs take the Hopper kernels, the emulated device's default; this one the mma.sync ones)
@@ -461,7 +462,8 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
     if (more_env == "TG_FLASH_HOPPER=2 ")  // the start-up line names the backward it runs
       CHECK(r.out.find("(Hopper wgmma kernels, warp-specialized backward)") != std::string::npos);
     if (args.find("--n-embd 80") != std::string::npos)  // the start-up line says the size is padded
-      CHECK(r.out.find("attention: flash (head size 40 padded to 64 in the flash kernels; Hopper wgmma kernels)") !=
+      CHECK(r.out.find("attention: flash (head size 40 padded to 64 in the flash kernels; Hopper wgmma kernels, dQ inside the "
+                             "dK / dV kernel)") !=
             std::string::npos);
   }
   std::set<std::string> launched, launched_short;

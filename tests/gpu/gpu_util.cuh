@@ -73,7 +73,7 @@ struct FlashKernels {
   bool had = false;
   explicit FlashKernels(bool hopper) : FlashKernels(hopper ? "1" : "0") {}
   // value: TG_FLASH_HOPPER's ("2": the Hopper kernels with the warp-specialized backward; "3": with
-  // dQ in a kernel of its own)
+  // dQ inside the dK / dV kernel)
   explicit FlashKernels(const char* value) {
     if (const char* v = std::getenv("TG_FLASH_HOPPER")) had = true, before = v;
     setenv("TG_FLASH_HOPPER", value, 1);

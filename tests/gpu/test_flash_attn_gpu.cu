@@ -551,14 +551,14 @@ TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the rati
           CHECK_MESSAGE(bitwise_equal(ws.dqkv, hw.dqkv), where << ": the warp-specialized backward's dqkv differs, largest "
                                                               << max_abs_diff(ws.dqkv, hw.dqkv));
         }
-        // dQ in a kernel of its own (TG_FLASH_HOPPER=3) rather than inside the dK / dV kernel
+        // dQ inside the dK / dV kernel (TG_FLASH_HOPPER=3) rather than in a kernel of its own
         // (padded or not): the same products in the same order, so the same bits
-        const Result apart = [&] {
+        const Result fused = [&] {
           const tg_test::FlashKernels family("3");
           return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, true, false);
         }();
-        CHECK_MESSAGE(bitwise_equal(apart.dqkv, hw.dqkv), where << ": dQ's own kernel gives another dqkv, largest difference "
-                                                              << max_abs_diff(apart.dqkv, hw.dqkv));
+        CHECK_MESSAGE(bitwise_equal(fused.dqkv, hw.dqkv), where << ": dQ inside the dK / dV kernel gives another dqkv, largest difference "
+                                                              << max_abs_diff(fused.dqkv, hw.dqkv));
       }
 }
 
@@ -779,7 +779,7 @@ TG_GPU_TEST("flash attention bf16: the forward's keep buffer holds the CPU's kee
                        r.family[0] == '0'   ? "mma.sync"
                        : r.family[0] == '1' ? "hopper"
                        : r.family[0] == '2' ? "hopper, warp-specialized backward"
-                                            : "hopper, dQ in its own kernel");
+                                            : "hopper, dQ inside the dK / dV kernel");
   }
 }
 
