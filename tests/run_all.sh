@@ -33,6 +33,7 @@ run_one() {  # DIR NAME RUN
 summary() {  # DIR NAME RUN NAME RUN ...
   local dir=$1 passed=0 failed=0 skipped=0 name run line p f s rc all unskipped cmd
   shift
+  local pairs_all=("$@")
   while [ $# -ge 2 ]; do
     name=$1 run=$2
     shift 2
@@ -59,8 +60,33 @@ summary() {  # DIR NAME RUN NAME RUN ...
       failed=$((failed + 1))
     fi
   done
+  [ "$failed" -eq 0 ] || failures "$dir" "${pairs_all[@]}"
   echo "$passed passed, $failed failed, $skipped skipped"
   [ "$failed" -eq 0 ]
+}
+
+# What failed, once more just above the closing line (a log's tail is often all that is kept): for
+# each run that failed or crashed, its command, the seed of its random inputs (to replay them with
+# TG_TEST_SEED) and doctest's blocks that hold an error, at most 60 lines a run.
+failures() {  # DIR NAME RUN NAME RUN ...
+  local dir=$1 name run rc
+  shift
+  echo "== what failed"
+  while [ $# -ge 2 ]; do
+    name=$1 run=$2
+    shift 2
+    rc=$(cat "$dir/$name.rc" 2>/dev/null || echo 1)
+    grep -qE '^\[doctest\] test cases:.*\| *0 failed' "$dir/$name.log" 2>/dev/null && [ "$rc" -eq 0 ] && continue
+    echo "-- $run (exit status $rc)"
+    grep -m1 -E 'TG_TEST_SEED=[0-9]' "$dir/$name.log" 2>/dev/null
+    awk 'substr($0, 1, 40) == "========================================" { if (keep) printf "%s", block; block = ""; keep = 0; next }
+         { block = block $0 "\n"; if ($0 ~ /(ERROR|FATAL)/) keep = 1 }' "$dir/$name.log" 2>/dev/null | head -n 60
+    # a run that failed with no failing case (a crash, a sanitizer's report): its last lines
+    if ! grep -qE '^\[doctest\] test cases:' "$dir/$name.log" 2>/dev/null ||
+       grep -qE '^\[doctest\] test cases:.*\| *0 failed' "$dir/$name.log" 2>/dev/null; then
+      tail -n 20 "$dir/$name.log" 2>/dev/null
+    fi
+  done
 }
 
 case "${1:-}" in
