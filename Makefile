@@ -440,7 +440,7 @@ gpu-profile: $(BUILD)/gpu_profile $(BUILD)/kernel_resources.txt
 # part of make test, which emulates them: tests/emu/test_hopper.cpp)
 HOPPER_PTX_OPS := mbarrier.init mbarrier.arrive.shared mbarrier.arrive.expect_tx mbarrier.expect_tx mbarrier.complete_tx \
   mbarrier.try_wait.parity mbarrier.test_wait.parity cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes stmatrix.sync.aligned.m8n8.x4.shared.b16 stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 elect.sync fence.mbarrier_init fence.proxy.async wgmma.fence wgmma.commit_group wgmma.wait_group \
-  ld.acquire.gpu.global.b32 fence.acq_rel.gpu st.relaxed.gpu.global.b32 \
+  ld.acquire.gpu.global.b32 ld.relaxed.gpu.global.b32 fence.acq_rel.gpu st.relaxed.gpu.global.b32 \
   $(foreach n,8 16 32 64 128 256,wgmma.mma_async.sync.aligned.m64n$(n)k16.f32.bf16.bf16)
 hopper-ptx-check: tests/emu/hopper_ptx_check.cu kernels/hopper_ptx.cuh
 	@mkdir -p $(BUILD)/hopper

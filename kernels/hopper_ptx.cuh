@@ -281,6 +281,36 @@ __device__ __forceinline__ void flag_release(int* flag, int value) {
 #endif
 }
 
+// flag_peek: the flag's value now (ld.relaxed.gpu), ordered with nothing; its latency hides until
+// the value is used. flag_handover: fence.acq_rel.gpu, then st.relaxed.gpu of value to `release`
+// (none if null), by one thread: what flag_release does (the block's writes, a __syncthreads, then
+// this), and in the same fence the acquire of `peeked` (none if null), the flag the thread's last
+// flag_peek read, if that read saw the value awaited (a strong read, then the fence: the acquire
+// pattern); if it did not, flag_wait after it. As after flag_wait, a __syncthreads passes the
+// acquire on to the block. So a block that hands sums from query tile to query tile pays one
+// fence a tile, with no wait for a load in the way.
+__device__ __forceinline__ int flag_peek(const int* flag) {
+#if TG_HOPPER_PTX
+  int now;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(now) : "l"(flag) : "memory");
+  return now;
+#else
+  (void)flag;
+  __trap();
+  return 0;
+#endif
+}
+__device__ __forceinline__ void flag_handover(int* release, int value, const int* peeked) {
+#if TG_HOPPER_PTX
+  (void)peeked;
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+  if (release) asm volatile("st.relaxed.gpu.global.b32 [%0], %1;\n" ::"l"(release), "r"(value) : "memory");
+#else
+  (void)release, (void)value, (void)peeked;
+  __trap();
+#endif
+}
+
 // ---- registers ---------------------------------------------------------------------------------
 // setmaxnreg.{inc,dec}.sync.aligned.u32 Count: the executing warpgroup's registers a thread
 // raised (.inc, taken from the CTA's pool, waiting until it holds enough) or lowered (.dec, given

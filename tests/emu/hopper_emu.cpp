@@ -537,6 +537,24 @@ void flag_release(int* flag, int value) {
   *flag = value;
 }
 
+// ld.relaxed.gpu: the value, no order (the blocks before this one have run: it is their last store)
+int flag_peek(const int* flag) {
+  if (reinterpret_cast<uintptr_t>(flag) % 4 != 0)
+    device_fault(cudaErrorMisalignedAddress, "ld.relaxed.gpu.b32 of a flag not 4-byte aligned");
+  return *flag;
+}
+
+// fence.acq_rel.gpu: the acquire of what the last release of `peeked` carries (the peek before
+// it read that release's value, or the kernel waits after it), then the release of `release`
+void flag_handover(int* release, int value, const int* peeked) {
+  if (peeked) {
+    if (reinterpret_cast<uintptr_t>(peeked) % 4 != 0)
+      device_fault(cudaErrorMisalignedAddress, "a peeked flag not 4-byte aligned");
+    if (g_observed) notify_flag(peeked, false);
+  }
+  if (release) flag_release(release, value);
+}
+
 void wgmma_fence() {
   Warpgroup& w = my_warpgroup("wgmma.fence");
   rendezvous(w.bar, "wgmma.fence", [&w] { w.fenced = true; });

@@ -47,6 +47,9 @@ __global__ void hopper_ptx_check_kernel(float* out, uint32_t bytes, const __grid
   if (threadIdx.x == 0) {
     gpu::hopper::flag_wait(flag, 1);
     gpu::hopper::flag_release(flag, 2);
+    const int seen = gpu::hopper::flag_peek(flag + 1);
+    gpu::hopper::flag_handover(flag, 3, flag + 1);
+    if (seen != 1) out[3] = 1.f;
   }
   const uint64_t desc_a = gpu::hopper::make_smem_desc(base, 128, 256, gpu::hopper::Swizzle::None);
   const uint64_t desc_b = gpu::hopper::make_smem_desc(base + 4096, 0, 1024, gpu::hopper::Swizzle::B128);

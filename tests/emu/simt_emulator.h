@@ -136,6 +136,8 @@ bool elect_sync();
 void fence_proxy_async();
 void flag_wait(const int* flag, int value);
 void flag_release(int* flag, int value);
+int flag_peek(const int* flag);
+void flag_handover(int* release, int value, const int* peeked);
 // setmaxnreg.{inc,dec}.sync.aligned.u32 (tests/emu/hopper_emu.cpp), and the registers a thread
 // that a block of nthreads starts with there
 void setmaxnreg(bool inc, uint32_t count);
@@ -230,6 +232,8 @@ inline bool elect_one() { return emu::elect_sync(); }
 inline void fence_proxy_async() { emu::fence_proxy_async(); }
 inline void flag_wait(const int* flag, int value) { emu::flag_wait(flag, value); }
 inline void flag_release(int* flag, int value) { emu::flag_release(flag, value); }
+inline int flag_peek(const int* flag) { return emu::flag_peek(flag); }
+inline void flag_handover(int* release, int value, const int* peeked) { emu::flag_handover(release, value, peeked); }
 inline void wgmma_fence() { emu::wgmma_fence(); }
 template <int Count>
 inline void setmaxnreg_inc() {

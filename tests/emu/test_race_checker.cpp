@@ -122,6 +122,33 @@ __global__ void flag_chain_kernel(float* out) {
   if (t == 0) gpu::hopper::flag_release(flag, b + 1);
 }
 
+// The fused backward's form of the chain (FusedDq): each block does two tiles, out[0..31] under
+// flag a and out[32..47] under flag b; thread 0 waits on a, reads b ahead (flag_peek), and after
+// the first tile releases a and acquires b in one fence (flag_handover). MODE 0: so (clean).
+// MODE 1: the handover acquires nothing (the second tile's reads unordered).
+template <int MODE>
+__global__ void flag_handover_kernel(float* out) {
+  const int b = blockIdx.x, t = threadIdx.x;
+  int* const fa = reinterpret_cast<int*>(out + 63);
+  int* const fb = reinterpret_cast<int*>(out + 62);
+  int seen = 0;
+  if (b > 0 && t == 0) {
+    gpu::hopper::flag_wait(fa, b);
+    seen = gpu::hopper::flag_peek(fb);
+  }
+  __syncthreads();
+  out[t] = (b == 0 ? 0.f : out[t]) + 1.f;
+  __syncthreads();
+  if (t == 0) {
+    gpu::hopper::flag_handover(fa, b + 1, b > 0 && MODE == 0 ? fb : nullptr);
+    if (b > 0 && seen != b) gpu::hopper::flag_wait(fb, b);
+  }
+  __syncthreads();
+  if (t < 16) out[32 + t] = (b == 0 ? 0.f : out[32 + t]) + 1.f;
+  __syncthreads();
+  if (t == 0) gpu::hopper::flag_release(fb, b + 1);
+}
+
 // schedule: the emulator's order of warps and lanes (emu::set_schedule): a hazard is found in
 // both, whichever of its two accesses runs first
 template <typename K>
@@ -212,7 +239,7 @@ TEST_CASE("racecheck: two blocks of a launch on one byte of global memory, one w
   CHECK(ok.exit_code == 0);
 }
 
-TEST_CASE("racecheck: a flag orders blocks as a release and an acquire; without it, or a __syncthreads beside it, a hazard") {
+TEST_CASE("racecheck: a flag orders blocks as a release and an acquire (also in one fence); without it, or a __syncthreads beside it, a hazard") {
   auto run = [](auto kernel, float* result) {
     return tg_test::in_child([kernel, result] {
       emu::RaceChecker checker;
@@ -248,6 +275,15 @@ TEST_CASE("racecheck: a flag orders blocks as a release and an acquire; without 
   CHECK(never.exit_code == 3);
   CHECK(has(never.err, "block (1,0,0) waits for the flag at byte 252 of the 256-byte allocation"));
   CHECK(has(never.err, "to hold 2; it holds 1"));
+  // a release and an acquire in one fence, the acquire of a flag read before it
+  const tg_test::ChildResult handover = run(flag_handover_kernel<0>, &v);
+  INFO("child stderr: " << handover.err);
+  CHECK(handover.exit_code == 0);
+  const tg_test::ChildResult unacquired = run(flag_handover_kernel<1>, &v);
+  INFO("child stderr: " << unacquired.err);
+  CHECK(unacquired.exit_code == 3);
+  CHECK(has(unacquired.err, "racecheck: read-after-write hazard in global memory"));
+  CHECK(has(unacquired.err, "after block (0,0,0) of the same launch (no flag orders the two blocks' accesses)"));
 }
 
 TEST_CASE("racecheck: a cp.async destination read before its wait_group is a hazard") {
