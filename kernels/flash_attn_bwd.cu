@@ -258,8 +258,8 @@ __global__ void __launch_bounds__(DqTile<HS>::kThreads, 1) flash_bwd_dq_bf16_ker
   // load tile: Q_i, dO_i once; K_0, V_0 into stage 0
   load_tile_async<Br, HS, NThreads>(sQ, Q, p.ld_qkv, i0, p.T);
   load_tile_async<Br, HS, NThreads>(sdO, dO, p.ld_out, i0, p.T);
-  load_tile_async<Bc, HS, NThreads>(sK, K, p.ld_qkv, 0, p.T);
-  load_tile_async<Bc, HS, NThreads>(sV, V, p.ld_qkv, 0, p.T);
+  load_tile_async<Bc, HS, NThreads>(sK, K, p.ld_qkv, (n_j - 1) * Bc, p.T);
+  load_tile_async<Bc, HS, NThreads>(sV, V, p.ld_qkv, (n_j - 1) * Bc, p.T);
   cp_async_commit();
 
   // lse_i log2(e) and D_i of the lane's rows (+inf past T: P = 0 there)
@@ -273,11 +273,13 @@ __global__ void __launch_bounds__(DqTile<HS>::kThreads, 1) flash_bwd_dq_bf16_ker
 
   float dq[HS / 8][4];
   zero(dq);
-  for (int jt = 0; jt < n_j; ++jt) {
-    const int j0 = jt * Bc, stage = jt % 2;
-    if (jt + 1 < n_j) {
-      load_tile_async<Bc, HS, NThreads>(sK + (1 - stage) * Bc * S, K, p.ld_qkv, j0 + Bc, p.T);
-      load_tile_async<Bc, HS, NThreads>(sV + (1 - stage) * Bc * S, V, p.ld_qkv, j0 + Bc, p.T);
+  // the keys last-first: dQ_i's sums in the order of the Hopper kernels' (the fused one hands them
+  // from the diagonal key tile down to tile 0), so that both families give the same bits
+  for (int jt = n_j - 1; jt >= 0; --jt) {
+    const int j0 = jt * Bc, stage = (n_j - 1 - jt) % 2;
+    if (jt > 0) {
+      load_tile_async<Bc, HS, NThreads>(sK + (1 - stage) * Bc * S, K, p.ld_qkv, j0 - Bc, p.T);
+      load_tile_async<Bc, HS, NThreads>(sV + (1 - stage) * Bc * S, V, p.ld_qkv, j0 - Bc, p.T);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -301,7 +303,7 @@ __global__ void __launch_bounds__(DqTile<HS>::kThreads, 1) flash_bwd_dq_bf16_ker
       const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(p.key, bh, i_g, j0, lane, p.keep, nullptr, p.T) : ~0u;
       dscores_query_major<Bc / 8, IsDropout>(dp, s, Di, bits, p.dropout_scale);
       // dQ_i += dS_ij K_j   (the 1/sqrt(HS) is applied once, at the end)
-      warp_gemm_rs<Bc, HS, S, false>(dq, dp, 0u, sKj, lane);
+      warp_gemm_rs<Bc, HS, S, false, true>(dq, dp, 0u, sKj, lane);
     }
     __syncthreads();
   }

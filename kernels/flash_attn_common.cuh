@@ -387,14 +387,16 @@ __device__ __forceinline__ void pack_a(uint32_t (&a)[K / 16][4], const float (&p
   }
 }
 
-template <int K, int N, int S, bool Masked>
+// (Desc: the k-steps of 16 last-first, as dQ's sums over the keys run)
+template <int K, int N, int S, bool Masked, bool Desc = false>
 __device__ __forceinline__ void warp_gemm_rs(float (&acc)[N / 8][4], const float (&p)[K / 8][4], uint32_t keep,
                                              const bf16* sB, int lane) {
   static_assert(K % 16 == 0 && N % 16 == 0, "tile sizes");
   uint32_t a[K / 16][4];
   pack_a<K, Masked>(a, p, keep);
 #pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk) {
+  for (int step = 0; step < K / 16; ++step) {
+    const int kk = Desc ? K / 16 - 1 - step : step;
 #pragma unroll
     for (int np = 0; np < N / 16; ++np) {
       uint32_t b[4];

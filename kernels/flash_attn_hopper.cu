@@ -52,17 +52,20 @@
 // (query tile i, key tile j) it has dS_ij in registers as dK's A operand; it stores it to shared
 // memory transposed (stmatrix .trans), as the B operand of dQ_i^T += K_j^T dS_ij^T (wgmma, A = K_j
 // MN-major: the product runs over the keys, K_j's rows), with dQ_i's fp32 sums so far loaded as
-// the accumulators. The sums pass from key tile j to j + 1 through global memory, in order: the CTA
-// of key tile j waits on a flag until tile j - 1's CTA has stored them, adds its terms, stores them
-// and raises the flag; the diagonal key tile, the last, adds dQ_i / sqrt(HS) to dqkv. Each element
-// of dQ so gets the dQ kernel's products in the dQ kernel's order (the same bits), and no kernel
-// recomputes S and dP for dQ: 5 products a tile pair where the two kernels made 7. The order has a
-// cost where the CTAs of one head's key tiles run at once: under the causal mask key tile j starts
-// at query tile j Bc / Br, Bc / Br tiles past tile j - 1's start, so it reaches each query tile
-// before tile j - 1 does and waits; in a wave where k of them start together the last waits about
-// (1 + Bc / Br) (k - 1) tile times. The grid runs every head's key tile 0, then every head's tile 1,
-// and so on, so once B NH is at least the CTAs the GPU holds (2 an SM) a key tile's CTA starts when
-// the one before it is long done.
+// the accumulators. The sums pass from key tile to key tile through global memory, in a fixed
+// order: from the query tile's diagonal key tile, which starts them, down to key tile 0, which adds
+// dQ_i / sqrt(HS) to dqkv; the CTA of each other key tile waits on a flag until the tile above it
+// has stored them, adds its terms, stores them and raises the flag. The dQ kernels (here and
+// mma.sync's) sum over the keys in the same order, last-first in steps of 16, so each element of dQ
+// gets the same products in the same order everywhere (the same bits), and no kernel recomputes S
+// and dP for dQ: 5 products a tile pair where the two kernels make 7.
+// The order is the causal mask's own: key tile j starts at query tile j Bc / Br, Bc / Br tiles
+// before tile j + 1's first, so when a head's key tiles start together each reaches a query tile
+// Bc / Br tile times after the tile above it, and none waits. The grid is (key tiles, heads): a
+// head's key tiles last-first, then the next head's, so that the CTAs running at once are a few
+// heads' key tiles, and a tile's sums come back to L2 a few tile times after they left it (the
+// first version, with tile 0 first and the heads before the key tiles, sent them to DRAM and
+// back: on the H200 44% of its bandwidth, 2.1 TB/s, for the sums of HS 128 at T 4k).
 //
 // Built for sm_90a alone (the Makefile's HOPPER_GENCODE): the instructions exist nowhere else.
 #include <cmath>
@@ -204,16 +207,17 @@ __device__ __forceinline__ void init_ring(uint64_t* once, uint64_t (&full)[NS], 
 }
 
 // The producer's ring of key tiles (the forward's and the warp-specialized dQ kernel's): for each
-// key tile jt < n_j, once the consumers have released stage jt % NS, K_j and V_j as Blocks boxes
-// each of Bc rows from the qkv map (columns C + h HS and 2C + h HS on, rows from row0 + Bc jt) into
-// the stage's TB-byte tiles at sK and sV, completing full[st]. By one thread.
-template <int HS, int Bc, int NS, int TB>
+// key tile jt < n_j (in order, or last-first with Desc), the n-th loaded once the consumers have
+// released stage n % NS, K_j and V_j as Blocks boxes each of Bc rows from the qkv map (columns
+// C + h HS and 2C + h HS on, rows from row0 + Bc jt) into the stage's TB-byte tiles at sK and sV,
+// completing full[st]. By one thread.
+template <int HS, int Bc, int NS, int TB, bool Desc = false>
 __device__ __forceinline__ void produce_kv_ring(unsigned char* sK, unsigned char* sV, const CUtensorMap* map,
                                                 uint64_t (&full)[NS], uint64_t (&empty)[NS], int n_j, int C, int h,
                                                 int row0) {
   constexpr int Blocks = HS / 64;
-  for (int jt = 0; jt < n_j; ++jt) {
-    const int st = jt % NS, use = jt / NS;
+  for (int n = 0; n < n_j; ++n) {
+    const int jt = Desc ? n_j - 1 - n : n, st = n % NS, use = n / NS;
     if (use > 0) hopper::mbarrier_wait_parity(&empty[st], (use - 1) & 1);  // the consumers released it
     hopper::mbarrier_arrive_expect_tx(&full[st], 2 * TB);
     for (int blk = 0; blk < Blocks; ++blk) {
@@ -385,13 +389,16 @@ __device__ __forceinline__ void wg_issue_ss(float (&acc)[N / 8][4], uint32_t a, 
 }
 
 // acc (64 x HS) += A B: A (64 x K) from the registers a, B the K rows x HS of tile b (K rows,
-// MN-major). Issued and committed as one group, as wg_issue_ss (a too stays the wgmmas' until it
-// retires).
-template <int K, int HS>
+// MN-major), the k-steps of 16 in order, or last-first with Desc (dQ's sums over the keys).
+// Issued and committed as one group, as wg_issue_ss (a too stays the wgmmas' until it retires).
+template <int K, int HS, bool Desc = false>
 __device__ __forceinline__ void wg_issue_rs(float (&acc)[HS / 8][4], const uint32_t (&a)[K / 16][4], uint32_t b) {
   float(&flat)[HS / 2] = reinterpret_cast<float(&)[HS / 2]>(acc);
 #pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk) hopper::wgmma_bf16_rs<HS, 1>(flat, a[kk], desc_mnmajor<K>(b, kk), true);
+  for (int step = 0; step < K / 16; ++step) {
+    const int kk = Desc ? K / 16 - 1 - step : step;
+    hopper::wgmma_bf16_rs<HS, 1>(flat, a[kk], desc_mnmajor<K>(b, kk), true);
+  }
   hopper::wgmma_commit_group();
 }
 
@@ -406,11 +413,11 @@ __host__ __device__ constexpr bool bwd_overlap() { return HS <= 128; }
 
 // The dQ terms of one (query tile, key tile) in the dK / dV kernel that computes dQ too
 // (the CTA's Cols columns of dQ): dQ_i's fp32 sums so far come in at sums ([Br][Cols + 4] in
-// shared memory, landed by cp.async; not read for key tile 0, whose sums start at zero), get
-// dS_ij K_j added by wgmma, and go out, rows below n_rows: to out (row i0 of the head's (T, HS)
-// sums in global memory, at the CTA's first column), or from the query tile's last key tile (the
-// one on its diagonal) to dqkv (row i0, the CTA's first Q column; row stride ld) as
-// dQ_i / sqrt(HS), as add_to_dqkv adds the dQ kernel's.
+// shared memory, landed by cp.async; not read for the query tile's first key tile, the diagonal
+// one, whose sums start at zero), get dS_ij K_j added by wgmma, and go out, rows below n_rows: to
+// out (row i0 of the head's (T, HS) sums in global memory, at the CTA's first column), or from the
+// query tile's last key tile (key tile 0) to dqkv (row i0, the CTA's first Q column; row stride
+// ld) as dQ_i / sqrt(HS), as add_to_dqkv adds the dQ kernel's.
 struct FusedDq {
   uint32_t tS;        // dS_ij (queries x keys): the B tile of dQ_i^T's product, [Br][Bc] (shared)
   uint32_t tK;        // K_j's column block of the CTA's first column (shared)
@@ -420,7 +427,7 @@ struct FusedDq {
   long long ld;
   float scale;        // 1 / sqrt(HS)
   int n_rows;         // the tile's rows before T
-  bool first, last;   // key tile 0; the query tile's last key tile
+  bool first, last;   // the query tile's first key tile (its diagonal one); its last (key tile 0)
 };
 
 // floats a row of the dQ sums in shared memory: rows 2 apart are 8 banks apart, so that a warp's
@@ -507,7 +514,7 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[
     for (int sl = 0; sl < Cols / 64; ++sl) {
       float(&flat)[Br / 2] = reinterpret_cast<float(&)[Br / 2]>(dqt[sl]);
 #pragma unroll
-      for (int kk = 0; kk < Bc / 16; ++kk)
+      for (int kk = Bc / 16 - 1; kk >= 0; --kk)  // the keys last-first, as the dQ kernel's
         hopper::wgmma_bf16_ss<Br, 1, 0>(flat, desc_mnmajor<Bc>(fq.tK + (uint32_t)(sl * Bc * 128), kk),
                                         desc_kmajor<Br>(fq.tS, 0, kk), true);
     }
@@ -553,7 +560,7 @@ struct HopperDkvTile {
   static constexpr int kTileBytes = 2 * kKVBytes + 4 * kQBytes;  // K, V; two stages of Q, dO
   static constexpr size_t kSmemBytes = 1024 + kTileBytes + 4 * kBr * sizeof(float) + (size_t)(kBc / 8) * kMaskStride;
   // The cp.async kernel computes dQ too (FusedDq), the CTA's Cols columns of it: each query
-  // tile's dQ sums pass from key tile to key tile through global memory, in key-tile order
+  // tile's dQ sums pass from key tile to key tile through global memory, the key tiles last-first
   // (flags, one a query tile and column split), so that no second kernel recomputes S and dP.
   static constexpr int kSumStride = dq_sum_stride(kCols);
   static constexpr int kSBytes = kBr * kBc * 2, kSumBytes = kBr * kSumStride * 4;
@@ -563,12 +570,15 @@ struct HopperDkvTile {
 };
 
 // grid (B*NH, ceil(T / Bc), kSplits). Causal.
-// Fuse: and dQ, the CTA's Cols columns of it. Query tile i's sums get key tile j's terms from the
-// CTA (bh, j, z), j = 0, 1, .. in order: CTA j waits until p.dq_flags[bh][z][i] = j (zeroed before
-// the launch), adds its terms to the sums in p.dq_sums (starting them, for j = 0) and stores j + 1.
-// The sums are the dQ kernel's: the same products in the same order. CTA j waits only on CTAs
-// (bh, j') with j' < j, of lower linear index (bh is blockIdx.x), which the hardware starts
-// first (what the waits cost: the header comment).
+// Fuse: and dQ, the CTA's Cols columns of it; grid (ceil(T / Bc), B*NH, kSplits), key tiles
+// last-first. Query tile i's sums get key tile j's terms from the CTA (j, bh, z) in the order
+// j = d, d - 1, .. 0 from its diagonal key tile d = i Br / Bc: CTA j waits until
+// p.dq_flags[bh][z][i] = d - j (zeroed before the launch), adds its terms to the sums in p.dq_sums
+// (starting them, for j = d) and stores d - j + 1. The sums are the dQ kernel's: the same products
+// in the same order. Thread 0 reads the next query tile's flag while the step's stores drain, so
+// that one fence a step both releases and acquires. CTA j waits only on the CTA of key tile j + 1
+// of its head, of lower linear index, which the hardware starts first (what the waits cost: the
+// header comment).
 template <int HS, bool IsDropout, bool Fuse>
 __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv_hopper_kernel(const BwdParams<bf16> p) {
   using Tile = HopperDkvTile<HS>;
@@ -587,9 +597,11 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   const uint32_t aK = smem_u32(sK), aV = smem_u32(sV), aQ = smem_u32(sQ), adO = smem_u32(sdO);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4;
-  const uint32_t bh = blockIdx.x;
+  // Fuse: grid (ceil(T / Bc), B*NH, kSplits), a head's key tiles last-first
+  const uint32_t bh = Fuse ? blockIdx.y : blockIdx.x;
   const int b = (int)bh / p.NH, h = (int)bh % p.NH;
-  const int j0 = blockIdx.y * Bc;  // first key of K_j
+  const int jt = Fuse ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.y;
+  const int j0 = jt * Bc;          // first key of K_j
   const int jw0 = j0 + 16 * warp;  // first key of this warp
   const int k_g = jw0 + g;         // key of this lane's elements 0, 1 (2, 3: +8)
   const int c0 = Tile::kSplits > 1 ? (int)blockIdx.z * Cols : 0;  // first column of dK_j, dV_j owned
@@ -623,18 +635,19 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   load_q_tile(it0, 0);
   cp_async_commit();
 
-  const int jt = (int)blockIdx.y;
   int* const flags = Fuse ? p.dq_flags + ((long long)bh * Tile::kSplits + (c0 / Cols)) * n_it : nullptr;
   float* const sums = Fuse ? p.dq_sums + (long long)bh * p.T * HS + c0 : nullptr;  // the CTA's first column
+
+  // Fuse: the key tiles before this one in query tile it's order: those from its diagonal one
+  // (the first, holding the keys of its queries) down to this one, jt; the CTA's first Bc / Br
+  // query tiles are its diagonal ones, so the loop starts without a wait
+  auto tiles_before = [&](int it) { return it * Br / Bc - jt; };
 
   float dk[Cols / 8][4], dv[Cols / 8][4];
   zero(dk);
   zero(dv);
   for (int it = it0; it < n_it; ++it) {
     const int i0 = it * Br, stage = (it - it0) % 2;
-    // key tiles 0 .. jt-1 have added their terms to query tile it's sums (the __syncthreads
-    // below passes that on to the block)
-    if (Fuse && jt > 0 && threadIdx.x == 0) hopper::flag_wait(flags + it, jt);
     if (it + 1 < n_it) {
       load_q_tile(it + 1, 1 - stage);
       cp_async_commit();
@@ -649,7 +662,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
     if constexpr (Fuse) {
       // the sums so far (rows past T zeros), landing while S and dP are made
       constexpr int kRowChunks = Cols / 4;  // 16-byte chunks of the CTA's part of a row of fp32 sums
-      if (jt > 0) {
+      if (tiles_before(it) > 0) {
 #pragma unroll
         for (int c = (int)threadIdx.x; c < Br * kRowChunks; c += NThreads) {
           const int r = c / kRowChunks, k = c % kRowChunks;
@@ -658,8 +671,6 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
         }
         cp_async_commit();
       }
-      // the query tile's last key tile: the diagonal one, holding the keys of its queries (key
-      // tile jt runs the query tiles from jt Bc / Br on)
       fq = FusedDq{smem_u32(sS),
                    aK + (uint32_t)(c0 / 64) * Bc * 128,
                    sSum,
@@ -668,14 +679,27 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
                    p.ld_qkv,
                    p.scale,
                    min(Br, p.T - i0),
-                   jt == 0,
-                   jt == i0 / Bc};
+                   tiles_before(it) == 0,
+                   jt == 0};
     }
     dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout, Fuse>(dk, dv, p.T, p.scale_log2, p.dropout_scale, aK, aV,
                                                      aQ + stage * Tile::kQBytes, adO + stage * Tile::kQBytes, col_off,
                                                      sL + stage * Br, sD + stage * Br, sM, i0, jw0, k_g, warp, lane, fq);
-    __syncthreads();  // every warp is done with this stage and the keep bits (and its stores of the sums)
-    if (Fuse && threadIdx.x == 0) hopper::flag_release(flags + it, jt + 1);
+    if constexpr (Fuse) {
+      // thread 0 reads the next query tile's flag while the block's stores of this one's sums
+      // drain; after the __syncthreads, one fence releases this tile's sums and, where the read saw
+      // the value awaited, acquires the next one's (else it waits); the next step's first
+      // __syncthreads passes the acquire on to the block. Key tile 0 is every query tile's last.
+      const bool next = it + 1 < n_it && tiles_before(it + 1) > 0;
+      const int seen = next && threadIdx.x == 0 ? hopper::flag_peek(flags + it + 1) : 0;
+      __syncthreads();  // every warp is done with this stage and the keep bits, and its stores of the sums
+      if (threadIdx.x == 0 && (jt > 0 || next)) {
+        hopper::flag_handover(jt > 0 ? flags + it : nullptr, tiles_before(it) + 1, next ? flags + it + 1 : nullptr);
+        if (next && seen != tiles_before(it + 1)) hopper::flag_wait(flags + it + 1, tiles_before(it + 1));
+      }
+    } else {
+      __syncthreads();  // every warp is done with this stage and the keep bits
+    }
   }
   // dqkv[K_j] += dK_j / sqrt(HS), dqkv[V_j] += dV_j s
   bf16* dqkv_b = p.dqkv + qkv_b;
@@ -828,7 +852,7 @@ __device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const philox::Dr
   uint32_t a[Bc / 16][4];
   pack_a<Bc, false>(a, dp, 0u);
   hopper::wgmma_fence();
-  wg_issue_rs<Bc, HS>(dq, a, tK);
+  wg_issue_rs<Bc, HS, true>(dq, a, tK);
   hopper::wgmma_wait_group<0>();
 }
 
@@ -872,8 +896,8 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_ho
 
   load_tile_sw128<Br, HS, NThreads>(sQ, Q, p.ld_qkv, i0, p.T);
   load_tile_sw128<Br, HS, NThreads>(sdO, dO, p.ld_out, i0, p.T);
-  load_tile_sw128<Bc, HS, NThreads>(sK, K, p.ld_qkv, 0, p.T);
-  load_tile_sw128<Bc, HS, NThreads>(sV, V, p.ld_qkv, 0, p.T);
+  load_tile_sw128<Bc, HS, NThreads>(sK, K, p.ld_qkv, (n_j - 1) * Bc, p.T);
+  load_tile_sw128<Bc, HS, NThreads>(sV, V, p.ld_qkv, (n_j - 1) * Bc, p.T);
   cp_async_commit();
 
   // lse_i log2(e) and D_i of the lane's rows (+inf past T: P = 0 there)
@@ -887,11 +911,11 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_ho
 
   float dq[HS / 8][4];
   zero(dq);
-  for (int jt = 0; jt < n_j; ++jt) {
-    const int j0 = jt * Bc, stage = jt % 2;
-    if (jt + 1 < n_j) {
-      load_tile_sw128<Bc, HS, NThreads>(sK + (1 - stage) * TB, K, p.ld_qkv, j0 + Bc, p.T);
-      load_tile_sw128<Bc, HS, NThreads>(sV + (1 - stage) * TB, V, p.ld_qkv, j0 + Bc, p.T);
+  for (int jt = n_j - 1; jt >= 0; --jt) {  // the keys last-first (dQ_i's sums in the fused kernel's order)
+    const int j0 = jt * Bc, stage = (n_j - 1 - jt) % 2;
+    if (jt > 0) {
+      load_tile_sw128<Bc, HS, NThreads>(sK + (1 - stage) * TB, K, p.ld_qkv, j0 - Bc, p.T);
+      load_tile_sw128<Bc, HS, NThreads>(sV + (1 - stage) * TB, V, p.ld_qkv, j0 - Bc, p.T);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -949,7 +973,7 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
           hopper::tma_load_2d(sQ + off, &qkv_map, h * HS + 64 * blk, row, &bar_q);
           hopper::tma_load_2d(sdO + off, &dout_map, h * HS + 64 * blk, row, &bar_q);
         }
-      produce_kv_ring<HS, Bc, NS, TB>(sK, sV, &qkv_map, full, empty, n_j, p.C, h, row0);
+      produce_kv_ring<HS, Bc, NS, TB, true>(sK, sV, &qkv_map, full, empty, n_j, p.C, h, row0);
     }
     return;
   }
@@ -961,9 +985,9 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   float dq[HS / 8][4];
   zero(dq);
   hopper::mbarrier_wait_parity(&bar_q, 0);
-  for (int jt = 0; jt < n_j; ++jt) {
-    const int st = jt % NS;
-    hopper::mbarrier_wait_parity(&full[st], (jt / NS) & 1);  // K_j, V_j landed
+  for (int n = 0; n < n_j; ++n) {  // the keys last-first, as the producer loads them
+    const int jt = n_j - 1 - n, st = n % NS;
+    hopper::mbarrier_wait_parity(&full[st], (n / NS) & 1);  // K_j, V_j landed
     dq_tile<HS, Br, Bc, IsDropout>(dq, p.key, p.keep, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + st * TB,
                                    aV + st * TB, jt * Bc, iw0, i_g, lse2, Di, bh, lane);
     // this warp's wgmmas on the stage have retired: its arrival releases it (with the other three)
@@ -993,12 +1017,14 @@ void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
            tile_map(p.qkv, p.ld_qkv, rows, Dq::kBc), tile_map(p.dout, p.ld_out, rows, Dq::kBc));
     return;
   }
-  if (flash_attn_hopper_fused_dq()) {
+  // (the fused grid has the heads in y, at most 65535 of them: past that, the two kernels)
+  if (flash_attn_hopper_fused_dq() && p.B * p.NH <= 65535) {
     if (!p.dq_sums || !p.dq_flags)
       throw std::logic_error("flash_attn_backward (Hopper): no scratch for the dQ sums (flash_attn_scratch_bytes)");
     cudaCheck(cudaMemsetAsync(p.dq_flags, 0, (size_t)p.B * p.NH * Kv::kSplits * ceil_div(p.T, Kv::kBr) * sizeof(int),
                               ctx.stream));
-    launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout, true>, kv_grid, Kv::kThreads, Kv::kSmemBytesFused, ctx.stream, p);
+    launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout, true>, dim3((unsigned)kv_tiles, (unsigned)(p.B * p.NH), (unsigned)Kv::kSplits),
+           Kv::kThreads, Kv::kSmemBytesFused, ctx.stream, p);
     return;
   }
   launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout, false>, kv_grid, Kv::kThreads, Kv::kSmemBytes, ctx.stream, p);
