@@ -32,7 +32,9 @@
 #                kernel) at T 4k
 #   train_flash  shakespeare-char, flash, bf16, the full 5000 iterations: ms/iteration, tokens/s,
 #                MFU, peak device memory (nvidia-smi sampled), best val loss, the kernels it ran
-#   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle)
+#   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle);
+#                then where the backward's warps wait (ncu's stall reasons at HS 128, T 4k), the two
+#                kernels and the fused one
 #   train_naive  the naive path: 1000 iterations (its ms/iteration; the flash run has the loss)
 #   nanogpt      nanoGPT's own train.py, config/train_shakespeare_char.py, torch.compile, on the
 #                same GPU (the bundle's copy; our code never imports it): ms/iteration after
@@ -251,6 +253,45 @@ parse_counters() {
   n=$(awk -F'","' '/^"[0-9]/ && $5 != "" {k[$1]} END {print length(k)}' "$d/counters_ncu.csv" 2>/dev/null)
   e=$(grep -c '^emulated' "$d/counters_emulated.txt" 2>/dev/null)
   echo "ncu: ${n:-0} kernel launches profiled (counters_ncu.csv); emulated: ${e:-0} kernel lines (counters_emulated.txt)$(counters_agree "$d")"
+  [ -f "$d/stalls_1.csv" ] && stall_line "$d/stalls_1.csv" "the two kernels"
+  [ -f "$d/stalls_3.csv" ] && stall_line "$d/stalls_3.csv" "dQ inside the dK / dV kernel"
+  return 0
+}
+
+# One line from ncu's CSV of the backward's kernels (step_counters): per kernel (its first launch),
+# its duration and the three largest stall reasons, in cycles a warp spends in each per instruction
+# issued (ncu's smsp__average_warps_issue_stalled_*_per_issue_active.ratio, "selected" left out).
+stall_line() {  # FILE LABEL
+  awk -F'","' -v label="$2" '
+    function base(s,   p, n) {
+      sub(/^"/, "", s); gsub(/<unnamed>/, "anon", s); sub(/^void /, "", s); sub(/[<(].*/, "", s)
+      n = split(s, p, "::"); return p[n]
+    }
+    /^"[0-9]/ && $5 != "" {
+      k = base($5)
+      if (!(k in first)) { first[k] = $1; order[++nk] = k }
+      if ($1 != first[k]) next
+      v = $15; gsub(/[",]/, "", v)
+      if ($13 == "Duration") dur[k] = v / ($14 ~ /^n/ ? 1e6 : $14 ~ /^u/ ? 1e3 : $14 ~ /^m/ ? 1 : 1e-3)
+      else if ($13 ~ /^smsp__average_warps_issue_stalled_.*_per_issue_active[.]ratio$/) {
+        r = $13; sub(/^smsp__average_warps_issue_stalled_/, "", r); sub(/_per_issue_active[.]ratio$/, "", r)
+        if (r != "selected") { n[k]++; name[k, n[k]] = r; val[k, n[k]] = v + 0 }
+      }
+    }
+    END {
+      if (!nk) exit
+      out = "stalls (ncu; cycles a warp waits per instruction issued; HS 128, T 4k, p 0; " label "):"
+      for (i = 1; i <= nk; i++) {
+        k = order[i]; out = out " " k ((k in dur) ? sprintf(" %.2f ms", dur[k]) : "")
+        for (t = 1; t <= 3 && t <= n[k]; t++) {
+          best = 0
+          for (j = 1; j <= n[k]; j++) if (!((k, j) in used) && (!best || val[k, j] > val[k, best])) best = j
+          used[k, best] = 1; out = out (t == 1 ? ": " : ", ") name[k, best] sprintf(" %.2f", val[k, best])
+        }
+        out = out (i < nk ? ";" : "")
+      }
+      print out
+    }' "$1" 2>/dev/null
 }
 
 # For the kernels both count (by base name, template arguments dropped): whether ncu's global load
@@ -385,7 +426,7 @@ window() {
     # iterations of training)
     # (attention: 45 s on the H100, before the recompute rows at p = 0.2 were added: about a
     # quarter more)
-    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=20 [attention]=55 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=30 [train_naive]=30)
+    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=20 [attention]=55 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=50 [train_naive]=30)
   fi
   export NANOGPT_FROM
   export TG_DATA_FILE=$BUNDLE/data/input.txt
@@ -690,6 +731,16 @@ step_counters() {
   m+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
   m+=,smsp__inst_executed_pipe_tensor_op_hmma.sum,launch__registers_per_thread,sm__maximum_warps_per_active_cycle_pct,gpu__time_duration.sum
   bounded ncu --metrics "$m" --csv --log-file "$LOGS/counters_ncu.csv" "$TEST" -tc="gpu model: one step at the kernel counters' shape*"
+  local rc=$? v
+  # where the backward's warps wait: its kernels at the attention benchmark's HS 128, T 4k, p 0,
+  # the two kernels (TG_FLASH_HOPPER=1) and dQ inside the dK / dV kernel (=3); stall reasons and
+  # the speed-of-light section (duration, DRAM and L2), one pass each
+  for v in 1 3; do
+    TG_FLASH_HOPPER=$v bounded_to 60 ncu --kernel-name regex:'dkdv|bwd_dq' --launch-count 2 --section SpeedOfLight \
+      --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' --csv --log-file "$LOGS/stalls_$v.csv" \
+      "$BENCH" --hs 128 --t 4096 --p 0 --reps 1 --warmup 0 --naive-max-t 0 --paths flash --peer none >>"$LOGS/stalls.log" 2>&1
+  done
+  return $rc
 }
 
 case "${1:-}" in

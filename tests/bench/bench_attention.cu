@@ -7,12 +7,13 @@
 // then the median of the repetitions. The naive path is skipped where its (B, NH, T, T) buffers
 // do not fit in free device memory, or above --naive-max-t. When PyTorch is importable,
 // tests/bench/sdpa_peer.py times torch.nn.functional.scaled_dot_product_attention on the same
-// shapes and the table gets the ratios ours / PyTorch (< 1: we are faster).
+// shapes and the table gets the ratios ours / PyTorch (< 1: we are faster); --peer none leaves it
+// out (a profiler's pass over our kernels alone).
 // Paths (--paths): flash (with dropout its forward stores the keep decisions for its backward,
 // as train_gpt runs it: flash_attn_keep_bytes), recompute (flash with the backward making the
 // decisions again, the keep buffer's alternative; rows at p > 0 only), naive.
 //   build/bench_gpu [--csv PATH] [--reps N] [--warmup N] [--hs 64,128] [--t 512,...] [--p 0,0.2]
-//                   [--tokens 16384] [--width 2048] [--naive-max-t T] [--paths flash,naive]
+//                   [--tokens 16384] [--width 2048] [--naive-max-t T] [--paths flash,naive] [--peer sdpa|none]
 // Exits 0 with one line when no GPU is visible. Under the emulator (build/bench_gpu_emu) it runs
 // the same code on tiny shapes (the GPU window's rehearsal): times there are the emulator's.
 #include <cuda_runtime.h>
@@ -202,8 +203,8 @@ bool parse_list(const char* text, std::vector<T>& out) {
 
 int usage_error(const std::string& what) {
   std::fprintf(stderr, "bench_gpu: %s; expected [--csv PATH] [--reps N] [--warmup N] [--hs 64,128] [--t 512,1024] "
-               "[--p 0,0.2] [--tokens N] [--width C] [--naive-max-t T] [--paths flash,recompute,naive]; see "
-               "tests/bench/bench_attention.cu\n", what.c_str());
+               "[--p 0,0.2] [--tokens N] [--width C] [--naive-max-t T] [--paths flash,recompute,naive] [--peer sdpa|none]; "
+               "see tests/bench/bench_attention.cu\n", what.c_str());
   return 2;
 }
 
@@ -215,18 +216,24 @@ int main(int argc, char** argv) {
   std::vector<int> head_sizes = {64, 128}, seq_lens = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<double> drops = {0.0, 0.2};
   std::vector<std::string> paths = {"flash", "naive"};
+  bool peer_sdpa = true;  // --peer none: no SDPA run (a profiler's pass, which times one path)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::printf("build/bench_gpu [--csv PATH] [--reps N] [--warmup N] [--hs 64,128] [--t 512,...] [--p 0,0.2] "
-                  "[--tokens 16384] [--width 2048] [--naive-max-t T] [--paths flash,recompute,naive]: attention "
-                  "kernels beside PyTorch SDPA\n");
+                  "[--tokens 16384] [--width 2048] [--naive-max-t T] [--paths flash,recompute,naive] [--peer sdpa|none]: "
+                  "attention kernels beside PyTorch SDPA\n");
       return 0;
     }
     if (i + 1 >= argc) return usage_error(a + " without a value");
     const char* v = argv[++i];
     std::vector<int> one;
     if (a == "--csv") csv = v;
+    else if (a == "--peer") {
+      if (std::strcmp(v, "sdpa") != 0 && std::strcmp(v, "none") != 0)
+        return usage_error("--peer " + std::string(v) + ": expected sdpa (the default) or none");
+      peer_sdpa = std::strcmp(v, "sdpa") == 0;
+    }
     else if (a == "--paths") {
       paths.clear();
       for (size_t pos = 0; pos <= std::strlen(v);) {
@@ -288,7 +295,9 @@ int main(int argc, char** argv) {
       rows.push_back(r);
     }
 
-  if (torch_available()) {
+  if (!peer_sdpa) {
+    std::printf("--peer none: no comparison with scaled_dot_product_attention\n");
+  } else if (torch_available()) {
     std::printf("PyTorch found: timing scaled_dot_product_attention with tests/bench/sdpa_peer.py\n");
     const auto peer = run_peer(shapes, reps);
     for (Row& r : rows) {

@@ -239,5 +239,32 @@ TEST_CASE("GPU window: the counters row compares ncu's global requests and secto
   CHECK(row(r.out, "counters").find("ncu: 3 kernel launches profiled (counters_ncu.csv); emulated: 4 kernel lines "
                                     "(counters_emulated.txt); per launch, global requests and sectors equal the "
                                     "emulated ones for 1 of 2 kernels (differ: flash_kernel)") != std::string::npos);
+  CHECK(r.out.find("stalls (") == std::string::npos);  // no ncu pass over the backward: no line
+
+  // the backward's stall reasons (stalls_1.csv): per kernel its first launch's duration (ncu's unit
+  // beside it) and its three largest reasons, "selected" left out; the dK / dV kernel's second
+  // launch (ID 2) is not read
+  auto sol = [](int id, const std::string& kernel, const std::string& metric, const std::string& unit,
+                const std::string& value) {
+    return "\"" + std::to_string(id) + "\",\"9\",\"bench_gpu\",\"127.0.0.1\",\"" + kernel +
+           "\",\"1\",\"13\",\"(128, 1, 1)\",\"(64, 64, 1)\",\"0\",\"9.0\",\"GPU Speed Of Light Throughput\",\"" +
+           metric + "\",\"" + unit + "\",\"" + value + "\"\n";
+  };
+  const std::string dkdv = "void flash::<unnamed>::flash_bwd_dkdv_hopper_kernel<128, 0, 0>(flash::BwdParams<__nv_bfloat16>)";
+  const std::string dq = "void flash::<unnamed>::flash_bwd_dq_hopper_kernel<128, 0>(flash::BwdParams<__nv_bfloat16>)";
+  const std::string st = "smsp__average_warps_issue_stalled_";
+  const std::string ratio = "_per_issue_active.ratio";
+  write(d / "stalls_1.csv",
+        "==PROF== Connected to process 9\n" + hdr + sol(0, dkdv, "Duration", "msecond", "2.02") +
+            sol(0, dkdv, st + "barrier" + ratio, "", "1.20") + sol(0, dkdv, st + "selected" + ratio, "", "9.00") +
+            sol(0, dkdv, st + "long_scoreboard" + ratio, "", "2.50") + sol(0, dkdv, st + "wait" + ratio, "", "0.80") +
+            sol(0, dkdv, st + "math_pipe_throttle" + ratio, "", "0.10") + sol(1, dq, "Duration", "ns", "1,143,200") +
+            sol(1, dq, st + "wait" + ratio, "", "1.5") + sol(2, dkdv, "Duration", "msecond", "9.99"));
+  const cli::Run s = cli::run_exe("bash", ".ci/gpu_check.sh summarize " + d.string());
+  INFO("stdout:\n" << s.out << "\nstderr:\n" << s.err);
+  REQUIRE(s.code == 0);
+  CHECK(s.out.find("stalls (ncu; cycles a warp waits per instruction issued; HS 128, T 4k, p 0; the two kernels): "
+                   "flash_bwd_dkdv_hopper_kernel 2.02 ms: long_scoreboard 2.50, barrier 1.20, wait 0.80; "
+                   "flash_bwd_dq_hopper_kernel 1.14 ms: wait 1.50") != std::string::npos);
   fs::remove_all(d);
 }
