@@ -25,9 +25,10 @@
 //     dV_j += Pd^T dO_i and dK_j += dS^T Q_i. The keep bytes of the tile are made once per
 //     tile into shared memory by all threads (one Philox call per 8 keys of a query row, or its
 //     stored byte) and each lane reads its bits back in the transposed layout.
-//   dQ kernel: one CTA per (Q_i tile, bh), looping over K_j, V_j (two stages), recomputing
-//     P_ij and dP_ij in the forward's layout (same dropout helper as the forward), dQ_i in
-//     registers, added to dqkv at the end.
+//   dQ kernel: one CTA per (Q_i tile, bh), looping over K_j, V_j (two stages) from the last key
+//     tile down (bf16: the Hopper kernels' order, the same bits), recomputing P_ij and dP_ij in
+//     the forward's layout (same dropout helper as the forward), dQ_i in registers, added to dqkv
+//     at the end.
 // T = bf16: all five tile products on tensor cores (mma.sync m16n8k16 bf16, fp32 accumulate;
 // ldmatrix operands). T = float: the same two-kernel scheme in plain fp32 SIMT (no TF32).
 //
@@ -255,7 +256,7 @@ __global__ void __launch_bounds__(DqTile<HS>::kThreads, 1) flash_bwd_dq_bf16_ker
   const int j_end = IsCausal ? min(p.T, i0 + Br) : p.T;
   const int n_j = (j_end + Bc - 1) / Bc;
 
-  // load tile: Q_i, dO_i once; K_0, V_0 into stage 0
+  // load tile: Q_i, dO_i once; the last key tile's K, V into stage 0 (the keys run last-first)
   load_tile_async<Br, HS, NThreads>(sQ, Q, p.ld_qkv, i0, p.T);
   load_tile_async<Br, HS, NThreads>(sdO, dO, p.ld_out, i0, p.T);
   load_tile_async<Bc, HS, NThreads>(sK, K, p.ld_qkv, (n_j - 1) * Bc, p.T);
