@@ -37,8 +37,16 @@ TEST_CASE("run_all.sh: passed, failed and skipped summed over the runs; a crash 
   fs::create_directories(d);
   // a suite that passes with one case skipped
   script(d / "pass.sh", "echo '[doctest] test cases: 5 | 4 passed | 0 failed | 1 skipped'\n");
-  // two cases failing: exit 1, as doctest's
-  script(d / "fail.sh", "echo '[doctest] test cases: 3 | 1 passed | 2 failed | 0 skipped'\nexit 1\n");
+  // two cases failing: exit 1, as doctest's, after its seed line and an error block
+  script(d / "fail.sh",
+         "echo '[test_gpu] random inputs seeded with TG_TEST_SEED=424242'\n"
+         "echo '==============================================================================='\n"
+         "echo 'x.cpp:5:'\necho 'TEST CASE:  a case that fails'\necho\n"
+         "echo 'x.cpp:7: ERROR: CHECK( a == 2 ) is NOT correct!'\n"
+         "echo '==============================================================================='\n"
+         "echo 'a passing case printing a message'\n"
+         "echo '==============================================================================='\n"
+         "echo '[doctest] test cases: 3 | 1 passed | 2 failed | 0 skipped'\nexit 1\n");
   // killed before its summary (a segmentation fault: 139)
   script(d / "crash.sh", "echo 'half a run'\nexit 139\n");
   // every case passed, yet a non-zero exit (a sanitizer's report at exit, say)
@@ -83,6 +91,17 @@ TEST_CASE("run_all.sh: passed, failed and skipped summed over the runs; a crash 
     CHECK(last_line(side.out) == "7 passed, 5 failed, 1 skipped");
     CHECK(side.out.find("exited with 139 and printed no doctest summary") != std::string::npos);
     CHECK(side.out.find("exited with 3 although no test case failed") != std::string::npos);
+    // what failed, again after the logs, just above the closing line: each failing run's command,
+    // its seed and error blocks (not the blocks without an error), a crash's last lines; not the
+    // runs that passed
+    const std::string tail = side.out.substr(side.out.find("== what failed"));
+    CHECK(tail.find("-- " + fail + " (exit status 1)\n[test_gpu] random inputs seeded with TG_TEST_SEED=424242\n"
+                    "x.cpp:5:\nTEST CASE:  a case that fails\n\nx.cpp:7: ERROR: CHECK( a == 2 ) is NOT correct!\n") !=
+          std::string::npos);
+    CHECK(tail.find("a passing case printing a message") == std::string::npos);
+    CHECK(tail.find("-- " + crash + " (exit status 139)\nhalf a run\n") != std::string::npos);
+    CHECK(tail.find("-- " + badexit + " (exit status 3)") != std::string::npos);
+    CHECK(tail.find("-- " + pass + " ") == std::string::npos);
     const fs::path logs = d / "logs_bad";
     const std::string names[] = {"p", "f", "c", "b", "e"};
     const std::string bins[] = {pass, fail, crash, badexit, env};
