@@ -53,11 +53,20 @@ inline fs::path fresh_dir(const std::string& name) {
   return p;
 }
 
-// The stdout and stderr files of the n-th background or foreground run of this process.
+// The stdout and stderr files of the n-th background or foreground run of this process, in a
+// folder of its own that goes when the process exits (by the process that made it, not by a
+// forked child that exits through exit()).
 inline std::string io_file(const std::string& which, int n = 0) {
-  fs::path dir = fs::temp_directory_path() / ("tg_cli_" + std::to_string(getpid()));
-  fs::create_directories(dir);
-  return (dir / (which + std::to_string(n))).string();
+  static const struct IoDir {
+    fs::path path = fs::temp_directory_path() / ("tg_cli_" + std::to_string(getpid()));
+    pid_t owner = getpid();
+    ~IoDir() {
+      std::error_code ec;
+      if (getpid() == owner) fs::remove_all(path, ec);
+    }
+  } dir;
+  fs::create_directories(dir.path);
+  return (dir.path / (which + std::to_string(n))).string();
 }
 
 inline int shell_code(int status) {
