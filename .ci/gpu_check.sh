@@ -33,8 +33,8 @@
 #   train_flash  shakespeare-char, flash, bf16, the full 5000 iterations: ms/iteration, tokens/s,
 #                MFU, peak device memory (nvidia-smi sampled), best val loss, the kernels it ran
 #   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle);
-#                then where the backward's warps wait (ncu's stall reasons at HS 128, T 4k), the two
-#                kernels and the fused one
+#                then where the backward's warps wait (ncu's stall reasons at HS 128, T 4k, and the
+#                dK / dV kernel's stall samples per SASS instruction), the two kernels and the fused one
 #   train_naive  the naive path: 1000 iterations (its ms/iteration; the flash run has the loss)
 #   nanogpt      nanoGPT's own train.py, config/train_shakespeare_char.py, torch.compile, on the
 #                same GPU (the bundle's copy; our code never imports it): ms/iteration after
@@ -255,6 +255,11 @@ parse_counters() {
   echo "ncu: ${n:-0} kernel launches profiled (counters_ncu.csv); emulated: ${e:-0} kernel lines (counters_emulated.txt)$(counters_agree "$d")"
   [ -f "$d/stalls_1.csv" ] && stall_line "$d/stalls_1.csv" "the two kernels"
   [ -f "$d/stalls_3.csv" ] && stall_line "$d/stalls_3.csv" "dQ inside the dK / dV kernel"
+  local f any=""
+  for f in "$d"/sass_1.csv "$d"/sass_3.csv; do
+    [ -s "$f" ] && any+="$(basename "$f") $(grep -c . "$f") lines, "
+  done
+  [ -n "$any" ] && echo "the dK / dV kernels' stall samples per SASS instruction (logs.tar.gz): ${any%, }"
   return 0
 }
 
@@ -426,7 +431,7 @@ window() {
     # iterations of training)
     # (attention: 45 s on the H100, before the recompute rows at p = 0.2 were added: about a
     # quarter more)
-    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=20 [attention]=55 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=50 [train_naive]=30)
+    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=20 [attention]=55 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=60 [train_naive]=30)
   fi
   export NANOGPT_FROM
   export TG_DATA_FILE=$BUNDLE/data/input.txt
@@ -739,6 +744,13 @@ step_counters() {
     TG_FLASH_HOPPER=$v bounded_to 60 ncu --kernel-name regex:'dkdv|bwd_dq' --launch-count 2 --section SpeedOfLight \
       --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' --csv --log-file "$LOGS/stalls_$v.csv" \
       "$BENCH" --hs 128 --t 4096 --p 0 --reps 1 --warmup 0 --naive-max-t 0 --paths flash --peer none >>"$LOGS/stalls.log" 2>&1
+  done
+  # and the dK / dV kernel's stall samples per SASS instruction (ncu's source page), for the next
+  # change to read where in a step the warps wait
+  for v in 1 3; do
+    TG_FLASH_HOPPER=$v bounded_to 40 ncu --kernel-name regex:'dkdv' --launch-count 1 --section SourceCounters \
+      --page source --print-source sass --csv "$BENCH" --hs 128 --t 4096 --p 0 --reps 1 --warmup 0 --naive-max-t 0 \
+      --paths flash --peer none >"$LOGS/sass_$v.csv" 2>>"$LOGS/stalls.log"
   done
   return $rc
 }

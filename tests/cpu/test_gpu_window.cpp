@@ -266,5 +266,12 @@ TEST_CASE("GPU window: the counters row compares ncu's global requests and secto
   CHECK(s.out.find("stalls (ncu; cycles a warp waits per instruction issued; HS 128, T 4k, p 0; the two kernels): "
                    "flash_bwd_dkdv_hopper_kernel 2.02 ms: long_scoreboard 2.50, barrier 1.20, wait 0.80; "
                    "flash_bwd_dq_hopper_kernel 1.14 ms: wait 1.50") != std::string::npos);
+  CHECK(s.out.find("stall samples per SASS instruction") == std::string::npos);  // none written
+  // the source pages (kept whole in the logs; the line counts them), an empty one left out
+  write(d / "sass_1.csv", "\"Address\",\"Source\"\n\"0\",\"LDC R1\"\n\"16\",\"S2R R0\"\n");
+  write(d / "sass_3.csv", "");
+  const cli::Run sass = cli::run_exe("bash", ".ci/gpu_check.sh summarize " + d.string());
+  CHECK(sass.out.find("the dK / dV kernels' stall samples per SASS instruction (logs.tar.gz): sass_1.csv 3 lines\n") !=
+        std::string::npos);
   fs::remove_all(d);
 }
