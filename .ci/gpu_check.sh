@@ -749,8 +749,8 @@ step_counters() {
   # change to read where in a step the warps wait
   for v in 1 3; do
     TG_FLASH_HOPPER=$v bounded_to 40 ncu --kernel-name regex:'dkdv' --launch-count 1 --section SourceCounters \
-      --page source --print-source sass --csv "$BENCH" --hs 128 --t 4096 --p 0 --reps 1 --warmup 0 --naive-max-t 0 \
-      --paths flash --peer none >"$LOGS/sass_$v.csv" 2>>"$LOGS/stalls.log"
+      --page source --print-source sass --csv --log-file "$LOGS/sass_$v.csv" "$BENCH" --hs 128 --t 4096 --p 0 --reps 1 \
+      --warmup 0 --naive-max-t 0 --paths flash --peer none >>"$LOGS/stalls.log" 2>&1
   done
   return $rc
 }
