@@ -29,7 +29,8 @@
 #                making the keep decisions again, --paths recompute), then with TG_FLASH_HOPPER=0 (the
 #                mma.sync ones, recompute rows too) at fewer T, then with TG_FLASH_HOPPER=2 (the Hopper kernels with
 #                the warp-specialized TMA backward) and TG_FLASH_HOPPER=3 (them with dQ inside the dK / dV
-#                kernel) at T 4k
+#                kernel) at T 4k, and with TG_FLASH_HOPPER=4 (the forward's keep decisions made by its
+#                producer warpgroup) at p = 0.2, T 4k and 16k
 #   train_flash  shakespeare-char, flash, bf16, the full 5000 iterations: ms/iteration, tokens/s,
 #                MFU, peak device memory (nvidia-smi sampled), best val loss, the kernels it ran
 #   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle);
@@ -184,12 +185,14 @@ parse_hopper() {
 
 # the attention benchmark's rows on the default kernels (the Hopper ones on compute capability
 # 9.0), then the mma.sync kernels' at fewer T, then the warp-specialized backward's, then the
-# backward's with dQ inside the dK / dV kernel
+# backward's with dQ inside the dK / dV kernel, then the forward's with its producer warpgroup
+# making the keep decisions
 parse_attention_step() {
   parse_attention "$1"
   [ -f "$1/bench_mma.csv" ] && parse_attention "$1" bench_mma.csv | sed 's/^/mma.sync kernels: /'
   [ -f "$1/bench_ws.csv" ] && parse_attention "$1" bench_ws.csv | sed 's/^/warp-specialized backward: /'
   [ -f "$1/bench_fused.csv" ] && parse_attention "$1" bench_fused.csv | sed 's/^/dQ inside the dK \/ dV kernel: /'
+  [ -f "$1/bench_ring.csv" ] && parse_attention "$1" bench_ring.csv | sed 's/^/keep decisions by the producer warpgroup: /'
   return 0
 }
 
@@ -406,6 +409,7 @@ window() {
     SAN_SUITE=(-tc="gpu layernorm*,gpu gelu*")
     MMA_BENCH_ARGS=(--hs 64 --t 64 --p 0.2 --tokens 128 --width 128 --reps 1 --warmup 0 --paths flash,recompute)
     WS_BENCH_ARGS=("${MMA_BENCH_ARGS[@]}")
+    RING_BENCH_ARGS=("${MMA_BENCH_ARGS[@]}")
     # expected seconds on this machine (2 cores, the emulator), and the limits
     NAIVE_ARGS=()
     EXP=([facts]=5 [libs]=5 [suite]=60 [hopper]=20 [attention]=40 [train_flash]=40 [nanogpt]=40 [sanitize]=60 [counters]=40 [train_naive]=30)
@@ -425,13 +429,14 @@ window() {
     SAN_SUITE=(-tce="*20 steps*,*same seed twice*")
     MMA_BENCH_ARGS=(--hs 64,128 --t 1024,4096,16384 --p 0,0.2 --naive-max-t 0 --reps 10 --paths flash,recompute)
     WS_BENCH_ARGS=(--hs 64,128 --t 4096 --p 0,0.2 --naive-max-t 0 --reps 10)
+    RING_BENCH_ARGS=(--hs 64,128 --t 4096,16384 --p 0.2 --naive-max-t 0 --reps 10 --paths flash)
     NAIVE_ARGS=(--max-iters 1000 --eval-interval 500)
     # seconds each took in the first window on an H100 (docs/BENCHMARKS.md), rounded up
     # (hopper: not yet run on a GPU: its tests, a third of the attention step's shapes, 300
     # iterations of training)
     # (attention: 45 s on the H100, before the recompute rows at p = 0.2 were added: about a
-    # quarter more)
-    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=20 [attention]=55 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=60 [train_naive]=30)
+    # quarter more; and 10 for the TG_FLASH_HOPPER=4 rows, not yet timed)
+    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=20 [attention]=65 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=60 [train_naive]=30)
   fi
   export NANOGPT_FROM
   export TG_DATA_FILE=$BUNDLE/data/input.txt
@@ -636,7 +641,8 @@ step_hopper() {
 
 # the default kernels at every T (on compute capability 9.0 the Hopper ones), then the mma.sync
 # kernels at fewer T, then the Hopper kernels with the warp-specialized backward
-# (TG_FLASH_HOPPER=2) and with dQ inside the dK / dV kernel (TG_FLASH_HOPPER=3) at T 4k, each beside SDPA
+# (TG_FLASH_HOPPER=2) and with dQ inside the dK / dV kernel (TG_FLASH_HOPPER=3) at T 4k, then with the
+# forward's keep decisions made by its producer warpgroup (TG_FLASH_HOPPER=4) at p = 0.2, each beside SDPA
 step_attention() {
   lib_env
   bounded_to 120 "$BENCH" "${BENCH_ARGS[@]}" --csv "$LOGS/bench_attention.csv"
@@ -644,6 +650,7 @@ step_attention() {
   TG_FLASH_HOPPER=0 bounded "$BENCH" "${MMA_BENCH_ARGS[@]}" --csv "$LOGS/bench_mma.csv" || rc=$?
   TG_FLASH_HOPPER=2 bounded "$BENCH" "${WS_BENCH_ARGS[@]}" --csv "$LOGS/bench_ws.csv" || rc=$?
   TG_FLASH_HOPPER=3 bounded "$BENCH" "${WS_BENCH_ARGS[@]}" --csv "$LOGS/bench_fused.csv" || rc=$?
+  TG_FLASH_HOPPER=4 bounded "$BENCH" "${RING_BENCH_ARGS[@]}" --csv "$LOGS/bench_ring.csv" || rc=$?
   return $rc
 }
 

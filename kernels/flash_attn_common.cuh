@@ -554,19 +554,27 @@ __device__ __forceinline__ void online_softmax_update(float (&s)[NT][4], float (
   rescale_rows(o, alpha);
 }
 
-// apply dropout: P~_ij o M_ij (the scale s comes at the end), with M_ij from
-// dropout_keep_bits; the same bits go to the mask dump when it is requested, and their bytes to
-// p.keep when it is not null.
+// P~_ij o M_ij with the keep bits of the lane's elements (bit 4nt+e for element (nt, e), as
+// dropout_keep_bits returns them); the same bits go to the mask dump when it is requested.
 template <int NT, bool IsCausal>
-__device__ __forceinline__ void apply_dropout(float (&s)[NT][4], const FwdParams<bf16>& p, uint32_t bh, int i_g,
-                                              int j0, int lane) {
-  const uint32_t bits = dropout_keep_bits<NT>(p.key, bh, i_g, j0, lane, nullptr, p.keep, p.T);
+__device__ __forceinline__ void apply_keep_bits(float (&s)[NT][4], const FwdParams<bf16>& p, uint32_t bits,
+                                                uint32_t bh, int i_g, int j0, int lane) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       if (!((bits >> (4 * nt + e)) & 1u)) s[nt][e] = 0.f;
   if (p.mask) write_mask<NT, IsCausal>(p.mask + (long long)bh * p.T * p.T, bits, i_g, j0 + 2 * (lane % 4), p.T);
+}
+
+// apply dropout: P~_ij o M_ij (the scale s comes at the end), with M_ij from
+// dropout_keep_bits; the same bits go to the mask dump when it is requested, and their bytes to
+// p.keep when it is not null.
+template <int NT, bool IsCausal>
+__device__ __forceinline__ void apply_dropout(float (&s)[NT][4], const FwdParams<bf16>& p, uint32_t bh, int i_g,
+                                              int j0, int lane) {
+  apply_keep_bits<NT, IsCausal>(s, p, dropout_keep_bits<NT>(p.key, bh, i_g, j0, lane, nullptr, p.keep, p.T), bh, i_g,
+                                j0, lane);
 }
 
 // write O and LSE: l_i = quad sum of the lane partials; O_i = O_i * s / l_i to out (rows < T),

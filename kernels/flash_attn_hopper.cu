@@ -29,6 +29,9 @@
 // sequence's rows (zeros past the tensor): those keys are masked (-inf, P = 0) and those query
 // rows never written, as with the mma.sync kernel's zero-filled rows.
 //
+// With TG_FLASH_HOPPER=4 (not yet the default) the producer warpgroup also makes the keep
+// decisions and hands them to the consumers through a ring in shared memory (KeepRing below).
+//
 // Shared memory: every tile is stored as HS / 64 column blocks of [rows][64] bf16 (128-byte
 // rows) with the 128-byte swizzle: the 16-byte chunk k of row r sits at chunk k ^ (r % 8)
 // (sw128_offset), the layout a TMA box with CU_TENSOR_MAP_SWIZZLE_128B lands in and wgmma reads
@@ -106,10 +109,11 @@ namespace {
 std::string hopper_setting() {
   const char* v = std::getenv("TG_FLASH_HOPPER");
   const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1" && s != "2" && s != "3")
+  if (!s.empty() && s != "0" && s != "1" && s != "2" && s != "3" && s != "4")
     throw std::invalid_argument("TG_FLASH_HOPPER is '" + s + "'; expected 1 (the Hopper kernels on compute capability "
                                 "9.0, the default), 2 (them with the warp-specialized TMA backward), 3 (them with "
-                                "dQ inside the dK / dV kernel) or 0 (the mma.sync kernels); set one of them, or unset it");
+                                "dQ inside the dK / dV kernel), 4 (them with the forward's keep decisions made by its "
+                                "producer warpgroup) or 0 (the mma.sync kernels); set one of them, or unset it");
   return s;
 }
 }  // namespace
@@ -123,13 +127,17 @@ bool flash_attn_hopper_ws_backward() { return hopper_setting() == "2"; }
 
 bool flash_attn_hopper_fused_dq() { return hopper_setting() == "3"; }
 
+bool flash_attn_hopper_keep_producer() { return hopper_setting() == "4"; }
+
 namespace flash {
 namespace {
 
 using hopper::align_1024;
 
-// the forward's registers a thread after setmaxnreg, producer and consumer warpgroups (below)
-constexpr int kFwdProducerRegs = 24, kFwdConsumerRegs = 240;
+// the forward's registers a thread after setmaxnreg, producer and consumer warpgroups (below);
+// with a producer warpgroup that makes the keep decisions too (KeepRing) 40 and 232:
+// 40 + 2 x 232 = 504 = 3 x 168 (at 32 its loop spilled a few words)
+constexpr int kFwdProducerRegs = 24, kFwdConsumerRegs = 240, kFwdKeepProducerRegs = 40, kFwdKeepConsumerRegs = 232;
 
 template <int HS>
 struct HopperFwdTile {
@@ -159,6 +167,10 @@ struct HopperFwdTile {
   // at HS = 128 it spilled in 168 registers (28 bytes of spill stores) and fits in the consumers'
   // 240
   __host__ __device__ static constexpr bool overlap(bool dropout) { return !(dropout && HS > 128); }
+  // The keep ring (TG_FLASH_HOPPER=4, with a producer warpgroup): stages of one word a consumer
+  // lane, its keep bits of a key tile
+  static constexpr int kKeepStages = 4;
+  static constexpr int kKeepWords = 128 * kConsumers;
 };
 
 // Byte offset of 16-byte chunk k (0 .. HS/8 - 1) of row r in a tile of R rows stored as column
@@ -212,30 +224,82 @@ __device__ __forceinline__ void init_ring(uint64_t* once, uint64_t (&full)[NS], 
 // C + h HS and 2C + h HS on, rows from row0 + Bc jt) into the stage's TB-byte tiles at sK and sV,
 // completing full[st]. By one thread.
 template <int HS, int Bc, int NS, int TB, bool Desc = false>
+__device__ __forceinline__ void produce_kv_stage(unsigned char* sK, unsigned char* sV, const CUtensorMap* map,
+                                                 uint64_t (&full)[NS], uint64_t (&empty)[NS], int n, int n_j, int C,
+                                                 int h, int row0) {
+  constexpr int Blocks = HS / 64;
+  const int jt = Desc ? n_j - 1 - n : n, st = n % NS, use = n / NS;
+  if (use > 0) hopper::mbarrier_wait_parity(&empty[st], (use - 1) & 1);  // the consumers released it
+  hopper::mbarrier_arrive_expect_tx(&full[st], 2 * TB);
+  for (int blk = 0; blk < Blocks; ++blk) {
+    hopper::tma_load_2d(sK + st * TB + blk * Bc * 128, map, C + h * HS + 64 * blk, row0 + jt * Bc, &full[st]);
+    hopper::tma_load_2d(sV + st * TB + blk * Bc * 128, map, 2 * C + h * HS + 64 * blk, row0 + jt * Bc, &full[st]);
+  }
+}
+template <int HS, int Bc, int NS, int TB, bool Desc = false>
 __device__ __forceinline__ void produce_kv_ring(unsigned char* sK, unsigned char* sV, const CUtensorMap* map,
                                                 uint64_t (&full)[NS], uint64_t (&empty)[NS], int n_j, int C, int h,
                                                 int row0) {
-  constexpr int Blocks = HS / 64;
-  for (int n = 0; n < n_j; ++n) {
-    const int jt = Desc ? n_j - 1 - n : n, st = n % NS, use = n / NS;
-    if (use > 0) hopper::mbarrier_wait_parity(&empty[st], (use - 1) & 1);  // the consumers released it
-    hopper::mbarrier_arrive_expect_tx(&full[st], 2 * TB);
-    for (int blk = 0; blk < Blocks; ++blk) {
-      hopper::tma_load_2d(sK + st * TB + blk * Bc * 128, map, C + h * HS + 64 * blk, row0 + jt * Bc, &full[st]);
-      hopper::tma_load_2d(sV + st * TB + blk * Bc * 128, map, 2 * C + h * HS + 64 * blk, row0 + jt * Bc, &full[st]);
+  for (int n = 0; n < n_j; ++n) produce_kv_stage<HS, Bc, NS, TB, Desc>(sK, sV, map, full, empty, n, n_j, C, h, row0);
+}
+
+// The keep ring's words of one key tile (queries i0 .. i0 + 16 Warps - 1, keys j0 .. j0 + 63), by
+// the 128 threads tid of a producer warpgroup: word 32 w + l is the keep bits that consumer warp w
+// (rows i0 + 16 w ..) lane l would get from dropout_keep_bits<8> (bit 4nt+e for its element
+// (nt, e)), from the same Philox calls (philox::attn_keep_byte, keep_byte: their bytes stored to
+// p.keep when it is not null, as the consumers' calls store them). A warp takes blocks of 16 rows:
+// lane (rr = lane % 16, q = lane / 16) makes the bytes of row rr and key groups q, q + 2, q + 4,
+// q + 6 (so that each call step's stores to p.keep fill one 32-byte block of it), takes bits 2t,
+// 2t + 1 of each for the word of every lane t of its row's quad, and three shuffles gather each
+// word whole in one lane: row rr's words of t = 2r, 2r + 1 (r = rr / 8) in the lanes of both rows
+// of a word (xor 8), then word t = 2r + q in lane (rr, q) (xor 16), which stores it.
+template <int Warps>
+__device__ __forceinline__ void make_keep_words(uint32_t* words, const FwdParams<bf16>& p, uint32_t bh, int i0, int j0,
+                                                int tid) {
+  static_assert(Warps % 4 == 0, "row blocks divide among the warpgroup's four warps");
+  const int lane = tid % 32, rr = lane % 16, q = lane / 16, r = rr / 8;
+  const uint32_t thr = philox::attn_threshold(p.key);
+#pragma unroll 1
+  for (int rb = tid / 32; rb < Warps; rb += 4) {
+    const uint32_t i = (uint32_t)(i0 + 16 * rb + rr);
+    uint32_t w[4] = {0u, 0u, 0u, 0u};  // the words of t = 0 .. 3, bits of row r, key groups of parity q
+#pragma unroll 1
+    for (int m = 0; m < 4; ++m) {
+      const uint32_t byte = keep_byte(p.key, thr, nullptr, p.keep, p.T, bh, i, (uint32_t)(j0 + 8 * (q + 2 * m)));
+#pragma unroll
+      for (int t = 0; t < 4; ++t) w[t] |= ((byte >> (2 * t)) & 3u) << (8 * m);
     }
+    // group nt = q + 2m's bits of row r sit at 4 nt + 2 r = 8 m + 4 q + 2 r
+#pragma unroll
+    for (int t = 0; t < 4; ++t) w[t] <<= 4 * q + 2 * r;
+    const uint32_t k0 = (r ? w[2] : w[0]) | __shfl_xor_sync(0xffffffffu, r ? w[0] : w[2], 8);  // t = 2r
+    const uint32_t k1 = (r ? w[3] : w[1]) | __shfl_xor_sync(0xffffffffu, r ? w[1] : w[3], 8);  // t = 2r + 1
+    const uint32_t word = (q ? k1 : k0) | __shfl_xor_sync(0xffffffffu, q ? k0 : k1, 16);       // t = 2r + q
+    words[32 * rb + 4 * (rr % 8) + 2 * r + q] = word;
   }
 }
 
 // grid (B*NH, ceil(T / Br)), query tiles last-first (the longest CTAs start first). Causal.
 // map: qkv as a (B T, 3C) tensor, boxes of 64 columns by Bc rows (Q_i: two boxes of rows a
 // column block).
-template <int HS, bool IsDropout>
+// KeepRing (TG_FLASH_HOPPER=4; with dropout and a producer warpgroup): the keep decisions are made
+// by the producer warpgroup, whose four warps are otherwise idle, rather than by the consumers
+// between their products: per key tile it writes each consumer lane's keep bits (make_keep_words)
+// into a ring of kKeepStages stages in shared memory, each with a "full" mbarrier (an arrival by
+// each producer thread after its store) and an "empty" one (an arrival by each consumer thread
+// once it has read its word). The same Philox calls, so the same bits; the consumers' dropout is
+// then one shared load a tile.
+template <int HS, bool IsDropout, bool KeepRing = false>
 __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
     flash_fwd_hopper_kernel(const FwdParams<bf16> p, const __grid_constant__ CUtensorMap map) {
   using Tile = HopperFwdTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, NS = Tile::kStages, Blocks = HS / 64;
+  constexpr int NK = Tile::kKeepStages, KW = Tile::kKeepWords;
+  static_assert(!KeepRing || (IsDropout && Tile::kProducerWarpgroup && Bc == 64),
+                "the keep ring needs dropout, a producer warpgroup and key tiles of 64");
   __shared__ uint64_t bar_q, full[NS], empty[NS];
+  __shared__ uint64_t keep_full[KeepRing ? NK : 1], keep_empty[KeepRing ? NK : 1];
+  __shared__ uint32_t keep_words[KeepRing ? NK * KW : 1];
   unsigned char* const raw = dynamic_smem<unsigned char>();
   unsigned char* const sQ = align_1024(raw);
   unsigned char* const sK = sQ + Tile::kQBytes;            // [NS][Bc][HS]
@@ -250,24 +314,44 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
   const int j_end = min(p.T, i0 + Br);
   const int n_j = (j_end + Bc - 1) / Bc;
 
-  // full: the producer's arrive.expect_tx; empty: one arrival per consumer warpgroup
+  // full: the producer's arrive.expect_tx; empty: one arrival per consumer warpgroup. The keep
+  // ring's: every producer thread, every consumer thread (initialised with the others, before
+  // init_ring's fence and barrier)
+  if (KeepRing && threadIdx.x == 0)
+    for (int st = 0; st < NK; ++st) {
+      hopper::mbarrier_init(&keep_full[st], 128);
+      hopper::mbarrier_init(&keep_empty[st], 128 * Tile::kConsumers);
+    }
   init_ring(&bar_q, full, 1, empty, Tile::kConsumers);
 
   if (wg == Tile::kConsumers) {  // the producer: the first lane of its first warp issues every load
-    if constexpr (Tile::kProducerWarpgroup) hopper::setmaxnreg_dec<kFwdProducerRegs>();
-    if (warp == 4 * Tile::kConsumers && lane == 0) {
-      const int row0 = b * p.T;  // row of (b, 0) in the (B T, 3C) tensor
+    if constexpr (Tile::kProducerWarpgroup)
+      hopper::setmaxnreg_dec<KeepRing ? kFwdKeepProducerRegs : kFwdProducerRegs>();
+    const int ptid = (int)threadIdx.x - 128 * Tile::kConsumers;
+    const int row0 = b * p.T;  // row of (b, 0) in the (B T, 3C) tensor
+    if (ptid == 0) {
       hopper::mbarrier_arrive_expect_tx(&bar_q, Tile::kQBytes);
       for (int blk = 0; blk < Blocks; ++blk)
         for (int half = 0; half < Br / Bc; ++half)
           hopper::tma_load_2d(sQ + blk * Br * 128 + half * Bc * 128, &map, h * HS + 64 * blk, row0 + i0 + half * Bc, &bar_q);
+    }
+    if constexpr (KeepRing) {
+      // tile n's K, V (its first lane), then its keep words (the warpgroup) once their stage is free
+      for (int n = 0; n < n_j; ++n) {
+        if (ptid == 0) produce_kv_stage<HS, Bc, NS, Tile::kKVBytes>(sK, sV, &map, full, empty, n, n_j, p.C, h, row0);
+        const int sk = n % NK;
+        if (n >= NK) hopper::mbarrier_wait_parity(&keep_empty[sk], (n / NK - 1) & 1);
+        make_keep_words<Br / 16>(keep_words + sk * KW, p, bh, i0, n * Bc, ptid);
+        hopper::mbarrier_arrive(&keep_full[sk]);
+      }
+    } else if (ptid == 0) {
       produce_kv_ring<HS, Bc, NS, Tile::kKVBytes>(sK, sV, &map, full, empty, n_j, p.C, h, row0);
     }
     return;
   }
 
   // a consumer warpgroup: rows iwg0 .. iwg0+63
-  if constexpr (Tile::kProducerWarpgroup) hopper::setmaxnreg_inc<kFwdConsumerRegs>();
+  if constexpr (Tile::kProducerWarpgroup) hopper::setmaxnreg_inc<KeepRing ? kFwdKeepConsumerRegs : kFwdConsumerRegs>();
   const int iwg0 = i0 + 64 * wg;                // first row of this warpgroup
   const int iw0 = iwg0 + 16 * (warp % 4);       // first row of this warp
   const int i_g = iw0 + lane / 4;               // row of this lane's elements 0, 1 (2, 3: +8)
@@ -308,7 +392,15 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
     const int j0 = jt * Bc;
     if (j0 + Bc > p.T || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), p.T);
     online_softmax_scores(s, alpha, m, l, p.scale_log2);
-    if constexpr (IsDropout) apply_dropout<Bc / 8, true>(s, p, bh, i_g, j0, lane);
+    if constexpr (KeepRing) {
+      const int sk = jt % NK;
+      hopper::mbarrier_wait_parity(&keep_full[sk], (jt / NK) & 1);
+      const uint32_t bits = keep_words[sk * KW + threadIdx.x];  // consumer warp w's lane l: word 32 w + l
+      hopper::mbarrier_arrive(&keep_empty[sk]);
+      apply_keep_bits<Bc / 8, true>(s, p, bits, bh, i_g, j0, lane);
+    } else if constexpr (IsDropout) {
+      apply_dropout<Bc / 8, true>(s, p, bh, i_g, j0, lane);
+    }
   };
   // the warpgroup's wgmmas on the stage have retired (its reads of the stage are over): one
   // arrival, by its first thread, releases it
@@ -352,9 +444,14 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
   hopper::wgmma_wait_group<0>();
   release(n_wg - 1);
   // the tiles past this warpgroup's rows: nothing to compute, the stage released once landed
+  // (and the keep ring's once written: an arrival before would count towards an earlier phase)
   for (int jt = n_wg; jt < n_j; ++jt) {
     hopper::mbarrier_wait_parity(&full[jt % NS], (jt / NS) & 1);
     release(jt);
+    if constexpr (KeepRing) {
+      hopper::mbarrier_wait_parity(&keep_full[jt % NK], (jt / NK) & 1);
+      hopper::mbarrier_arrive(&keep_empty[jt % NK]);
+    }
   }
   // O_i = diag(l_i)^-1 O_i s, lse_i = m_i + log(l_i)
   write_out_lse(p, o, m, l, bh, b, h, i_g, lane);
@@ -1054,8 +1151,15 @@ void run_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p) {
   using Tile = HopperFwdTile<HS>;
   const long long tiles = ceil_div(p.T, Tile::kBr);
   if (tiles > 65535) throw std::invalid_argument("flash_attn_forward_hopper: T too large for the grid");
-  launch(flash_fwd_hopper_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles), Tile::kThreads,
-         Tile::kSmemBytes, ctx.stream, p, tile_map(p.qkv, p.ld_qkv, (long long)p.B * p.T, Tile::kBc));
+  const dim3 grid((unsigned)(p.B * p.NH), (unsigned)tiles);
+  const CUtensorMap map = tile_map(p.qkv, p.ld_qkv, (long long)p.B * p.T, Tile::kBc);
+  // the keep ring where asked for and there is a producer warpgroup to make it (not at HS 256)
+  if constexpr (IsDropout && Tile::kProducerWarpgroup)
+    if (flash_attn_hopper_keep_producer()) {
+      launch(flash_fwd_hopper_kernel<HS, true, true>, grid, Tile::kThreads, Tile::kSmemBytes, ctx.stream, p, map);
+      return;
+    }
+  launch(flash_fwd_hopper_kernel<HS, IsDropout>, grid, Tile::kThreads, Tile::kSmemBytes, ctx.stream, p, map);
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ bool flash_attn_hopper_device(const Context& ctx);
 
 // Whether flash_attn_forward / _backward<bf16> run the Hopper kernels for heads of size HS on
 // ctx's device: compute capability 9.0, a tile head size (flash_attn_tile_head_size) of 64,
-// 128 or 256, and TG_FLASH_HOPPER unset, 1, 2 or 3 in the environment (read at each call; 0: the
+// 128 or 256, and TG_FLASH_HOPPER unset, 1, 2, 3 or 4 in the environment (read at each call; 0: the
 // mma.sync kernels; another value throws std::invalid_argument).
 bool flash_attn_hopper_chosen(const Context& ctx, int HS);
 
@@ -41,6 +41,13 @@ bool flash_attn_hopper_ws_backward();
 // second kernel that recomputes S and dP: TG_FLASH_HOPPER=3 (on the H200 it was slower than the
 // two kernels, the default). The bits are the same either way.
 bool flash_attn_hopper_fused_dq();
+
+// Whether the Hopper forward with dropout has its producer warpgroup make the keep decisions
+// (passed to the consumers through a ring in shared memory) rather than its consumer warpgroups
+// between their products: TG_FLASH_HOPPER=4 (head sizes 64 and 128, whose forward has a producer
+// warpgroup; the backward is the default's). The bits are the same either way; it has not run on a
+// GPU yet, so it is not the default.
+bool flash_attn_hopper_keep_producer();
 
 // As flash_attn_forward<bf16> with causal = true: out (B, T, C) and lse (B, NH, T) overwritten,
 // mask (B, NH, T, T) the keep decisions when not null (entries above the diagonal untouched).

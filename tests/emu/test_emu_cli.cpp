@@ -185,8 +185,9 @@ TEST_CASE("train_gpt_emu: on a GPU with 99 KB of shared memory a block, head siz
 // the Hopper kernels (kernels/flash_attn_hopper.cuh) unless TG_FLASH_HOPPER=0, and the start-up
 // line says which; under the emulator (as on an H100) their outputs are the mma.sync kernels' bit
 // for bit (the same products, in the same order per k-step of 16), so the whole run is the same
-// bits; TG_FLASH_HOPPER=2 (the warp-specialized backward) and 3 (dQ inside the dK / dV kernel) too. On an
-// A100 they are the mma.sync kernels, and a value other than 0, 1, 2 or 3 is refused.
+// bits; TG_FLASH_HOPPER=2 (the warp-specialized backward), 3 (dQ inside the dK / dV kernel) and 4 (the
+// forward's keep decisions made by its producer warpgroup) too. On an A100 they are the mma.sync
+// kernels, and a value other than 0, 1, 2, 3 or 4 is refused.
 TEST_CASE("train_gpt_emu: on compute capability 9.0 the flash kernels are Hopper wgmma's unless TG_FLASH_HOPPER=0, the same bits as mma.sync") {
   // head size 64 (one of the Hopper kernel's); two query tiles of its 128 rows at T = 160
   const std::string common = " --device cuda --precision bf16 --eval-interval 2 --log-interval 1 --sample-tokens 0 "
@@ -218,6 +219,13 @@ TEST_CASE("train_gpt_emu: on compute capability 9.0 the flash kernels are Hopper
   REQUIRE(apart.code == 0);
   CHECK(apart.out.find("attention: flash (Hopper wgmma kernels, dQ inside the dK / dV kernel) |") != std::string::npos);
   CHECK(train_losses(out / "apart") == std::map<int, double>(a.begin(), std::next(a.begin(), 2)));
+  const Run ring = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 3 --out-dir " + (out / "ring").string(),
+                                "env TG_FLASH_HOPPER=4 ");
+  INFO("stderr: " << ring.err);
+  REQUIRE(ring.code == 0);
+  CHECK(ring.out.find("attention: flash (Hopper wgmma kernels, keep decisions by the forward's producer warpgroup) |") !=
+        std::string::npos);
+  CHECK(train_losses(out / "ring") == a);
   const Run a100 = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 1 --out-dir " + (out / "a100").string(),
                                 "env TG_EMU_DEVICE=a100 ");
   CHECK(a100.code == 0);
@@ -450,6 +458,12 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
       {"TG_FLASH_HOPPER=2 ", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 2 "
                              "--n-embd 128 --block-size 192 --batch-size 1 --max-iters 1 --eval-interval 1 "
                              "--eval-iters 1 --sample-tokens 4" + data + " --out-dir " + (dir / "ws").string()},
+      // the forward's keep decisions made by its producer warpgroup (opt-in; head size 64), with
+      // dropout: at T 320 the last query tile's CTA has 5 key tiles, so both its rings are refilled
+      // (the keep ring's 4 stages after the consumers' reads of their words)
+      {"TG_FLASH_HOPPER=4 ", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 "
+                             "--n-embd 64 --block-size 320 --batch-size 1 --max-iters 1 --eval-interval 1 "
+                             "--eval-iters 1 --sample-tokens 0" + data + " --out-dir " + (dir / "ring").string()},
       {"TG_EMU_CUBLASLT_NO_ALGORITHM=1 ", "--device cuda --precision bf16 --bias --max-iters 1 --eval-interval 1 "
                                           "--sample-tokens 4" + kTiny + data + " --out-dir " + (dir / "fallback").string()},
   };
@@ -480,6 +494,13 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
   } catch (const std::exception& e) {
     FAIL(e.what() << ": make build/kernel_resources.txt writes it");
   }
+  // and the Hopper kernels' table beside it (sm_90a), which the Makefile writes with it
+  const std::string hopper_table = table.substr(0, table.rfind(".txt")) + "_hopper.txt";
+  try {
+    for (emu::occ::KernelResources& k : emu::occ::read_resources(hopper_table).kernels) t.kernels.push_back(std::move(k));
+  } catch (const std::exception& e) {
+    FAIL(e.what() << ": make build/kernel_resources.txt writes " << hopper_table << " too");
+  }
   // kernels of the build that train_gpt does not launch, and why (their tests run them)
   const std::set<std::string> kNotLaunched = {
       "residual_backward_kernel",  // the residual's gradient flows on in place, nothing to launch
@@ -497,9 +518,10 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
     if (!launched.count(k) && !kNotLaunched.count(k)) missing.insert(k);
   std::string text;
   for (const std::string& k : missing) text += " " + k;
-  size_t instances = 0;
+  size_t instances = 0, kernels = 0;
   for (const std::string& k : all_short) instances += launched_short.count(k);
-  MESSAGE(launched.size() << " of the build's " << all.size() << " kernels (" << instances << " of its "
+  for (const std::string& k : all) kernels += launched.count(k);
+  MESSAGE(kernels << " of the build's " << all.size() << " kernels (" << instances << " of its "
                           << all_short.size() << " instantiations) ran under racecheck and initcheck");
   CHECK_MESSAGE(missing.empty(), "kernels of the build no run reached under racecheck:" << text);
   fs::remove_all(dir);

@@ -345,11 +345,15 @@ TEST_CASE("kernel resources: the Hopper kernels (sm_90a) are listed and none spi
   for (const char* base : {"flash_fwd_hopper_kernel", "flash_bwd_dq_hopper_kernel", "flash_bwd_dkdv_hopper_kernel"})
     for (int hs : {64, 128, 256})
       for (const char* dropout : {"false", "true"})
-        for (const char* fused : {"", ", false", ", true"}) {
-          // the dK / dV kernel's third argument: dQ inside it
-          const bool dkdv = std::string(base) == "flash_bwd_dkdv_hopper_kernel";
-          if (dkdv != (*fused != 0)) continue;
-          const std::string nm = std::string(base) + "<" + std::to_string(hs) + ", " + dropout + fused + ">";
+        for (const char* third : {"", ", false", ", true"}) {
+          // the third argument of the dK / dV kernel (dQ inside it) and of the forward (the keep
+          // decisions by its producer warpgroup: with dropout at HS 64 and 128 only)
+          const bool dq = std::string(base) == "flash_bwd_dq_hopper_kernel";
+          if (dq != (*third == 0)) continue;
+          if (std::string(base) == "flash_fwd_hopper_kernel" && std::string(third) == ", true" &&
+              !(hs <= 128 && std::string(dropout) == "true"))
+            continue;
+          const std::string nm = std::string(base) + "<" + std::to_string(hs) + ", " + dropout + third + ">";
           CHECK_MESSAGE(find(t, 90, nm) != nullptr, "sm_90a: no " << nm);
         }
   // The dK / dV kernel with dQ inside keeps the blocks an SM on an H100 that it had without (two
@@ -376,8 +380,8 @@ TEST_CASE("kernel resources: the Hopper kernels (sm_90a) are listed and none spi
   // that count, the one the emulator's setmaxnreg starts every warpgroup with (168); a kernel
   // where ptxas ignored it (warning C7508) would report what its code needs instead.
   for (int hs : {64, 128})
-    for (const char* dropout : {"false", "true"}) {
-      const std::string nm = "flash_fwd_hopper_kernel<" + std::to_string(hs) + ", " + dropout + ">";
+    for (const char* args : {"false, false", "true, false", "true, true"}) {
+      const std::string nm = "flash_fwd_hopper_kernel<" + std::to_string(hs) + ", " + args + ">";
       const KernelResources* k = find(t, 90, nm);
       REQUIRE_MESSAGE(k != nullptr, "sm_90a: no " << nm);
       CHECK_MESSAGE(k->regs == emu::setmaxnreg_entry_count(384), nm << ": " << k->regs << " registers");

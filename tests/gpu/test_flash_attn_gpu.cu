@@ -559,6 +559,20 @@ TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the rati
         }();
         CHECK_MESSAGE(bitwise_equal(fused.dqkv, hw.dqkv), where << ": dQ inside the dK / dV kernel gives another dqkv, largest difference "
                                                               << max_abs_diff(fused.dqkv, hw.dqkv));
+        // the forward's keep decisions made by its producer warpgroup (TG_FLASH_HOPPER=4; HS 64
+        // and 128, the default's forward at 256): the same Philox calls, so the same mask byte for
+        // byte, and the same O, lse and dqkv bit for bit
+        if (p > 0) {
+          const Result ring = [&] {
+            const tg_test::FlashKernels family("4");
+            return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, true, true);
+          }();
+          CHECK_MESSAGE(ring.mask == hw.mask, where << ": the producer warpgroup's keep decisions differ from the CPU's");
+          CHECK_MESSAGE(bitwise_equal(ring.out, hw.out), where << ": O with the producer's keep decisions differs, largest "
+                                                               << max_abs_diff(ring.out, hw.out));
+          CHECK_MESSAGE(bitwise_equal(ring.lse, hw.lse), where << ": lse with the producer's keep decisions differs");
+          CHECK_MESSAGE(bitwise_equal(ring.dqkv, hw.dqkv), where << ": dqkv with the producer's keep decisions differs");
+        }
       }
 }
 
@@ -768,8 +782,8 @@ TG_GPU_TEST("flash attention bf16: the forward's keep buffer holds the CPU's kee
   };
   const std::vector<Run> runs = tg_test::device_sizes<Run>(
       {{"0", 1, 64}, {"0", 129, 64}, {"0", 255, 128}, {"0", 17, 40}, {"1", 1, 64}, {"1", 129, 64}, {"1", 255, 128},
-       {"1", 17, 40}, {"1", 129, 256}, {"2", 129, 64}, {"2", 255, 128}, {"3", 129, 64}},
-      {{"0", 129, 64}, {"0", 17, 40}, {"1", 129, 64}, {"1", 17, 128}, {"2", 129, 64}, {"3", 129, 128}});
+       {"1", 17, 40}, {"1", 129, 256}, {"2", 129, 64}, {"2", 255, 128}, {"3", 129, 64}, {"4", 255, 128}, {"4", 129, 64}},
+      {{"0", 129, 64}, {"0", 17, 40}, {"1", 129, 64}, {"1", 17, 128}, {"2", 129, 64}, {"3", 129, 128}, {"4", 129, 128}});
   for (const Run& r : runs) {
     if (r.family[0] != '0' && !tg_test::hopper_available()) continue;
     if (!flash_fits(r.HS, true)) continue;
@@ -779,7 +793,8 @@ TG_GPU_TEST("flash attention bf16: the forward's keep buffer holds the CPU's kee
                        r.family[0] == '0'   ? "mma.sync"
                        : r.family[0] == '1' ? "hopper"
                        : r.family[0] == '2' ? "hopper, warp-specialized backward"
-                                            : "hopper, dQ inside the dK / dV kernel");
+                       : r.family[0] == '3' ? "hopper, dQ inside the dK / dV kernel"
+                                            : "hopper, keep decisions by the forward's producer warpgroup");
   }
 }
 
