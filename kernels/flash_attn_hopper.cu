@@ -551,8 +551,9 @@ __device__ __forceinline__ void for_each_dqt(float (&dqt)[Cols / 64][Br / 8][4],
 // sLi, sDi, and the keep bytes at sM ([Bc / 8][MS], make_mask_tile's; read with dropout only).
 // Fuse: and dQ_i's sums += dS_ij K_j as fq says, in the same order of products as the dQ kernel's
 // register sums (the same bits); only in a kernel whose block is the one warpgroup (it
-// synchronises the block).
-template <int HS, int Br, int Bc, int MS, int Cols, bool IsDropout, bool Fuse = false>
+// synchronises the block). KR: the rows of the K_j, V_j tiles aK and aV point into (the
+// warpgroup's 64 rows start at aK, aV; KR = 128 where two warpgroups share a tile of 128 keys).
+template <int HS, int Br, int Bc, int MS, int Cols, bool IsDropout, bool Fuse = false, int KR = Bc>
 __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[Cols / 8][4], int Tn, float scale_log2,
                                           float dropout_scale, uint32_t aK, uint32_t aV, uint32_t tQ, uint32_t tdO,
                                           uint32_t col_off, const float* sLi, const float* sDi, const uint8_t* sM,
@@ -562,8 +563,8 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[
   // S_ij^T = K_j Q_i^T (raw) and, overlapped, dPd_ij^T = V_j dO_i^T
   float st[Br / 8][4], dpt[Br / 8][4];
   hopper::wgmma_fence();
-  wg_issue_ss<HS, Br, Bc, Br>(st, aK, 0, tQ);
-  if constexpr (Ov) wg_issue_ss<HS, Br, Bc, Br>(dpt, aV, 0, tdO);
+  wg_issue_ss<HS, Br, KR, Br>(st, aK, 0, tQ);
+  if constexpr (Ov) wg_issue_ss<HS, Br, KR, Br>(dpt, aV, 0, tdO);
   hopper::wgmma_wait_group<Ov ? 1 : 0>();  // S^T is in st (groups retire in order)
   // S^T masked; P_ij^T = exp(S_ij^T - lse_i) (lse of the column's query)
   if (i0 + Br > Tn || i0 < jw0 + 15) mask_scores_t<Br / 8, true>(st, k_g, i0 + 2 * t, Tn);
@@ -577,7 +578,7 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[
   if constexpr (!Ov) {
     hopper::wgmma_wait_group<0>();
     hopper::wgmma_fence();
-    wg_issue_ss<HS, Br, Bc, Br>(dpt, aV, 0, tdO);
+    wg_issue_ss<HS, Br, KR, Br>(dpt, aV, 0, tdO);
   }
   hopper::wgmma_wait_group<Ov ? 1 : 0>();  // dPd^T is in dpt (dV's product may still run)
   // dP = dPd o M s, dS_ij^T = P_ij^T o (dP_ij^T - D_i), in place in dpt
@@ -651,7 +652,6 @@ struct HopperDkvTile {
   // kernels/flash_attn_bwd.cu's DkvTile (S^T and dP^T over all 256 columns in each)
   static constexpr int kCols = HS > 128 ? 128 : HS;
   static constexpr int kSplits = HS / kCols;
-  static constexpr int kThreadsWs = 128 + 32;  // and a producer warp (the warp-specialized kernel)
   static constexpr int kMaskStride = kBr + 16;  // the keep bytes' rows: one a group of 8 keys
   static constexpr int kKVBytes = kBc * HS * 2, kQBytes = kBr * HS * 2;
   static constexpr int kTileBytes = 2 * kKVBytes + 4 * kQBytes;  // K, V; two stages of Q, dO
@@ -664,6 +664,19 @@ struct HopperDkvTile {
   static constexpr size_t kSOffset = (kSmemBytes - 1024 + 1023) / 1024 * 1024;  // dS_ij's tile, 1024-aligned
   static constexpr size_t kSmemBytesFused = 1024 + kSOffset + kSBytes + kSumBytes;
   static_assert(kSmemBytesFused <= 227 * 1024, "the fused dK / dV kernel's tiles exceed 227 KB");
+  // The warp-specialized kernel: two consumer warpgroups, each with 64 keys of a key tile of 128
+  // (kBcWs), sharing its Q_i, dO_i stages, and a producer warpgroup (one warp of it works: a whole
+  // warpgroup so that setmaxnreg can move its registers to the consumers, as in the forward); three
+  // stages (two at HS 256, whose K and V take 128 KB)
+  static constexpr int kConsumersWs = 2;
+  static constexpr int kThreadsWs = 128 * kConsumersWs + 128;
+  static constexpr int kBcWs = kBc * kConsumersWs;
+  static constexpr int kStagesWs = HS > 128 ? 2 : 3;
+  static constexpr int kKVBytesWs = kBcWs * HS * 2;
+  static constexpr size_t kSmemBytesWs = 1024 + 2 * (size_t)kKVBytesWs + 2 * (size_t)kStagesWs * kQBytes +
+                                         2 * (size_t)kStagesWs * kBr * sizeof(float) +
+                                         (size_t)(kBcWs / 8) * kMaskStride;
+  static_assert(kSmemBytesWs <= 227 * 1024, "the warp-specialized dK / dV kernel's tiles exceed 227 KB");
 };
 
 // grid (B*NH, ceil(T / Bc), kSplits). Causal.
@@ -804,50 +817,61 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   add_to_dqkv(dqkv_b, p.ld_qkv, 2LL * p.C + (long long)h * HS + c0, dv, p.dropout_scale, k_g, p.T, lane);
 }
 
-// The dK / dV kernel warp-specialized: one consumer warpgroup (dkdv_tile) and a producer warp.
-// The producer's elected lane loads K_j, V_j once and streams Q_i, dO_i through a ring of two
-// stages with TMA (boxes of 64 columns by Br rows over qkv and dout); its 32 lanes write the
-// stage's lse_i log2(e) and D_i into shared memory and each arrives on the stage's "full"
-// mbarrier (the elected lane's arrival is the expect_tx one), so that the consumers see them
-// with the boxes. Each consumer warp makes the keep bits of its own 16 keys (a warp-local
-// make_mask_tile: no barrier across the warpgroup), and each consumer thread arrives on "empty"
-// when done with the stage. Rows past the end of a batch's sequence read the next sequence's rows (zeros past the
-// tensor): their queries have lse = +inf, so P = dS = 0 there. Chosen by TG_FLASH_HOPPER=2.
-// grid (B*NH, ceil(T / Bc), kSplits). Causal.
+// The dK / dV kernel warp-specialized: two consumer warpgroups (dkdv_tile), each with 64 keys of
+// the CTA's key tile of 128, and a producer warp. The producer's elected lane loads K_j, V_j once
+// and streams Q_i, dO_i through a ring of kStagesWs stages with TMA (boxes of 64 columns by Br
+// rows over qkv and dout); its 32 lanes write the stage's lse_i log2(e) and D_i into shared memory
+// and each arrives on the stage's "full" mbarrier (the elected lane's arrival is the expect_tx
+// one), so that the consumers see them with the boxes. Both warpgroups read each stage (one load
+// of Q_i, dO_i for 128 keys), and nothing but the ring ties them: no block barrier. Each consumer
+// warp makes the keep bits of its own 16 keys (a warp-local make_mask_tile), and each consumer
+// thread arrives on "empty" when done with the stage (also for a query tile wholly before its
+// warpgroup's keys, which it skips once the stage has landed, so that no arrival counts towards an
+// earlier phase). Each warpgroup's sums over the query tiles are those of the one-warpgroup kernels
+// for its 64 keys, in the same order: the same bits. Rows past the end of a batch's sequence read
+// the next sequence's rows (zeros past the tensor): their queries have lse = +inf, so P = dS = 0
+// there. The producer warp is the first of a warpgroup whose registers setmaxnreg gives to the
+// consumers (24 and 240 a thread, as the forward's): ptxas gives a block of 384 threads 168, where
+// the consumers spilled. One CTA an SM of 8 consumer warps, as two CTAs of the cp.async kernel.
+// Chosen by TG_FLASH_HOPPER=2.
+// grid (B*NH, ceil(T / kBcWs), kSplits). Causal.
 template <int HS, bool IsDropout>
 __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
     flash_bwd_dkdv_hopper_ws_kernel(const BwdParams<bf16> p, const __grid_constant__ CUtensorMap qkv_map,
                                     const __grid_constant__ CUtensorMap dout_map) {
   using Tile = HopperDkvTile<HS>;
-  constexpr int Br = Tile::kBr, Bc = Tile::kBc, MS = Tile::kMaskStride, Cols = Tile::kCols, NS = 2, Blocks = HS / 64;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, BcW = Tile::kBcWs, MS = Tile::kMaskStride, Cols = Tile::kCols;
+  constexpr int NS = Tile::kStagesWs, Blocks = HS / 64, NC = 128 * Tile::kConsumersWs;
   __shared__ uint64_t bar_kv, full[NS], empty[NS];
   unsigned char* const raw = dynamic_smem<unsigned char>();
-  unsigned char* const sK = align_1024(raw);         // K_j  [Bc][HS]
-  unsigned char* const sV = sK + Tile::kKVBytes;     // V_j  [Bc][HS]
-  unsigned char* const sQ = sV + Tile::kKVBytes;     // Q_i  [NS][Br][HS]
-  unsigned char* const sdO = sQ + NS * Tile::kQBytes;  // dO_i [NS][Br][HS]
-  float* sL = reinterpret_cast<float*>(sK + Tile::kTileBytes);  // lse_i log2(e) [NS][Br]
-  float* sD = sL + NS * Br;                                      // D_i [NS][Br]
-  uint8_t* sM = reinterpret_cast<uint8_t*>(sD + NS * Br);        // keep bytes [Bc / 8][MS]
+  unsigned char* const sK = align_1024(raw);              // K_j  [BcW][HS]
+  unsigned char* const sV = sK + Tile::kKVBytesWs;        // V_j  [BcW][HS]
+  unsigned char* const sQ = sV + Tile::kKVBytesWs;        // Q_i  [NS][Br][HS]
+  unsigned char* const sdO = sQ + NS * Tile::kQBytes;     // dO_i [NS][Br][HS]
+  float* sL = reinterpret_cast<float*>(sdO + NS * Tile::kQBytes);  // lse_i log2(e) [NS][Br]
+  float* sD = sL + NS * Br;                                          // D_i [NS][Br]
+  uint8_t* sM = reinterpret_cast<uint8_t*>(sD + NS * Br);            // keep bytes [BcW / 8][MS]
   const uint32_t aK = smem_u32(sK), aV = smem_u32(sV), aQ = smem_u32(sQ), adO = smem_u32(sdO);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const uint32_t bh = blockIdx.x;
   const int b = (int)bh / p.NH, h = (int)bh % p.NH;
-  const int j0 = blockIdx.y * Bc;
+  const int j0 = blockIdx.y * BcW;
   const int c0 = Tile::kSplits > 1 ? (int)blockIdx.z * Cols : 0;
   const int it0 = j0 / Br, n_it = (p.T + Br - 1) / Br;
 
   // full: the producer warp's lanes (one with expect_tx); empty: every consumer thread
-  init_ring(&bar_kv, full, 32, empty, Tile::kThreads);
+  init_ring(&bar_kv, full, 32, empty, NC);
 
-  if (warp == 4) {  // the producer warp
+  if (warp >= NC / 32) {  // the producer warpgroup: its first warp
+    hopper::setmaxnreg_dec<kFwdProducerRegs>();
+    if (warp > NC / 32) return;
     const int row0 = b * p.T;  // row of (b, 0) in the (B T, 3C) and (B T, C) tensors
     if (lane == 0) {
-      hopper::mbarrier_arrive_expect_tx(&bar_kv, 2 * Tile::kKVBytes);
+      hopper::mbarrier_arrive_expect_tx(&bar_kv, 2 * Tile::kKVBytesWs);
       for (int blk = 0; blk < Blocks; ++blk)
-        for (int piece = 0; piece < Bc / Br; ++piece) {
-          const int off = blk * Bc * 128 + piece * Br * 128, row = row0 + j0 + piece * Br;
+        for (int piece = 0; piece < BcW / Br; ++piece) {
+          const int off = blk * BcW * 128 + piece * Br * 128, row = row0 + j0 + piece * Br;
           hopper::tma_load_2d(sK + off, &qkv_map, p.C + h * HS + 64 * blk, row, &bar_kv);
           hopper::tma_load_2d(sV + off, &qkv_map, 2 * p.C + h * HS + 64 * blk, row, &bar_kv);
         }
@@ -877,7 +901,13 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
     return;
   }
 
+  // a consumer warpgroup: keys j0 + 64 wg .. (its rows of K_j and V_j), from the query tile that
+  // holds its first key (the earlier ones see none of its keys)
+  hopper::setmaxnreg_inc<kFwdConsumerRegs>();
+  const int wg = warp / 4;
   const int jw0 = j0 + 16 * warp, k_g = jw0 + lane / 4;
+  const int it_wg = (j0 + Bc * wg) / Br;
+  const uint32_t aKw = aK + (uint32_t)(wg * Bc * 128), aVw = aV + (uint32_t)(wg * Bc * 128);
   const uint32_t col_off = (uint32_t)(c0 / 64) * Br * 128;
   float dk[Cols / 8][4], dv[Cols / 8][4];
   zero(dk);
@@ -885,15 +915,20 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
   hopper::mbarrier_wait_parity(&bar_kv, 0);
   for (int it = it0; it < n_it; ++it) {
     const int i0 = it * Br, st = (it - it0) % NS;
+    if (it < it_wg) {  // nothing of this warpgroup's: the stage released once landed
+      hopper::mbarrier_wait_parity(&full[st], ((it - it0) / NS) & 1);
+      hopper::mbarrier_arrive(&empty[st]);
+      continue;
+    }
     // this warp's keep bytes (its 16 keys' groups 2 warp, 2 warp + 1) while the stage lands
     if constexpr (IsDropout) {
       make_mask_tile<Br, 16, MS, 32>(sM + 2 * warp * MS, p.key, bh, i0, jw0, lane, p.keep, p.T);
       __syncwarp();
     }
     hopper::mbarrier_wait_parity(&full[st], ((it - it0) / NS) & 1);  // Q_i, dO_i, lse_i, D_i landed
-    dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout>(dk, dv, p.T, p.scale_log2, p.dropout_scale, aK, aV,
-                                               aQ + st * Tile::kQBytes, adO + st * Tile::kQBytes, col_off,
-                                               sL + st * Br, sD + st * Br, sM, i0, jw0, k_g, warp, lane);
+    dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout, false, BcW>(dk, dv, p.T, p.scale_log2, p.dropout_scale, aKw, aVw,
+                                                           aQ + st * Tile::kQBytes, adO + st * Tile::kQBytes, col_off,
+                                                           sL + st * Br, sD + st * Br, sM, i0, jw0, k_g, warp, lane);
     // the warp's reads of its keep bits are over before it writes the next tile's
     __syncwarp();
     // this thread's reads of the stage (its wgmmas retired, its lse and D loads done) are over:
@@ -1108,7 +1143,8 @@ void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
   if (flash_attn_hopper_ws_backward()) {
     // tensor maps over qkv and dout, boxes of each kernel's streamed tile rows
     const long long rows = (long long)p.B * p.T;
-    launch(flash_bwd_dkdv_hopper_ws_kernel<HS, IsDropout>, kv_grid, Kv::kThreadsWs, Kv::kSmemBytes, ctx.stream, p,
+    const dim3 kv_grid_ws((unsigned)(p.B * p.NH), (unsigned)ceil_div(p.T, Kv::kBcWs), (unsigned)Kv::kSplits);
+    launch(flash_bwd_dkdv_hopper_ws_kernel<HS, IsDropout>, kv_grid_ws, Kv::kThreadsWs, Kv::kSmemBytesWs, ctx.stream, p,
            tile_map(p.qkv, p.ld_qkv, rows, Kv::kBr), tile_map(p.dout, p.ld_out, rows, Kv::kBr));
     launch(flash_bwd_dq_hopper_ws_kernel<HS, IsDropout>, dq_grid, Dq::kThreadsWs, Dq::kSmemBytes, ctx.stream, p,
            tile_map(p.qkv, p.ld_qkv, rows, Dq::kBc), tile_map(p.dout, p.ld_out, rows, Dq::kBc));
