@@ -946,18 +946,28 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
 template <int HS>
 struct HopperDqTile {
   static constexpr int kThreads = 128;         // one warpgroup
-  static constexpr int kThreadsWs = 128 + 32;  // and a producer warp (the warp-specialized kernel)
   // (Bc = 32 at HS = 256: S and dP take 16 registers a lane each, so that dQ's 128 fit)
   static constexpr int kBr = 64, kBc = HS > 128 ? 32 : 64;
   static constexpr int kQBytes = kBr * HS * 2;    // Q_i, dO_i
   static constexpr int kKVBytes = kBc * HS * 2;   // each K_j, V_j stage
   static constexpr size_t kSmemBytes = 1024 + 2 * (size_t)kQBytes + 4 * (size_t)kKVBytes;
+  // The warp-specialized kernel: two consumer warpgroups, each with 64 queries of a query tile of
+  // 128 (kBrWs), sharing its K_j, V_j stages, and a producer warpgroup (its first warp's lane
+  // issues the loads; setmaxnreg gives the rest of its registers to the consumers); three stages
+  // (two at HS 256, whose Q and dO take 128 KB)
+  static constexpr int kConsumersWs = 2;
+  static constexpr int kThreadsWs = 128 * kConsumersWs + 128;
+  static constexpr int kBrWs = kBr * kConsumersWs;
+  static constexpr int kStagesWs = HS > 128 ? 2 : 3;
+  static constexpr size_t kSmemBytesWs = 1024 + 2 * (size_t)kBrWs * HS * 2 + 2 * (size_t)kStagesWs * kKVBytes;
+  static_assert(kSmemBytesWs <= 227 * 1024, "the warp-specialized dQ kernel's tiles exceed 227 KB");
 };
 
 // One key tile of the dQ kernels: dQ_i (the warpgroup's 64 query rows from iw0 - 16 warp) +=
 // dS_ij K_j, with Q_i, dO_i at aQ, adO and K_j, V_j (keys j0 .. j0+Bc-1) at tK, tV; lse2, Di the
-// lane's rows' lse_i log2(e) and D_i.
-template <int HS, int Br, int Bc, bool IsDropout>
+// lane's rows' lse_i log2(e) and D_i. QR: the rows of the Q_i, dO_i tiles aQ and adO point into
+// (the warpgroup's 64 rows start there; QR = 128 where two warpgroups share a query tile of 128).
+template <int HS, int Br, int Bc, bool IsDropout, int QR = Br>
 __device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const philox::DropoutKey& key, const uint8_t* keep,
                                         int Tn, float scale_log2, float dropout_scale, uint32_t aQ, uint32_t adO,
                                         uint32_t tK, uint32_t tV, int j0, int iw0, int i_g, const float (&lse2)[2],
@@ -966,8 +976,8 @@ __device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const philox::Dr
   // S_ij = Q_i K_j^T (raw) and, overlapped, dPd_ij = dO_i V_j^T
   float s[Bc / 8][4], dp[Bc / 8][4];
   hopper::wgmma_fence();
-  wg_issue_ss<HS, Bc, Br, Bc>(s, aQ, 0, tK);
-  if constexpr (Ov) wg_issue_ss<HS, Bc, Br, Bc>(dp, adO, 0, tV);
+  wg_issue_ss<HS, Bc, QR, Bc>(s, aQ, 0, tK);
+  if constexpr (Ov) wg_issue_ss<HS, Bc, QR, Bc>(dp, adO, 0, tV);
   hopper::wgmma_wait_group<Ov ? 1 : 0>();  // S is in s
   // S masked; P_ij = exp(S_ij - lse_i); the forward's keep bits
   if (j0 + Bc > Tn || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), Tn);
@@ -975,7 +985,7 @@ __device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const philox::Dr
   const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(key, bh, i_g, j0, lane, keep, nullptr, Tn) : ~0u;
   if constexpr (!Ov) {
     hopper::wgmma_fence();
-    wg_issue_ss<HS, Bc, Br, Bc>(dp, adO, 0, tV);
+    wg_issue_ss<HS, Bc, QR, Bc>(dp, adO, 0, tV);
   }
   hopper::wgmma_wait_group<0>();  // dPd is in dp
   // dP_ij = dPd_ij o M_ij s, dS_ij = P_ij o (dP_ij - D_i), in place
@@ -1063,45 +1073,52 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_ho
   add_to_dqkv(p.dqkv + qkv_b, p.ld_qkv, (long long)h * HS, dq, p.scale, i_g, p.T, lane);
 }
 
-// The dQ kernel warp-specialized, as the forward: one consumer warpgroup (the dQ kernel's math,
-// dq_tile) and a producer warp whose elected lane loads Q_i and dO_i once and streams K_j, V_j
-// through a ring of two stages with TMA (boxes of 64 columns by Bc rows from tensor maps over
-// qkv and dout), full / empty mbarriers as in the forward (each consumer warp arrives on "empty"
-// once its wgmmas on the stage have retired). Rows past the end of a batch's sequence read the
-// next sequence's rows (zeros past the tensor): their keys are masked and their query rows have
-// lse = +inf (P = 0) and are never written. Chosen by TG_FLASH_HOPPER=2.
-// grid (B*NH, ceil(T / Br)); query tiles last-first. Causal.
+// The dQ kernel warp-specialized, as the forward: two consumer warpgroups (the dQ kernel's math,
+// dq_tile), each with 64 queries of the CTA's query tile of 128, and a producer warpgroup whose
+// first warp's elected lane loads Q_i and dO_i once and streams K_j, V_j, the keys last-first,
+// through a ring of kStagesWs stages with TMA (boxes of 64 columns by Bc rows from tensor maps
+// over qkv and dout), full / empty mbarriers as in the forward (each consumer warp arrives on
+// "empty" once its wgmmas on the stage have retired: the stage's only readers). Both warpgroups
+// read each stage (one load of K_j, V_j for 128 queries); the first skips the key tiles wholly
+// after its queries (the first ones streamed), releasing them once landed. Each warpgroup's sums
+// are the one-warpgroup kernel's for its 64 queries, in the same order: the same bits. Rows past
+// the end of a batch's sequence read the next sequence's rows (zeros past the tensor): their keys
+// are masked and their query rows have lse = +inf (P = 0) and are never written. setmaxnreg 24 /
+// 240 as in the forward. Chosen by TG_FLASH_HOPPER=2.
+// grid (B*NH, ceil(T / kBrWs)); query tiles last-first. Causal.
 template <int HS, bool IsDropout>
 __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
     flash_bwd_dq_hopper_ws_kernel(const BwdParams<bf16> p, const __grid_constant__ CUtensorMap qkv_map,
                                   const __grid_constant__ CUtensorMap dout_map) {
   using Tile = HopperDqTile<HS>;
-  constexpr int Br = Tile::kBr, Bc = Tile::kBc, NS = 2, TB = Tile::kKVBytes, Blocks = HS / 64;
+  constexpr int Br = Tile::kBr, BrW = Tile::kBrWs, Bc = Tile::kBc, NS = Tile::kStagesWs, TB = Tile::kKVBytes;
+  constexpr int Blocks = HS / 64, NCW = 4 * Tile::kConsumersWs, QB = BrW * HS * 2;
   __shared__ uint64_t bar_q, full[NS], empty[NS];
   unsigned char* const raw = dynamic_smem<unsigned char>();
-  unsigned char* const sQ = align_1024(raw);        // Q_i  [Br][HS]
-  unsigned char* const sdO = sQ + Tile::kQBytes;    // dO_i [Br][HS]
-  unsigned char* const sK = sdO + Tile::kQBytes;    // K_j  [NS][Bc][HS]
-  unsigned char* const sV = sK + NS * TB;           // V_j  [NS][Bc][HS]
+  unsigned char* const sQ = align_1024(raw);  // Q_i  [BrW][HS]
+  unsigned char* const sdO = sQ + QB;         // dO_i [BrW][HS]
+  unsigned char* const sK = sdO + QB;         // K_j  [NS][Bc][HS]
+  unsigned char* const sV = sK + NS * TB;     // V_j  [NS][Bc][HS]
   const uint32_t aQ = smem_u32(sQ), adO = smem_u32(sdO), aK = smem_u32(sK), aV = smem_u32(sV);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const uint32_t bh = blockIdx.x;
   const int b = (int)bh / p.NH, h = (int)bh % p.NH;
-  const int i0 = (gridDim.y - 1 - blockIdx.y) * Br;
-  const int j_end = min(p.T, i0 + Br);
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * BrW;
+  const int j_end = min(p.T, i0 + BrW);
   const int n_j = (j_end + Bc - 1) / Bc;
 
   // full: the producer's arrive.expect_tx; empty: one arrival per consumer warp
-  init_ring(&bar_q, full, 1, empty, 4);
+  init_ring(&bar_q, full, 1, empty, NCW);
 
-  if (warp == 4) {  // the producer warp: its first lane issues every load
-    if (lane == 0) {
+  if (warp >= NCW) {  // the producer warpgroup: the first lane of its first warp issues every load
+    hopper::setmaxnreg_dec<kFwdProducerRegs>();
+    if (warp == NCW && lane == 0) {
       const int row0 = b * p.T;  // row of (b, 0) in the (B T, 3C) and (B T, C) tensors
-      hopper::mbarrier_arrive_expect_tx(&bar_q, 2 * Tile::kQBytes);
+      hopper::mbarrier_arrive_expect_tx(&bar_q, 2 * QB);
       for (int blk = 0; blk < Blocks; ++blk)
-        for (int piece = 0; piece < Br / Bc; ++piece) {
-          const int off = blk * Br * 128 + piece * Bc * 128, row = row0 + i0 + piece * Bc;
+        for (int piece = 0; piece < BrW / Bc; ++piece) {
+          const int off = blk * BrW * 128 + piece * Bc * 128, row = row0 + i0 + piece * Bc;
           hopper::tma_load_2d(sQ + off, &qkv_map, h * HS + 64 * blk, row, &bar_q);
           hopper::tma_load_2d(sdO + off, &dout_map, h * HS + 64 * blk, row, &bar_q);
         }
@@ -1110,8 +1127,14 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
     return;
   }
 
+  // a consumer warpgroup: queries i0 + 64 wg .. (its rows of Q_i and dO_i), the key tiles up to
+  // its last query's (n_wg of them; the tiles after are the other warpgroup's alone)
+  hopper::setmaxnreg_inc<kFwdConsumerRegs>();
+  const int wg = warp / 4;
   const int iw0 = i0 + 16 * warp;
   const int i_g = iw0 + lane / 4;
+  const int n_wg = min(n_j, (i0 + Br * wg + Br - 1) / Bc + 1);
+  const uint32_t aQw = aQ + (uint32_t)(wg * Br * 128), adOw = adO + (uint32_t)(wg * Br * 128);
   float lse2[2], Di[2];
   row_lse_d(lse2, Di, p, bh, i_g);
   float dq[HS / 8][4];
@@ -1120,9 +1143,10 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   for (int n = 0; n < n_j; ++n) {  // the keys last-first, as the producer loads them
     const int jt = n_j - 1 - n, st = n % NS;
     hopper::mbarrier_wait_parity(&full[st], (n / NS) & 1);  // K_j, V_j landed
-    dq_tile<HS, Br, Bc, IsDropout>(dq, p.key, p.keep, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + st * TB,
-                                   aV + st * TB, jt * Bc, iw0, i_g, lse2, Di, bh, lane);
-    // this warp's wgmmas on the stage have retired: its arrival releases it (with the other three)
+    if (jt < n_wg)
+      dq_tile<HS, Br, Bc, IsDropout, BrW>(dq, p.key, p.keep, p.T, p.scale_log2, p.dropout_scale, aQw, adOw,
+                                          aK + st * TB, aV + st * TB, jt * Bc, iw0, i_g, lse2, Di, bh, lane);
+    // this warp's wgmmas on the stage have retired: its arrival releases it (with the other seven)
     __syncwarp();
     if (lane == 0) hopper::mbarrier_arrive(&empty[st]);
   }
@@ -1146,7 +1170,8 @@ void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
     const dim3 kv_grid_ws((unsigned)(p.B * p.NH), (unsigned)ceil_div(p.T, Kv::kBcWs), (unsigned)Kv::kSplits);
     launch(flash_bwd_dkdv_hopper_ws_kernel<HS, IsDropout>, kv_grid_ws, Kv::kThreadsWs, Kv::kSmemBytesWs, ctx.stream, p,
            tile_map(p.qkv, p.ld_qkv, rows, Kv::kBr), tile_map(p.dout, p.ld_out, rows, Kv::kBr));
-    launch(flash_bwd_dq_hopper_ws_kernel<HS, IsDropout>, dq_grid, Dq::kThreadsWs, Dq::kSmemBytes, ctx.stream, p,
+    const dim3 dq_grid_ws((unsigned)(p.B * p.NH), (unsigned)ceil_div(p.T, Dq::kBrWs));
+    launch(flash_bwd_dq_hopper_ws_kernel<HS, IsDropout>, dq_grid_ws, Dq::kThreadsWs, Dq::kSmemBytesWs, ctx.stream, p,
            tile_map(p.qkv, p.ld_qkv, rows, Dq::kBc), tile_map(p.dout, p.ld_out, rows, Dq::kBc));
     return;
   }

@@ -32,7 +32,7 @@ bool flash_attn_hopper_device(const Context& ctx);
 bool flash_attn_hopper_chosen(const Context& ctx, int HS);
 
 // Whether the Hopper backward runs its warp-specialized kernels (a producer warp streaming the
-// tiles with TMA; in the dK / dV kernel to two consumer warpgroups; kernels/flash_attn_hopper.cu)
+// tiles with TMA to two consumer warpgroups; kernels/flash_attn_hopper.cu)
 // in place of the cp.async ones: TG_FLASH_HOPPER=2. Slower than them on the H200 but at head size
 // 64 without dropout (in a one-warpgroup form), so not the default.
 bool flash_attn_hopper_ws_backward();

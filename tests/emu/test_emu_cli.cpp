@@ -453,11 +453,12 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
       // (the bf16 runs take the Hopper kernels, the emulated device's default; this one the mma.sync ones)
       {"TG_FLASH_HOPPER=0 ", "--device cuda --precision bf16 --attention check --dropout 0.1 --bias" + kTiny + data},
       // the warp-specialized Hopper backward (opt-in; head size 128, the Hopper kernels take it), with
-      // dropout: T 192 is six query tiles of 32, so a stage of its dK / dV ring (three) is refilled
-      // after both warpgroups' reads (with one lane's arrival for its warp this run names the race an
-      // H200 found), and the second warpgroup skips the query tiles before its keys
+      // dropout: T 256 is eight query tiles of 32 for the dK / dV kernel and four key tiles of 64 for
+      // the dQ kernel's second query tile, so a stage of each ring (three) is refilled after both
+      // warpgroups' reads (with one lane's arrival for its warp this run names the race an H200
+      // found), and each kernel's first or second warpgroup skips the tiles outside its rows
       {"TG_FLASH_HOPPER=2 ", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 "
-                             "--n-embd 128 --block-size 192 --batch-size 1 --max-iters 1 --eval-interval 1 "
+                             "--n-embd 128 --block-size 256 --batch-size 1 --max-iters 1 --eval-interval 1 "
                              "--eval-iters 1 --sample-tokens 4" + data + " --out-dir " + (dir / "ws").string()},
       // the forward's keep decisions made by its producer warpgroup (opt-in; head size 64), with
       // dropout: at T 320 the last query tile's CTA has 5 key tiles, so both its rings are refilled

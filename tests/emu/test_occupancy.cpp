@@ -386,15 +386,16 @@ TEST_CASE("kernel resources: the Hopper kernels (sm_90a) are listed and none spi
       REQUIRE_MESSAGE(k != nullptr, "sm_90a: no " << nm);
       CHECK_MESSAGE(k->regs == emu::setmaxnreg_entry_count(384), nm << ": " << k->regs << " registers");
     }
-  // So does the warp-specialized dK / dV kernel (two consumer warpgroups and a producer one) at
+  // So do the warp-specialized backward's kernels (two consumer warpgroups and a producer one) at
   // every head size
-  for (int hs : {64, 128, 256})
-    for (const char* dropout : {"false", "true"}) {
-      const std::string nm = "flash_bwd_dkdv_hopper_ws_kernel<" + std::to_string(hs) + ", " + dropout + ">";
-      const KernelResources* k = find(t, 90, nm);
-      REQUIRE_MESSAGE(k != nullptr, "sm_90a: no " << nm);
-      CHECK_MESSAGE(k->regs == emu::setmaxnreg_entry_count(384), nm << ": " << k->regs << " registers");
-    }
+  for (const char* base : {"flash_bwd_dkdv_hopper_ws_kernel", "flash_bwd_dq_hopper_ws_kernel"})
+    for (int hs : {64, 128, 256})
+      for (const char* dropout : {"false", "true"}) {
+        const std::string nm = std::string(base) + "<" + std::to_string(hs) + ", " + dropout + ">";
+        const KernelResources* k = find(t, 90, nm);
+        REQUIRE_MESSAGE(k != nullptr, "sm_90a: no " << nm);
+        CHECK_MESSAGE(k->regs == emu::setmaxnreg_entry_count(384), nm << ": " << k->regs << " registers");
+      }
 }
 
 TEST_CASE("kernel resources: the flash launches' shared memory is the launchers' tiles") {
