@@ -35,6 +35,19 @@
 namespace gpu {
 namespace flash {
 
+// 2^x by the special-function unit alone (ex2.approx.ftz.f32), for the bf16 kernels' softmax and
+// recomputed probabilities: exp2f adds, for results below 2^-126, a compare and a halving and a
+// squaring under predicates (3 of the HS 64 forward's 13 instructions an element off the diagonal, ptxas sm_90a);
+// here such results flush to zero (an input below 2^-126 in magnitude reads as zero), and every
+// other result is exp2f's, bit for bit. The emulator build (tests/emu/simt_emulator.h) gives it.
+#ifndef TG_SIMT_EMULATION
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+#endif
+
 // ---- the static switch: runtime flags -> template parameters, used once per launcher --------
 // (BOOL_SWITCH is kernels/cuda_common.cuh's, the one for every kernel file)
 
@@ -522,13 +535,13 @@ __device__ __forceinline__ void online_softmax_scores(float (&s)[NT][4], float (
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const bool empty = mx == -INFINITY;
     const float m_scaled = empty ? 0.f : mx * scale_log2;
-    alpha[r] = empty ? 1.f : exp2f(m[r] * scale_log2 - m_scaled);  // 0 on the first tile
+    alpha[r] = empty ? 1.f : exp2_ftz(m[r] * scale_log2 - m_scaled);  // 0 on the first tile
     float rowsum = 0.f;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 2 * r; e < 2 * r + 2; ++e) {
-        s[nt][e] = exp2f(fmaf(s[nt][e], scale_log2, -m_scaled));  // exp2(-inf) = 0 at masked entries
+        s[nt][e] = exp2_ftz(fmaf(s[nt][e], scale_log2, -m_scaled));  // exp2(-inf) = 0 at masked entries
         rowsum += s[nt][e];
       }
     l[r] = alpha[r] * l[r] + rowsum;
@@ -691,10 +704,10 @@ __device__ __forceinline__ void probs_key_major(float (&st)[NT][4], const float*
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const float2 L = *reinterpret_cast<const float2*>(sL + 8 * nt + 2 * t);
-    st[nt][0] = exp2f(fmaf(st[nt][0], scale_log2, -L.x));
-    st[nt][1] = exp2f(fmaf(st[nt][1], scale_log2, -L.y));
-    st[nt][2] = exp2f(fmaf(st[nt][2], scale_log2, -L.x));
-    st[nt][3] = exp2f(fmaf(st[nt][3], scale_log2, -L.y));
+    st[nt][0] = exp2_ftz(fmaf(st[nt][0], scale_log2, -L.x));
+    st[nt][1] = exp2_ftz(fmaf(st[nt][1], scale_log2, -L.y));
+    st[nt][2] = exp2_ftz(fmaf(st[nt][2], scale_log2, -L.x));
+    st[nt][3] = exp2_ftz(fmaf(st[nt][3], scale_log2, -L.y));
   }
 }
 template <int NT, bool IsDropout>
@@ -716,7 +729,7 @@ __device__ __forceinline__ void probs_query_major(float (&s)[NT][4], const float
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[nt][e] = exp2f(fmaf(s[nt][e], scale_log2, -lse2[e / 2]));
+    for (int e = 0; e < 4; ++e) s[nt][e] = exp2_ftz(fmaf(s[nt][e], scale_log2, -lse2[e / 2]));
 }
 template <int NT, bool IsDropout>
 __device__ __forceinline__ void dscores_query_major(float (&dp)[NT][4], const float (&s)[NT][4], const float (&Di)[2],

@@ -37,6 +37,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -189,6 +190,12 @@ inline float expf(float x) { return emu::hw_rounding_block() ? emu::device_math(
 inline float exp2f(float x) { return emu::hw_rounding_block() ? emu::device_math(::exp2f(x), x, 2, 2) : ::exp2f(x); }
 inline float logf(float x) { return emu::hw_rounding_block() ? emu::device_math(::logf(x), x, 1, 3) : ::logf(x); }
 inline float erfcf(float x) { return emu::hw_rounding_block() ? emu::device_math(::erfcf(x), x, 4, 4) : ::erfcf(x); }
+// ex2.approx.ftz.f32 (kernels/flash_attn_common.cuh's exp2_ftz): exp2f's value, with an input below
+// 2^-126 in magnitude read as zero and a result below 2^-126 flushed to zero
+inline float exp2_ftz(float x) {
+  const float y = exp2f(std::fabs(x) < FLT_MIN ? 0.f : x);
+  return y < FLT_MIN ? 0.f : y;
+}
 
 // The launch's dynamic shared memory (kernels/cuda_common.cuh declares it under nvcc).
 template <typename T>
