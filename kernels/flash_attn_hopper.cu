@@ -191,10 +191,12 @@ __device__ __forceinline__ void load_tile_sw128(unsigned char* s, const bf16* g,
 // runs over the tile's columns: Q, K, V, dO as S = Q K^T's and dP's operands), the rows from row0,
 // k-step kk; MN-major (the product runs over the tile's rows: V, dO, Q, K as the second operand
 // of P V, P^T dO, dS^T Q, dS K), k-step kk = rows 16 kk .. 16 kk + 15.
+// (K-major: the tile's descriptor advanced, hopper::desc_advance; MN-major made whole, which at HS
+// 256 keeps the dK / dV kernel with dQ inside from spilling, at 255 registers)
 template <int R>
 __device__ __forceinline__ uint64_t desc_kmajor(uint32_t tile, int row0, int kk) {
-  const uint32_t addr = tile + (uint32_t)((kk / 4) * R * 128 + row0 * 128 + (kk % 4) * 32);
-  return hopper::make_smem_desc(addr, 16, 1024, hopper::Swizzle::B128);
+  return hopper::desc_advance(hopper::make_smem_desc(tile, 16, 1024, hopper::Swizzle::B128),
+                              (uint32_t)((kk / 4) * R * 128 + row0 * 128 + (kk % 4) * 32));
 }
 template <int R>
 __device__ __forceinline__ uint64_t desc_mnmajor(uint32_t tile, int kk) {

@@ -72,6 +72,16 @@ __host__ __device__ constexpr uint64_t make_smem_desc(uint32_t smem_addr, uint32
          (uint64_t)((sbo_bytes & 0x3FFFF) >> 4) << 32 | (uint64_t)swizzle << 62;
 }
 
+// The descriptor d with its start address moved on by `bytes` (a multiple of 16): make_smem_desc
+// of the moved address, in one 32-bit add. Shared addresses stay below 2^18 (228 KB at most), so
+// the start address field (bits 0-13) never carries into the bits above it. The k-steps of a
+// product over a K-major tile take their descriptors this way from one made per tile, where each
+// made its own (masks and shifts in the uniform datapath, about 13 instructions a wgmma in the
+// dK / dV kernel's SASS).
+__host__ __device__ constexpr uint64_t desc_advance(uint64_t d, uint32_t bytes) {
+  return (d & 0xFFFFFFFF00000000ull) | (uint32_t)((uint32_t)d + (bytes >> 4));
+}
+
 #ifndef TG_SIMT_EMULATION  // the emulator build (tests/emu/simt_emulator.h) provides this section
 // The instructions exist on sm_90a only; any other device pass gets a trap, so a fat binary
 // builds and a Hopper kernel launched on another part stops at once.

@@ -66,6 +66,27 @@ tg_test::ChildResult run_child(K kernel, int threads, size_t smem) {
   });
 }
 
+// desc_advance (kernels/hopper_ptx.cuh) is make_smem_desc of the moved address for every shared
+// address a tile can have (16-byte steps below 2^18) and the moves the kernels make (k-steps of 32
+// bytes, rows of 128, column blocks of R x 128 bytes), with each swizzle mode and leading offsets
+// the kernels use (PTX ISA: Matrix Descriptor Format)
+TEST_CASE("hopper: a matrix descriptor advanced by desc_advance is the moved address's own (PTX ISA: Matrix Descriptor Format)") {
+  const uint32_t moves[] = {0, 16, 32, 96, 128, 1024, 2048 + 64, 8192 + 32, 16384 + 96, 65536 + 4096 + 96, 131072 + 96};
+  size_t checked = 0, wrong = 0;
+  for (uint32_t addr = 0; addr < (1u << 18); addr += 16)
+    for (uint32_t move : moves) {
+      if (addr + move >= (1u << 18)) continue;
+      for (uint32_t lbo : {16u, 4096u, 8192u, 32768u})
+        for (Swizzle sw : {Swizzle::None, Swizzle::B128, Swizzle::B64, Swizzle::B32}) {
+          const uint64_t d = gpu::hopper::make_smem_desc(addr, lbo, 1024, sw);
+          wrong += gpu::hopper::desc_advance(d, move) != gpu::hopper::make_smem_desc(addr + move, lbo, 1024, sw);
+          ++checked;
+        }
+    }
+  CHECK(checked > 1000000);
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("hopper: an mbarrier wait that cannot complete is a deadlock; misuse of an mbarrier is a fault (PTX ISA: mbarrier.init, mbarrier.arrive, mbarrier.test_wait/mbarrier.try_wait)") {
   const tg_test::ChildResult dead = run_child(mbarrier_deadlock_kernel, 64, 0);
   INFO("child stderr: " << dead.err);
