@@ -355,6 +355,9 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
   // a consumer warpgroup: rows iwg0 .. iwg0+63
   if constexpr (Tile::kProducerWarpgroup) hopper::setmaxnreg_inc<KeepRing ? kFwdKeepConsumerRegs : kFwdConsumerRegs>();
   const int iwg0 = i0 + 64 * wg;                // first row of this warpgroup
+  // the warpgroup index as ptxas sees a value the same in every lane (a shuffle from lane 0), so
+  // that Q's descriptors stay in uniform registers rather than moving there for each wgmma
+  const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);
   const int iw0 = iwg0 + 16 * (warp % 4);       // first row of this warp
   const int i_g = iw0 + lane / 4;               // row of this lane's elements 0, 1 (2, 3: +8)
   float o[HS / 8][4];
@@ -379,7 +382,8 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
     const uint32_t tK = aK + (jt % NS) * Tile::kKVBytes;
 #pragma unroll
     for (int kk = 0; kk < HS / 16; ++kk)
-      hopper::wgmma_bf16_ss<Bc, 0, 0>(s_flat, desc_kmajor<Br>(aQ, 64 * wg, kk), desc_kmajor<Bc>(tK, 0, kk), kk > 0);
+      hopper::wgmma_bf16_ss<Bc, 0, 0>(s_flat, desc_kmajor<Br>(aQ, 64 * wg_uniform, kk), desc_kmajor<Bc>(tK, 0, kk),
+                                      kk > 0);
     hopper::wgmma_commit_group();
   };
   // O_i += (P~_ij o M_ij) V_j from a (k-step kk = columns 16kk .. 16kk+15), issued and committed
@@ -909,7 +913,8 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
   const int wg = warp / 4;
   const int jw0 = j0 + 16 * warp, k_g = jw0 + lane / 4;
   const int it_wg = (j0 + Bc * wg) / Br;
-  const uint32_t aKw = aK + (uint32_t)(wg * Bc * 128), aVw = aV + (uint32_t)(wg * Bc * 128);
+  const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);  // (as the forward's)
+  const uint32_t aKw = aK + (uint32_t)(wg_uniform * Bc * 128), aVw = aV + (uint32_t)(wg_uniform * Bc * 128);
   const uint32_t col_off = (uint32_t)(c0 / 64) * Br * 128;
   float dk[Cols / 8][4], dv[Cols / 8][4];
   zero(dk);
@@ -1136,7 +1141,8 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   const int iw0 = i0 + 16 * warp;
   const int i_g = iw0 + lane / 4;
   const int n_wg = min(n_j, (i0 + Br * wg + Br - 1) / Bc + 1);
-  const uint32_t aQw = aQ + (uint32_t)(wg * Br * 128), adOw = adO + (uint32_t)(wg * Br * 128);
+  const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);  // (as the forward's)
+  const uint32_t aQw = aQ + (uint32_t)(wg_uniform * Br * 128), adOw = adO + (uint32_t)(wg_uniform * Br * 128);
   float lse2[2], Di[2];
   row_lse_d(lse2, Di, p, bh, i_g);
   float dq[HS / 8][4];
