@@ -37,9 +37,10 @@ namespace flash {
 
 // 2^x by the special-function unit alone (ex2.approx.ftz.f32), for the bf16 kernels' softmax and
 // recomputed probabilities: exp2f adds, for results below 2^-126, a compare and a halving and a
-// squaring under predicates (3 of the HS 64 forward's 13 instructions an element off the diagonal, ptxas sm_90a);
-// here such results flush to zero (an input below 2^-126 in magnitude reads as zero), and every
-// other result is exp2f's, bit for bit. The emulator build (tests/emu/simt_emulator.h) gives it.
+// squaring under predicates (3 of the HS 64 forward's 13 instructions an element off the
+// diagonal, ptxas sm_90a); here such results flush to zero (an input below 2^-126 in magnitude
+// reads as zero), and every other result is exp2f's, bit for bit. The emulator build
+// (tests/emu/simt_emulator.h) gives it.
 #ifndef TG_SIMT_EMULATION
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
