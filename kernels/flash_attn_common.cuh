@@ -624,20 +624,49 @@ __device__ __forceinline__ void write_out_lse(const FwdParams<bf16>& p, float (&
 // A warp's 32 calls are 16 consecutive queries of two consecutive key groups, the 32-byte block
 // of the stored bytes (flash_attn_keep_offset): one sector. Its 32 one-byte stores are two runs of
 // 16 bytes in rows MS bytes apart (MS = Br + 16: 12 or 20 banks apart), so one wavefront.
+// It comes in two halves, so that a kernel can fetch the next tile's bytes into registers (their
+// global loads, or the Philox calls) while it computes this one, and store them once its barrier
+// has freed sM: MaskTileBytes holds a thread's bytes between the two.
+template <int Br, int Bc, int NThreads>
+struct MaskTileBytes {
+  static constexpr int kGroups = Bc / 8, kCalls = Br * kGroups, kPerThread = kCalls / NThreads;
+  static_assert(kCalls % NThreads == 0 && NThreads % 32 == 0, "Philox calls must divide evenly among the warps");
+  static_assert(Br % 16 == 0 && Bc % 16 == 0, "blocks of 16 queries by 16 keys");
+  uint32_t byte[kPerThread];
+  // call it of thread tid: query q, key group kg of the tile
+  __device__ __forceinline__ static void where(int it, int tid, int& q, int& kg) {
+    const int c = it * NThreads + tid, blk = c / 32, w = c % 32;
+    q = 16 * (blk % (Br / 16)) + w % 16;
+    kg = 2 * (blk / (Br / 16)) + w / 16;
+  }
+};
+template <int Br, int Bc, int NThreads>
+__device__ __forceinline__ void fetch_mask_tile(MaskTileBytes<Br, Bc, NThreads>& m, const philox::DropoutKey& key,
+                                                uint32_t bh, int i0, int j0, int tid, const uint8_t* in, int Tn) {
+  const uint32_t thr = philox::attn_threshold(key);
+#pragma unroll
+  for (int it = 0; it < MaskTileBytes<Br, Bc, NThreads>::kPerThread; ++it) {
+    int q, kg;
+    MaskTileBytes<Br, Bc, NThreads>::where(it, tid, q, kg);
+    m.byte[it] = keep_byte(key, thr, in, nullptr, Tn, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 8 * kg));
+  }
+}
+template <int Br, int Bc, int MS, int NThreads>
+__device__ __forceinline__ void store_mask_tile(uint8_t* sM, const MaskTileBytes<Br, Bc, NThreads>& m, int tid) {
+  static_assert(MS % 4 == 0 && MS >= Br, "rows of whole words, a byte a query");
+#pragma unroll
+  for (int it = 0; it < MaskTileBytes<Br, Bc, NThreads>::kPerThread; ++it) {
+    int q, kg;
+    MaskTileBytes<Br, Bc, NThreads>::where(it, tid, q, kg);
+    sM[kg * MS + q] = (uint8_t)m.byte[it];
+  }
+}
 template <int Br, int Bc, int MS, int NThreads>
 __device__ __forceinline__ void make_mask_tile(uint8_t* sM, const philox::DropoutKey& key, uint32_t bh, int i0, int j0,
                                                int tid, const uint8_t* in, int Tn) {
-  constexpr int kGroups = Bc / 8, kCalls = Br * kGroups;
-  static_assert(kCalls % NThreads == 0 && NThreads % 32 == 0, "Philox calls must divide evenly among the warps");
-  static_assert(Br % 16 == 0 && Bc % 16 == 0, "blocks of 16 queries by 16 keys");
-  static_assert(MS % 4 == 0 && MS >= Br, "rows of whole words, a byte a query");
-  const uint32_t thr = philox::attn_threshold(key);
-#pragma unroll
-  for (int it = 0; it < kCalls / NThreads; ++it) {
-    const int c = it * NThreads + tid, blk = c / 32, w = c % 32;
-    const int q = 16 * (blk % (Br / 16)) + w % 16, kg = 2 * (blk / (Br / 16)) + w / 16;
-    sM[kg * MS + q] = (uint8_t)keep_byte(key, thr, in, nullptr, Tn, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 8 * kg));
-  }
+  MaskTileBytes<Br, Bc, NThreads> m;
+  fetch_mask_tile(m, key, bh, i0, j0, tid, in, Tn);
+  store_mask_tile<Br, Bc, MS, NThreads>(sM, m, tid);
 }
 
 // The keep bits of the elements a lane owns in the key-major layout (rows = keys, columns =
