@@ -179,6 +179,11 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
   float dk[Cols / 8][4], dv[Cols / 8][4];
   zero(dk);
   zero(dv);
+  // the keep bytes of the next query tile, fetched a step ahead (as the Hopper dK / dV kernel's);
+  // not at HS 256, whose 255 registers (sm_80) spilled the bytes kept
+  constexpr bool kFetchAhead = IsDropout && HS <= 128;
+  MaskTileBytes<Br, Bc, NThreads> mask_next;
+  if constexpr (kFetchAhead) fetch_mask_tile(mask_next, p.key, bh, it0 * Br, j0, (int)threadIdx.x, p.keep, p.T);
   for (int it = it0; it < n_it; ++it) {
     const int i0 = it * Br, stage = (it - it0) % 2;
     if (it + 1 < n_it) {
@@ -188,7 +193,12 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
     } else {
       cp_async_wait<0>();
     }
-    if constexpr (IsDropout) make_mask_tile<Br, Bc, MS, NThreads>(sM, p.key, bh, i0, j0, (int)threadIdx.x, p.keep, p.T);
+    if constexpr (kFetchAhead) {
+      store_mask_tile<Br, Bc, MS, NThreads>(sM, mask_next, (int)threadIdx.x);
+      if (it + 1 < n_it) fetch_mask_tile(mask_next, p.key, bh, i0 + Br, j0, (int)threadIdx.x, p.keep, p.T);
+    } else if constexpr (IsDropout) {
+      make_mask_tile<Br, Bc, MS, NThreads>(sM, p.key, bh, i0, j0, (int)threadIdx.x, p.keep, p.T);
+    }
     __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
     // a warp whose 16 keys all come after the tile's last query has nothing unmasked here
     if (!(IsCausal && i0 + Br - 1 < jw0)) {
