@@ -193,12 +193,9 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
     } else {
       cp_async_wait<0>();
     }
-    if constexpr (kFetchAhead) {
-      store_mask_tile<Br, Bc, MS, NThreads>(sM, mask_next, (int)threadIdx.x);
-      if (it + 1 < n_it) fetch_mask_tile(mask_next, p.key, bh, i0 + Br, j0, (int)threadIdx.x, p.keep, p.T);
-    } else if constexpr (IsDropout) {
-      make_mask_tile<Br, Bc, MS, NThreads>(sM, p.key, bh, i0, j0, (int)threadIdx.x, p.keep, p.T);
-    }
+    if constexpr (IsDropout)
+      mask_tile_step<Br, Bc, MS, NThreads, kFetchAhead>(sM, mask_next, p.key, bh, i0, j0, (int)threadIdx.x, p.keep,
+                                                        p.T, it + 1 < n_it);
     __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
     // a warp whose 16 keys all come after the tile's last query has nothing unmasked here
     if (!(IsCausal && i0 + Br - 1 < jw0)) {

@@ -668,6 +668,21 @@ __device__ __forceinline__ void make_mask_tile(uint8_t* sM, const philox::Dropou
   fetch_mask_tile(m, key, bh, i0, j0, tid, in, Tn);
   store_mask_tile<Br, Bc, MS, NThreads>(sM, m, tid);
 }
+// A dK / dV kernel's step it (query tile i0): its keep bytes into sM, before the step's barrier.
+// Ahead: they were fetched into `next` a step before (the caller fetches the first tile's before
+// its loop), and the next tile's (`more`: there is one) are fetched now, so that their global
+// loads or Philox calls run under this step's products; else they are made now.
+template <int Br, int Bc, int MS, int NThreads, bool Ahead>
+__device__ __forceinline__ void mask_tile_step(uint8_t* sM, MaskTileBytes<Br, Bc, NThreads>& next,
+                                               const philox::DropoutKey& key, uint32_t bh, int i0, int j0, int tid,
+                                               const uint8_t* in, int Tn, bool more) {
+  if constexpr (Ahead) {
+    store_mask_tile<Br, Bc, MS, NThreads>(sM, next, tid);
+    if (more) fetch_mask_tile(next, key, bh, i0 + Br, j0, tid, in, Tn);
+  } else {
+    make_mask_tile<Br, Bc, MS, NThreads>(sM, key, bh, i0, j0, tid, in, Tn);
+  }
+}
 
 // The keep bits of the elements a lane owns in the key-major layout (rows = keys, columns =
 // queries): element (nt, e) is key 16w + g + 8(e/2), query 8nt + 2t + e%2 (tile-relative), bit g

@@ -777,12 +777,9 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
     } else {
       cp_async_wait<0>();
     }
-    if constexpr (kFetchAhead) {
-      store_mask_tile<Br, Bc, MS, NThreads>(sM, mask_next, (int)threadIdx.x);
-      if (it + 1 < n_it) fetch_mask_tile(mask_next, p.key, bh, i0 + Br, j0, (int)threadIdx.x, p.keep, p.T);
-    } else if constexpr (IsDropout) {
-      make_mask_tile<Br, Bc, MS, NThreads>(sM, p.key, bh, i0, j0, (int)threadIdx.x, p.keep, p.T);
-    }
+    if constexpr (IsDropout)
+      mask_tile_step<Br, Bc, MS, NThreads, kFetchAhead>(sM, mask_next, p.key, bh, i0, j0, (int)threadIdx.x, p.keep,
+                                                        p.T, it + 1 < n_it);
     hopper::fence_proxy_async();
     __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
     FusedDq fq{};
