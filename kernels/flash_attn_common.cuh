@@ -452,12 +452,14 @@ __device__ __forceinline__ void mask_scores(float (&s)[NT][4], int i_g, int j_t,
 // (philox::attn_keep_byte) and, when `out` is not null, stored there for the backward. The
 // buffers hold the causal pairs of queries < T (flash_attn_keep_offset); elsewhere the byte read
 // is 0, for elements the masking has already zeroed (keys all after the query, or a query >= T).
+__device__ __forceinline__ uint32_t stored_keep_byte(const uint8_t* in, int Tn, uint32_t bh, uint32_t i, uint32_t j) {
+  return i < (uint32_t)Tn && j <= i ? (uint32_t)in[flash_attn_keep_offset(Tn, bh, i, j / 8)] : 0u;
+}
 __device__ __forceinline__ uint32_t keep_byte(const philox::DropoutKey& key, uint32_t thr, const uint8_t* in,
                                               uint8_t* out, int Tn, uint32_t bh, uint32_t i, uint32_t j) {
-  const bool stored = i < (uint32_t)Tn && j <= i;
-  if (in) return stored ? (uint32_t)in[flash_attn_keep_offset(Tn, bh, i, j / 8)] : 0u;
+  if (in) return stored_keep_byte(in, Tn, bh, i, j);
   const uint32_t byte = philox::attn_keep_byte(philox::attn_words(key, bh, i, j), thr);
-  if (out && stored) out[flash_attn_keep_offset(Tn, bh, i, j / 8)] = (uint8_t)byte;
+  if (out && i < (uint32_t)Tn && j <= i) out[flash_attn_keep_offset(Tn, bh, i, j / 8)] = (uint8_t)byte;
   return byte;
 }
 
@@ -468,23 +470,44 @@ __device__ __forceinline__ uint32_t keep_byte(const philox::DropoutKey& key, uin
 // gathers the four keep bytes (two shuffles), byte t of one word, and each lane takes its two
 // columns' bits of each: every element's decision is still that of its own (bh, i, j), whatever
 // the tile or thread layout. (NT odd: the last n-tile's calls are those of lanes t < 2 alone.)
-// The bytes come from keep_byte (in: the forward's stored ones, or out: where to store them).
-// Returns the keep bits, bit 4nt+e for element (nt, e). All 32 lanes must call it.
+// It comes in two halves, so that a kernel can fetch a key tile's bytes a step before it needs
+// them (their global loads then wait under that step's products): fetch_keep_calls puts the
+// bytes of the lane's calls in KeepCalls (c: n-tiles 2c, 2c + 1), from `in` (the forward's stored
+// ones: global loads, none waited for here) or made (Philox; stored to `out` when not null), as
+// keep_byte; keep_bits_from_calls gathers them (all 32 lanes must call it) into the lane's keep
+// bits, bit 4nt+e for element (nt, e). dropout_keep_bits is both at once.
 template <int NT>
-__device__ __forceinline__ uint32_t dropout_keep_bits(const philox::DropoutKey& key, uint32_t bh, int i_g, int j0,
-                                                      int lane, const uint8_t* in, uint8_t* out, int Tn) {
+struct KeepCalls {
   static_assert(NT * 4 <= 32, "keep bits must fit one register");
+  static constexpr int kCalls = (NT + 1) / 2;
+  uint32_t byte[kCalls];
+};
+template <int NT>
+__device__ __forceinline__ void fetch_keep_calls(KeepCalls<NT>& kc, const philox::DropoutKey& key, uint32_t bh,
+                                                 int i_g, int j0, int lane, const uint8_t* in, uint8_t* out, int Tn) {
   const int t = lane % 4;
   const uint32_t row = (uint32_t)(i_g + 8 * (t & 1));  // this lane's Philox row
+  // call c: n-tile 2c + t / 2 (past the last n-tile when NT is odd: a call whose byte no lane
+  // takes, made so that the shuffles stay warp-wide)
+  if (in) {
+#pragma unroll
+    for (int c = 0; c < KeepCalls<NT>::kCalls; ++c)
+      kc.byte[c] = stored_keep_byte(in, Tn, bh, row, (uint32_t)(j0 + 8 * (2 * c + t / 2)));
+    return;
+  }
   const uint32_t thr = philox::attn_threshold(key);
+#pragma unroll
+  for (int c = 0; c < KeepCalls<NT>::kCalls; ++c)
+    kc.byte[c] = keep_byte(key, thr, nullptr, out, Tn, bh, row, (uint32_t)(j0 + 8 * (2 * c + t / 2)));
+}
+template <int NT>
+__device__ __forceinline__ uint32_t keep_bits_from_calls(const KeepCalls<NT>& kc, int lane) {
+  const int t = lane % 4;
   uint32_t bits = 0;
 #pragma unroll
-  for (int nt = 0; nt < NT; nt += 2) {
-    // this lane's call: n-tile nt + t / 2 (past the last n-tile when NT is odd: a call whose
-    // byte no lane takes, made so that the shuffles stay warp-wide)
-    const uint32_t j = (uint32_t)(j0 + 8 * (nt + t / 2));
-    const uint32_t byte = keep_byte(key, thr, in, out, Tn, bh, row, j);
-    uint32_t all = byte << (8 * t);
+  for (int c = 0; c < KeepCalls<NT>::kCalls; ++c) {
+    const int nt = 2 * c;
+    uint32_t all = kc.byte[c] << (8 * t);
     all |= __shfl_xor_sync(0xffffffffu, all, 1);
     all |= __shfl_xor_sync(0xffffffffu, all, 2);
     // byte 0: row g of n-tile nt, 1: row g+8 of nt, 2: row g of nt+1, 3: row g+8 of nt+1
@@ -496,6 +519,13 @@ __device__ __forceinline__ uint32_t dropout_keep_bits(const philox::DropoutKey& 
     }
   }
   return bits;
+}
+template <int NT>
+__device__ __forceinline__ uint32_t dropout_keep_bits(const philox::DropoutKey& key, uint32_t bh, int i_g, int j0,
+                                                      int lane, const uint8_t* in, uint8_t* out, int Tn) {
+  KeepCalls<NT> kc;
+  fetch_keep_calls(kc, key, bh, i_g, j0, lane, in, out, Tn);
+  return keep_bits_from_calls(kc, lane);
 }
 
 // Records the keep decisions of the elements a lane owns into the (T, T) mask of one (b, h)
@@ -681,6 +711,26 @@ __device__ __forceinline__ void mask_tile_step(uint8_t* sM, MaskTileBytes<Br, Bc
     if (more) fetch_mask_tile(next, key, bh, i0 + Br, j0, tid, in, Tn);
   } else {
     make_mask_tile<Br, Bc, MS, NThreads>(sM, key, bh, i0, j0, tid, in, Tn);
+  }
+}
+
+// A dQ kernel's key tile (keys j0 ..): the lane's keep bytes for its step (KeepCalls, gathered
+// there by keep_bits_from_calls). Ahead: they were fetched into `next` a step before (the caller
+// fetches the first tile's before its loop), and the next tile's (keys j_next .., when j_next >= 0)
+// are fetched now, so that their global loads or Philox calls run under this step's products;
+// else they are fetched now, at the step's start.
+template <int NT, bool Ahead>
+__device__ __forceinline__ KeepCalls<NT> keep_calls_step(KeepCalls<NT>& next, const philox::DropoutKey& key,
+                                                         uint32_t bh, int i_g, int j0, int j_next, int lane,
+                                                         const uint8_t* in, int Tn) {
+  if constexpr (Ahead) {
+    const KeepCalls<NT> cur = next;
+    if (j_next >= 0) fetch_keep_calls(next, key, bh, i_g, j_next, lane, in, nullptr, Tn);
+    return cur;
+  } else {
+    KeepCalls<NT> cur;
+    fetch_keep_calls(cur, key, bh, i_g, j0, lane, in, nullptr, Tn);
+    return cur;
   }
 }
 

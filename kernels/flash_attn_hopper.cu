@@ -976,17 +976,21 @@ struct HopperDqTile {
   static constexpr int kStagesWs = HS > 128 ? 2 : 3;
   static constexpr size_t kSmemBytesWs = 1024 + 2 * (size_t)kBrWs * HS * 2 + 2 * (size_t)kStagesWs * kKVBytes;
   static_assert(kSmemBytesWs <= 227 * 1024, "the warp-specialized dQ kernel's tiles exceed 227 KB");
+  // each step's keep bytes fetched a step ahead (keep_calls_step), below HS 256: there the four
+  // registers they hold would not fit beside dQ's 128
+  static constexpr bool kKeepAhead = HS <= 128;
 };
 
 // One key tile of the dQ kernels: dQ_i (the warpgroup's 64 query rows from iw0 - 16 warp) +=
 // dS_ij K_j, with Q_i, dO_i at aQ, adO and K_j, V_j (keys j0 .. j0+Bc-1) at tK, tV; lse2, Di the
-// lane's rows' lse_i log2(e) and D_i. QR: the rows of the Q_i, dO_i tiles aQ and adO point into
-// (the warpgroup's 64 rows start there; QR = 128 where two warpgroups share a query tile of 128).
+// lane's rows' lse_i log2(e) and D_i; kc the lane's keep bytes of the tile (keep_calls_step's,
+// read with dropout only). QR: the rows of the Q_i, dO_i tiles aQ and adO point into (the
+// warpgroup's 64 rows start there; QR = 128 where two warpgroups share a query tile of 128).
 template <int HS, int Br, int Bc, bool IsDropout, int QR = Br>
-__device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const philox::DropoutKey& key, const uint8_t* keep,
-                                        int Tn, float scale_log2, float dropout_scale, uint32_t aQ, uint32_t adO,
+__device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const KeepCalls<Bc / 8>& kc, int Tn,
+                                        float scale_log2, float dropout_scale, uint32_t aQ, uint32_t adO,
                                         uint32_t tK, uint32_t tV, int j0, int iw0, int i_g, const float (&lse2)[2],
-                                        const float (&Di)[2], uint32_t bh, int lane) {
+                                        const float (&Di)[2], int lane) {
   constexpr bool Ov = bwd_overlap<HS>();
   // S_ij = Q_i K_j^T (raw) and, overlapped, dPd_ij = dO_i V_j^T
   float s[Bc / 8][4], dp[Bc / 8][4];
@@ -997,7 +1001,7 @@ __device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const philox::Dr
   // S masked; P_ij = exp(S_ij - lse_i); the forward's keep bits
   if (j0 + Bc > Tn || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), Tn);
   probs_query_major(s, lse2, scale_log2);
-  const uint32_t bits = IsDropout ? dropout_keep_bits<Bc / 8>(key, bh, i_g, j0, lane, keep, nullptr, Tn) : ~0u;
+  const uint32_t bits = IsDropout ? keep_bits_from_calls(kc, lane) : ~0u;
   if constexpr (!Ov) {
     hopper::wgmma_fence();
     wg_issue_ss<HS, Bc, QR, Bc>(dp, adO, 0, tV);
@@ -1068,8 +1072,13 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_ho
 
   float dq[HS / 8][4];
   zero(dq);
+  constexpr bool Ahead = IsDropout && Tile::kKeepAhead;
+  KeepCalls<Bc / 8> keep_next;
+  if constexpr (Ahead) fetch_keep_calls(keep_next, p.key, bh, i_g, (n_j - 1) * Bc, lane, p.keep, nullptr, p.T);
   for (int jt = n_j - 1; jt >= 0; --jt) {  // the keys last-first (dQ_i's sums in the fused kernel's order)
     const int j0 = jt * Bc, stage = (n_j - 1 - jt) % 2;
+    KeepCalls<Bc / 8> kc;
+    if constexpr (IsDropout) kc = keep_calls_step<Bc / 8, Ahead>(keep_next, p.key, bh, i_g, j0, j0 - Bc, lane, p.keep, p.T);
     if (jt > 0) {
       load_tile_sw128<Bc, HS, NThreads>(sK + (1 - stage) * TB, K, p.ld_qkv, j0 - Bc, p.T);
       load_tile_sw128<Bc, HS, NThreads>(sV + (1 - stage) * TB, V, p.ld_qkv, j0 - Bc, p.T);
@@ -1080,8 +1089,8 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_ho
     }
     hopper::fence_proxy_async();
     __syncthreads();
-    dq_tile<HS, Br, Bc, IsDropout>(dq, p.key, p.keep, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + stage * TB,
-                                   aV + stage * TB, j0, iw0, i_g, lse2, Di, bh, lane);
+    dq_tile<HS, Br, Bc, IsDropout>(dq, kc, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + stage * TB,
+                                   aV + stage * TB, j0, iw0, i_g, lse2, Di, lane);
     __syncthreads();
   }
   // dqkv[Q_i] += dQ_i / sqrt(HS)
@@ -1155,13 +1164,20 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   row_lse_d(lse2, Di, p, bh, i_g);
   float dq[HS / 8][4];
   zero(dq);
+  // the keep bytes of the warpgroup's first key tile (n_wg - 1), then each step the next one's
+  constexpr bool Ahead = IsDropout && Tile::kKeepAhead;
+  KeepCalls<Bc / 8> keep_next;
+  if constexpr (Ahead) fetch_keep_calls(keep_next, p.key, bh, i_g, (n_wg - 1) * Bc, lane, p.keep, nullptr, p.T);
   hopper::mbarrier_wait_parity(&bar_q, 0);
   for (int n = 0; n < n_j; ++n) {  // the keys last-first, as the producer loads them
     const int jt = n_j - 1 - n, st = n % NS;
+    KeepCalls<Bc / 8> kc;
+    if (IsDropout && jt < n_wg)
+      kc = keep_calls_step<Bc / 8, Ahead>(keep_next, p.key, bh, i_g, jt * Bc, jt * Bc - Bc, lane, p.keep, p.T);
     hopper::mbarrier_wait_parity(&full[st], (n / NS) & 1);  // K_j, V_j landed
     if (jt < n_wg)
-      dq_tile<HS, Br, Bc, IsDropout, BrW>(dq, p.key, p.keep, p.T, p.scale_log2, p.dropout_scale, aQw, adOw,
-                                          aK + st * TB, aV + st * TB, jt * Bc, iw0, i_g, lse2, Di, bh, lane);
+      dq_tile<HS, Br, Bc, IsDropout, BrW>(dq, kc, p.T, p.scale_log2, p.dropout_scale, aQw, adOw, aK + st * TB,
+                                          aV + st * TB, jt * Bc, iw0, i_g, lse2, Di, lane);
     // this warp's wgmmas on the stage have retired: its arrival releases it (with the other seven)
     __syncwarp();
     if (lane == 0) hopper::mbarrier_arrive(&empty[st]);
