@@ -160,20 +160,17 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
   const int it0 = IsCausal ? j0 / Br : 0;
   const int n_it = (p.T + Br - 1) / Br;
 
-  // load tile: Q_i, dO_i, lse_i log2(e) (+inf past T: P = 0 there) and D_i into a stage
+  // load tile: Q_i, dO_i into a stage (its lse_i log2(e), +inf past T: P = 0 there, and D_i:
+  // the caller's, row_stats)
+  static_assert(Br <= NThreads, "a query's lse and D a thread");
   auto load_q_tile = [&](int it, int stage) {
-    const int i0 = it * Br;
-    load_tile_async<Br, HS, NThreads>(sQ + stage * Br * S, Q, p.ld_qkv, i0, p.T);
-    load_tile_async<Br, HS, NThreads>(sdO + stage * Br * S, dO, p.ld_out, i0, p.T);
-    for (int r = threadIdx.x; r < Br; r += NThreads) {
-      const int i = i0 + r;
-      sL[stage * Br + r] = i < p.T ? lse[i] * kLog2e : INFINITY;
-      sD[stage * Br + r] = i < p.T ? Dg[i] : 0.f;
-    }
+    load_tile_async<Br, HS, NThreads>(sQ + stage * Br * S, Q, p.ld_qkv, it * Br, p.T);
+    load_tile_async<Br, HS, NThreads>(sdO + stage * Br * S, dO, p.ld_out, it * Br, p.T);
   };
   load_tile_async<Bc, HS, NThreads>(sK, K, p.ld_qkv, j0, p.T);
   load_tile_async<Bc, HS, NThreads>(sV, V, p.ld_qkv, j0, p.T);
   load_q_tile(it0, 0);
+  load_row_stats<Br, NThreads>(sL, sD, lse, Dg, it0 * Br, p.T, (int)threadIdx.x);
   cp_async_commit();
 
   float dk[Cols / 8][4], dv[Cols / 8][4];
@@ -186,8 +183,16 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
   if constexpr (kFetchAhead) fetch_mask_tile(mask_next, p.key, bh, it0 * Br, j0, (int)threadIdx.x, p.keep, p.T);
   for (int it = it0; it < n_it; ++it) {
     const int i0 = it * Br, stage = (it - it0) % 2;
+    // the next query tile's lse_i, D_i: stored to its stage after this one's products (at once
+    // at HS 256, where the two registers held spilled)
+    constexpr bool kStatsLate = HS <= 128;
+    RowStats stats_next{};
     if (it + 1 < n_it) {
       load_q_tile(it + 1, 1 - stage);
+      if constexpr (kStatsLate)
+        stats_next = fetch_row_stats<Br>(lse, Dg, i0 + Br, p.T, (int)threadIdx.x);
+      else
+        load_row_stats<Br, NThreads>(sL + (1 - stage) * Br, sD + (1 - stage) * Br, lse, Dg, i0 + Br, p.T, (int)threadIdx.x);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -222,6 +227,9 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
       // dK_j += dS_ij^T Q_i   (the 1/sqrt(HS) is applied once, at the end)
       warp_gemm_rs<Br, Cols, S, false>(dk, dpt, 0u, sQi + c0, lane);
     }
+    // (the next stage was last read in the step before, behind its closing barrier)
+    if (kStatsLate && it + 1 < n_it)
+      store_row_stats<Br>(sL + (1 - stage) * Br, sD + (1 - stage) * Br, stats_next, i0 + Br, p.T, (int)threadIdx.x);
     __syncthreads();  // every warp is done with this stage and the keep bits
   }
   // dqkv[K_j] += dK_j / sqrt(HS), dqkv[V_j] += dV_j s

@@ -646,6 +646,36 @@ __device__ __forceinline__ void write_out_lse(const FwdParams<bf16>& p, float (&
 // same per-warp accumulator layout: 16 rows a warp, warp = the warp's index in its CTA, or in its
 // warpgroup for the Hopper kernels) ------------------------------------------------------------------
 
+// A query tile's lse_i and D_i (queries i0 .. i0+Br-1, one a thread: tid < Br) into a dK / dV
+// kernel's stage, as lse_i log2(e) (+inf past T: P = 0 there) and D_i (0 past T): load_row_stats
+// at once, or in two halves like the keep bytes below, so that no step waits a global load's
+// latency before its barrier: fetch_row_stats issues the loads (with the tile's Q_i, dO_i copies)
+// and store_row_stats, later in the step, writes what they brought.
+struct RowStats {
+  float lse, d;
+};
+template <int Br>
+__device__ __forceinline__ RowStats fetch_row_stats(const float* lse, const float* Dg, int i0, int Tn, int tid) {
+  const bool in = tid < Br && i0 + tid < Tn;
+  return {in ? lse[i0 + tid] : 0.f, in ? Dg[i0 + tid] : 0.f};
+}
+template <int Br>
+__device__ __forceinline__ void store_row_stats(float* sL, float* sD, const RowStats& r, int i0, int Tn, int tid) {
+  if (tid >= Br) return;
+  const bool in = i0 + tid < Tn;
+  sL[tid] = in ? r.lse * kLog2e : INFINITY;
+  sD[tid] = in ? r.d : 0.f;
+}
+template <int Br, int NThreads>
+__device__ __forceinline__ void load_row_stats(float* sL, float* sD, const float* lse, const float* Dg, int i0, int Tn,
+                                               int tid) {
+  for (int r = tid; r < Br; r += NThreads) {
+    const int i = i0 + r;
+    sL[r] = i < Tn ? lse[i] * kLog2e : INFINITY;
+    sD[r] = i < Tn ? Dg[i] : 0.f;
+  }
+}
+
 // The keep bytes of the tile (queries i0 .. i0+Br-1, keys j0 .. j0+Bc-1) into sM[group][query]
 // (row stride MS bytes, a group = 8 keys, bit u of a byte: key 8 group + u), by the NThreads
 // threads tid = 0 .. NThreads-1 (a CTA, or one warp making its own 16 keys' two rows): one

@@ -736,19 +736,16 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   const int it0 = j0 / Br;
   const int n_it = (p.T + Br - 1) / Br;
 
+  // a query tile's stage: Q_i, dO_i copied (its lse_i, D_i: the caller's, row_stats)
+  static_assert(Br <= NThreads, "a query's lse and D a thread");
   auto load_q_tile = [&](int it, int stage) {
-    const int i0 = it * Br;
-    load_tile_sw128<Br, HS, NThreads>(sQ + stage * Tile::kQBytes, Q, p.ld_qkv, i0, p.T);
-    load_tile_sw128<Br, HS, NThreads>(sdO + stage * Tile::kQBytes, dO, p.ld_out, i0, p.T);
-    for (int r = threadIdx.x; r < Br; r += NThreads) {
-      const int i = i0 + r;
-      sL[stage * Br + r] = i < p.T ? lse[i] * kLog2e : INFINITY;
-      sD[stage * Br + r] = i < p.T ? Dg[i] : 0.f;
-    }
+    load_tile_sw128<Br, HS, NThreads>(sQ + stage * Tile::kQBytes, Q, p.ld_qkv, it * Br, p.T);
+    load_tile_sw128<Br, HS, NThreads>(sdO + stage * Tile::kQBytes, dO, p.ld_out, it * Br, p.T);
   };
   load_tile_sw128<Bc, HS, NThreads>(sK, K, p.ld_qkv, j0, p.T);
   load_tile_sw128<Bc, HS, NThreads>(sV, V, p.ld_qkv, j0, p.T);
   load_q_tile(it0, 0);
+  load_row_stats<Br, NThreads>(sL, sD, lse, Dg, it0 * Br, p.T, (int)threadIdx.x);
   cp_async_commit();
 
   int* const flags = Fuse ? p.dq_flags + ((long long)bh * Tile::kSplits + (c0 / Cols)) * n_it : nullptr;
@@ -770,8 +767,16 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   if constexpr (kFetchAhead) fetch_mask_tile(mask_next, p.key, bh, it0 * Br, j0, (int)threadIdx.x, p.keep, p.T);
   for (int it = it0; it < n_it; ++it) {
     const int i0 = it * Br, stage = (it - it0) % 2;
+    // the next query tile's lse_i, D_i: stored to its stage after this one's products (at once
+    // at HS 256, where the two registers held spilled)
+    constexpr bool kStatsLate = HS <= 128;
+    RowStats stats_next{};
     if (it + 1 < n_it) {
       load_q_tile(it + 1, 1 - stage);
+      if constexpr (kStatsLate)
+        stats_next = fetch_row_stats<Br>(lse, Dg, i0 + Br, p.T, (int)threadIdx.x);
+      else
+        load_row_stats<Br, NThreads>(sL + (1 - stage) * Br, sD + (1 - stage) * Br, lse, Dg, i0 + Br, p.T, (int)threadIdx.x);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -809,6 +814,9 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
     dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout, Fuse>(dk, dv, p.T, p.scale_log2, p.dropout_scale, aK, aV,
                                                      aQ + stage * Tile::kQBytes, adO + stage * Tile::kQBytes, col_off,
                                                      sL + stage * Br, sD + stage * Br, sM, i0, jw0, k_g, warp, lane, fq);
+    // (the next stage was last read in the step before, behind its closing barrier)
+    if (kStatsLate && it + 1 < n_it)
+      store_row_stats<Br>(sL + (1 - stage) * Br, sD + (1 - stage) * Br, stats_next, i0 + Br, p.T, (int)threadIdx.x);
     if constexpr (Fuse) {
       // thread 0 reads the next query tile's flag while the block's stores of this one's sums
       // drain; after the __syncthreads, one fence releases this tile's sums and, where the read saw
