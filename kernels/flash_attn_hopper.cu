@@ -935,6 +935,11 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
   float dk[Cols / 8][4], dv[Cols / 8][4];
   zero(dk);
   zero(dv);
+  // this warp's keep bytes (its 16 keys' groups 2 warp, 2 warp + 1), each query tile's fetched a
+  // step ahead (as the cp.async kernel's), below HS 256
+  constexpr bool kFetchAhead = IsDropout && HS <= 128;
+  MaskTileBytes<Br, 16, 32> mask_next;
+  if constexpr (kFetchAhead) fetch_mask_tile(mask_next, p.key, bh, it_wg * Br, jw0, lane, p.keep, p.T);
   hopper::mbarrier_wait_parity(&bar_kv, 0);
   for (int it = it0; it < n_it; ++it) {
     const int i0 = it * Br, st = (it - it0) % NS;
@@ -943,9 +948,10 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
       hopper::mbarrier_arrive(&empty[st]);
       continue;
     }
-    // this warp's keep bytes (its 16 keys' groups 2 warp, 2 warp + 1) while the stage lands
+    // (while the stage lands)
     if constexpr (IsDropout) {
-      make_mask_tile<Br, 16, MS, 32>(sM + 2 * warp * MS, p.key, bh, i0, jw0, lane, p.keep, p.T);
+      mask_tile_step<Br, 16, MS, 32, kFetchAhead>(sM + 2 * warp * MS, mask_next, p.key, bh, i0, jw0, lane, p.keep, p.T,
+                                                  it + 1 < n_it);
       __syncwarp();
     }
     hopper::mbarrier_wait_parity(&full[st], ((it - it0) / NS) & 1);  // Q_i, dO_i, lse_i, D_i landed
