@@ -289,18 +289,16 @@ __global__ void __launch_bounds__(DqTile<HS>::kThreads, 1) flash_bwd_dq_bf16_ker
 
   float dq[HS / 8][4];
   zero(dq);
-  // each step's keep bytes fetched a step ahead (keep_calls_step) below HS 256 (there the four
-  // registers would spill)
-  constexpr bool kKeepAhead = IsDropout && HS <= 128;
+  // each step's keep bytes fetched a step ahead (keep_calls_step)
   KeepCalls<Bc / 8> keep_next;
-  if constexpr (kKeepAhead) fetch_keep_calls(keep_next, p.key, bh, i_g, (n_j - 1) * Bc, lane, p.keep, nullptr, p.T);
+  if constexpr (IsDropout) fetch_keep_calls(keep_next, p.key, bh, i_g, (n_j - 1) * Bc, lane, p.keep, nullptr, p.T);
   // the keys last-first: dQ_i's sums in the order of the Hopper kernels' (the fused one hands them
   // from the diagonal key tile down to tile 0), so that both families give the same bits
   for (int jt = n_j - 1; jt >= 0; --jt) {
     const int j0 = jt * Bc, stage = (n_j - 1 - jt) % 2;
     KeepCalls<Bc / 8> kc;
     if constexpr (IsDropout)
-      kc = keep_calls_step<Bc / 8, kKeepAhead>(keep_next, p.key, bh, i_g, j0, j0 - Bc, lane, p.keep, p.T);
+      kc = keep_calls_step(keep_next, p.key, bh, i_g, j0 - Bc, lane, p.keep, p.T);
     if (jt > 0) {
       load_tile_async<Bc, HS, NThreads>(sK + (1 - stage) * Bc * S, K, p.ld_qkv, j0 - Bc, p.T);
       load_tile_async<Bc, HS, NThreads>(sV + (1 - stage) * Bc * S, V, p.ld_qkv, j0 - Bc, p.T);

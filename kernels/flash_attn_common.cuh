@@ -744,24 +744,17 @@ __device__ __forceinline__ void mask_tile_step(uint8_t* sM, MaskTileBytes<Br, Bc
   }
 }
 
-// A dQ kernel's key tile (keys j0 ..): the lane's keep bytes for its step (KeepCalls, gathered
-// there by keep_bits_from_calls). Ahead: they were fetched into `next` a step before (the caller
-// fetches the first tile's before its loop), and the next tile's (keys j_next .., when j_next >= 0)
-// are fetched now, so that their global loads or Philox calls run under this step's products;
-// else they are fetched now, at the step's start.
-template <int NT, bool Ahead>
+// A dQ kernel's key tile: the lane's keep bytes for its step (KeepCalls, gathered there by
+// keep_bits_from_calls), fetched into `next` a step before (the caller fetches the first tile's
+// before its loop); the next tile's (keys j_next .., when j_next >= 0) are fetched now, so that
+// their global loads or Philox calls run under this step's products.
+template <int NT>
 __device__ __forceinline__ KeepCalls<NT> keep_calls_step(KeepCalls<NT>& next, const philox::DropoutKey& key,
-                                                         uint32_t bh, int i_g, int j0, int j_next, int lane,
-                                                         const uint8_t* in, int Tn) {
-  if constexpr (Ahead) {
-    const KeepCalls<NT> cur = next;
-    if (j_next >= 0) fetch_keep_calls(next, key, bh, i_g, j_next, lane, in, nullptr, Tn);
-    return cur;
-  } else {
-    KeepCalls<NT> cur;
-    fetch_keep_calls(cur, key, bh, i_g, j0, lane, in, nullptr, Tn);
-    return cur;
-  }
+                                                         uint32_t bh, int i_g, int j_next, int lane, const uint8_t* in,
+                                                         int Tn) {
+  const KeepCalls<NT> cur = next;
+  if (j_next >= 0) fetch_keep_calls(next, key, bh, i_g, j_next, lane, in, nullptr, Tn);
+  return cur;
 }
 
 // The keep bits of the elements a lane owns in the key-major layout (rows = keys, columns =

@@ -936,10 +936,9 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
   zero(dk);
   zero(dv);
   // this warp's keep bytes (its 16 keys' groups 2 warp, 2 warp + 1), each query tile's fetched a
-  // step ahead (as the cp.async kernel's), below HS 256
-  constexpr bool kFetchAhead = IsDropout && HS <= 128;
+  // step ahead (as the cp.async kernel's)
   MaskTileBytes<Br, 16, 32> mask_next;
-  if constexpr (kFetchAhead) fetch_mask_tile(mask_next, p.key, bh, it_wg * Br, jw0, lane, p.keep, p.T);
+  if constexpr (IsDropout) fetch_mask_tile(mask_next, p.key, bh, it_wg * Br, jw0, lane, p.keep, p.T);
   hopper::mbarrier_wait_parity(&bar_kv, 0);
   for (int it = it0; it < n_it; ++it) {
     const int i0 = it * Br, st = (it - it0) % NS;
@@ -950,8 +949,8 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
     }
     // (while the stage lands)
     if constexpr (IsDropout) {
-      mask_tile_step<Br, 16, MS, 32, kFetchAhead>(sM + 2 * warp * MS, mask_next, p.key, bh, i0, jw0, lane, p.keep, p.T,
-                                                  it + 1 < n_it);
+      mask_tile_step<Br, 16, MS, 32, true>(sM + 2 * warp * MS, mask_next, p.key, bh, i0, jw0, lane, p.keep, p.T,
+                                           it + 1 < n_it);
       __syncwarp();
     }
     hopper::mbarrier_wait_parity(&full[st], ((it - it0) / NS) & 1);  // Q_i, dO_i, lse_i, D_i landed
@@ -990,9 +989,6 @@ struct HopperDqTile {
   static constexpr int kStagesWs = HS > 128 ? 2 : 3;
   static constexpr size_t kSmemBytesWs = 1024 + 2 * (size_t)kBrWs * HS * 2 + 2 * (size_t)kStagesWs * kKVBytes;
   static_assert(kSmemBytesWs <= 227 * 1024, "the warp-specialized dQ kernel's tiles exceed 227 KB");
-  // each step's keep bytes fetched a step ahead (keep_calls_step), below HS 256: there the four
-  // registers they hold would not fit beside dQ's 128
-  static constexpr bool kKeepAhead = HS <= 128;
 };
 
 // One key tile of the dQ kernels: dQ_i (the warpgroup's 64 query rows from iw0 - 16 warp) +=
@@ -1086,13 +1082,13 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_ho
 
   float dq[HS / 8][4];
   zero(dq);
-  constexpr bool Ahead = IsDropout && Tile::kKeepAhead;
+  // each step's keep bytes fetched a step ahead (keep_calls_step)
   KeepCalls<Bc / 8> keep_next;
-  if constexpr (Ahead) fetch_keep_calls(keep_next, p.key, bh, i_g, (n_j - 1) * Bc, lane, p.keep, nullptr, p.T);
+  if constexpr (IsDropout) fetch_keep_calls(keep_next, p.key, bh, i_g, (n_j - 1) * Bc, lane, p.keep, nullptr, p.T);
   for (int jt = n_j - 1; jt >= 0; --jt) {  // the keys last-first (dQ_i's sums in the fused kernel's order)
     const int j0 = jt * Bc, stage = (n_j - 1 - jt) % 2;
     KeepCalls<Bc / 8> kc;
-    if constexpr (IsDropout) kc = keep_calls_step<Bc / 8, Ahead>(keep_next, p.key, bh, i_g, j0, j0 - Bc, lane, p.keep, p.T);
+    if constexpr (IsDropout) kc = keep_calls_step(keep_next, p.key, bh, i_g, j0 - Bc, lane, p.keep, p.T);
     if (jt > 0) {
       load_tile_sw128<Bc, HS, NThreads>(sK + (1 - stage) * TB, K, p.ld_qkv, j0 - Bc, p.T);
       load_tile_sw128<Bc, HS, NThreads>(sV + (1 - stage) * TB, V, p.ld_qkv, j0 - Bc, p.T);
@@ -1179,15 +1175,14 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   float dq[HS / 8][4];
   zero(dq);
   // the keep bytes of the warpgroup's first key tile (n_wg - 1), then each step the next one's
-  constexpr bool Ahead = IsDropout && Tile::kKeepAhead;
   KeepCalls<Bc / 8> keep_next;
-  if constexpr (Ahead) fetch_keep_calls(keep_next, p.key, bh, i_g, (n_wg - 1) * Bc, lane, p.keep, nullptr, p.T);
+  if constexpr (IsDropout) fetch_keep_calls(keep_next, p.key, bh, i_g, (n_wg - 1) * Bc, lane, p.keep, nullptr, p.T);
   hopper::mbarrier_wait_parity(&bar_q, 0);
   for (int n = 0; n < n_j; ++n) {  // the keys last-first, as the producer loads them
     const int jt = n_j - 1 - n, st = n % NS;
     KeepCalls<Bc / 8> kc;
     if (IsDropout && jt < n_wg)
-      kc = keep_calls_step<Bc / 8, Ahead>(keep_next, p.key, bh, i_g, jt * Bc, jt * Bc - Bc, lane, p.keep, p.T);
+      kc = keep_calls_step(keep_next, p.key, bh, i_g, jt * Bc - Bc, lane, p.keep, p.T);
     hopper::mbarrier_wait_parity(&full[st], (n / NS) & 1);  // K_j, V_j landed
     if (jt < n_wg)
       dq_tile<HS, Br, Bc, IsDropout, BrW>(dq, kc, p.T, p.scale_log2, p.dropout_scale, aQw, adOw, aK + st * TB,
