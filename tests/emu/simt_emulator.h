@@ -181,6 +181,9 @@ inline V __shfl_xor_sync(unsigned mask, V v, int lane_mask, int width = 32) {
 using std::max;  // the device code's global min / max
 using std::min;
 
+// __umulhi (kernels/philox.h's mulhilo): the high word of the 32 x 32-bit product
+inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+
 namespace gpu {
 
 // The device math functions the kernels call (found before ::expf and the others by unqualified

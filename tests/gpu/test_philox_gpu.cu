@@ -1,6 +1,8 @@
-// tests/gpu/test_philox_gpu.cu: kernels/philox.h gives the same words and the same dropout
-// decisions on the device as on the host (the function is shared; this checks the compiled
-// device code, e.g. 64-bit multiplies and the round loop, against the host build).
+// tests/gpu/test_philox_gpu.cu: kernels/philox.h gives Random123's known answers and the same
+// words and dropout decisions on the device as on the host (the function is shared, but its
+// multiply has a device form, __umulhi; this checks the compiled device code, its multiplies and
+// round loop, against the host build, and, where the emulator builds both sides alike, against
+// the published vectors).
 #include <vector>
 
 #include "../../kernels/philox.h"
@@ -12,6 +14,19 @@ __global__ void philox_words_kernel(uint32_t* out, int n, uint32_t k0, uint32_t 
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   philox::U32x4 r = philox::philox4x32_10(i, 7 * i, 0x1234u, 0xffffffffu - i, k0, k1);
+  for (int w = 0; w < 4; ++w) out[4 * i + w] = r.v[w];
+}
+
+// Random123's known-answer vectors for Philox4x32-10 (also tests/cpu/test_philox.cpp's): counter,
+// key, the words
+struct Kat {
+  uint32_t c[4], k[2], want[4];
+};
+__global__ void philox_kat_kernel(const Kat* kat, uint32_t* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const Kat& v = kat[i];
+  const philox::U32x4 r = philox::philox4x32_10(v.c[0], v.c[1], v.c[2], v.c[3], v.k[0], v.k[1]);
   for (int w = 0; w < 4; ++w) out[4 * i + w] = r.v[w];
 }
 
@@ -39,6 +54,30 @@ TG_GPU_TEST("gpu philox: device words equal host words") {
     for (int w = 0; w < 4; ++w) mismatches += got[4 * i + w] != r.v[w];
   }
   CHECK(mismatches == 0);
+}
+
+TG_GPU_TEST("gpu philox: device words are Random123's known answers") {
+  const std::vector<Kat> kat = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u}},
+      {{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+       {0xffffffffu, 0xffffffffu},
+       {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu}},
+      {{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
+       {0xa4093822u, 0x299f31d0u},
+       {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}}};
+  const int n = (int)kat.size();
+  Kat* d_kat = nullptr;
+  uint32_t* d = nullptr;
+  TG_CUDA_CHECK(cudaMalloc(&d_kat, kat.size() * sizeof(Kat)));
+  TG_CUDA_CHECK(cudaMalloc(&d, 4 * n * sizeof(uint32_t)));
+  TG_CUDA_CHECK(cudaMemcpy(d_kat, kat.data(), kat.size() * sizeof(Kat), cudaMemcpyHostToDevice));
+  gpu::launch(philox_kat_kernel, 1, 32, 0, nullptr, (const Kat*)d_kat, d, n);
+  std::vector<uint32_t> got(4 * n);
+  TG_CUDA_CHECK(cudaMemcpy(got.data(), d, got.size() * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+  TG_CUDA_CHECK(cudaFree(d));
+  TG_CUDA_CHECK(cudaFree(d_kat));
+  for (int i = 0; i < n; ++i)
+    for (int w = 0; w < 4; ++w) CHECK(got[4 * i + w] == kat[i].want[w]);
 }
 
 TG_GPU_TEST("gpu philox: device dropout masks equal host masks (both rules)") {
