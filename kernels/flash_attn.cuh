@@ -57,8 +57,10 @@ TG_HD uint32_t flash_attn_keep_bh_bytes(int Tn) {
   return 16 * R * (R + 1);
 }
 TG_HD uint32_t flash_attn_keep_in_bh(uint32_t i, uint32_t g) {
+  // block (i / 16, g / 2) at 32 (rb (rb + 1) / 2 + g / 2), group g's 16 bytes at 16 (g % 2) in it:
+  // 32 (g / 2) + 16 (g % 2) = 16 g, so a query row block's groups follow one another
   const uint32_t rb = i / 16;
-  return 32 * (rb * (rb + 1) / 2 + g / 2) + 16 * (g & 1) + (i & 15);
+  return 16 * (rb * (rb + 1) + g) + (i & 15);
 }
 TG_HD size_t flash_attn_keep_offset(int Tn, uint32_t bh, uint32_t i, uint32_t g) {
   return (size_t)bh * flash_attn_keep_bh_bytes(Tn) + flash_attn_keep_in_bh(i, g);

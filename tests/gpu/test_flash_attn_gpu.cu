@@ -607,19 +607,24 @@ void keep_buffer_case(const Shape& s, double p, uint64_t salt, const std::string
   const size_t nkeep = gpu::flash_attn_keep_bytes(s.B, s.NH, s.Tn), guard = 64;
   std::vector<unsigned char> want(nkeep + guard, kSentinel), start(nkeep + guard, kSentinel);
   std::vector<char> seen(nkeep, 0);  // each causal byte its own place in the buffer
-  size_t clashes = 0;
+  size_t clashes = 0, off_layout = 0;
   const uint32_t thr = philox::attn_threshold(key);
   for (uint32_t bh = 0; bh < (uint32_t)(s.B * s.NH); ++bh)
     for (uint32_t g = 0; 8 * g < (uint32_t)s.Tn; ++g)
       for (uint32_t i = 8 * g; i < (uint32_t)s.Tn; ++i) {
         const size_t at = gpu::flash_attn_keep_offset(s.Tn, bh, i, g);
         REQUIRE(at < nkeep);
+        // the layout kernels/flash_attn.cuh states: 32-byte blocks of 16 queries by 2 groups, the
+        // causal triangle's blocks row after row, group g's 16 bytes at 16 (g % 2), query order
+        const uint32_t rb = i / 16;
+        off_layout += gpu::flash_attn_keep_in_bh(i, g) != 32 * (rb * (rb + 1) / 2 + g / 2) + 16 * (g % 2) + i % 16;
         const uint8_t byte = (uint8_t)philox::attn_keep_byte(philox::attn_words(key, bh, i, 8 * g), thr);
         start[at] = (uint8_t)~byte;
         want[at] = p > 0 ? byte : start[at];
         clashes += seen[at]++ != 0;
       }
   CHECK_MESSAGE(clashes == 0, where << ": " << clashes << " keep bytes share their place with another");
+  CHECK_MESSAGE(off_layout == 0, where << ": " << off_layout << " keep bytes away from the stated layout");
   DeviceArray<gpu::bf16> d_qkv(qkv), d_dout(dout), d_out(s.nout()), d_out2(s.nout()), d_dqkv(init), d_dqkv2(init);
   DeviceArray<float> d_lse(s.nlse()), d_lse2(s.nlse());
   DeviceArray<uint8_t> d_keep(nkeep + guard);
