@@ -703,12 +703,22 @@ struct MaskTileBytes {
 template <int Br, int Bc, int NThreads>
 __device__ __forceinline__ void fetch_mask_tile(MaskTileBytes<Br, Bc, NThreads>& m, const philox::DropoutKey& key,
                                                 uint32_t bh, int i0, int j0, int tid, const uint8_t* in, int Tn) {
+  using M = MaskTileBytes<Br, Bc, NThreads>;
+  if (in) {  // (the loads together, predicated: no branch between them)
+#pragma unroll
+    for (int it = 0; it < M::kPerThread; ++it) {
+      int q, kg;
+      M::where(it, tid, q, kg);
+      m.byte[it] = stored_keep_byte(in, Tn, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 8 * kg));
+    }
+    return;
+  }
   const uint32_t thr = philox::attn_threshold(key);
 #pragma unroll
-  for (int it = 0; it < MaskTileBytes<Br, Bc, NThreads>::kPerThread; ++it) {
+  for (int it = 0; it < M::kPerThread; ++it) {
     int q, kg;
-    MaskTileBytes<Br, Bc, NThreads>::where(it, tid, q, kg);
-    m.byte[it] = keep_byte(key, thr, in, nullptr, Tn, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 8 * kg));
+    M::where(it, tid, q, kg);
+    m.byte[it] = keep_byte(key, thr, nullptr, nullptr, Tn, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 8 * kg));
   }
 }
 template <int Br, int Bc, int MS, int NThreads>
