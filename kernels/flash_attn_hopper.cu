@@ -373,7 +373,9 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
   // runs on the CUDA cores while that P V product runs on the tensor cores. O's rescaling by tile
   // jt's alpha waits for the product to retire, so O = alpha_j O_{j-1} + P_j V_j as before, in the
   // same order: the same bits as the unpipelined loop (and as the mma.sync kernels).
-  const int n_wg = min(n_j, (iwg0 + 63) / Bc + 1);
+  // (from wg_uniform: a loop count ptxas sees as uniform keeps the stages' descriptors in uniform
+  // registers too)
+  const int n_wg = min(n_j, (i0 + 64 * wg_uniform + 63) / Bc + 1);
   float s[Bc / 8][4];
   float(&s_flat)[Bc / 2] = reinterpret_cast<float(&)[Bc / 2]>(s);
   uint32_t a[Bc / 16][4];  // P of the previous tile, bf16, as wgmma A fragments
@@ -928,8 +930,8 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
   hopper::setmaxnreg_inc<kFwdConsumerRegs>();
   const int wg = warp / 4;
   const int jw0 = j0 + 16 * warp, k_g = jw0 + lane / 4;
-  const int it_wg = (j0 + Bc * wg) / Br;
-  const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);  // (as the forward's)
+  const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);  // (as the forward's; the loop's tests too)
+  const int it_wg = (j0 + Bc * wg_uniform) / Br;
   const uint32_t aKw = aK + (uint32_t)(wg_uniform * Bc * 128), aVw = aV + (uint32_t)(wg_uniform * Bc * 128);
   const uint32_t col_off = (uint32_t)(c0 / 64) * Br * 128;
   float dk[Cols / 8][4], dv[Cols / 8][4];
@@ -1167,8 +1169,8 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   const int wg = warp / 4;
   const int iw0 = i0 + 16 * warp;
   const int i_g = iw0 + lane / 4;
-  const int n_wg = min(n_j, (i0 + Br * wg + Br - 1) / Bc + 1);
-  const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);  // (as the forward's)
+  const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);  // (as the forward's; the loop's tests too)
+  const int n_wg = min(n_j, (i0 + Br * wg_uniform + Br - 1) / Bc + 1);
   const uint32_t aQw = aQ + (uint32_t)(wg_uniform * Br * 128), adOw = adO + (uint32_t)(wg_uniform * Br * 128);
   float lse2[2], Di[2];
   row_lse_d(lse2, Di, p, bh, i_g);
