@@ -448,16 +448,16 @@ __device__ __forceinline__ void mask_scores(float (&s)[NT][4], int i_g, int j_t,
 
 // ---- dropout in the query-major accumulator layout ---------------------------------------------
 // The keep decisions of query i and keys j .. j+7 (j a multiple of 8), one byte (bit u: key
-// j + u): read from `in` when the forward stored them there, else made by their Philox call
-// (philox::attn_keep_byte) and, when `out` is not null, stored there for the backward. The
-// buffers hold the causal pairs of queries < T (flash_attn_keep_offset); elsewhere the byte read
-// is 0, for elements the masking has already zeroed (keys all after the query, or a query >= T).
+// j + u): stored_keep_byte reads the one the forward stored in `in`; keep_byte makes it by its
+// Philox call (philox::attn_keep_byte) and, when `out` is not null, stores it there for the
+// backward. The buffers hold the causal pairs of queries < T (flash_attn_keep_offset); elsewhere
+// the byte read is 0, for elements the masking has already zeroed (keys all after the query, or a
+// query >= T).
 __device__ __forceinline__ uint32_t stored_keep_byte(const uint8_t* in, int Tn, uint32_t bh, uint32_t i, uint32_t j) {
   return i < (uint32_t)Tn && j <= i ? (uint32_t)in[flash_attn_keep_offset(Tn, bh, i, j / 8)] : 0u;
 }
-__device__ __forceinline__ uint32_t keep_byte(const philox::DropoutKey& key, uint32_t thr, const uint8_t* in,
-                                              uint8_t* out, int Tn, uint32_t bh, uint32_t i, uint32_t j) {
-  if (in) return stored_keep_byte(in, Tn, bh, i, j);
+__device__ __forceinline__ uint32_t keep_byte(const philox::DropoutKey& key, uint32_t thr, uint8_t* out, int Tn,
+                                              uint32_t bh, uint32_t i, uint32_t j) {
   const uint32_t byte = philox::attn_keep_byte(philox::attn_words(key, bh, i, j), thr);
   if (out && i < (uint32_t)Tn && j <= i) out[flash_attn_keep_offset(Tn, bh, i, j / 8)] = (uint8_t)byte;
   return byte;
@@ -473,8 +473,8 @@ __device__ __forceinline__ uint32_t keep_byte(const philox::DropoutKey& key, uin
 // It comes in two halves, so that a kernel can fetch a key tile's bytes a step before it needs
 // them (their global loads then wait under that step's products): fetch_keep_calls puts the
 // bytes of the lane's calls in KeepCalls (c: n-tiles 2c, 2c + 1), from `in` (the forward's stored
-// ones: global loads, none waited for here) or made (Philox; stored to `out` when not null), as
-// keep_byte; keep_bits_from_calls gathers them (all 32 lanes must call it) into the lane's keep
+// ones, stored_keep_byte: global loads, none waited for here) or made (keep_byte: Philox; stored
+// to `out` when not null); keep_bits_from_calls gathers them (all 32 lanes must call it) into the lane's keep
 // bits, bit 4nt+e for element (nt, e). dropout_keep_bits is both at once.
 template <int NT>
 struct KeepCalls {
@@ -498,7 +498,7 @@ __device__ __forceinline__ void fetch_keep_calls(KeepCalls<NT>& kc, const philox
   const uint32_t thr = philox::attn_threshold(key);
 #pragma unroll
   for (int c = 0; c < KeepCalls<NT>::kCalls; ++c)
-    kc.byte[c] = keep_byte(key, thr, nullptr, out, Tn, bh, row, (uint32_t)(j0 + 8 * (2 * c + t / 2)));
+    kc.byte[c] = keep_byte(key, thr, out, Tn, bh, row, (uint32_t)(j0 + 8 * (2 * c + t / 2)));
 }
 template <int NT>
 __device__ __forceinline__ uint32_t keep_bits_from_calls(const KeepCalls<NT>& kc, int lane) {
@@ -680,7 +680,7 @@ __device__ __forceinline__ void load_row_stats(float* sL, float* sD, const float
 // (row stride MS bytes, a group = 8 keys, bit u of a byte: key 8 group + u), by the NThreads
 // threads tid = 0 .. NThreads-1 (a CTA, or one warp making its own 16 keys' two rows): one
 // Philox call per (query, 8 keys), philox::attn_keep's, or with `in` not null the byte the
-// forward stored (keep_byte; i0 and j0 multiples of 16).
+// forward stored (stored_keep_byte; i0 and j0 multiples of 16).
 // A warp's 32 calls are 16 consecutive queries of two consecutive key groups, the 32-byte block
 // of the stored bytes (flash_attn_keep_offset): one sector. Its 32 one-byte stores are two runs of
 // 16 bytes in rows MS bytes apart (MS = Br + 16: 12 or 20 banks apart), so one wavefront.
@@ -718,7 +718,7 @@ __device__ __forceinline__ void fetch_mask_tile(MaskTileBytes<Br, Bc, NThreads>&
   for (int it = 0; it < M::kPerThread; ++it) {
     int q, kg;
     M::where(it, tid, q, kg);
-    m.byte[it] = keep_byte(key, thr, nullptr, nullptr, Tn, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 8 * kg));
+    m.byte[it] = keep_byte(key, thr, nullptr, Tn, bh, (uint32_t)(i0 + q), (uint32_t)(j0 + 8 * kg));
   }
 }
 template <int Br, int Bc, int MS, int NThreads>

@@ -267,7 +267,7 @@ __device__ __forceinline__ void make_keep_words(uint32_t* words, const FwdParams
     uint32_t w[4] = {0u, 0u, 0u, 0u};  // the words of t = 0 .. 3, bits of row r, key groups of parity q
 #pragma unroll 1
     for (int m = 0; m < 4; ++m) {
-      const uint32_t byte = keep_byte(p.key, thr, nullptr, p.keep, p.T, bh, i, (uint32_t)(j0 + 8 * (q + 2 * m)));
+      const uint32_t byte = keep_byte(p.key, thr, p.keep, p.T, bh, i, (uint32_t)(j0 + 8 * (q + 2 * m)));
 #pragma unroll
       for (int t = 0; t < 4; ++t) w[t] |= ((byte >> (2 * t)) & 3u) << (8 * m);
     }
