@@ -167,13 +167,15 @@ struct Gemm {
         for (int j = 0; j < n; ++j)
           for (int kk = 0; kk < k; ++kk)
             cols[(size_t)j * k + kk] = tb ? bm[(size_t)kk * ldb + j] : bm[(size_t)j * ldb + kk];
-        for (int j = 0; j < n; ++j)
-          for (int i = 0; i < m; ++i) {
+        std::vector<float> dots((size_t)n);
+        for (int i = 0; i < m; ++i) {
+          std::fill(dots.begin(), dots.end(), 0.f);
+          tensor_core_dots(dots.data(), n, rows.data() + (size_t)i * k, 1, cols.data(), k, 1, k, block);
+          for (int j = 0; j < n; ++j) {
             float& cij = c[(size_t)j * m + i];
-            const float dot =
-                tensor_core_dot(0.f, rows.data() + (size_t)i * k, 1, cols.data() + (size_t)j * k, 1, k, block);
-            cij = alpha * dot + (beta_gemm != 0 ? beta_gemm * cij : 0.f);
+            cij = alpha * dots[(size_t)j] + (beta_gemm != 0 ? beta_gemm * cij : 0.f);
           }
+        }
       } else if (m > 0 && n > 0) {
         sgemm_(&opa, &opb, &m, &n, &k, &alpha, a.data(), &lda, bm.data(), &ldb, &beta_gemm, c.data(), &ldc, 1, 1);
       }

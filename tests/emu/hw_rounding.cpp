@@ -15,10 +15,17 @@ namespace {
 
 int g_block = -1;  // -1: not read from the environment yet
 
-// float(d) rounded toward zero (d finite, within fp32's range)
+// float(d) rounded toward zero (d finite, within fp32's range): one step back toward zero where
+// the nearest float is larger in magnitude (its bits less one: a finite, non-zero float's next
+// smaller magnitude, of either sign)
 TG_EMU_UNCHECKED float to_float_rz(double d) {
   float f = (float)d;
-  if (std::fabs((double)f) > std::fabs(d)) f = std::nextafter(f, 0.f);
+  if (std::fabs((double)f) > std::fabs(d)) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    --u;
+    std::memcpy(&f, &u, sizeof f);
+  }
   return f;
 }
 
@@ -57,49 +64,112 @@ int hw_rounding_block() {
 
 void set_hw_rounding_block(int block) { g_block = block; }
 
-// Out of the sanitizers' reach, as tensor_core_mma below: its own small arrays and the caller's
-// rows, by their bounds (their checks were a sixth of the 20-step model test's time in this mode)
-__attribute__((no_sanitize("address", "undefined"))) float tensor_core_dot(float c, const float* a, int sa, const float* b,
-                                                                         int sb, int n, int block) {
-  for (int k0 = 0; k0 < n; k0 += block) {
-    const int kn = k0 + block < n ? k0 + block : n;
-    // the step's terms: the accumulator and the exact products (bf16 x bf16: 16 significant bits)
-    double t[17];
-    int nt = 0, emax;
-    bool finite = std::isfinite(c);
-    t[nt++] = c;
-    for (int k = k0; k < kn; ++k) {
-      t[nt] = (double)a[(long)k * sa] * (double)b[(long)k * sb];
-      finite = finite && std::isfinite(t[nt]);
-      ++nt;
-    }
-    if (!finite) {  // inf or NaN: IEEE propagation
-      double s = 0;
-      for (int i = 0; i < nt; ++i) s += t[i];
-      c = (float)s;
-      continue;
-    }
-    double largest = 0;  // the exponent grows with |t|: the largest term's is the step's
-    for (int i = 0; i < nt; ++i) largest = std::fabs(t[i]) > largest ? std::fabs(t[i]) : largest;
-    if (largest == 0) {  // all zero
-      c = (float)(t[0] + 0.0);
-      continue;
-    }
-    emax = exponent_of(largest);  // |t| in [2^(emax-1), 2^emax) for the largest
-    // aligned to the largest: fp32's 24 significant bits below 2^emax, no guard bits; each term
-    // truncated there (toward zero), the sum of the truncated terms exact in double. (Scaling by
-    // a power of two is exact, and a term's multiple of the unit, below 2^24 in magnitude, is
-    // truncated by the conversion to an integer.)
+namespace {
+
+// The sum of u[0 .. n) pairwise (u overwritten): a short chain of dependent additions, and the
+// same value as any other order where every partial sum is exact
+template <int N = 17>
+TG_EMU_UNCHECKED double pairwise_sum(double* u, int n = N) {
+#pragma GCC unroll 17
+  for (int w = 1; w < n; w *= 2)
+#pragma GCC unroll 17
+    for (int i = 0; i + w < n; i += 2 * w) u[i] += u[i + w];
+  return u[0];
+}
+
+// One step of the accumulation: t[0] the accumulator, t[1 .. nt) the step's exact products
+// (bf16 x bf16: 16 significant bits), the sum as the tensor core forms it (nt at most N: a
+// full block's N, so that its loops unroll)
+template <int N = 17>
+TG_EMU_UNCHECKED float accumulate_step(const double* t, int nt = N) {
+  bool finite = true;
+#pragma GCC unroll 17
+  for (int i = 0; i < nt; ++i) finite &= std::fabs(t[i]) <= 1.7976931348623157e308;
+  if (!finite) {  // inf or NaN: IEEE propagation
     double s = 0;
-    if (emax - 24 >= -1022 && 24 - emax >= -1022) {
-      const double unit = pow2(emax - 24), inv = pow2(24 - emax);
-      for (int i = 0; i < nt; ++i) s += (double)(int64_t)(t[i] * inv) * unit;
-    } else {
-      const double unit = std::ldexp(1.0, emax - 24);
-      for (int i = 0; i < nt; ++i) s += std::trunc(t[i] / unit) * unit;
-    }
-    c = std::fabs(s) >= (double)3.4028234663852886e38 ? (float)s : to_float_rz(s);
+    for (int i = 0; i < nt; ++i) s += t[i];
+    return (float)s;
   }
+  double u[N];
+#pragma GCC unroll 17
+  for (int i = 0; i < nt; ++i) u[i] = std::fabs(t[i]);
+  // the exponent grows with |t|: the largest term's is the step's
+#pragma GCC unroll 17
+  for (int w = 1; w < nt; w *= 2)
+#pragma GCC unroll 17
+    for (int i = 0; i + w < nt; i += 2 * w) u[i] = u[i + w] > u[i] ? u[i + w] : u[i];
+  const double largest = u[0];
+  if (largest == 0) return (float)(t[0] + 0.0);  // all zero
+  const int emax = exponent_of(largest);  // |t| in [2^(emax-1), 2^emax) for the largest
+  // aligned to the largest: fp32's 24 significant bits below 2^emax, no guard bits; each term
+  // truncated there (toward zero). (Scaling by a power of two is exact, and a term's multiple of
+  // the unit, below 2^24 in magnitude, is truncated by the conversion to an integer.) The
+  // truncated terms are multiples of the unit below 2^24 of it, so their sum is exact in double
+  // in any order: summed pairwise.
+  if (emax - 24 >= -1022 && 24 - emax >= -1022) {
+    const double unit = pow2(emax - 24), inv = pow2(24 - emax);
+#pragma GCC unroll 17
+    for (int i = 0; i < nt; ++i) u[i] = (double)(int64_t)(t[i] * inv) * unit;
+  } else {
+    const double unit = std::ldexp(1.0, emax - 24);
+#pragma GCC unroll 17
+    for (int i = 0; i < nt; ++i) u[i] = std::trunc(t[i] / unit) * unit;
+  }
+  const double s = pairwise_sum<N>(u, nt);
+  return std::fabs(s) >= (double)3.4028234663852886e38 ? (float)s : to_float_rz(s);
+}
+
+// W dot products that share a, c[w] += a . b_w (b_w = b + w bw), each in blocks of B products
+// (the last one short where n is not a multiple of B). A full block's loops unroll, and the W
+// independent steps sit side by side, so the processor overlaps their chains of dependent
+// operations.
+template <int B, int W>
+TG_EMU_UNCHECKED void dots_in_blocks(float* c, const float* a, long sa, const float* b, long bw, long sb, int n) {
+  double t[W][B + 1];
+  for (int k0 = 0; k0 < n; k0 += B) {
+    const int kn = n - k0 < B ? n - k0 : B;
+    for (int w = 0; w < W; ++w) {
+      t[w][0] = c[w];
+      for (int k = 0; k < kn; ++k) t[w][k + 1] = (double)a[(k0 + k) * sa] * (double)b[w * bw + (k0 + k) * sb];
+    }
+    if (kn == B)
+      for (int w = 0; w < W; ++w) c[w] = accumulate_step<B + 1>(t[w]);
+    else
+      for (int w = 0; w < W; ++w) c[w] = accumulate_step<B + 1>(t[w], kn + 1);
+  }
+}
+
+template <int B>
+TG_EMU_UNCHECKED void dots(float* c, int count, const float* a, long sa, const float* b, long bw, long sb, int n) {
+  int w = 0;
+  for (; w + 4 <= count; w += 4) dots_in_blocks<B, 4>(c + w, a, sa, b + w * bw, bw, sb, n);
+  for (; w < count; ++w) dots_in_blocks<B, 1>(c + w, a, sa, b + w * bw, bw, sb, n);
+}
+
+}  // namespace
+
+// Out of the sanitizers' reach, as tensor_core_mma below: its own small arrays and the caller's
+// rows, by their bounds (their checks were a sixth of the 20-step model test's time in this mode).
+__attribute__((no_sanitize("address", "undefined"))) void tensor_core_dots(float* c, int count, const float* a, int sa,
+                                                                         const float* b, long bw, int sb, int n,
+                                                                         int block) {
+  switch (block) {
+    case 4: return dots<4>(c, count, a, sa, b, bw, sb, n);
+    case 8: return dots<8>(c, count, a, sa, b, bw, sb, n);
+    case 16: return dots<16>(c, count, a, sa, b, bw, sb, n);
+  }
+  double t[17];
+  for (int w = 0; w < count; ++w)
+    for (int k0 = 0; k0 < n; k0 += block) {
+      const int kn = n - k0 < block ? n - k0 : block;
+      t[0] = c[w];
+      for (int k = 0; k < kn; ++k) t[k + 1] = (double)a[(long)(k0 + k) * sa] * (double)b[w * bw + (long)(k0 + k) * sb];
+      c[w] = accumulate_step(t, kn + 1);
+    }
+}
+
+float tensor_core_dot(float c, const float* a, int sa, const float* b, int sb, int n, int block) {
+  tensor_core_dots(&c, 1, a, sa, b, 0, sb, n, block);
   return c;
 }
 
@@ -108,8 +178,7 @@ __attribute__((no_sanitize("address", "undefined"))) float tensor_core_dot(float
 __attribute__((no_sanitize("address", "undefined"))) void tensor_core_mma(float* c, int ldc, const float* a,
                                                                         const float* b, int ldb, int rows, int cols) {
   if (const int block = hw_rounding_block()) {
-    for (int r = 0; r < rows; ++r)
-      for (int j = 0; j < cols; ++j) c[r * ldc + j] = tensor_core_dot(c[r * ldc + j], a + r * 16, 1, b + j, ldb, 16, block);
+    for (int r = 0; r < rows; ++r) tensor_core_dots(c + r * ldc, cols, a + r * 16, 1, b, 1, ldb, 16, block);
     return;
   }
   for (int r = 0; r < rows; ++r) {

@@ -31,8 +31,11 @@ int hw_rounding_block();
 void set_hw_rounding_block(int block);  // for tests: 0 turns the mode off
 
 // c + sum_{k < n} a[k*sa] b[k*sb] as a tensor core accumulates it in blocks of `block` products
-// (block > 0), the a and b values exactly representable in bf16.
+// (block 1 to 16), the a and b values exactly representable in bf16.
 float tensor_core_dot(float c, const float* a, int sa, const float* b, int sb, int n, int block);
+// The same for `count` products that share a: c[w] = tensor_core_dot(c[w], a, sa, b + w bw, sb, n,
+// block) for w < count.
+void tensor_core_dots(float* c, int count, const float* a, int sa, const float* b, long bw, int sb, int n, int block);
 
 // C (rows x cols, row stride ldc) += A (rows x 16, row stride 16) B (16 x cols, row stride ldb),
 // as mma.sync m16n8k16 and wgmma's m64nNk16 accumulate: each element's 16 products in k's order,
