@@ -207,17 +207,40 @@ EMU_FLAGS := -std=c++17 -O2 -g1 -fno-omit-frame-pointer -fopenmp -Wall -Wextra -
 EMU_LIB_OBJS := $(patsubst %.cpp,$(EMU_BUILD)/%.o,tests/emu/simt_emulator.cpp tests/emu/hw_rounding.cpp tests/emu/cuda_runtime_emu.cpp tests/emu/cublas_emu.cpp \
   tests/emu/nccl_emu.cpp tests/emu/access_hook.cpp tests/emu/kernel_profiler.cpp tests/emu/race_checker.cpp tests/emu/hopper_emu.cpp)
 EMU_CUDA_OBJS := $(CUDA_SRCS:%.cu=$(EMU_BUILD)/%.o)
-# the emulator itself at -O3: its fibers, barriers and memory hook are most of an emulated test's
-# time (-O3 took 9% off two flash and counter cases: 19.4-20.0 s to 17.7-17.8 s); for the host
-# build's machine (CXXFLAGS' -march), so that the tensor-core products' fmaf is an instruction, not
-# a call into libm, and no contraction: every rounding stays the one the source writes
-$(EMU_LIB_OBJS): EMU_FLAGS += -O3 $(filter -march=% -mtune=%,$(CXXFLAGS)) -ffp-contract=off
 # The kernel files carry the memory hook (tests/emu/access_hook.h): GCC's ThreadSanitizer
 # instrumentation in place of AddressSanitizer's (the hook does AddressSanitizer's check), with
 # no runtime linked; vectorisation and store merging off, so every access keeps the width the
 # source gives it.
 EMU_HOOK_FLAGS := $(filter-out -fsanitize=address$(comma)undefined,$(EMU_FLAGS)) -fsanitize=thread,undefined \
   --param tsan-instrument-func-entry-exit=0 -fno-tree-vectorize -fno-tree-slp-vectorize -fno-store-merging
+# Each emulator object compiles with one of five sets of flags, EMU_FLAGS_<set>, the set named by
+# emu_set from the object's path:
+# - lib: the emulator itself at -O3: its fibers, barriers and memory hook are most of an emulated
+#   test's time (-O3 took 9% off two flash and counter cases: 19.4-20.0 s to 17.7-17.8 s); for the
+#   host build's machine (CXXFLAGS' -march), so that the tensor-core products' fmaf is an
+#   instruction, not a call into libm, and no contraction: every rounding stays the one the source
+#   writes;
+# - hook: the kernel files, and the three test files that hold kernels of their own (the
+#   profiler's, the race checker's and the Hopper instructions' tests);
+# - test, test0: the emulated suite's own files (tests/gpu, tests/emu/test_*) at -O1, as the CPU
+#   suite's, those of TEST_O0_SRCS at -O0: the kernels, the emulator and the CPU reference they call
+#   keep their -O2 / -O3;
+# - base: the rest (the CUDA backend, train_gpt.cu, the tools beside the suite).
+EMU_FLAGS_base := $(EMU_FLAGS)
+EMU_FLAGS_lib := $(EMU_FLAGS) -O3 $(filter -march=% -mtune=%,$(CXXFLAGS)) -ffp-contract=off
+EMU_FLAGS_hook := $(EMU_HOOK_FLAGS)
+EMU_FLAGS_test := $(EMU_FLAGS) -O1
+EMU_FLAGS_test0 := $(EMU_FLAGS) -O0
+EMU_HOOKED_TESTS := $(patsubst %,$(EMU_BUILD)/tests/emu/%.o,test_kernel_profiler test_race_checker test_hopper)
+emu_set = $(strip $(if $(filter $(EMU_LIB_OBJS),$1),lib,$(if $(filter $(EMU_BUILD)/kernels/% $(EMU_HOOKED_TESTS),$1),hook,$(if \
+  $(filter $(TEST_O0_SRCS:%.cpp=$(EMU_BUILD)/%.o),$1),test0,$(if $(filter $(TEST_EMU_OBJS),$1),test,base)))))
+# The forced include precompiled, once a set (build/emu/pch/<set>/simt_emulator.h.gch, of a
+# one-line header that includes tests/emu/simt_emulator.h): it and the CUDA and standard headers it
+# pulls in were 0.8-1.4 s of each object's compile. GCC takes a precompiled header only where it
+# was made with the same options, and one made at another -O level is taken without a word and the
+# code then differs: so the header and its objects compile with the one variable.
+emu_pch = $(EMU_BUILD)/pch/$(call emu_set,$1)/simt_emulator.h
+emu_compile = $(CXX) $(EMU_FLAGS_$(call emu_set,$@)) $1 -include $(call emu_pch,$@) -MMD -MP -c $< -o $@
 # -static-libasan: AddressSanitizer's runtime linked in, so that its thread-local state, read at
 # every fiber switch, is the executable's own (with the shared runtime each read went through
 # __tls_get_addr: about 5% of an emulated model test)
@@ -363,30 +386,24 @@ $(BUILD)/test_gemm_avx512: $(BUILD)/tests/cpu/main.o $(DOCTEST_IMPL) $(BUILD)/te
 $(BUILD)/test_gpu: $(TEST_GPU_OBJS) $(DOCTEST_IMPL) $(CUDA_OBJS) $(HOST_OBJS) $(CPU_DOUBLE_OBJS)
 	$(NVCC) $(GENCODE) -o $@ $^ $(CUDA_LIBS) $(NVCC_LDLIBS)
 
-# the emulated suite's own files (tests/gpu, tests/emu/test_*) at -O1, as the CPU suite's: the
-# kernels, the emulator and the CPU reference they call keep their -O2 / -O3 (and the two test
-# files with kernels of their own keep the kernel files' flags, EMU_HOOK_FLAGS); those of
-# TEST_O0_SRCS at -O0
-$(filter-out $(TEST_O0_SRCS:%.cpp=$(EMU_BUILD)/%.o),$(TEST_EMU_OBJS)): EMU_FLAGS += -O1
-$(filter $(TEST_O0_SRCS:%.cpp=$(EMU_BUILD)/%.o),$(TEST_EMU_OBJS)): EMU_FLAGS += -O0
-
-$(EMU_BUILD)/%.o: %.cu
+# (emu_set and the precompiled header: above; each object depends on its set's, by the second
+# expansion of its prerequisites)
+.SECONDEXPANSION:
+$(EMU_BUILD)/%.o: %.cu $$(call emu_pch,$$@).gch
 	@mkdir -p $(dir $@)
-	$(CXX) $(EMU_FLAGS) $(if $(findstring tests/,$<),$(DOCTEST_INC),) -x c++ -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
+	$(call emu_compile,$(if $(findstring tests/,$<),$(DOCTEST_INC),) -x c++)
 
-$(EMU_BUILD)/kernels/%.o: kernels/%.cu
+$(EMU_BUILD)/%.o: %.cpp $$(call emu_pch,$$@).gch
 	@mkdir -p $(dir $@)
-	$(CXX) $(EMU_HOOK_FLAGS) -x c++ -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
+	$(call emu_compile,$(EIGEN_INC) $(DOCTEST_INC))
 
-# (the profiler's, the race checker's and the Hopper instructions' tests hold kernels of their own,
-# hooked like the kernel files)
-$(EMU_BUILD)/tests/emu/test_kernel_profiler.o $(EMU_BUILD)/tests/emu/test_race_checker.o $(EMU_BUILD)/tests/emu/test_hopper.o: $(EMU_BUILD)/%.o: %.cpp
+$(EMU_BUILD)/pch/%/simt_emulator.h.gch:
 	@mkdir -p $(dir $@)
-	$(CXX) $(EMU_HOOK_FLAGS) $(DOCTEST_INC) -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
-
-$(EMU_BUILD)/%.o: %.cpp
-	@mkdir -p $(dir $@)
-	$(CXX) $(EMU_FLAGS) $(EIGEN_INC) $(DOCTEST_INC) -include tests/emu/simt_emulator.h -MMD -MP -c $< -o $@
+	@echo '#include "tests/emu/simt_emulator.h"' > $(@:.gch=)
+	$(CXX) $(EMU_FLAGS_$*) -x c++-header -MMD -MP -MF $(@:.gch=.d) -MT $@ -c $(@:.gch=) -o $@
+# (kept, though no rule names them: make would delete them as intermediate files)
+.SECONDARY: $(foreach s,base lib hook test test0,$(EMU_BUILD)/pch/$s/simt_emulator.h.gch)
+-include $(wildcard $(EMU_BUILD)/pch/*/simt_emulator.h.d)
 
 train_gpt_emu: $(EMU_BUILD)/train_gpt.o $(EMU_CUDA_OBJS) $(EMU_LIB_OBJS) $(HOST_OBJS)
 	$(CXX) -o $@ $^ $(EMU_LIBS)
