@@ -109,8 +109,8 @@ __global__ void flash_bwd_dot_do_o_kernel(const BwdParams<T> p) {
 // same code) and accumulating dK_j, dV_j for its 128 (2 x 256 floats a lane do not fit the 255
 // registers).
 // Shared: K_j, V_j [Bc][HS+8]; two stages of Q_i, dO_i [Br][HS+8], lse_i * log2(e) and D_i
-// [Br]; the keep bytes [Bc / 8][Br+16] (a row per group of 8 keys, a byte per query; the 16-byte
-// pad puts the two rows a warp writes in different banks: make_mask_tile).
+// [Br]; the keep bytes [Bc / 8][Br] (a row per group of 8 keys, a byte per query, in the order
+// mask_tile_column gives: make_mask_tile).
 //   HS = 32: 32 KB, HS = 64: 56 KB, HS = 128: 69 KB, HS = 256: 133 KB.
 template <int HS>
 struct DkvTile {
@@ -121,7 +121,7 @@ struct DkvTile {
   static constexpr int kCols = HS > 128 ? 128 : HS;
   static constexpr int kSplits = HS / kCols;  // CTAs per key tile (grid z)
   static constexpr int kStride = HS + kPad;
-  static constexpr int kMaskStride = kBr + 16;  // the keep bytes' rows: one a group of 8 keys
+  static constexpr int kMaskStride = kBr;  // the keep bytes' rows: one a group of 8 keys
   static constexpr size_t kTileBytes = (size_t)(2 * kBc + 4 * kBr) * kStride * sizeof(bf16);
   static constexpr size_t kSmemBytes = kTileBytes + 4 * kBr * sizeof(float) + (size_t)(kBc / 8) * kMaskStride;
 };

@@ -676,14 +676,24 @@ __device__ __forceinline__ void load_row_stats(float* sL, float* sD, const float
   }
 }
 
-// The keep bytes of the tile (queries i0 .. i0+Br-1, keys j0 .. j0+Bc-1) into sM[group][query]
-// (row stride MS bytes, a group = 8 keys, bit u of a byte: key 8 group + u), by the NThreads
-// threads tid = 0 .. NThreads-1 (a CTA, or one warp making its own 16 keys' two rows): one
-// Philox call per (query, 8 keys), philox::attn_keep's, or with `in` not null the byte the
-// forward stored (stored_keep_byte; i0 and j0 multiples of 16).
+// Where query q (0 .. Br-1) of a tile has its keep byte in a row of sM: the queries that a lane t
+// of the key-major layout reads (8 nt + 2 t + e, nt < Br / 8, e < 2: keep_bits_from_tile) side by
+// side, at 2 (Br / 8) t + 2 nt + e, so that it reads them in one load.
+template <int Br>
+__device__ __forceinline__ int mask_tile_column(int q) {
+  return (q % 8 / 2) * (Br / 4) + 2 * (q / 8) + q % 2;
+}
+
+// The keep bytes of the tile (queries i0 .. i0+Br-1, keys j0 .. j0+Bc-1) into
+// sM[group][mask_tile_column(query)] (row stride MS bytes, a group = 8 keys, bit u of a byte: key 8
+// group + u), by the NThreads threads tid = 0 .. NThreads-1 (a CTA, or one warp making its own 16
+// keys' two rows): one Philox call per (query, 8 keys), philox::attn_keep's, or with `in` not null
+// the byte the forward stored (stored_keep_byte; i0 and j0 multiples of 16).
 // A warp's 32 calls are 16 consecutive queries of two consecutive key groups, the 32-byte block
-// of the stored bytes (flash_attn_keep_offset): one sector. Its 32 one-byte stores are two runs of
-// 16 bytes in rows MS bytes apart (MS = Br + 16: 12 or 20 banks apart), so one wavefront.
+// of the stored bytes (flash_attn_keep_offset): one sector. Its 32 one-byte stores fill 4 words of
+// each of the two rows, Br / 4 bytes apart in a row (2 or 4 banks: the words' banks are
+// {0, 2, 4, 6} or {0, 4, 8, 12} plus the block's); with MS = Br (8 or 16 banks) the second row's
+// are the other banks, so one wavefront.
 // It comes in two halves, so that a kernel can fetch the next tile's bytes into registers (their
 // global loads, or the Philox calls) while it computes this one, and store them once its barrier
 // has freed sM: MaskTileBytes holds a thread's bytes between the two.
@@ -723,12 +733,12 @@ __device__ __forceinline__ void fetch_mask_tile(MaskTileBytes<Br, Bc, NThreads>&
 }
 template <int Br, int Bc, int MS, int NThreads>
 __device__ __forceinline__ void store_mask_tile(uint8_t* sM, const MaskTileBytes<Br, Bc, NThreads>& m, int tid) {
-  static_assert(MS % 4 == 0 && MS >= Br, "rows of whole words, a byte a query");
+  static_assert(MS % (Br / 4) == 0 && MS >= Br, "rows of a byte a query, a lane's queries aligned for one load");
 #pragma unroll
   for (int it = 0; it < MaskTileBytes<Br, Bc, NThreads>::kPerThread; ++it) {
     int q, kg;
     MaskTileBytes<Br, Bc, NThreads>::where(it, tid, q, kg);
-    sM[kg * MS + q] = (uint8_t)m.byte[it];
+    sM[kg * MS + mask_tile_column<Br>(q)] = (uint8_t)m.byte[it];
   }
 }
 template <int Br, int Bc, int MS, int NThreads>
@@ -769,20 +779,35 @@ __device__ __forceinline__ KeepCalls<NT> keep_calls_step(KeepCalls<NT>& next, co
 
 // The keep bits of the elements a lane owns in the key-major layout (rows = keys, columns =
 // queries): element (nt, e) is key 16w + g + 8(e/2), query 8nt + 2t + e%2 (tile-relative), bit g
-// of the byte of group 2w + e/2 and that query in make_mask_tile's sM; the two queries' bytes are
-// adjacent, read as one 16-bit word (the lanes of a quad row read one word: broadcast; the four
-// t read 8 consecutive bytes: one wavefront).
+// of the byte of group 2w + e/2 and that query in make_mask_tile's sM; bit 4 nt + e of the result.
+// A row's 2 NT bytes of the lane's queries are side by side (mask_tile_column), read in one load,
+// sM and MS multiples of 2 NT bytes (the lanes of a quad row read the same: broadcast; the four t
+// read 8 NT consecutive bytes: one wavefront). Of each word, bytes (nt, e) = (2m, 0), (2m, 1),
+// (2m + 1, 0), (2m + 1, 1): their bits g, moved to bits 0, 8, 16, 24, and multiplied by 2^24 +
+// 2^17 + 2^12 + 2^5, land at bits 24, 25, 28, 29 (the products' 16 bits are at distinct places:
+// no carries), the result's 8m + 2 half + {0, 1, 4, 5} once shifted.
 template <int NT, int MS>
 __device__ __forceinline__ uint32_t keep_bits_from_tile(const uint8_t* sM, int warp, int lane) {
+  static_assert(NT == 2 || NT == 4 || NT == 8, "a lane's 2 NT bytes of a row in one load");
   uint32_t bits = 0;
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const uint32_t v = *reinterpret_cast<const uint16_t*>(sM + (2 * warp + half) * MS + 8 * nt + 2 * t) >> g;
-      bits |= ((v & 1u) | ((v >> 7) & 2u)) << (4 * nt + 2 * half);
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* at = sM + (2 * warp + half) * MS + 2 * NT * t;
+    uint32_t w[NT / 2];
+    if constexpr (NT == 8) {
+      const uint4 c = *reinterpret_cast<const uint4*>(at);
+      w[0] = c.x, w[1] = c.y, w[2] = c.z, w[3] = c.w;
+    } else if constexpr (NT == 4) {
+      const uint2 c = *reinterpret_cast<const uint2*>(at);
+      w[0] = c.x, w[1] = c.y;
+    } else {
+      w[0] = *reinterpret_cast<const uint32_t*>(at);
     }
+#pragma unroll
+    for (int m = 0; m < NT / 2; ++m)
+      bits |= (((w[m] >> g) & 0x01010101u) * 0x01021020u) >> 24 << (8 * m + 2 * half);
+  }
   return bits;
 }
 

@@ -660,7 +660,7 @@ struct HopperDkvTile {
   // kernels/flash_attn_bwd.cu's DkvTile (S^T and dP^T over all 256 columns in each)
   static constexpr int kCols = HS > 128 ? 128 : HS;
   static constexpr int kSplits = HS / kCols;
-  static constexpr int kMaskStride = kBr + 16;  // the keep bytes' rows: one a group of 8 keys
+  static constexpr int kMaskStride = kBr;  // the keep bytes' rows: one a group of 8 keys
   static constexpr int kKVBytes = kBc * HS * 2, kQBytes = kBr * HS * 2;
   static constexpr int kTileBytes = 2 * kKVBytes + 4 * kQBytes;  // K, V; two stages of Q, dO
   static constexpr size_t kSmemBytes = 1024 + kTileBytes + 4 * kBr * sizeof(float) + (size_t)(kBc / 8) * kMaskStride;

@@ -282,10 +282,10 @@ std::optional<Launch> flash_launch(const std::string& name) {
   if (base == "flash_bwd_dq_bf16_kernel") return Launch{128, query_tile_smem(hs, 4, 2)};
   // kernels/flash_attn_bwd.cu, DkvTile<HS>: 4 warps, Bc = 64 keys, Br = 64 queries (32 from
   // HS = 128); K_j, V_j and two stages of Q_i, dO_i [rows][HS + 8] bf16, lse and D [2][Br] floats,
-  // keep bytes [Bc / 8][Br + 16]
+  // keep bytes [Bc / 8][Br]
   if (base == "flash_bwd_dkdv_bf16_kernel") {
     const int bc = 64, br = hs >= 128 ? 32 : 64;
-    return Launch{128, (size_t)(2 * bc + 4 * br) * (hs + 8) * 2 + 4 * br * 4 + (size_t)(bc / 8) * (br + 16)};
+    return Launch{128, (size_t)(2 * bc + 4 * br) * (hs + 8) * 2 + 4 * br * 4 + (size_t)(bc / 8) * br};
   }
   // kernels/flash_attn_fwd.cu, SimtTile (8 warps, Br = Bc = 32) and simt_fwd_smem_bytes<HS>
   if (base == "flash_fwd_f32_kernel") return Launch{256, (size_t)(32 * hs + 32 * (hs + 1) + 32 * hs) * 4};
