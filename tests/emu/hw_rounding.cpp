@@ -68,8 +68,8 @@ namespace {
 
 // The sum of u[0 .. n) pairwise (u overwritten): a short chain of dependent additions, and the
 // same value as any other order where every partial sum is exact
-template <int N = 17>
-TG_EMU_UNCHECKED double pairwise_sum(double* u, int n = N) {
+template <int N>
+TG_EMU_UNCHECKED double pairwise_sum(double* u, int n) {
 #pragma GCC unroll 17
   for (int w = 1; w < n; w *= 2)
 #pragma GCC unroll 17
@@ -80,7 +80,7 @@ TG_EMU_UNCHECKED double pairwise_sum(double* u, int n = N) {
 // One step of the accumulation: t[0] the accumulator, t[1 .. nt) the step's exact products
 // (bf16 x bf16: 16 significant bits), the sum as the tensor core forms it (nt at most N: a
 // full block's N, so that its loops unroll)
-template <int N = 17>
+template <int N>
 TG_EMU_UNCHECKED float accumulate_step(const double* t, int nt = N) {
   bool finite = true;
 #pragma GCC unroll 17
@@ -158,14 +158,8 @@ __attribute__((no_sanitize("address", "undefined"))) void tensor_core_dots(float
     case 8: return dots<8>(c, count, a, sa, b, bw, sb, n);
     case 16: return dots<16>(c, count, a, sa, b, bw, sb, n);
   }
-  double t[17];
-  for (int w = 0; w < count; ++w)
-    for (int k0 = 0; k0 < n; k0 += block) {
-      const int kn = n - k0 < block ? n - k0 : block;
-      t[0] = c[w];
-      for (int k = 0; k < kn; ++k) t[k + 1] = (double)a[(long)(k0 + k) * sa] * (double)b[w * bw + (long)(k0 + k) * sb];
-      c[w] = accumulate_step(t, kn + 1);
-    }
+  std::fprintf(stderr, "SIMT emulator: tensor-core block %d: expected 4, 8 or 16\n", block);
+  std::abort();
 }
 
 float tensor_core_dot(float c, const float* a, int sa, const float* b, int sb, int n, int block) {

@@ -31,7 +31,7 @@ int hw_rounding_block();
 void set_hw_rounding_block(int block);  // for tests: 0 turns the mode off
 
 // c + sum_{k < n} a[k*sa] b[k*sb] as a tensor core accumulates it in blocks of `block` products
-// (block 1 to 16), the a and b values exactly representable in bf16.
+// (block 4, 8 or 16), the a and b values exactly representable in bf16.
 float tensor_core_dot(float c, const float* a, int sa, const float* b, int sb, int n, int block);
 // The same for `count` products that share a: c[w] = tensor_core_dot(c[w], a, sa, b + w bw, sb, n,
 // block) for w < count.
