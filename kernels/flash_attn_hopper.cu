@@ -182,9 +182,31 @@ __host__ __device__ constexpr uint32_t sw128_offset(int R, int r, int k) {
 // Rows row0 .. row0+R-1 of a (T, HS) slice at g (row stride ld elements) into the swizzled tile
 // at s, asynchronously (cp.async, consecutive threads on consecutive chunks of a row); rows >= Tn
 // zero-filled.
+// Each thread copies the same chunk k of rows r, r + P, r + 2P, .. (P = NThreads / (HS / 8) rows a
+// pass); where P is a multiple of 8 a chunk's swizzled place moves on by P rows' bytes from pass
+// to pass, and its source by P rows, so that a thread keeps one source and one destination
+// address, not one a chunk (the dQ kernel at HS 128: 158 registers where it had 202).
 template <int R, int HS, int NThreads>
 __device__ __forceinline__ void load_tile_sw128(unsigned char* s, const bf16* g, long long ld, int row0, int Tn) {
-  load_tile_chunks<R, HS, NThreads>(s, g, ld, row0, Tn, [](int r, int k) { return sw128_offset(R, r, k); });
+  constexpr int kChunks = HS / 8, P = NThreads / kChunks;
+  if constexpr (NThreads % kChunks == 0 && P % 8 == 0 && R % P == 0) {
+    const int r = (int)threadIdx.x / kChunks, k = (int)threadIdx.x % kChunks;
+    const bf16* src = g + (long long)(row0 + r) * ld + 8 * k;
+    unsigned char* dst = s + sw128_offset(R, r, k);
+    if (row0 + R <= Tn) {  // (a uniform branch: every tile but a sequence's last)
+#pragma unroll
+      for (int q = 0; q < R / P; ++q) cp_async_16(dst + q * P * 128, src + q * P * ld, true);
+    } else {
+      const int left = Tn - row0 - r;  // pass q's row is inside while q P < left
+#pragma unroll
+      for (int q = 0; q < R / P; ++q) {
+        const bool valid = q * P < left;
+        cp_async_16(dst + q * P * 128, valid ? src + q * P * ld : g, valid);  // (g: row 0 exists, T >= 1)
+      }
+    }
+  } else {
+    load_tile_chunks<R, HS, NThreads>(s, g, ld, row0, Tn, [](int r, int k) { return sw128_offset(R, r, k); });
+  }
 }
 
 // The descriptors of a swizzled tile of R rows (see the header comment): K-major (the product
@@ -561,18 +583,31 @@ __device__ __forceinline__ void for_each_dqt(float (&dqt)[Cols / 64][Br / 8][4],
 // register sums (the same bits); only in a kernel whose block is the one warpgroup (it
 // synchronises the block). KR: the rows of the K_j, V_j tiles aK and aV point into (the
 // warpgroup's 64 rows start at aK, aV; KR = 128 where two warpgroups share a tile of 128 keys).
-template <int HS, int Br, int Bc, int MS, int Cols, bool IsDropout, bool Fuse = false, int KR = Bc>
-__device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[Cols / 8][4], int Tn, float scale_log2,
-                                          float dropout_scale, uint32_t aK, uint32_t aV, uint32_t tQ, uint32_t tdO,
-                                          uint32_t col_off, const float* sLi, const float* sDi, const uint8_t* sM,
-                                          int i0, int jw0, int k_g, int warp, int lane, const FusedDq& fq = {}) {
-  constexpr bool Ov = bwd_overlap<HS>();
-  const int t = lane % 4;
-  // S_ij^T = K_j Q_i^T (raw) and, overlapped, dPd_ij^T = V_j dO_i^T
-  float st[Br / 8][4], dpt[Br / 8][4];
+//
+// In parts: dkdv_issue issues S^T (and, overlapped, dP^T), dkdv_products waits for them and issues
+// dV's and dK's products (and with Fuse stores dS); dkdv_tile calls the two and waits for every
+// product of the tile before it returns. The default kernel at HS <= 128 (flash_bwd_dkdv_hopper_kernel,
+// kPipe) calls the parts itself, so that the next query tile's S^T and dP^T run while this one's dV
+// and dK do.
+template <int HS, int Br, int KR>
+__device__ __forceinline__ void dkdv_issue(float (&st)[Br / 8][4], float (&dpt)[Br / 8][4], uint32_t aK, uint32_t aV,
+                                           uint32_t tQ, uint32_t tdO) {
+  // S_ij^T = K_j Q_i^T (raw) and, overlapped, dPd_ij^T = V_j dO_i^T: one group each
   hopper::wgmma_fence();
   wg_issue_ss<HS, Br, KR, Br>(st, aK, 0, tQ);
-  if constexpr (Ov) wg_issue_ss<HS, Br, KR, Br>(dpt, aV, 0, tdO);
+  if constexpr (bwd_overlap<HS>()) wg_issue_ss<HS, Br, KR, Br>(dpt, aV, 0, tdO);
+}
+// The groups pending on entry: dkdv_issue's (one or two) and nothing after them; on return dV's and
+// dK's (with Fuse: and dS_ij stored to fq.tS).
+template <int HS, int Br, int Bc, int MS, int Cols, bool IsDropout, bool Fuse = false, int KR = Bc>
+__device__ __forceinline__ void dkdv_products(float (&dk)[Cols / 8][4], float (&dv)[Cols / 8][4],
+                                              float (&st)[Br / 8][4], float (&dpt)[Br / 8][4], int Tn,
+                                              float scale_log2, float dropout_scale, uint32_t aV, uint32_t tQ,
+                                              uint32_t tdO, uint32_t col_off, const float* sLi, const float* sDi,
+                                              const uint8_t* sM, int i0, int jw0, int k_g, int warp, int lane,
+                                              const FusedDq& fq) {
+  constexpr bool Ov = bwd_overlap<HS>();
+  const int t = lane % 4;
   hopper::wgmma_wait_group<Ov ? 1 : 0>();  // S^T is in st (groups retire in order)
   // S^T masked; P_ij^T = exp(S_ij^T - lse_i) (lse of the column's query)
   if (i0 + Br > Tn || i0 < jw0 + 15) mask_scores_t<Br / 8, true>(st, k_g, i0 + 2 * t, Tn);
@@ -606,6 +641,16 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[
   }
   hopper::wgmma_fence();
   wg_issue_rs<Br, Cols>(dk, da, tQ + col_off);
+}
+template <int HS, int Br, int Bc, int MS, int Cols, bool IsDropout, bool Fuse = false, int KR = Bc>
+__device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[Cols / 8][4], int Tn, float scale_log2,
+                                          float dropout_scale, uint32_t aK, uint32_t aV, uint32_t tQ, uint32_t tdO,
+                                          uint32_t col_off, const float* sLi, const float* sDi, const uint8_t* sM,
+                                          int i0, int jw0, int k_g, int warp, int lane, const FusedDq& fq = {}) {
+  float st[Br / 8][4], dpt[Br / 8][4];
+  dkdv_issue<HS, Br, KR>(st, dpt, aK, aV, tQ, tdO);
+  dkdv_products<HS, Br, Bc, MS, Cols, IsDropout, Fuse, KR>(dk, dv, st, dpt, Tn, scale_log2, dropout_scale, aV, tQ, tdO,
+                                                           col_off, sLi, sDi, sM, i0, jw0, k_g, warp, lane, fq);
   if constexpr (Fuse) {
     // dQ_i^T (the Cols columns by Br, 64 a slab) += K_j^T dS_ij^T: A = K_j MN-major, B = dS_ij K-major
     cp_async_wait<0>();  // this thread's copies of the sums landed
@@ -661,15 +706,26 @@ struct HopperDkvTile {
   static constexpr int kCols = HS > 128 ? 128 : HS;
   static constexpr int kSplits = HS / kCols;
   static constexpr int kMaskStride = kBr;  // the keep bytes' rows: one a group of 8 keys
+  static constexpr int kMaskBytes = kBc / 8 * kMaskStride;
   static constexpr int kKVBytes = kBc * HS * 2, kQBytes = kBr * HS * 2;
-  static constexpr int kTileBytes = 2 * kKVBytes + 4 * kQBytes;  // K, V; two stages of Q, dO
-  static constexpr size_t kSmemBytes = 1024 + kTileBytes + 4 * kBr * sizeof(float) + (size_t)(kBc / 8) * kMaskStride;
+  // The cp.async kernel's shared memory: K_j, V_j; Stages stages of Q_i, dO_i and of their lse_i,
+  // D_i; MaskBufs tiles of keep bytes. Pipelined (HS <= 128, the next query tile's S^T and dP^T
+  // issued before this one's dV and dK retire): three stages and two keep tiles, so that the
+  // copies of tile i + 2 land in the stage that tile i - 1's products have left; else two and one.
+  static constexpr bool kPipe = bwd_overlap<HS>();
+  static constexpr int kStages = kPipe ? 3 : 2, kMaskBufs = kPipe ? 2 : 1;
+  __host__ __device__ static constexpr size_t tiles_bytes(int stages, int mask_bufs) {
+    return 2 * (size_t)kKVBytes + 2 * (size_t)stages * kQBytes + 2 * (size_t)stages * kBr * sizeof(float) +
+           (size_t)mask_bufs * kMaskBytes;
+  }
+  static constexpr size_t kSmemBytes = 1024 + tiles_bytes(kStages, kMaskBufs);
   // The cp.async kernel computes dQ too (FusedDq), the CTA's Cols columns of it: each query
   // tile's dQ sums pass from key tile to key tile through global memory, the key tiles last-first
-  // (flags, one a query tile and column split), so that no second kernel recomputes S and dP.
+  // (flags, one a query tile and column split), so that no second kernel recomputes S and dP. Two
+  // stages and one keep tile (not pipelined), then these:
   static constexpr int kSumStride = dq_sum_stride(kCols);
   static constexpr int kSBytes = kBr * kBc * 2, kSumBytes = kBr * kSumStride * 4;
-  static constexpr size_t kSOffset = (kSmemBytes - 1024 + 1023) / 1024 * 1024;  // dS_ij's tile, 1024-aligned
+  static constexpr size_t kSOffset = (tiles_bytes(2, 1) + 1023) / 1024 * 1024;  // dS_ij's tile, 1024-aligned
   static constexpr size_t kSmemBytesFused = 1024 + kSOffset + kSBytes + kSumBytes;
   static_assert(kSmemBytesFused <= 227 * 1024, "the fused dK / dV kernel's tiles exceed 227 KB");
   // The warp-specialized kernel: two consumer warpgroups, each with 64 keys of a key tile of 128
@@ -701,14 +757,18 @@ template <int HS, bool IsDropout, bool Fuse>
 __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv_hopper_kernel(const BwdParams<bf16> p) {
   using Tile = HopperDkvTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, MS = Tile::kMaskStride, NThreads = Tile::kThreads, Cols = Tile::kCols;
+  // pipelined (Tile::kPipe): the next query tile's S^T and dP^T issued before this one's dV and dK
+  // have retired (not with dQ inside, whose step ends in a wait for the sums' product)
+  constexpr bool kPipe = Tile::kPipe && !Fuse;
+  constexpr int NS = kPipe ? Tile::kStages : 2;
   unsigned char* const raw = dynamic_smem<unsigned char>();
   unsigned char* const sK = align_1024(raw);  // K_j  [Bc][HS]
   unsigned char* const sV = sK + Tile::kKVBytes;                                  // V_j  [Bc][HS]
-  unsigned char* const sQ = sV + Tile::kKVBytes;                                  // Q_i  [2][Br][HS]
-  unsigned char* const sdO = sQ + 2 * Tile::kQBytes;                              // dO_i [2][Br][HS]
-  float* sL = reinterpret_cast<float*>(sK + Tile::kTileBytes);  // lse_i log2(e) [2][Br]
-  float* sD = sL + 2 * Br;                                       // D_i [2][Br]
-  uint8_t* sM = reinterpret_cast<uint8_t*>(sD + 2 * Br);         // keep bytes [Bc / 8][MS]
+  unsigned char* const sQ = sV + Tile::kKVBytes;                                  // Q_i  [NS][Br][HS]
+  unsigned char* const sdO = sQ + NS * Tile::kQBytes;                             // dO_i [NS][Br][HS]
+  float* sL = reinterpret_cast<float*>(sdO + NS * Tile::kQBytes);  // lse_i log2(e) [NS][Br]
+  float* sD = sL + NS * Br;                                         // D_i [NS][Br]
+  uint8_t* sM = reinterpret_cast<uint8_t*>(sD + NS * Br);           // keep bytes [kPipe ? 2 : 1][Bc / 8][MS]
   // with Fuse, after the others: dS_ij [Br][Bc] (1024-aligned) and dQ_i's sums [Br][kSumStride]
   unsigned char* const sS = sK + Tile::kSOffset;
   float* const sSum = reinterpret_cast<float*>(sS + Tile::kSBytes);
@@ -767,72 +827,125 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   constexpr bool kFetchAhead = IsDropout && !(Fuse && HS > 128);
   MaskTileBytes<Br, Bc, NThreads> mask_next;
   if constexpr (kFetchAhead) fetch_mask_tile(mask_next, p.key, bh, it0 * Br, j0, (int)threadIdx.x, p.keep, p.T);
-  for (int it = it0; it < n_it; ++it) {
-    const int i0 = it * Br, stage = (it - it0) % 2;
-    // the next query tile's lse_i, D_i: stored to its stage after this one's products (at once
-    // at HS 256, where the two registers held spilled)
-    constexpr bool kStatsLate = HS <= 128;
+  if constexpr (kPipe) {
+    // Step n (query tile it = it0 + n, stage n % 3, keep tile n % 2) finds its S^T and dP^T issued
+    // and issues its dV and dK; then, past the barrier that makes tile it + 1's copies, lse, D and
+    // keep bytes visible, it issues tile it + 1's S^T and dP^T, starts tile it + 2's copies into
+    // stage (n + 2) % 3 (tile it - 1's, whose products retired before that barrier), and waits for
+    // its own dV and dK (wait_group 2: the groups retire in order). Tile it + 1's lse, D and keep
+    // bytes come into registers with the copies, and go to shared memory before that barrier: the
+    // stage and keep tile they overwrite were last read in step n - 2 and n - 1, before the barrier
+    // of step n - 1. The products and their order are dkdv_tile's: the same bits.
+    const int tid = (int)threadIdx.x;
     RowStats stats_next{};
-    if (it + 1 < n_it) {
-      load_q_tile(it + 1, 1 - stage);
-      if constexpr (kStatsLate)
-        stats_next = fetch_row_stats<Br>(lse, Dg, i0 + Br, p.T, (int)threadIdx.x);
-      else
-        load_row_stats<Br, NThreads>(sL + (1 - stage) * Br, sD + (1 - stage) * Br, lse, Dg, i0 + Br, p.T, (int)threadIdx.x);
+    const bool second = it0 + 1 < n_it;
+    if (second) {
+      load_q_tile(it0 + 1, 1);
+      stats_next = fetch_row_stats<Br>(lse, Dg, (it0 + 1) * Br, p.T, tid);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
-    if constexpr (IsDropout)
-      mask_tile_step<Br, Bc, MS, NThreads, kFetchAhead>(sM, mask_next, p.key, bh, i0, j0, (int)threadIdx.x, p.keep,
-                                                        p.T, it + 1 < n_it);
+    if constexpr (IsDropout) store_mask_tile<Br, Bc, MS, NThreads>(sM, mask_next, tid);
     hopper::fence_proxy_async();
-    __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
-    FusedDq fq{};
-    if constexpr (Fuse) {
-      // the sums so far (rows past T zeros), landing while S and dP are made
-      constexpr int kRowChunks = Cols / 4;  // 16-byte chunks of the CTA's part of a row of fp32 sums
-      if (tiles_before(it) > 0) {
-#pragma unroll
-        for (int c = (int)threadIdx.x; c < Br * kRowChunks; c += NThreads) {
-          const int r = c / kRowChunks, k = c % kRowChunks;
-          const bool valid = i0 + r < p.T;
-          cp_async_16(sSum + r * Tile::kSumStride + 4 * k, sums + (long long)(valid ? i0 + r : 0) * HS + 4 * k, valid);
-        }
-        cp_async_commit();
-      }
-      fq = FusedDq{smem_u32(sS),
-                   aK + (uint32_t)(c0 / 64) * Bc * 128,
-                   sSum,
-                   sums + (long long)i0 * HS,
-                   p.dqkv + qkv_b + (long long)i0 * p.ld_qkv + h * HS + c0,
-                   p.ld_qkv,
-                   p.scale,
-                   min(Br, p.T - i0),
-                   tiles_before(it) == 0,
-                   jt == 0};
-    }
-    dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout, Fuse>(dk, dv, p.T, p.scale_log2, p.dropout_scale, aK, aV,
+    __syncthreads();  // K_j, V_j, the first stage and its keep bytes visible to every warp
+    float st[Br / 8][4], dpt[Br / 8][4];
+    dkdv_issue<HS, Br, Bc>(st, dpt, aK, aV, aQ, adO);
+    if (IsDropout && second) fetch_mask_tile(mask_next, p.key, bh, (it0 + 1) * Br, j0, tid, p.keep, p.T);
+    for (int it = it0;; ++it) {  // (it0 < n_it: every key tile has its diagonal query tile)
+      const int n = it - it0, i0 = it * Br, stage = n % 3;
+      dkdv_products<HS, Br, Bc, MS, Cols, IsDropout>(dk, dv, st, dpt, p.T, p.scale_log2, p.dropout_scale, aV,
                                                      aQ + stage * Tile::kQBytes, adO + stage * Tile::kQBytes, col_off,
-                                                     sL + stage * Br, sD + stage * Br, sM, i0, jw0, k_g, warp, lane, fq);
-    // (the next stage was last read in the step before, behind its closing barrier)
-    if (kStatsLate && it + 1 < n_it)
-      store_row_stats<Br>(sL + (1 - stage) * Br, sD + (1 - stage) * Br, stats_next, i0 + Br, p.T, (int)threadIdx.x);
-    if constexpr (Fuse) {
-      // thread 0 reads the next query tile's flag while the block's stores of this one's sums
-      // drain; after the __syncthreads, one fence releases this tile's sums and, where the read saw
-      // the value awaited, acquires the next one's (else it waits); the next step's first
-      // __syncthreads passes the acquire on to the block. Key tile 0 is every query tile's last.
-      const bool next = it + 1 < n_it && tiles_before(it + 1) > 0;
-      const int seen = next && threadIdx.x == 0 ? hopper::flag_peek(flags + it + 1) : 0;
-      __syncthreads();  // every warp is done with this stage and the keep bits, and its stores of the sums
-      if (threadIdx.x == 0 && (jt > 0 || next)) {
-        hopper::flag_handover(jt > 0 ? flags + it : nullptr, tiles_before(it) + 1, next ? flags + it + 1 : nullptr);
-        if (next && seen != tiles_before(it + 1)) hopper::flag_wait(flags + it + 1, tiles_before(it + 1));
+                                                     sL + stage * Br, sD + stage * Br, sM + (n % 2) * Tile::kMaskBytes,
+                                                     i0, jw0, k_g, warp, lane, FusedDq{});
+      if (it + 1 == n_it) {
+        hopper::wgmma_wait_group<0>();
+        break;
       }
-    } else {
-      __syncthreads();  // every warp is done with this stage and the keep bits
+      const int next = (n + 1) % 3;
+      cp_async_wait<0>();  // this thread's copies of tile it + 1 landed
+      store_row_stats<Br>(sL + next * Br, sD + next * Br, stats_next, i0 + Br, p.T, tid);
+      if constexpr (IsDropout) store_mask_tile<Br, Bc, MS, NThreads>(sM + ((n + 1) % 2) * Tile::kMaskBytes, mask_next, tid);
+      hopper::fence_proxy_async();
+      __syncthreads();  // every thread's: tile it + 1 visible to every warp; tile it - 1's products retired
+      dkdv_issue<HS, Br, Bc>(st, dpt, aK, aV, aQ + next * Tile::kQBytes, adO + next * Tile::kQBytes);
+      if (it + 2 < n_it) {
+        load_q_tile(it + 2, (n + 2) % 3);
+        stats_next = fetch_row_stats<Br>(lse, Dg, i0 + 2 * Br, p.T, tid);
+        cp_async_commit();
+        if constexpr (IsDropout) fetch_mask_tile(mask_next, p.key, bh, i0 + 2 * Br, j0, tid, p.keep, p.T);
+      }
+      hopper::wgmma_wait_group<2>();  // this tile's dV and dK retired (tile it + 1's S^T, dP^T may run)
+    }
+  } else {
+    for (int it = it0; it < n_it; ++it) {
+      const int i0 = it * Br, stage = (it - it0) % 2;
+      // the next query tile's lse_i, D_i: stored to its stage after this one's products (at once
+      // at HS 256, where the two registers held spilled)
+      constexpr bool kStatsLate = HS <= 128;
+      RowStats stats_next{};
+      if (it + 1 < n_it) {
+        load_q_tile(it + 1, 1 - stage);
+        if constexpr (kStatsLate)
+          stats_next = fetch_row_stats<Br>(lse, Dg, i0 + Br, p.T, (int)threadIdx.x);
+        else
+          load_row_stats<Br, NThreads>(sL + (1 - stage) * Br, sD + (1 - stage) * Br, lse, Dg, i0 + Br, p.T, (int)threadIdx.x);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      if constexpr (IsDropout)
+        mask_tile_step<Br, Bc, MS, NThreads, kFetchAhead>(sM, mask_next, p.key, bh, i0, j0, (int)threadIdx.x, p.keep,
+                                                          p.T, it + 1 < n_it);
+      hopper::fence_proxy_async();
+      __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
+      FusedDq fq{};
+      if constexpr (Fuse) {
+        // the sums so far (rows past T zeros), landing while S and dP are made
+        constexpr int kRowChunks = Cols / 4;  // 16-byte chunks of the CTA's part of a row of fp32 sums
+        if (tiles_before(it) > 0) {
+#pragma unroll
+          for (int c = (int)threadIdx.x; c < Br * kRowChunks; c += NThreads) {
+            const int r = c / kRowChunks, k = c % kRowChunks;
+            const bool valid = i0 + r < p.T;
+            cp_async_16(sSum + r * Tile::kSumStride + 4 * k, sums + (long long)(valid ? i0 + r : 0) * HS + 4 * k, valid);
+          }
+          cp_async_commit();
+        }
+        fq = FusedDq{smem_u32(sS),
+                     aK + (uint32_t)(c0 / 64) * Bc * 128,
+                     sSum,
+                     sums + (long long)i0 * HS,
+                     p.dqkv + qkv_b + (long long)i0 * p.ld_qkv + h * HS + c0,
+                     p.ld_qkv,
+                     p.scale,
+                     min(Br, p.T - i0),
+                     tiles_before(it) == 0,
+                     jt == 0};
+      }
+      dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout, Fuse>(dk, dv, p.T, p.scale_log2, p.dropout_scale, aK, aV,
+                                                       aQ + stage * Tile::kQBytes, adO + stage * Tile::kQBytes, col_off,
+                                                       sL + stage * Br, sD + stage * Br, sM, i0, jw0, k_g, warp, lane, fq);
+      // (the next stage was last read in the step before, behind its closing barrier)
+      if (kStatsLate && it + 1 < n_it)
+        store_row_stats<Br>(sL + (1 - stage) * Br, sD + (1 - stage) * Br, stats_next, i0 + Br, p.T, (int)threadIdx.x);
+      if constexpr (Fuse) {
+        // thread 0 reads the next query tile's flag while the block's stores of this one's sums
+        // drain; after the __syncthreads, one fence releases this tile's sums and, where the read saw
+        // the value awaited, acquires the next one's (else it waits); the next step's first
+        // __syncthreads passes the acquire on to the block. Key tile 0 is every query tile's last.
+        const bool next = it + 1 < n_it && tiles_before(it + 1) > 0;
+        const int seen = next && threadIdx.x == 0 ? hopper::flag_peek(flags + it + 1) : 0;
+        __syncthreads();  // every warp is done with this stage and the keep bits, and its stores of the sums
+        if (threadIdx.x == 0 && (jt > 0 || next)) {
+          hopper::flag_handover(jt > 0 ? flags + it : nullptr, tiles_before(it) + 1, next ? flags + it + 1 : nullptr);
+          if (next && seen != tiles_before(it + 1)) hopper::flag_wait(flags + it + 1, tiles_before(it + 1));
+        }
+      } else {
+        __syncthreads();  // every warp is done with this stage and the keep bits
+      }
     }
   }
   // dqkv[K_j] += dK_j / sqrt(HS), dqkv[V_j] += dV_j s
