@@ -30,7 +30,8 @@
 #                mma.sync ones, recompute rows too) at fewer T, then with TG_FLASH_HOPPER=2 (the Hopper kernels with
 #                the warp-specialized TMA backward) and TG_FLASH_HOPPER=3 (them with dQ inside the dK / dV
 #                kernel) at T 4k, and with TG_FLASH_HOPPER=4 (the forward's keep decisions made by its
-#                producer warpgroup) at p = 0.2, T 4k and 16k
+#                producer warpgroup) at p = 0.2, T 4k and 16k, and with TG_FLASH_HOPPER=5 (the backward's
+#                kernels not pipelined over their tiles) at T 4k
 #   train_flash  shakespeare-char, flash, bf16, the full 5000 iterations: ms/iteration, tokens/s,
 #                MFU, peak device memory (nvidia-smi sampled), best val loss, the kernels it ran
 #   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle);
@@ -186,13 +187,14 @@ parse_hopper() {
 # the attention benchmark's rows on the default kernels (the Hopper ones on compute capability
 # 9.0), then the mma.sync kernels' at fewer T, then the warp-specialized backward's, then the
 # backward's with dQ inside the dK / dV kernel, then the forward's with its producer warpgroup
-# making the keep decisions
+# making the keep decisions, then the backward's with its kernels not pipelined
 parse_attention_step() {
   parse_attention "$1"
   [ -f "$1/bench_mma.csv" ] && parse_attention "$1" bench_mma.csv | sed 's/^/mma.sync kernels: /'
   [ -f "$1/bench_ws.csv" ] && parse_attention "$1" bench_ws.csv | sed 's/^/warp-specialized backward: /'
   [ -f "$1/bench_fused.csv" ] && parse_attention "$1" bench_fused.csv | sed 's/^/dQ inside the dK \/ dV kernel: /'
   [ -f "$1/bench_ring.csv" ] && parse_attention "$1" bench_ring.csv | sed 's/^/keep decisions by the producer warpgroup: /'
+  [ -f "$1/bench_seq.csv" ] && parse_attention "$1" bench_seq.csv | sed 's/^/backward not pipelined: /'
   return 0
 }
 
@@ -435,8 +437,8 @@ window() {
     # (hopper: not yet run on a GPU: its tests, a third of the attention step's shapes, 300
     # iterations of training)
     # (attention: 45 s on the H100, before the recompute rows at p = 0.2 were added: about a
-    # quarter more; and 10 for the TG_FLASH_HOPPER=4 rows, not yet timed)
-    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=20 [attention]=65 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=60 [train_naive]=30)
+    # quarter more; and 10 each for the TG_FLASH_HOPPER=4 and =5 rows, not yet timed)
+    EXP=([facts]=10 [libs]=5 [suite]=120 [hopper]=20 [attention]=75 [train_flash]=75 [nanogpt]=140 [sanitize]=80 [counters]=60 [train_naive]=30)
   fi
   export NANOGPT_FROM
   export TG_DATA_FILE=$BUNDLE/data/input.txt
@@ -642,7 +644,8 @@ step_hopper() {
 # the default kernels at every T (on compute capability 9.0 the Hopper ones), then the mma.sync
 # kernels at fewer T, then the Hopper kernels with the warp-specialized backward
 # (TG_FLASH_HOPPER=2) and with dQ inside the dK / dV kernel (TG_FLASH_HOPPER=3) at T 4k, then with the
-# forward's keep decisions made by its producer warpgroup (TG_FLASH_HOPPER=4) at p = 0.2, each beside SDPA
+# forward's keep decisions made by its producer warpgroup (TG_FLASH_HOPPER=4) at p = 0.2, then with the
+# backward's kernels not pipelined (TG_FLASH_HOPPER=5) at T 4k, each beside SDPA
 step_attention() {
   lib_env
   bounded_to 120 "$BENCH" "${BENCH_ARGS[@]}" --csv "$LOGS/bench_attention.csv"
@@ -651,6 +654,7 @@ step_attention() {
   TG_FLASH_HOPPER=2 bounded "$BENCH" "${WS_BENCH_ARGS[@]}" --csv "$LOGS/bench_ws.csv" || rc=$?
   TG_FLASH_HOPPER=3 bounded "$BENCH" "${WS_BENCH_ARGS[@]}" --csv "$LOGS/bench_fused.csv" || rc=$?
   TG_FLASH_HOPPER=4 bounded "$BENCH" "${RING_BENCH_ARGS[@]}" --csv "$LOGS/bench_ring.csv" || rc=$?
+  TG_FLASH_HOPPER=5 bounded "$BENCH" "${WS_BENCH_ARGS[@]}" --csv "$LOGS/bench_seq.csv" || rc=$?
   return $rc
 }
 

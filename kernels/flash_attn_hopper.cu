@@ -105,15 +105,16 @@ bool flash_attn_hopper_head_size(int HS) { return HS == 64 || HS == 128 || HS ==
 bool flash_attn_hopper_device(const Context& ctx) { return ctx.cc_major == 9 && ctx.cc_minor == 0; }
 
 namespace {
-// TG_FLASH_HOPPER: "" (unset), "0", "1", "2" or "3"; anything else throws
+// TG_FLASH_HOPPER: "" (unset), "0", "1", "2", "3", "4" or "5"; anything else throws
 std::string hopper_setting() {
   const char* v = std::getenv("TG_FLASH_HOPPER");
   const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1" && s != "2" && s != "3" && s != "4")
+  if (!s.empty() && s != "0" && s != "1" && s != "2" && s != "3" && s != "4" && s != "5")
     throw std::invalid_argument("TG_FLASH_HOPPER is '" + s + "'; expected 1 (the Hopper kernels on compute capability "
                                 "9.0, the default), 2 (them with the warp-specialized TMA backward), 3 (them with "
                                 "dQ inside the dK / dV kernel), 4 (them with the forward's keep decisions made by its "
-                                "producer warpgroup) or 0 (the mma.sync kernels); set one of them, or unset it");
+                                "producer warpgroup), 5 (them with the backward's kernels not pipelined over their tiles) "
+                                "or 0 (the mma.sync kernels); set one of them, or unset it");
   return s;
 }
 }  // namespace
@@ -128,6 +129,8 @@ bool flash_attn_hopper_ws_backward() { return hopper_setting() == "2"; }
 bool flash_attn_hopper_fused_dq() { return hopper_setting() == "3"; }
 
 bool flash_attn_hopper_keep_producer() { return hopper_setting() == "4"; }
+
+bool flash_attn_hopper_pipelined() { return hopper_setting() != "5"; }
 
 namespace flash {
 namespace {
@@ -753,13 +756,15 @@ struct HopperDkvTile {
 // that one fence a step both releases and acquires. CTA j waits only on the CTA of key tile j + 1
 // of its head, of lower linear index, which the hardware starts first (what the waits cost: the
 // header comment).
-template <int HS, bool IsDropout, bool Fuse>
-__global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv_hopper_kernel(const BwdParams<bf16> p) {
+// Pipe: pipelined where Tile::kPipe (the next query tile's S^T and dP^T issued before this one's dV
+// and dK have retired); never with dQ inside, whose step ends in a wait for the sums' product.
+// (flash_bwd_dkdv_hopper_kernel below, and its twin that is not pipelined.)
+template <int HS, bool IsDropout, bool Fuse, bool Pipe>
+__device__ __forceinline__ void dkdv_kernel(const BwdParams<bf16>& p) {
   using Tile = HopperDkvTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, MS = Tile::kMaskStride, NThreads = Tile::kThreads, Cols = Tile::kCols;
-  // pipelined (Tile::kPipe): the next query tile's S^T and dP^T issued before this one's dV and dK
-  // have retired (not with dQ inside, whose step ends in a wait for the sums' product)
-  constexpr bool kPipe = Tile::kPipe && !Fuse;
+  static_assert(!(Fuse && Pipe), "dQ inside is not pipelined");
+  constexpr bool kPipe = Tile::kPipe && Pipe;
   constexpr int NS = kPipe ? Tile::kStages : 2;
   unsigned char* const raw = dynamic_smem<unsigned char>();
   unsigned char* const sK = align_1024(raw);  // K_j  [Bc][HS]
@@ -953,6 +958,16 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   add_to_dqkv(dqkv_b, p.ld_qkv, (long long)p.C + (long long)h * HS + c0, dk, p.scale, k_g, p.T, lane);
   add_to_dqkv(dqkv_b, p.ld_qkv, 2LL * p.C + (long long)h * HS + c0, dv, p.dropout_scale, k_g, p.T, lane);
 }
+template <int HS, bool IsDropout, bool Fuse>
+__global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv_hopper_kernel(const BwdParams<bf16> p) {
+  dkdv_kernel<HS, IsDropout, Fuse, !Fuse>(p);
+}
+// The default's twin with each query tile's products retired before the next tile's are issued
+// (TG_FLASH_HOPPER=5, kept to time the pipelining beside it; HS 64 and 128, where it differs).
+template <int HS, bool IsDropout>
+__global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv_hopper_seq_kernel(const BwdParams<bf16> p) {
+  dkdv_kernel<HS, IsDropout, false, false>(p);
+}
 
 // The dK / dV kernel warp-specialized: two consumer warpgroups (dkdv_tile), each with 64 keys of
 // the CTA's key tile of 128, and a producer warp. The producer's elected lane loads K_j, V_j once
@@ -1094,6 +1109,10 @@ struct HopperDqTile {
   static constexpr int kQBytes = kBr * HS * 2;    // Q_i, dO_i
   static constexpr int kKVBytes = kBc * HS * 2;   // each K_j, V_j stage
   static constexpr size_t kSmemBytes = 1024 + 2 * (size_t)kQBytes + 4 * (size_t)kKVBytes;
+  // Pipelined (the next key tile's S and dP issued before this one's dQ product retires) at HS 128
+  // alone: there shared memory keeps the kernel at two CTAs an SM whatever its registers; at HS 64
+  // its 130 / 148 registers give three, which the next tile's S and dP (64 more) would cut to two.
+  static constexpr bool kPipe = HS == 128;
   // The warp-specialized kernel: two consumer warpgroups, each with 64 queries of a query tile of
   // 128 (kBrWs), sharing its K_j, V_j stages, and a producer warpgroup (its first warp's lane
   // issues the loads; setmaxnreg gives the rest of its registers to the consumers); three stages
@@ -1111,17 +1130,25 @@ struct HopperDqTile {
 // lane's rows' lse_i log2(e) and D_i; kc the lane's keep bytes of the tile (keep_calls_step's,
 // read with dropout only). QR: the rows of the Q_i, dO_i tiles aQ and adO point into (the
 // warpgroup's 64 rows start there; QR = 128 where two warpgroups share a query tile of 128).
-template <int HS, int Br, int Bc, bool IsDropout, int QR = Br>
-__device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const KeepCalls<Bc / 8>& kc, int Tn,
-                                        float scale_log2, float dropout_scale, uint32_t aQ, uint32_t adO,
-                                        uint32_t tK, uint32_t tV, int j0, int iw0, int i_g, const float (&lse2)[2],
-                                        const float (&Di)[2], int lane) {
-  constexpr bool Ov = bwd_overlap<HS>();
-  // S_ij = Q_i K_j^T (raw) and, overlapped, dPd_ij = dO_i V_j^T
-  float s[Bc / 8][4], dp[Bc / 8][4];
+// In parts, as dkdv_tile: dq_issue issues S (and, overlapped, dP), dq_products waits for them and
+// issues dQ's product; the pipelined dQ kernel (HS 128) issues the next key tile's S and dP
+// before this one's dQ product retires.
+template <int HS, int Bc, int QR>
+__device__ __forceinline__ void dq_issue(float (&s)[Bc / 8][4], float (&dp)[Bc / 8][4], uint32_t aQ, uint32_t adO,
+                                         uint32_t tK, uint32_t tV) {
+  // S_ij = Q_i K_j^T (raw) and, overlapped, dPd_ij = dO_i V_j^T: one group each
   hopper::wgmma_fence();
   wg_issue_ss<HS, Bc, QR, Bc>(s, aQ, 0, tK);
-  if constexpr (Ov) wg_issue_ss<HS, Bc, QR, Bc>(dp, adO, 0, tV);
+  if constexpr (bwd_overlap<HS>()) wg_issue_ss<HS, Bc, QR, Bc>(dp, adO, 0, tV);
+}
+// The groups pending on entry: dq_issue's and nothing after them; on return dQ's product.
+template <int HS, int Br, int Bc, bool IsDropout, int QR = Br>
+__device__ __forceinline__ void dq_products(float (&dq)[HS / 8][4], float (&s)[Bc / 8][4], float (&dp)[Bc / 8][4],
+                                            const KeepCalls<Bc / 8>& kc, int Tn, float scale_log2,
+                                            float dropout_scale, uint32_t aQ, uint32_t adO, uint32_t tK, uint32_t tV,
+                                            int j0, int iw0, int i_g, const float (&lse2)[2], const float (&Di)[2],
+                                            int lane) {
+  constexpr bool Ov = bwd_overlap<HS>();
   hopper::wgmma_wait_group<Ov ? 1 : 0>();  // S is in s
   // S masked; P_ij = exp(S_ij - lse_i); the forward's keep bits
   if (j0 + Bc > Tn || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), Tn);
@@ -1139,6 +1166,16 @@ __device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const KeepCalls<
   pack_a<Bc, false>(a, dp, 0u);
   hopper::wgmma_fence();
   wg_issue_rs<Bc, HS, true>(dq, a, tK);
+}
+template <int HS, int Br, int Bc, bool IsDropout, int QR = Br>
+__device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const KeepCalls<Bc / 8>& kc, int Tn,
+                                        float scale_log2, float dropout_scale, uint32_t aQ, uint32_t adO,
+                                        uint32_t tK, uint32_t tV, int j0, int iw0, int i_g, const float (&lse2)[2],
+                                        const float (&Di)[2], int lane) {
+  float s[Bc / 8][4], dp[Bc / 8][4];
+  dq_issue<HS, Bc, QR>(s, dp, aQ, adO, tK, tV);
+  dq_products<HS, Br, Bc, IsDropout, QR>(dq, s, dp, kc, Tn, scale_log2, dropout_scale, aQ, adO, tK, tV, j0, iw0, i_g,
+                                         lse2, Di, lane);
   hopper::wgmma_wait_group<0>();
 }
 
@@ -1154,8 +1191,9 @@ __device__ __forceinline__ void row_lse_d(float (&lse2)[2], float (&Di)[2], cons
 }
 
 // grid (B*NH, ceil(T / Br)); query tiles last-first. Causal.
-template <int HS, bool IsDropout>
-__global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_hopper_kernel(const BwdParams<bf16> p) {
+// Pipe: pipelined where Tile::kPipe (flash_bwd_dq_hopper_kernel below, and its twin that is not).
+template <int HS, bool IsDropout, bool Pipe>
+__device__ __forceinline__ void dq_kernel(const BwdParams<bf16>& p) {
   using Tile = HopperDqTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, NThreads = Tile::kThreads, TB = Tile::kKVBytes;
   unsigned char* const raw = dynamic_smem<unsigned char>();
@@ -1200,26 +1238,78 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_ho
   // each step's keep bytes fetched a step ahead (keep_calls_step)
   KeepCalls<Bc / 8> keep_next;
   if constexpr (IsDropout) fetch_keep_calls(keep_next, p.key, bh, i_g, (n_j - 1) * Bc, lane, p.keep, nullptr, p.T);
-  for (int jt = n_j - 1; jt >= 0; --jt) {  // the keys last-first (dQ_i's sums in the fused kernel's order)
-    const int j0 = jt * Bc, stage = (n_j - 1 - jt) % 2;
-    KeepCalls<Bc / 8> kc;
-    if constexpr (IsDropout) kc = keep_calls_step(keep_next, p.key, bh, i_g, j0 - Bc, lane, p.keep, p.T);
-    if (jt > 0) {
-      load_tile_sw128<Bc, HS, NThreads>(sK + (1 - stage) * TB, K, p.ld_qkv, j0 - Bc, p.T);
-      load_tile_sw128<Bc, HS, NThreads>(sV + (1 - stage) * TB, V, p.ld_qkv, j0 - Bc, p.T);
+  if constexpr (Tile::kPipe && Pipe) {
+    // Step n (key tile jt = n_j - 1 - n, stage n % 2) finds its S and dP issued and issues dQ's
+    // product; then, past the barrier that makes tile jt - 1's copies visible, it issues that
+    // tile's S and dP, waits for its own dQ product (wait_group 2: the groups retire in order), and
+    // past a second barrier (every warp's dQ product retired: the stage is free) starts tile
+    // jt - 2's copies into its stage. The products and their order are dq_tile's: the same bits.
+    if (n_j > 1) {
+      load_tile_sw128<Bc, HS, NThreads>(sK + TB, K, p.ld_qkv, (n_j - 2) * Bc, p.T);
+      load_tile_sw128<Bc, HS, NThreads>(sV + TB, V, p.ld_qkv, (n_j - 2) * Bc, p.T);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     hopper::fence_proxy_async();
-    __syncthreads();
-    dq_tile<HS, Br, Bc, IsDropout>(dq, kc, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + stage * TB,
-                                   aV + stage * TB, j0, iw0, i_g, lse2, Di, lane);
-    __syncthreads();
+    __syncthreads();  // Q_i, dO_i and the first stage visible to every warp
+    float s[Bc / 8][4], dp[Bc / 8][4];
+    dq_issue<HS, Bc, Br>(s, dp, aQ, adO, aK, aV);
+    for (int jt = n_j - 1;; --jt) {  // (n_j >= 1: every query tile has its diagonal key tile)
+      const int j0 = jt * Bc, stage = (n_j - 1 - jt) % 2;
+      KeepCalls<Bc / 8> kc;
+      if constexpr (IsDropout) kc = keep_calls_step(keep_next, p.key, bh, i_g, j0 - Bc, lane, p.keep, p.T);
+      dq_products<HS, Br, Bc, IsDropout>(dq, s, dp, kc, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + stage * TB,
+                                         aV + stage * TB, j0, iw0, i_g, lse2, Di, lane);
+      if (jt == 0) {
+        hopper::wgmma_wait_group<0>();
+        break;
+      }
+      cp_async_wait<0>();  // this thread's copies of tile jt - 1 landed
+      hopper::fence_proxy_async();
+      __syncthreads();  // every thread's
+      dq_issue<HS, Bc, Br>(s, dp, aQ, adO, aK + (1 - stage) * TB, aV + (1 - stage) * TB);
+      hopper::wgmma_wait_group<2>();  // this tile's dQ product retired (tile jt - 1's S, dP may run)
+      if (jt >= 2) {
+        __syncthreads();  // every warp's: the stage is free
+        load_tile_sw128<Bc, HS, NThreads>(sK + stage * TB, K, p.ld_qkv, j0 - 2 * Bc, p.T);
+        load_tile_sw128<Bc, HS, NThreads>(sV + stage * TB, V, p.ld_qkv, j0 - 2 * Bc, p.T);
+        cp_async_commit();
+      }
+    }
+  } else {
+    for (int jt = n_j - 1; jt >= 0; --jt) {  // the keys last-first (dQ_i's sums in the fused kernel's order)
+      const int j0 = jt * Bc, stage = (n_j - 1 - jt) % 2;
+      KeepCalls<Bc / 8> kc;
+      if constexpr (IsDropout) kc = keep_calls_step(keep_next, p.key, bh, i_g, j0 - Bc, lane, p.keep, p.T);
+      if (jt > 0) {
+        load_tile_sw128<Bc, HS, NThreads>(sK + (1 - stage) * TB, K, p.ld_qkv, j0 - Bc, p.T);
+        load_tile_sw128<Bc, HS, NThreads>(sV + (1 - stage) * TB, V, p.ld_qkv, j0 - Bc, p.T);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      hopper::fence_proxy_async();
+      __syncthreads();
+      dq_tile<HS, Br, Bc, IsDropout>(dq, kc, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + stage * TB,
+                                     aV + stage * TB, j0, iw0, i_g, lse2, Di, lane);
+      __syncthreads();
+    }
   }
   // dqkv[Q_i] += dQ_i / sqrt(HS)
   add_to_dqkv(p.dqkv + qkv_b, p.ld_qkv, (long long)h * HS, dq, p.scale, i_g, p.T, lane);
+}
+template <int HS, bool IsDropout>
+__global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_hopper_kernel(const BwdParams<bf16> p) {
+  dq_kernel<HS, IsDropout, true>(p);
+}
+// The default's twin with each key tile's products retired before the next tile's are issued
+// (TG_FLASH_HOPPER=5, as the dK / dV kernel's; HS 128, where it differs).
+template <int HS, bool IsDropout>
+__global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_hopper_seq_kernel(const BwdParams<bf16> p) {
+  dq_kernel<HS, IsDropout, false>(p);
 }
 
 // The dQ kernel warp-specialized, as the forward: two consumer warpgroups (the dQ kernel's math,
@@ -1341,8 +1431,16 @@ void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
            Kv::kThreads, Kv::kSmemBytesFused, ctx.stream, p);
     return;
   }
-  launch(flash_bwd_dkdv_hopper_kernel<HS, IsDropout, false>, kv_grid, Kv::kThreads, Kv::kSmemBytes, ctx.stream, p);
-  launch(flash_bwd_dq_hopper_kernel<HS, IsDropout>, dq_grid, Dq::kThreads, Dq::kSmemBytes, ctx.stream, p);
+  // (TG_FLASH_HOPPER=5: each kernel's twin that is not pipelined, where the two differ)
+  void (*dkdv)(BwdParams<bf16>) = flash_bwd_dkdv_hopper_kernel<HS, IsDropout, false>;
+  size_t dkdv_smem = Kv::kSmemBytes;
+  if constexpr (Kv::kPipe)
+    if (!flash_attn_hopper_pipelined()) dkdv = flash_bwd_dkdv_hopper_seq_kernel<HS, IsDropout>, dkdv_smem = 1024 + Kv::tiles_bytes(2, 1);
+  launch(dkdv, kv_grid, Kv::kThreads, dkdv_smem, ctx.stream, p);
+  void (*dq)(BwdParams<bf16>) = flash_bwd_dq_hopper_kernel<HS, IsDropout>;
+  if constexpr (Dq::kPipe)
+    if (!flash_attn_hopper_pipelined()) dq = flash_bwd_dq_hopper_seq_kernel<HS, IsDropout>;
+  launch(dq, dq_grid, Dq::kThreads, Dq::kSmemBytes, ctx.stream, p);
 }
 
 // A (rows, ld) bf16 tensor at base (qkv: B T rows of 3C; dout: of C) as a 2-D tensor map: boxes of

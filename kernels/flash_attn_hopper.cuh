@@ -27,7 +27,7 @@ bool flash_attn_hopper_device(const Context& ctx);
 
 // Whether flash_attn_forward / _backward<bf16> run the Hopper kernels for heads of size HS on
 // ctx's device: compute capability 9.0, a tile head size (flash_attn_tile_head_size) of 64,
-// 128 or 256, and TG_FLASH_HOPPER unset, 1, 2, 3 or 4 in the environment (read at each call; 0: the
+// 128 or 256, and TG_FLASH_HOPPER unset, 1, 2, 3, 4 or 5 in the environment (read at each call; 0: the
 // mma.sync kernels; another value throws std::invalid_argument).
 bool flash_attn_hopper_chosen(const Context& ctx, int HS);
 
@@ -49,6 +49,13 @@ bool flash_attn_hopper_fused_dq();
 // warpgroup; the backward is the default's). The bits are the same either way; it has not run on a
 // GPU yet, so it is not the default.
 bool flash_attn_hopper_keep_producer();
+
+// Whether the Hopper backward's kernels are pipelined over their tiles (the dK / dV kernel at head
+// sizes 64 and 128 issues the next query tile's S^T and dP^T before this tile's dV and dK have
+// retired, the dQ kernel at 128 the next key tile's S and dP before this tile's dQ product has):
+// yes unless TG_FLASH_HOPPER=5, which runs their twins that wait for each tile's products before
+// the next tile's, kept to time the pipelining beside them. The bits are the same either way.
+bool flash_attn_hopper_pipelined();
 
 // As flash_attn_forward<bf16> with causal = true: out (B, T, C) and lse (B, NH, T) overwritten,
 // mask (B, NH, T, T) the keep decisions when not null (entries above the diagonal untouched).

@@ -100,6 +100,8 @@ class CudaBackend final : public Backend {
                             : gpu::flash_attn_hopper_fused_dq() ? "Hopper wgmma kernels, dQ inside the dK / dV kernel"
                             : gpu::flash_attn_hopper_keep_producer() && gpu::flash_attn_tile_head_size(HS) <= 128
                                 ? "Hopper wgmma kernels, keep decisions by the forward's producer warpgroup"
+                            : !gpu::flash_attn_hopper_pipelined() && gpu::flash_attn_tile_head_size(HS) <= 128
+                                ? "Hopper wgmma kernels, backward not pipelined"
                                                                 : "Hopper wgmma kernels";
       // a Hopper device the Hopper kernels do not serve at this head size: say why
       if (tile != 0 && gpu::flash_attn_hopper_device(gpt_.ctx()) && !gpu::flash_attn_hopper_head_size(tile))

@@ -106,6 +106,10 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
         "device,HS,T,B,NH,causal,p,path,status,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,bwd_tflops,fwdbwd_tflops,"
         "torch_fwd_ms,torch_bwd_ms,torch_fwdbwd_ms\n"
         "\"NVIDIA H100 80GB HBM3\",64,16384,1,32,1,0.2,flash,\"ok\",1.0000,4.0000,5.0000,274.88,171.80,160.34,2.0000,8.0000,10.0000\n");
+  write(d / "bench_seq.csv",
+        "device,HS,T,B,NH,causal,p,path,status,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,bwd_tflops,fwdbwd_tflops,"
+        "torch_fwd_ms,torch_bwd_ms,torch_fwdbwd_ms\n"
+        "\"NVIDIA H100 80GB HBM3\",128,4096,4,16,1,0.2,flash,\"ok\",2.0000,8.0000,10.0000,137.44,85.90,96.21,2.0000,4.0000,5.0000\n");
   write(d / "train_flash.log",
         "device: cuda:0 NVIDIA H100 80GB HBM3 | attention: flash (Hopper wgmma kernels) | precision: bf16 | memory: 2048 MiB\n"
         "step 0: train loss 4.2009, val loss 4.2097\n"
@@ -174,6 +178,9 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
   // then the forward with its producer warpgroup making the keep decisions (TG_FLASH_HOPPER=4)
   CHECK(t.find("keep decisions by the producer warpgroup: HS 64 p 0.2: flash TFLOP/s fwd/bwd/both at T 16k:275/172/160 | "
                "time / SDPA (median over T): fwd 0.50 bwd 0.50 both 0.50") != std::string::npos);
+  // then the backward with its kernels not pipelined (TG_FLASH_HOPPER=5)
+  CHECK(t.find("backward not pipelined: HS 128 p 0.2: flash TFLOP/s fwd/bwd/both at T 4k:137/86/96 | time / SDPA "
+               "(median over T): fwd 1.00 bwd 2.00 both 2.00") != std::string::npos);
   CHECK(row(t, "train_flash").find("5000 steps in 41.2 s, 7.10 ms/step (median), tokens/s 2307605, MFU 31.5%, "
                                    "peak device memory 3100 MiB (nvidia-smi), model buffers 2048 MiB, best val loss "
                                    "1.4652; attention: flash (Hopper wgmma kernels)") != std::string::npos);

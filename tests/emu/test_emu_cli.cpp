@@ -462,10 +462,18 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
                              "--eval-iters 1 --sample-tokens 4" + data + " --out-dir " + (dir / "ws").string()},
       // the forward's keep decisions made by its producer warpgroup (opt-in; head size 64), with
       // dropout: at T 320 the last query tile's CTA has 5 key tiles, so both its rings are refilled
-      // (the keep ring's 4 stages after the consumers' reads of their words)
+      // (the keep ring's 4 stages after the consumers' reads of their words); its backward is the
+      // default's, whose pipelined dK / dV kernel has 5 query tiles for key tile 0, so each of its
+      // three stages and two keep tiles is refilled after its reads
       {"TG_FLASH_HOPPER=4 ", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 "
                              "--n-embd 64 --block-size 320 --batch-size 1 --max-iters 1 --eval-interval 1 "
                              "--eval-iters 1 --sample-tokens 0" + data + " --out-dir " + (dir / "ring").string()},
+      // the backward's kernels not pipelined over their tiles (kept to time the pipelining beside
+      // them; head size 128, where both kernels have a twin that waits, T 256: eight query tiles of
+      // 32 for key tile 0's dK / dV CTA, four key tiles of 64 for the last query tile's dQ CTA)
+      {"TG_FLASH_HOPPER=5 ", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 "
+                             "--n-embd 128 --block-size 256 --batch-size 1 --max-iters 1 --eval-interval 1 "
+                             "--eval-iters 1 --sample-tokens 0" + data + " --out-dir " + (dir / "seq").string()},
       {"TG_EMU_CUBLASLT_NO_ALGORITHM=1 ", "--device cuda --precision bf16 --bias --max-iters 1 --eval-interval 1 "
                                           "--sample-tokens 4" + kTiny + data + " --out-dir " + (dir / "fallback").string()},
   };
@@ -477,6 +485,8 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
     REQUIRE(r.code == 0);
     if (more_env == "TG_FLASH_HOPPER=2 ")  // the start-up line names the backward it runs
       CHECK(r.out.find("(Hopper wgmma kernels, warp-specialized backward)") != std::string::npos);
+    if (more_env == "TG_FLASH_HOPPER=5 ")
+      CHECK(r.out.find("(Hopper wgmma kernels, backward not pipelined)") != std::string::npos);
     if (args.find("--n-embd 80") != std::string::npos)  // the start-up line says the size is padded
       CHECK(r.out.find("attention: flash (head size 40 padded to 64 in the flash kernels; Hopper wgmma kernels, dQ inside the "
                              "dK / dV kernel)") !=
