@@ -185,31 +185,13 @@ __host__ __device__ constexpr uint32_t sw128_offset(int R, int r, int k) {
 // Rows row0 .. row0+R-1 of a (T, HS) slice at g (row stride ld elements) into the swizzled tile
 // at s, asynchronously (cp.async, consecutive threads on consecutive chunks of a row); rows >= Tn
 // zero-filled.
-// Each thread copies the same chunk k of rows r, r + P, r + 2P, .. (P = NThreads / (HS / 8) rows a
-// pass); where P is a multiple of 8 a chunk's swizzled place moves on by P rows' bytes from pass
-// to pass, and its source by P rows, so that a thread keeps one source and one destination
-// address, not one a chunk (the dQ kernel at HS 128: 158 registers where it had 202).
+// (load_tile_chunks: rows P apart, P a multiple of 8, are P 128-byte rows apart at every chunk,
+// the swizzle's pattern repeating every 8 rows; other P take the copies one by one)
 template <int R, int HS, int NThreads>
 __device__ __forceinline__ void load_tile_sw128(unsigned char* s, const bf16* g, long long ld, int row0, int Tn) {
-  constexpr int kChunks = HS / 8, P = NThreads / kChunks;
-  if constexpr (NThreads % kChunks == 0 && P % 8 == 0 && R % P == 0) {
-    const int r = (int)threadIdx.x / kChunks, k = (int)threadIdx.x % kChunks;
-    const bf16* src = g + (long long)(row0 + r) * ld + 8 * k;
-    unsigned char* dst = s + sw128_offset(R, r, k);
-    if (row0 + R <= Tn) {  // (a uniform branch: every tile but a sequence's last)
-#pragma unroll
-      for (int q = 0; q < R / P; ++q) cp_async_16(dst + q * P * 128, src + q * P * ld, true);
-    } else {
-      const int left = Tn - row0 - r;  // pass q's row is inside while q P < left
-#pragma unroll
-      for (int q = 0; q < R / P; ++q) {
-        const bool valid = q * P < left;
-        cp_async_16(dst + q * P * 128, valid ? src + q * P * ld : g, valid);  // (g: row 0 exists, T >= 1)
-      }
-    }
-  } else {
-    load_tile_chunks<R, HS, NThreads>(s, g, ld, row0, Tn, [](int r, int k) { return sw128_offset(R, r, k); });
-  }
+  constexpr int P = NThreads / (HS / 8);
+  load_tile_chunks<R, HS, NThreads, P % 8 == 0 ? 128 : 0>(s, g, ld, row0, Tn,
+                                                         [](int r, int k) { return sw128_offset(R, r, k); });
 }
 
 // The descriptors of a swizzled tile of R rows (see the header comment): K-major (the product
