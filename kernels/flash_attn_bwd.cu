@@ -181,26 +181,12 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
   constexpr bool kFetchAhead = IsDropout && HS <= 128;
   MaskTileBytes<Br, Bc, NThreads> mask_next;
   if constexpr (kFetchAhead) fetch_mask_tile(mask_next, p.key, bh, it0 * Br, j0, (int)threadIdx.x, p.keep, p.T);
+  constexpr bool kStatsLate = HS <= 128;
   for (int it = it0; it < n_it; ++it) {
     const int i0 = it * Br, stage = (it - it0) % 2;
-    // the next query tile's lse_i, D_i: stored to its stage after this one's products (at once
-    // at HS 256, where the two registers held spilled)
-    constexpr bool kStatsLate = HS <= 128;
-    RowStats stats_next{};
-    if (it + 1 < n_it) {
-      load_q_tile(it + 1, 1 - stage);
-      if constexpr (kStatsLate)
-        stats_next = fetch_row_stats<Br>(lse, Dg, i0 + Br, p.T, (int)threadIdx.x);
-      else
-        load_row_stats<Br, NThreads>(sL + (1 - stage) * Br, sD + (1 - stage) * Br, lse, Dg, i0 + Br, p.T, (int)threadIdx.x);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    if constexpr (IsDropout)
-      mask_tile_step<Br, Bc, MS, NThreads, kFetchAhead>(sM, mask_next, p.key, bh, i0, j0, (int)threadIdx.x, p.keep,
-                                                        p.T, it + 1 < n_it);
+    const RowStats stats_next =
+        dkdv_step_start<Br, Bc, MS, NThreads, IsDropout, kFetchAhead, kStatsLate>(
+            load_q_tile, it, n_it, stage, sL, sD, lse, Dg, sM, mask_next, p.key, bh, j0, p.keep, p.T);
     __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
     // a warp whose 16 keys all come after the tile's last query has nothing unmasked here
     if (!(IsCausal && i0 + Br - 1 < jw0)) {

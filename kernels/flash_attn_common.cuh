@@ -788,6 +788,36 @@ __device__ __forceinline__ void mask_tile_step(uint8_t* sM, MaskTileBytes<Br, Bc
   }
 }
 
+// The start of step it of a dK / dV kernel with two stages (the mma.sync one's, and the Hopper one's
+// that is not pipelined): the next query tile's copies into the other stage (load_q(it + 1,
+// 1 - stage)) with its lse_i and D_i, this stage's copies waited for, and the step's keep bytes
+// into sM (mask_tile_step, with dropout). The next tile's lse_i and D_i: with StatsLate returned,
+// for store_row_stats once the step's products have freed that stage, else stored at once (HS 256,
+// where the two registers held spilled).
+template <int Br, int Bc, int MS, int NThreads, bool IsDropout, bool FetchAhead, bool StatsLate, typename LoadQ>
+__device__ __forceinline__ RowStats dkdv_step_start(LoadQ&& load_q, int it, int n_it, int stage, float* sL, float* sD,
+                                                    const float* lse, const float* Dg, uint8_t* sM,
+                                                    MaskTileBytes<Br, Bc, NThreads>& mask_next,
+                                                    const philox::DropoutKey& key, uint32_t bh, int j0,
+                                                    const uint8_t* keep, int Tn) {
+  const int i0 = it * Br, tid = (int)threadIdx.x;
+  RowStats stats_next{};
+  if (it + 1 < n_it) {
+    load_q(it + 1, 1 - stage);
+    if constexpr (StatsLate)
+      stats_next = fetch_row_stats<Br>(lse, Dg, i0 + Br, Tn, tid);
+    else
+      load_row_stats<Br, NThreads>(sL + (1 - stage) * Br, sD + (1 - stage) * Br, lse, Dg, i0 + Br, Tn, tid);
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  if constexpr (IsDropout)
+    mask_tile_step<Br, Bc, MS, NThreads, FetchAhead>(sM, mask_next, key, bh, i0, j0, tid, keep, Tn, it + 1 < n_it);
+  return stats_next;
+}
+
 // A dQ kernel's key tile: the lane's keep bytes for its step (KeepCalls, gathered there by
 // keep_bits_from_calls), fetched into `next` a step before (the caller fetches the first tile's
 // before its loop); the next tile's (keys j_next .., when j_next >= 0) are fetched now, so that

@@ -523,6 +523,18 @@ __device__ __forceinline__ void wg_issue_rs(float (&acc)[HS / 8][4], const uint3
 template <int HS>
 __host__ __device__ constexpr bool bwd_overlap() { return HS <= 128; }
 
+// The first products of a backward tile: s = A_s B_s^T and, overlapped (else the caller issues it
+// later), dp = A_dp B_dp^T, one group each; both K-major over HS, A of RA rows (the warpgroup's 64
+// from the tile's first), B of N. The dK / dV kernels' S^T = K_j Q_i^T and dPd^T = V_j dO_i^T, the
+// dQ kernels' S = Q_i K_j^T and dPd = dO_i V_j^T.
+template <int HS, int N, int RA>
+__device__ __forceinline__ void bwd_issue_sdp(float (&s)[N / 8][4], float (&dp)[N / 8][4], uint32_t a_s, uint32_t a_dp,
+                                              uint32_t b_s, uint32_t b_dp) {
+  hopper::wgmma_fence();
+  wg_issue_ss<HS, N, RA, N>(s, a_s, 0, b_s);
+  if constexpr (bwd_overlap<HS>()) wg_issue_ss<HS, N, RA, N>(dp, a_dp, 0, b_dp);
+}
+
 // The dQ terms of one (query tile, key tile) in the dK / dV kernel that computes dQ too
 // (the CTA's Cols columns of dQ): dQ_i's fp32 sums so far come in at sums ([Br][Cols + 4] in
 // shared memory, landed by cp.async; not read for the query tile's first key tile, the diagonal
@@ -569,20 +581,12 @@ __device__ __forceinline__ void for_each_dqt(float (&dqt)[Cols / 64][Br / 8][4],
 // synchronises the block). KR: the rows of the K_j, V_j tiles aK and aV point into (the
 // warpgroup's 64 rows start at aK, aV; KR = 128 where two warpgroups share a tile of 128 keys).
 //
-// In parts: dkdv_issue issues S^T (and, overlapped, dP^T), dkdv_products waits for them and issues
+// In parts: bwd_issue_sdp issues S^T (and, overlapped, dP^T), dkdv_products waits for them and issues
 // dV's and dK's products (and with Fuse stores dS); dkdv_tile calls the two and waits for every
 // product of the tile before it returns. The default kernel at HS <= 128 (flash_bwd_dkdv_hopper_kernel,
 // kPipe) calls the parts itself, so that the next query tile's S^T and dP^T run while this one's dV
 // and dK do.
-template <int HS, int Br, int KR>
-__device__ __forceinline__ void dkdv_issue(float (&st)[Br / 8][4], float (&dpt)[Br / 8][4], uint32_t aK, uint32_t aV,
-                                           uint32_t tQ, uint32_t tdO) {
-  // S_ij^T = K_j Q_i^T (raw) and, overlapped, dPd_ij^T = V_j dO_i^T: one group each
-  hopper::wgmma_fence();
-  wg_issue_ss<HS, Br, KR, Br>(st, aK, 0, tQ);
-  if constexpr (bwd_overlap<HS>()) wg_issue_ss<HS, Br, KR, Br>(dpt, aV, 0, tdO);
-}
-// The groups pending on entry: dkdv_issue's (one or two) and nothing after them; on return dV's and
+// The groups pending on entry: bwd_issue_sdp's (one or two) and nothing after them; on return dV's and
 // dK's (with Fuse: and dS_ij stored to fq.tS).
 template <int HS, int Br, int Bc, int MS, int Cols, bool IsDropout, bool Fuse = false, int KR = Bc>
 __device__ __forceinline__ void dkdv_products(float (&dk)[Cols / 8][4], float (&dv)[Cols / 8][4],
@@ -633,7 +637,7 @@ __device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[
                                           uint32_t col_off, const float* sLi, const float* sDi, const uint8_t* sM,
                                           int i0, int jw0, int k_g, int warp, int lane, const FusedDq& fq = {}) {
   float st[Br / 8][4], dpt[Br / 8][4];
-  dkdv_issue<HS, Br, KR>(st, dpt, aK, aV, tQ, tdO);
+  bwd_issue_sdp<HS, Br, KR>(st, dpt, aK, aV, tQ, tdO);
   dkdv_products<HS, Br, Bc, MS, Cols, IsDropout, Fuse, KR>(dk, dv, st, dpt, Tn, scale_log2, dropout_scale, aV, tQ, tdO,
                                                            col_off, sLi, sDi, sM, i0, jw0, k_g, warp, lane, fq);
   if constexpr (Fuse) {
@@ -838,7 +842,7 @@ __device__ __forceinline__ void dkdv_kernel(const BwdParams<bf16>& p) {
     hopper::fence_proxy_async();
     __syncthreads();  // K_j, V_j, the first stage and its keep bytes visible to every warp
     float st[Br / 8][4], dpt[Br / 8][4];
-    dkdv_issue<HS, Br, Bc>(st, dpt, aK, aV, aQ, adO);
+    bwd_issue_sdp<HS, Br, Bc>(st, dpt, aK, aV, aQ, adO);
     if (IsDropout && second) fetch_mask_tile(mask_next, p.key, bh, (it0 + 1) * Br, j0, tid, p.keep, p.T);
     for (int it = it0;; ++it) {  // (it0 < n_it: every key tile has its diagonal query tile)
       const int n = it - it0, i0 = it * Br, stage = n % 3;
@@ -856,7 +860,7 @@ __device__ __forceinline__ void dkdv_kernel(const BwdParams<bf16>& p) {
       if constexpr (IsDropout) store_mask_tile<Br, Bc, MS, NThreads>(sM + ((n + 1) % 2) * Tile::kMaskBytes, mask_next, tid);
       hopper::fence_proxy_async();
       __syncthreads();  // every thread's: tile it + 1 visible to every warp; tile it - 1's products retired
-      dkdv_issue<HS, Br, Bc>(st, dpt, aK, aV, aQ + next * Tile::kQBytes, adO + next * Tile::kQBytes);
+      bwd_issue_sdp<HS, Br, Bc>(st, dpt, aK, aV, aQ + next * Tile::kQBytes, adO + next * Tile::kQBytes);
       if (it + 2 < n_it) {
         load_q_tile(it + 2, (n + 2) % 3);
         stats_next = fetch_row_stats<Br>(lse, Dg, i0 + 2 * Br, p.T, tid);
@@ -866,26 +870,12 @@ __device__ __forceinline__ void dkdv_kernel(const BwdParams<bf16>& p) {
       hopper::wgmma_wait_group<2>();  // this tile's dV and dK retired (tile it + 1's S^T, dP^T may run)
     }
   } else {
+    constexpr bool kStatsLate = HS <= 128;
     for (int it = it0; it < n_it; ++it) {
       const int i0 = it * Br, stage = (it - it0) % 2;
-      // the next query tile's lse_i, D_i: stored to its stage after this one's products (at once
-      // at HS 256, where the two registers held spilled)
-      constexpr bool kStatsLate = HS <= 128;
-      RowStats stats_next{};
-      if (it + 1 < n_it) {
-        load_q_tile(it + 1, 1 - stage);
-        if constexpr (kStatsLate)
-          stats_next = fetch_row_stats<Br>(lse, Dg, i0 + Br, p.T, (int)threadIdx.x);
-        else
-          load_row_stats<Br, NThreads>(sL + (1 - stage) * Br, sD + (1 - stage) * Br, lse, Dg, i0 + Br, p.T, (int)threadIdx.x);
-        cp_async_commit();
-        cp_async_wait<1>();
-      } else {
-        cp_async_wait<0>();
-      }
-      if constexpr (IsDropout)
-        mask_tile_step<Br, Bc, MS, NThreads, kFetchAhead>(sM, mask_next, p.key, bh, i0, j0, (int)threadIdx.x, p.keep,
-                                                          p.T, it + 1 < n_it);
+      const RowStats stats_next =
+          dkdv_step_start<Br, Bc, MS, NThreads, IsDropout, kFetchAhead, kStatsLate>(
+              load_q_tile, it, n_it, stage, sL, sD, lse, Dg, sM, mask_next, p.key, bh, j0, p.keep, p.T);
       hopper::fence_proxy_async();
       __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
       FusedDq fq{};
@@ -1112,18 +1102,10 @@ struct HopperDqTile {
 // lane's rows' lse_i log2(e) and D_i; kc the lane's keep bytes of the tile (keep_calls_step's,
 // read with dropout only). QR: the rows of the Q_i, dO_i tiles aQ and adO point into (the
 // warpgroup's 64 rows start there; QR = 128 where two warpgroups share a query tile of 128).
-// In parts, as dkdv_tile: dq_issue issues S (and, overlapped, dP), dq_products waits for them and
+// In parts, as dkdv_tile: bwd_issue_sdp issues S (and, overlapped, dP), dq_products waits for them and
 // issues dQ's product; the pipelined dQ kernel (HS 128) issues the next key tile's S and dP
 // before this one's dQ product retires.
-template <int HS, int Bc, int QR>
-__device__ __forceinline__ void dq_issue(float (&s)[Bc / 8][4], float (&dp)[Bc / 8][4], uint32_t aQ, uint32_t adO,
-                                         uint32_t tK, uint32_t tV) {
-  // S_ij = Q_i K_j^T (raw) and, overlapped, dPd_ij = dO_i V_j^T: one group each
-  hopper::wgmma_fence();
-  wg_issue_ss<HS, Bc, QR, Bc>(s, aQ, 0, tK);
-  if constexpr (bwd_overlap<HS>()) wg_issue_ss<HS, Bc, QR, Bc>(dp, adO, 0, tV);
-}
-// The groups pending on entry: dq_issue's and nothing after them; on return dQ's product.
+// The groups pending on entry: bwd_issue_sdp's and nothing after them; on return dQ's product.
 template <int HS, int Br, int Bc, bool IsDropout, int QR = Br>
 __device__ __forceinline__ void dq_products(float (&dq)[HS / 8][4], float (&s)[Bc / 8][4], float (&dp)[Bc / 8][4],
                                             const KeepCalls<Bc / 8>& kc, int Tn, float scale_log2,
@@ -1155,7 +1137,7 @@ __device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const KeepCalls<
                                         uint32_t tK, uint32_t tV, int j0, int iw0, int i_g, const float (&lse2)[2],
                                         const float (&Di)[2], int lane) {
   float s[Bc / 8][4], dp[Bc / 8][4];
-  dq_issue<HS, Bc, QR>(s, dp, aQ, adO, tK, tV);
+  bwd_issue_sdp<HS, Bc, QR>(s, dp, aQ, adO, tK, tV);
   dq_products<HS, Br, Bc, IsDropout, QR>(dq, s, dp, kc, Tn, scale_log2, dropout_scale, aQ, adO, tK, tV, j0, iw0, i_g,
                                          lse2, Di, lane);
   hopper::wgmma_wait_group<0>();
@@ -1237,7 +1219,7 @@ __device__ __forceinline__ void dq_kernel(const BwdParams<bf16>& p) {
     hopper::fence_proxy_async();
     __syncthreads();  // Q_i, dO_i and the first stage visible to every warp
     float s[Bc / 8][4], dp[Bc / 8][4];
-    dq_issue<HS, Bc, Br>(s, dp, aQ, adO, aK, aV);
+    bwd_issue_sdp<HS, Bc, Br>(s, dp, aQ, adO, aK, aV);
     for (int jt = n_j - 1;; --jt) {  // (n_j >= 1: every query tile has its diagonal key tile)
       const int j0 = jt * Bc, stage = (n_j - 1 - jt) % 2;
       KeepCalls<Bc / 8> kc;
@@ -1251,7 +1233,7 @@ __device__ __forceinline__ void dq_kernel(const BwdParams<bf16>& p) {
       cp_async_wait<0>();  // this thread's copies of tile jt - 1 landed
       hopper::fence_proxy_async();
       __syncthreads();  // every thread's
-      dq_issue<HS, Bc, Br>(s, dp, aQ, adO, aK + (1 - stage) * TB, aV + (1 - stage) * TB);
+      bwd_issue_sdp<HS, Bc, Br>(s, dp, aQ, adO, aK + (1 - stage) * TB, aV + (1 - stage) * TB);
       hopper::wgmma_wait_group<2>();  // this tile's dQ product retired (tile jt - 1's S, dP may run)
       if (jt >= 2) {
         __syncthreads();  // every warp's: the stage is free
