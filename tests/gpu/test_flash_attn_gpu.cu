@@ -559,14 +559,17 @@ TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the rati
         }();
         CHECK_MESSAGE(bitwise_equal(fused.dqkv, hw.dqkv), where << ": dQ inside the dK / dV kernel gives another dqkv, largest difference "
                                                               << max_abs_diff(fused.dqkv, hw.dqkv));
-        // the backward's kernels not pipelined over their tiles (TG_FLASH_HOPPER=5): the same
-        // products in the same order, so the same bits
-        const Result seq = [&] {
-          const tg_test::FlashKernels family("5");
-          return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, true, false);
-        }();
-        CHECK_MESSAGE(bitwise_equal(seq.dqkv, hw.dqkv), where << ": the backward not pipelined gives another dqkv, largest "
-                                                            << max_abs_diff(seq.dqkv, hw.dqkv));
+        // the backward's kernels not pipelined over their tiles (TG_FLASH_HOPPER=5; tiles of head
+        // size 64 and 128, the sizes where they differ from the default's): the same products in
+        // the same order, so the same bits
+        if (HS <= 128) {
+          const Result seq = [&] {
+            const tg_test::FlashKernels family("5");
+            return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, true, false);
+          }();
+          CHECK_MESSAGE(bitwise_equal(seq.dqkv, hw.dqkv), where << ": the backward not pipelined gives another dqkv, largest "
+                                                              << max_abs_diff(seq.dqkv, hw.dqkv));
+        }
         // the forward's keep decisions made by its producer warpgroup (TG_FLASH_HOPPER=4; HS 64
         // and 128, the default's forward at 256): the same Philox calls, so the same mask byte for
         // byte, and the same O, lse and dqkv bit for bit
