@@ -469,17 +469,17 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
                              "--n-embd 64 --block-size 320 --batch-size 1 --max-iters 1 --eval-interval 1 "
                              "--eval-iters 1 --sample-tokens 0" + data + " --out-dir " + (dir / "ring").string()},
       // the default kernels at head size 128, where both backward kernels are pipelined, with
-      // dropout: at T 256 key tile 0's dK / dV CTA has eight query tiles of 32 and the last query
-      // tile's dQ CTA four key tiles of 64, so each refills its stages after the products that
+      // dropout: at T 192 key tile 0's dK / dV CTA has six query tiles of 32 and the last query
+      // tile's dQ CTA three key tiles of 64, so each refills its stages after the products that
       // read them (the other runs' default kernels are at head size 64 or the mma.sync ones)
       {"", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 --n-embd 128 "
-           "--block-size 256 --batch-size 1 --max-iters 1 --eval-interval 1 --eval-iters 1 --sample-tokens 0" + data +
+           "--block-size 192 --batch-size 1 --max-iters 1 --eval-interval 1 --eval-iters 1 --sample-tokens 0" + data +
            " --out-dir " + (dir / "hs128").string()},
       // the backward's kernels not pipelined over their tiles (kept to time the pipelining beside
-      // them; head size 128, where both kernels have a twin that waits, T 256: eight query tiles of
-      // 32 for key tile 0's dK / dV CTA, four key tiles of 64 for the last query tile's dQ CTA)
+      // them; head size 128, where both kernels have a twin that waits, T 192: six query tiles of
+      // 32 for key tile 0's dK / dV CTA, three key tiles of 64 for the last query tile's dQ CTA)
       {"TG_FLASH_HOPPER=5 ", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 "
-                             "--n-embd 128 --block-size 256 --batch-size 1 --max-iters 1 --eval-interval 1 "
+                             "--n-embd 128 --block-size 192 --batch-size 1 --max-iters 1 --eval-interval 1 "
                              "--eval-iters 1 --sample-tokens 0" + data + " --out-dir " + (dir / "seq").string()},
       {"TG_EMU_CUBLASLT_NO_ALGORITHM=1 ", "--device cuda --precision bf16 --bias --max-iters 1 --eval-interval 1 "
                                           "--sample-tokens 4" + kTiny + data + " --out-dir " + (dir / "fallback").string()},
