@@ -286,8 +286,8 @@ struct QueryTile {
 // P apart RowStep P units of T apart at every chunk (RowStep > 0), each thread copies the same
 // chunk k of rows r, r + P, r + 2P, .. from one source and one destination address, not one a
 // chunk, and a tile with no rows past Tn (every tile but a sequence's last: a uniform branch)
-// copies without the row tests: fewer instructions and registers (the Hopper dQ kernel at HS 128:
-// 158 registers where it had 202).
+// copies without the row tests: fewer instructions and registers (the Hopper dQ kernel's loop that
+// is not pipelined, at HS 128: 158 registers where it had 202).
 template <int R, int HS, int NThreads, int RowStep = 0, typename T, typename Offset>
 __device__ __forceinline__ void load_tile_chunks(T* s, const bf16* g, long long ld, int row0, int Tn, Offset offset) {
   constexpr int kChunks = HS / 8;  // 16-byte chunks per row

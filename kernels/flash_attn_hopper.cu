@@ -843,7 +843,8 @@ __device__ __forceinline__ void dkdv_kernel(const BwdParams<bf16>& p) {
     __syncthreads();  // K_j, V_j, the first stage and its keep bytes visible to every warp
     float st[Br / 8][4], dpt[Br / 8][4];
     bwd_issue_sdp<HS, Br, Bc>(st, dpt, aK, aV, aQ, adO);
-    if (IsDropout && second) fetch_mask_tile(mask_next, p.key, bh, (it0 + 1) * Br, j0, tid, p.keep, p.T);
+    if constexpr (IsDropout)
+      if (second) fetch_mask_tile(mask_next, p.key, bh, (it0 + 1) * Br, j0, tid, p.keep, p.T);
     for (int it = it0;; ++it) {  // (it0 < n_it: every key tile has its diagonal query tile)
       const int n = it - it0, i0 = it * Br, stage = n % 3;
       dkdv_products<HS, Br, Bc, MS, Cols, IsDropout>(dk, dv, st, dpt, p.T, p.scale_log2, p.dropout_scale, aV,
@@ -1399,7 +1400,10 @@ void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
   void (*dkdv)(BwdParams<bf16>) = flash_bwd_dkdv_hopper_kernel<HS, IsDropout, false>;
   size_t dkdv_smem = Kv::kSmemBytes;
   if constexpr (Kv::kPipe)
-    if (!flash_attn_hopper_pipelined()) dkdv = flash_bwd_dkdv_hopper_seq_kernel<HS, IsDropout>, dkdv_smem = 1024 + Kv::tiles_bytes(2, 1);
+    if (!flash_attn_hopper_pipelined()) {
+      dkdv = flash_bwd_dkdv_hopper_seq_kernel<HS, IsDropout>;
+      dkdv_smem = 1024 + Kv::tiles_bytes(2, 1);
+    }
   launch(dkdv, kv_grid, Kv::kThreads, dkdv_smem, ctx.stream, p);
   void (*dq)(BwdParams<bf16>) = flash_bwd_dq_hopper_kernel<HS, IsDropout>;
   if constexpr (Dq::kPipe)
