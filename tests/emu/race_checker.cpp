@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 #include "emu_internal.h"
 #include "simt_emulator.h"
@@ -20,8 +21,9 @@ void RaceChecker::launch_begin(const void* kernel, dim3, dim3 block, size_t dyna
   collective_.assign((block.x * block.y * block.z + 31) / 32, 0);
   bx_ = (int)block.x, by_ = (int)block.y;
   global_.clear();
-  global_page_ = ~uintptr_t(0);
-  global_cells_ = nullptr;
+  pages_used_ = 0;
+  std::fill(std::begin(page_cache_), std::end(page_cache_), std::pair<uintptr_t, GlobalCell*>{~uintptr_t(0), nullptr});
+  epochs_.assign(1, Epoch{});
   ctas_.clear();
   flag_released_.clear();
 }
@@ -30,6 +32,7 @@ void RaceChecker::cta_begin() {
   ctas_.push_back(g_block_idx);
   ++cta_;  // every cell of an earlier CTA reads as empty
   barrier_ = 0;
+  epochs_.push_back(Epoch{(uint32_t)ctas_.size(), 0});
   std::fill(collective_.begin(), collective_.end(), 0u);
   landings_.clear();
   nthreads_ = bx_ * by_ * (int)g_block_dim.z;
@@ -58,6 +61,7 @@ void RaceChecker::mbarrier_arrived(const void* bar, uint64_t phase) {
 
 void RaceChecker::barrier() {
   ++barrier_;
+  epochs_.push_back(Epoch{(uint32_t)ctas_.size(), barrier_});
   for (const auto& [thread, known] : acquired_) learn(after_, known);  // now the whole CTA's
   acquired_.clear();
 }
@@ -95,12 +99,21 @@ void RaceChecker::bulk_landing(const void* bar, uint64_t phases) {
 // hazard, so each thread whose accesses an arrival is to order must arrive itself.
 void RaceChecker::warp_collective(int warp, const char*) { ++collective_[(size_t)warp]; }
 
+int32_t RaceChecker::pc_code(const void* pc) {
+  const intptr_t d = reinterpret_cast<intptr_t>(pc) - reinterpret_cast<intptr_t>(&racecheck_from_env);
+  return d > INT32_MIN && d <= INT32_MAX ? (int32_t)d : kNoPc;
+}
+
+const void* RaceChecker::pc_of(int32_t code) {
+  return code == kNoPc ? nullptr : reinterpret_cast<const void*>(reinterpret_cast<intptr_t>(&racecheck_from_env) + code);
+}
+
 RaceChecker::Cell& RaceChecker::cell(uintptr_t a) {
   const uintptr_t off = a - reinterpret_cast<uintptr_t>(g_smem);
   Cell& c = off < g_smem_bytes ? dynamic_[off] : static_[a];
-  if (c.cta != cta_) {
+  if (c.cta != (uint32_t)cta_) {
     c = Cell{};
-    c.cta = cta_;
+    c.cta = (uint32_t)cta_;
   }
   return c;
 }
@@ -134,7 +147,8 @@ void RaceChecker::hazard(const char* what, uintptr_t a, const Stamp& e, const Ac
                     source_line(now.pc);
   if (e.thread >= 0)
     msg += (e.thread == now.thread->linear ? std::string(", after its own ") : ", after thread " + tid(e.thread) + " at ") +
-           source_line(e.pc) + (e.barrier == barrier_ && ordering_helps ? " with no __syncthreads between" : "");
+           (e.pc == kNoPc ? std::string("?") : source_line(pc_of(e.pc))) +
+           (e.barrier == barrier_ && ordering_helps ? " with no __syncthreads between" : "");
   std::fprintf(stderr, "SIMT emulator: %s\n", msg.c_str());
   device_fault(cudaErrorLaunchFailure, msg);
 }
@@ -147,10 +161,21 @@ static uint64_t word_mask(uintptr_t b, uintptr_t end, uintptr_t* run_end) {
   return (len == 64 ? ~0ull : (1ull << len) - 1) << (b & 63);
 }
 
+uint64_t* RaceChecker::written_page(uintptr_t page, bool make) const {
+  std::pair<uintptr_t, uint64_t*>& cached = written_cache_[page % 64];
+  if (cached.second && cached.first == page) return cached.second;
+  auto it = written_.find(page);
+  if (it == written_.end()) {
+    if (!make) return nullptr;
+    it = written_.emplace(page, std::vector<uint64_t>(64, 0)).first;
+  }
+  cached = {page, it->second.data()};
+  return cached.second;
+}
+
 void RaceChecker::mark_written(uintptr_t a, size_t n, bool on) {
   for (uintptr_t b = a; b < a + n;) {
-    std::vector<uint64_t>& page = written_[b >> 12];
-    if (page.empty()) page.assign(64, 0);
+    uint64_t* page = written_page(b >> 12, true);
     const uintptr_t end = std::min<uintptr_t>(a + n, ((b >> 12) + 1) << 12);
     while (b < end) {
       uintptr_t next;
@@ -164,13 +189,13 @@ void RaceChecker::mark_written(uintptr_t a, size_t n, bool on) {
 
 bool RaceChecker::all_written(uintptr_t a, uint32_t n) const {
   for (uintptr_t b = a; b < a + n;) {
-    const auto it = written_.find(b >> 12);
-    if (it == written_.end()) return false;
+    const uint64_t* page = written_page(b >> 12, false);
+    if (!page) return false;
     const uintptr_t end = std::min<uintptr_t>(a + n, ((b >> 12) + 1) << 12);
     while (b < end) {
       uintptr_t next;
       const uint64_t bits = word_mask(b, end, &next);
-      if ((it->second[(b >> 6) & 63] & bits) != bits) return false;
+      if ((page[(b >> 6) & 63] & bits) != bits) return false;
       b = next;
     }
   }
@@ -212,30 +237,39 @@ bool RaceChecker::global_ordered(uint32_t cta, uint32_t barriers, int thread) co
   return jt != mine->second.end() && jt->second > barriers;
 }
 
+RaceChecker::GlobalCell* RaceChecker::global_page(uintptr_t page) {
+  std::pair<uintptr_t, GlobalCell*>& cached = page_cache_[page % kPageCache];
+  if (cached.first == page) return cached.second;
+  GlobalCell*& cells = global_[page];
+  if (!cells) {
+    if (pages_used_ == pages_.size()) pages_.emplace_back(kPageCells);
+    std::vector<GlobalCell>& v = pages_[pages_used_++];
+    std::fill(v.begin(), v.end(), GlobalCell{});
+    cells = v.data();
+  }
+  cached = {page, cells};
+  return cells;
+}
+
 void RaceChecker::global_access(const Access& a) {
-  const uint32_t me = (uint32_t)ctas_.size();
+  const uint32_t me = (uint32_t)ctas_.size(), now = (uint32_t)epochs_.size() - 1;
   const int t = a.thread->linear;
+  GlobalCell* cells = global_page(a.addr >> 12);
   for (uintptr_t b = a.addr; b < a.addr + a.size; ++b) {
-    if (b >> 12 != global_page_) {
-      std::vector<GlobalCell>& page = global_[b >> 12];
-      if (page.empty()) page.resize(4096);
-      global_page_ = b >> 12;
-      global_cells_ = page.data();
-    }
-    GlobalCell& c = global_cells_[b & 4095];
-    if (c.writer && !global_ordered(c.writer, c.writer_barrier, t))
-      global_hazard(a.write ? "write-after-write hazard" : "read-after-write hazard", b, c.writer, a);
+    if (b % kPageCells == 0 && b != a.addr) cells = global_page(b >> 12);
+    GlobalCell& c = cells[b % kPageCells];
+    if (c.writer && !global_ordered(c.writer, t))
+      global_hazard(a.write ? "write-after-write hazard" : "read-after-write hazard", b, epochs_[c.writer].cta, a);
     const uint32_t first_reader = c.reader & ~kSeveral;
     if (a.write) {
-      if (first_reader && !global_ordered(first_reader, c.reader_barrier, t))
-        global_hazard("write-after-read hazard", b, first_reader, a);
+      if (first_reader && !global_ordered(first_reader, t))
+        global_hazard("write-after-read hazard", b, epochs_[first_reader].cta, a);
       if (c.reader & kSeveral) global_hazard("write-after-read hazard", b, 0, a);
       // the earlier accesses are ordered before this write, so after it only it matters
-      c = GlobalCell{me, 0, barrier_, 0};
-    } else if (!first_reader || (!(c.reader & kSeveral) && global_ordered(first_reader, c.reader_barrier, t))) {
-      c.reader = me;  // the first read, or one after every earlier read (its latest, if its CTA's)
-      c.reader_barrier = barrier_;
-    } else if (first_reader != me) {
+      c = GlobalCell{now, 0};
+    } else if (!first_reader || (!(c.reader & kSeveral) && global_ordered(first_reader, t))) {
+      c.reader = now;  // the first read, or one after every earlier read (its latest, if its CTA's)
+    } else if (epochs_[first_reader].cta != me) {
       c.reader |= kSeveral;
     }
   }
@@ -275,7 +309,7 @@ void RaceChecker::access(const Access& a) {
     return;
   }
   const int t = a.thread->linear;
-  const Stamp now{t, barrier_, collective_[(size_t)(t / 32)], a.pc, arrivals(t), fences_[(size_t)t]};
+  const Stamp now{t, barrier_, collective_[(size_t)(t / 32)], pc_code(a.pc), arrivals(t), fences_[(size_t)t]};
   for (uint32_t i = 0; i < a.size; ++i) {
     const uintptr_t b = a.addr + i;
     Cell& c = cell(b);
@@ -288,7 +322,7 @@ void RaceChecker::access(const Access& a) {
     if (a.kind == AccessKind::BulkCopyLand) {  // a TMA box lands: written, for whoever sees its phase
       c.in_flight = Stamp{};
       c.in_flight_bulk = false;
-      c.write = Stamp{kLanded, barrier_, (uint32_t)(landings_.size() - 1), a.pc};
+      c.write = Stamp{kLanded, barrier_, (uint32_t)(landings_.size() - 1), now.pc};
       c.read1 = c.read2 = Stamp{};
       c.written = true;
       continue;

@@ -61,6 +61,7 @@
 // attention paths and precisions) to cover every kernel of the build
 // (tests/emu/test_emu_cli.cpp).
 #pragma once
+#include <climits>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -94,24 +95,29 @@ class RaceChecker : public Observer {
   // the demangled names of the kernels launched under the checker so far, each once
   const std::vector<std::string>& kernel_names() const { return kernel_names_; }
 
-  // One access as the checker keeps it.
+  // One access as the checker keeps it (24 bytes: a shared byte's cell holds five).
   struct Stamp {
     int32_t thread = -1;  // linear index in the CTA; -1: none; kLanded: a TMA box (collective: its landing)
     uint32_t barrier = 0;  // barrier epoch of the CTA when it happened
     uint32_t collective = 0;  // the warp's collective epoch then
-    const void* pc = nullptr;
+    int32_t pc = kNoPc;     // the access's code address, as pc_code gives it (pc_of reads it back)
     uint32_t arrivals = 0;  // the thread's events before it (its own clock entry; see clock_)
     uint32_t fences = 0;    // the thread's fence.proxy.async before it
   };
-  struct Cell {  // one byte of shared memory
-    uint64_t cta = 0;  // the CTA the rest belongs to (older: as if empty)
+  struct Cell {  // one byte of shared memory; what every access reads first, first
+    uint32_t cta = 0;  // the CTA the rest belongs to (older: as if empty)
+    uint32_t async_reads = 0;     // wgmma operations reading it, issued and not retired
+    bool written = false;         // written since the CTA began
+    bool in_flight_bulk = false;  // in_flight is a TMA box's, not a cp.async's
     Stamp write, read1, read2;  // the last write; two reads since it, by different threads
     Stamp in_flight;            // a cp.async issued to this byte and not landed
     Stamp async_reader;         // the last wgmma issued that reads this byte
-    uint32_t async_reads = 0;   // wgmma operations reading it, issued and not retired
-    bool written = false;       // written since the CTA began
-    bool in_flight_bulk = false;  // in_flight is a TMA box's, not a cp.async's
   };
+  // A code address as its offset from racecheck_from_env's (the kernels and the emulator are
+  // linked into one executable, so it fits in 32 bits); kNoPc where it does not (named "?").
+  static constexpr int32_t kNoPc = INT32_MIN;
+  static int32_t pc_code(const void* pc);
+  static const void* pc_of(int32_t code);
 
  private:
   Cell& cell(uintptr_t a);
@@ -121,13 +127,19 @@ class RaceChecker : public Observer {
   [[noreturn]] void hazard(const char* what, uintptr_t a, const Stamp& earlier, const Access& now,
                            bool ordering_helps = true);
 
-  // Global memory within one launch: per byte, the CTA (its ordinal in the launch, from 1) that
-  // last wrote it and the one that first read it since, kSeveral set when other CTAs read it too
-  // that it was not ordered before; each with its CTA's __syncthreads count at the access.
+  // Global memory within one launch: per byte, the epoch (below) of the last write and of the
+  // first read since, kSeveral set on the read when other CTAs read it too that it was not
+  // ordered before; 0: none. An epoch is a stretch of one CTA between two of its __syncthreads:
+  // epochs_[e] is that CTA's ordinal in the launch (from 1) and its __syncthreads count then.
+  // 8 bytes a byte of memory, where a CTA and a count for each access took 16: the cells are most
+  // of the checker's memory traffic.
   struct GlobalCell {
     uint32_t writer = 0, reader = 0;
-    uint32_t writer_barrier = 0, reader_barrier = 0;
   };
+  struct Epoch {
+    uint32_t cta = 0, barriers = 0;
+  };
+  std::vector<Epoch> epochs_;  // [0]: none
   // What a CTA knows of earlier CTAs: per CTA ordinal, its accesses before how many of its
   // __syncthreads are ordered before (a release carries the releasing CTA's count then).
   using Known = std::unordered_map<uint32_t, uint32_t>;
@@ -136,6 +148,9 @@ class RaceChecker : public Observer {
   // running thread's access: the same CTA, or one whose release after a later __syncthreads it
   // has acquired (its CTA, before one of its own __syncthreads; or the thread itself).
   bool global_ordered(uint32_t cta, uint32_t barriers, int thread) const;
+  bool global_ordered(uint32_t epoch, int thread) const {
+    return global_ordered(epochs_[epoch].cta, epochs_[epoch].barriers, thread);
+  }
   // the running CTA's knowledge after its __syncthreads, and per thread what it acquired since
   // the last one; per flag, what its last release carries
   Known after_;
@@ -144,9 +159,16 @@ class RaceChecker : public Observer {
   static constexpr uint32_t kSeveral = 1u << 31;
   void global_access(const Access& a);
   [[noreturn]] void global_hazard(const char* what, uintptr_t a, uint32_t other, const Access& now);
-  std::unordered_map<uintptr_t, std::vector<GlobalCell>> global_;  // per 4 KB page; cleared a launch
-  uintptr_t global_page_ = ~uintptr_t(0);                          // the page last looked up
-  GlobalCell* global_cells_ = nullptr;
+  // The cells of a 4 KB page of device memory: the launch's pages by page number, taken from a
+  // pool kept across launches (pages_, the first pages_used_ of them this launch's), so that a
+  // launch reuses the memory of the last one's instead of allocating it anew; a direct-mapped
+  // cache of the last pages looked up in front of the map.
+  static constexpr size_t kPageCells = 4096, kPageCache = 64;
+  GlobalCell* global_page(uintptr_t page);
+  std::unordered_map<uintptr_t, GlobalCell*> global_;
+  std::vector<std::vector<GlobalCell>> pages_;
+  size_t pages_used_ = 0;
+  std::pair<uintptr_t, GlobalCell*> page_cache_[kPageCache];
   std::vector<uint3> ctas_;  // the block index of each CTA of the launch, by ordinal - 1
 
   std::vector<Cell> dynamic_;                  // one per byte of the largest dynamic shared memory
@@ -174,7 +196,12 @@ class RaceChecker : public Observer {
   static void join(Clock& into, const Clock& from);
   uint32_t arrivals(int thread) const { return clock_.empty() ? 0 : clock_[(size_t)thread][(size_t)thread]; }
   // device memory written since the checker began: a bit a byte, per 4 KB page
-  std::unordered_map<uintptr_t, std::vector<uint64_t>> written_;
+  mutable std::unordered_map<uintptr_t, std::vector<uint64_t>> written_;
+  // the bits of page `page`, made (all clear) if `make`, else null where no byte of it was ever
+  // written; a direct-mapped cache of the pages last found in front of the map (which never
+  // drops a page, so the pointers stay valid)
+  uint64_t* written_page(uintptr_t page, bool make) const;
+  mutable std::pair<uintptr_t, uint64_t*> written_cache_[64];
   void mark_written(uintptr_t a, size_t n, bool on);
   bool all_written(uintptr_t a, uint32_t n) const;
   std::unordered_set<const void*> kernels_;

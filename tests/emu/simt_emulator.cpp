@@ -570,13 +570,17 @@ __attribute__((noinline)) const std::vector<std::pair<uintptr_t, uintptr_t>>& lo
 
 bool static_shared(uintptr_t a) {
   static const std::pair<uintptr_t, uintptr_t> span = local_statics_span();
-  static std::pair<uintptr_t, uintptr_t> last{0, 0};  // the object of the last hit
-  if (a - last.first < last.second - last.first) return true;
+  // the objects of the last hits, the newest replacing the oldest (a kernel's static __shared__
+  // arrays are a few, used by turns: one remembered object missed at every turn)
+  static std::pair<uintptr_t, uintptr_t> last[4] = {};
+  static unsigned next = 0;
+  for (const auto& o : last)
+    if (a - o.first < o.second - o.first) return true;
   if (a - span.first >= span.second - span.first) return false;
   const auto& v = local_statics();
   auto it = std::upper_bound(v.begin(), v.end(), std::make_pair(a, UINTPTR_MAX));
   if (it == v.begin() || a >= (--it)->second) return false;
-  last = *it;
+  last[next++ % 4] = *it;
   return true;
 }
 
