@@ -18,6 +18,7 @@ RaceChecker::~RaceChecker() { remove_observer(this); }
 void RaceChecker::launch_begin(const void* kernel, dim3, dim3 block, size_t dynamic_smem) {
   if (kernels_.insert(kernel).second) kernel_names_.push_back(kernel_name(kernel));
   if (dynamic_.size() < dynamic_smem) dynamic_.resize(dynamic_smem);
+  if (async_.size() < (dynamic_smem + 15) / 16) async_.resize((dynamic_smem + 15) / 16);
   collective_.assign((block.x * block.y * block.z + 31) / 32, 0);
   bx_ = (int)block.x, by_ = (int)block.y;
   global_.clear();
@@ -116,6 +117,17 @@ RaceChecker::Cell& RaceChecker::cell(uintptr_t a) {
     c.cta = (uint32_t)cta_;
   }
   return c;
+}
+
+RaceChecker::AsyncChunk* RaceChecker::async_chunk(uintptr_t a) {
+  const uintptr_t off = a - reinterpret_cast<uintptr_t>(g_smem);
+  if (off >= g_smem_bytes) return nullptr;
+  AsyncChunk& k = async_[off / 16];
+  if (k.cta != (uint32_t)cta_) {
+    k = AsyncChunk{};
+    k.cta = (uint32_t)cta_;
+  }
+  return &k;
 }
 
 bool RaceChecker::ordered(const Stamp& e, int thread) const {
@@ -308,17 +320,19 @@ void RaceChecker::access(const Access& a) {
     }
     return;
   }
+  if (a.kind == AccessKind::AsyncReadDone) {  // a wgmma retired: it reads these chunks no more
+    for (uintptr_t k = a.addr / 16; k <= (a.addr + a.size - 1) / 16; ++k)
+      if (AsyncChunk* ck = async_chunk(16 * k); ck && ck->reads) --ck->reads;
+    return;
+  }
   const int t = a.thread->linear;
   const Stamp now{t, barrier_, collective_[(size_t)(t / 32)], pc_code(a.pc), arrivals(t), fences_[(size_t)t]};
   for (uint32_t i = 0; i < a.size; ++i) {
     const uintptr_t b = a.addr + i;
     Cell& c = cell(b);
-    if (a.kind == AccessKind::AsyncReadDone) {  // a wgmma retired: it reads this byte no more
-      if (c.async_reads) --c.async_reads;
-      continue;
-    }
-    if (a.write && c.async_reads)
-      hazard("write to a wgmma operand before the wgmma.wait_group that retires it", b, c.async_reader, a, false);
+    if (a.write)
+      if (const AsyncChunk* ck = async_chunk(b); ck && ck->reads)
+        hazard("write to a wgmma operand before the wgmma.wait_group that retires it", b, ck->reader, a, false);
     if (a.kind == AccessKind::BulkCopyLand) {  // a TMA box lands: written, for whoever sees its phase
       c.in_flight = Stamp{};
       c.in_flight_bulk = false;
@@ -363,14 +377,18 @@ void RaceChecker::access(const Access& a) {
           hazard("wgmma read of an operand its writer stored through the generic proxy and did not follow with "
                  "fence.proxy.async",
                  b, c.write, a, false);
-        ++c.async_reads;
-        c.async_reader = now;
-        continue;
+        continue;  // (counted a chunk at a time, below)
       }
       if (c.read1.thread < 0 || c.read1.thread == t) c.read1 = now;
       else c.read2 = now;
     }
   }
+  if (a.kind == AccessKind::AsyncRead)  // in flight until its retire
+    for (uintptr_t k = a.addr / 16; k <= (a.addr + a.size - 1) / 16; ++k)
+      if (AsyncChunk* ck = async_chunk(16 * k)) {
+        ++ck->reads;
+        ck->reader = now;
+      }
 }
 
 namespace {

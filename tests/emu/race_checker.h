@@ -106,12 +106,18 @@ class RaceChecker : public Observer {
   };
   struct Cell {  // one byte of shared memory; what every access reads first, first
     uint32_t cta = 0;  // the CTA the rest belongs to (older: as if empty)
-    uint32_t async_reads = 0;     // wgmma operations reading it, issued and not retired
     bool written = false;         // written since the CTA began
     bool in_flight_bulk = false;  // in_flight is a TMA box's, not a cp.async's
     Stamp write, read1, read2;  // the last write; two reads since it, by different threads
     Stamp in_flight;            // a cp.async issued to this byte and not landed
-    Stamp async_reader;         // the last wgmma issued that reads this byte
+  };
+  // A 16-byte chunk of the dynamic shared memory as wgmma operands read it: the async proxy reads
+  // whole chunks (hopper_emu.cpp's AsyncRead and AsyncReadDone), so a chunk's count stands for
+  // each of its bytes, and a retirement is one update, not sixteen.
+  struct AsyncChunk {
+    uint32_t cta = 0;    // as Cell's
+    uint32_t reads = 0;  // wgmma operations reading it, issued and not retired
+    Stamp reader;        // the last wgmma issued that reads it
   };
   // A code address as its offset from racecheck_from_env's (the kernels and the emulator are
   // linked into one executable, so it fits in 32 bits); kNoPc where it does not (named "?").
@@ -172,6 +178,8 @@ class RaceChecker : public Observer {
   std::vector<uint3> ctas_;  // the block index of each CTA of the launch, by ordinal - 1
 
   std::vector<Cell> dynamic_;                  // one per byte of the largest dynamic shared memory
+  std::vector<AsyncChunk> async_;              // one per 16 bytes of it
+  AsyncChunk* async_chunk(uintptr_t a);        // a's chunk, or null outside the dynamic shared memory
   std::unordered_map<uintptr_t, Cell> static_;  // the static __shared__ bytes touched
   std::vector<uint32_t> collective_;           // per warp of the CTA
   // TMA boxes landed in this CTA: the mbarrier and the phases completed that make each visible;
