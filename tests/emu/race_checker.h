@@ -95,7 +95,7 @@ class RaceChecker : public Observer {
   // the demangled names of the kernels launched under the checker so far, each once
   const std::vector<std::string>& kernel_names() const { return kernel_names_; }
 
-  // One access as the checker keeps it (24 bytes: a shared byte's cell holds five).
+  // One access as the checker keeps it (24 bytes: a shared byte's cell holds four).
   struct Stamp {
     int32_t thread = -1;  // linear index in the CTA; -1: none; kLanded: a TMA box (collective: its landing)
     uint32_t barrier = 0;  // barrier epoch of the CTA when it happened
