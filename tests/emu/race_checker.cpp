@@ -327,12 +327,13 @@ void RaceChecker::access(const Access& a) {
   }
   const int t = a.thread->linear;
   const Stamp now{t, barrier_, collective_[(size_t)(t / 32)], pc_code(a.pc), arrivals(t), fences_[(size_t)t]};
+  const AsyncChunk* ck = nullptr;  // the byte's chunk, looked up for a write as each chunk starts
   for (uint32_t i = 0; i < a.size; ++i) {
     const uintptr_t b = a.addr + i;
     Cell& c = cell(b);
-    if (a.write)
-      if (const AsyncChunk* ck = async_chunk(b); ck && ck->reads)
-        hazard("write to a wgmma operand before the wgmma.wait_group that retires it", b, ck->reader, a, false);
+    if (a.write && (i == 0 || b % 16 == 0)) ck = async_chunk(b);
+    if (ck && ck->reads)
+      hazard("write to a wgmma operand before the wgmma.wait_group that retires it", b, ck->reader, a, false);
     if (a.kind == AccessKind::BulkCopyLand) {  // a TMA box lands: written, for whoever sees its phase
       c.in_flight = Stamp{};
       c.in_flight_bulk = false;
