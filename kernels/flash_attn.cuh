@@ -9,8 +9,9 @@
 // dqkv.
 // Head sizes: multiples of 8 up to 256 (flash_attn_tile_head_size: 32, 64, 128, 256 run as they
 // are, the others padded through ctx.scratch).
-// causal must be true: the kernels are instantiated causal only (std::invalid_argument otherwise;
-// see flash::check_causal in kernels/flash_attn_common.cuh).
+// causal: keys after their query masked (the GPT's attention); false: every query attends to every
+// key of its sequence. Both kernel families take either (a run-time flag of the kernels, so that
+// it costs no second instantiation).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -50,7 +51,8 @@ size_t flash_attn_smem_bytes(int HS, bool bf16);
 // groups) touches one block, and the dK / dV kernels' loads (make_mask_tile) take one block a warp.
 // A (b, h) takes 16 R (R + 1) bytes, R = ceil(T / 16): about T^2 / 16, 1/32 of a (T, T) bf16
 // score matrix. Offsets within a (b, h) are 32-bit: the launchers store and read keep decisions
-// only for T <= kFlashKeepMaxT (2^28 bytes a (b, h)) and otherwise make them again.
+// only for causal attention with T <= kFlashKeepMaxT (2^28 bytes a (b, h)) and otherwise make
+// them again (flash::keep_buffer_used).
 constexpr int kFlashKeepMaxT = 65536;
 TG_HD uint32_t flash_attn_keep_bh_bytes(int Tn) {
   const uint32_t R = ((uint32_t)Tn + 15) / 16;
@@ -80,11 +82,11 @@ void flash_attn_forward(const Context& ctx,
                         float* lse,      // (B, NH, T) overwritten: row logsumexp of S = Q K^T / sqrt(HS)
                         const T* qkv,    // (B, T, 3C)
                         const philox::DropoutKey& key, int B, int Tn, int C, int NH, bool causal,
-                        uint8_t* mask,   // (B, NH, T, T) keep decisions applied, or null; entries
-                                         // above the causal diagonal untouched
+                        uint8_t* mask,   // (B, NH, T, T) keep decisions applied, or null; causal:
+                                         // entries above the diagonal untouched
                         uint8_t* keep = nullptr);  // flash_attn_keep_bytes: with dropout on (key.threshold
-                                                   // != 0), the bf16 kernels store their keep decisions
-                                                   // here for the backward; otherwise untouched
+                                                   // != 0) and causal, the bf16 kernels store their keep
+                                                   // decisions here for the backward; otherwise untouched
 
 template <typename T>
 void flash_attn_backward(const Context& ctx,
@@ -97,7 +99,8 @@ void flash_attn_backward(const Context& ctx,
                          const uint8_t* keep = nullptr);  // the forward's keep buffer for this key and
                                                           // shape, or null: the bf16 kernels read
                                                           // the decisions there instead of making
-                                                          // them again (the same bits); the fp32
-                                                          // kernels always make them
+                                                          // them again (the same bits; causal
+                                                          // only, as the forward stores them); the
+                                                          // fp32 kernels always make them
 
 }  // namespace gpu

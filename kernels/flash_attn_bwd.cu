@@ -8,7 +8,7 @@
 // a Philox4x32-10 call was, 20 multiplies, 20 three-way xors and the key schedule's adds):
 //   D_i    = rowsum(dO_i o O_i)                      (preprocessing pass, into ctx.scratch)
 //   P_ij   = exp(S_ij - lse_i),  S_ij = Q_i K_j^T / sqrt(HS)   (recomputed; 0 at j >= T and,
-//            causal, at j > i)
+//            causal (p.causal, a run-time flag), at j > i)
 //   Pd_ij  = P_ij o M_ij s
 //   dV_j  += Pd_ij^T dO_i,   dPd_ij = dO_i V_j^T,   dP_ij = dPd_ij o M_ij s
 //   dS_ij  = P_ij o (dP_ij - D_i)
@@ -127,7 +127,7 @@ struct DkvTile {
 };
 
 // grid (B*NH, ceil(T / Bc), kSplits).
-template <int HS, bool IsCausal, bool IsDropout>
+template <int HS, bool IsDropout>
 __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_kernel(const BwdParams<bf16> p) {
   using Tile = DkvTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, S = Tile::kStride, MS = Tile::kMaskStride,
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
   const float* Dg = p.D + (long long)bh * p.T;
 
   // causal: query tiles that end before j0 see only keys after their queries
-  const int it0 = IsCausal ? j0 / Br : 0;
+  const int it0 = p.causal ? j0 / Br : 0;
   const int n_it = (p.T + Br - 1) / Br;
 
   // load tile: Q_i, dO_i into a stage (its lse_i log2(e), +inf past T: P = 0 there, and D_i:
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
             load_q_tile, it, n_it, stage, sL, sD, lse, Dg, sM, mask_next, p.key, bh, j0, p.keep, p.T);
     __syncthreads();  // K_j, V_j, this stage and the keep bits visible to every warp
     // a warp whose 16 keys all come after the tile's last query has nothing unmasked here
-    if (!(IsCausal && i0 + Br - 1 < jw0)) {
+    if (!(p.causal && i0 + Br - 1 < jw0)) {
       const bf16* sQi = sQ + stage * Br * S;
       const bf16* sdOi = sdO + stage * Br * S;
       const float* sLi = sL + stage * Br;
@@ -198,7 +198,7 @@ __global__ void __launch_bounds__(DkvTile<HS>::kThreads, 1) flash_bwd_dkdv_bf16_
       float st[Br / 8][4];
       zero(st);
       warp_gemm_ss<HS, Br, S>(st, sK + 16 * warp * S, sQi, lane);
-      if (i0 + Br > p.T || (IsCausal && i0 < jw0 + 15)) mask_scores_t<Br / 8, IsCausal>(st, k_g, i0 + 2 * t, p.T);
+      if (i0 + Br > p.T || (p.causal && i0 < jw0 + 15)) mask_scores_t<Br / 8>(st, k_g, i0 + 2 * t, p.T, p.causal);
       // P_ij^T = exp(S_ij^T - lse_i) (lse of the column's query)
       probs_key_major(st, sLi, p.scale_log2, t);
       // dV_j += (P_ij o M_ij)^T dO_i   (the scale s is applied once, at the end)
@@ -232,7 +232,7 @@ template <int HS>
 using DqTile = QueryTile<HS, 4, 2>;
 
 // grid (B*NH, ceil(T / Br)); query tiles last-first (causal: longest first).
-template <int HS, bool IsCausal, bool IsDropout>
+template <int HS, bool IsDropout>
 __global__ void __launch_bounds__(DqTile<HS>::kThreads, 1) flash_bwd_dq_bf16_kernel(const BwdParams<bf16> p) {
   using Tile = DqTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, S = Tile::kStride, NThreads = Tile::kThreads;
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(DqTile<HS>::kThreads, 1) flash_bwd_dq_bf16_ker
   const bf16* V = Q + 2LL * p.C;
   const bf16* dO = p.dout + (long long)b * p.T * p.ld_out + (long long)h * HS;
 
-  const int j_end = IsCausal ? min(p.T, i0 + Br) : p.T;
+  const int j_end = p.causal ? min(p.T, i0 + Br) : p.T;
   const int n_j = (j_end + Bc - 1) / Bc;
 
   // load tile: Q_i, dO_i once; the last key tile's K, V into stage 0 (the keys run last-first)
@@ -294,14 +294,14 @@ __global__ void __launch_bounds__(DqTile<HS>::kThreads, 1) flash_bwd_dq_bf16_ker
       cp_async_wait<0>();
     }
     __syncthreads();
-    if (!(IsCausal && j0 > iw0 + 15)) {
+    if (!(p.causal && j0 > iw0 + 15)) {
       const bf16* sKj = sK + stage * Bc * S;
       const bf16* sVj = sV + stage * Bc * S;
       // S_ij = Q_i K_j^T (raw), masked; P_ij = exp(S_ij - lse_i)
       float s[Bc / 8][4];
       zero(s);
       warp_gemm_ss<HS, Bc, S>(s, sQ + 16 * warp * S, sKj, lane);
-      if (j0 + Bc > p.T || (IsCausal && j0 + Bc - 1 > iw0)) mask_scores<Bc / 8, IsCausal>(s, i_g, j0 + 2 * (lane % 4), p.T);
+      if (j0 + Bc > p.T || (p.causal && j0 + Bc - 1 > iw0)) mask_scores<Bc / 8>(s, i_g, j0 + 2 * (lane % 4), p.T, p.causal);
       probs_query_major(s, lse2, p.scale_log2);
       // dPd_ij = dO_i V_j^T
       float dp[Bc / 8][4];
@@ -334,8 +334,10 @@ constexpr size_t simt_bwd_smem_bytes() {
 
 // dK / dV: one CTA per (32 keys, bh), each warp owning 4 keys; loops over 32-query tiles.
 // Shared: K_j, V_j [32][HS] (row broadcast), Q_i, dO_i [32][HS+1] (lane = query), lse_i, D_i.
-template <int HS, bool IsCausal, bool IsDropout>
-__global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dkdv_f32_kernel(const BwdParams<float> p) {
+// At HS 32 three CTAs an SM or more (80 registers or fewer: ptxas, left to itself, gave the dropout
+// kernel 84 on sm_90 once causal became a run-time flag).
+template <int HS, bool IsDropout>
+__global__ void __launch_bounds__(SimtTile::kThreads, HS == 32 ? 3 : 1) flash_bwd_dkdv_f32_kernel(const BwdParams<float> p) {
   constexpr int NTile = SimtTile::kTile, KPW = SimtTile::kPerWarp, KD = HS / 32;
   unsigned char* const smem = dynamic_smem<unsigned char>();
   float* sK = reinterpret_cast<float*>(smem);  // [32][HS]
@@ -362,7 +364,7 @@ __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dkdv_f32_kern
 #pragma unroll
     for (int k = 0; k < KD; ++k) dk[kk][k] = dv[kk][k] = 0.f;
 
-  for (int i0 = IsCausal ? j0 : 0; i0 < p.T; i0 += NTile) {
+  for (int i0 = p.causal ? j0 : 0; i0 < p.T; i0 += NTile) {
     __syncthreads();  // the previous query tile is consumed (K_j, V_j visible on the first)
     load_tile_f32<NTile, HS, HS + 1>(sQ, Q, p.ld_qkv, i0, p.T);
     load_tile_f32<NTile, HS, HS + 1>(sdO, dO, p.ld_out, i0, p.T);
@@ -376,8 +378,8 @@ __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dkdv_f32_kern
 #pragma unroll
     for (int kk = 0; kk < KPW; ++kk) {
       const int kr = warp * KPW + kk, j = j0 + kr;
-      if (j >= p.T || (IsCausal && i0 + NTile - 1 < j)) continue;  // warp-uniform
-      const bool valid = i < p.T && (!IsCausal || j <= i);
+      if (j >= p.T || (p.causal && i0 + NTile - 1 < j)) continue;  // warp-uniform
+      const bool valid = i < p.T && (!p.causal || j <= i);
       // S_ij = Q_i . K_j / sqrt(HS), P_ij = exp(S_ij - lse_i); dPd_ij = dO_i . V_j
       float sdot = 0.f, dpd = 0.f;
 #pragma unroll 8
@@ -419,7 +421,7 @@ __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dkdv_f32_kern
 
 // dQ: one CTA per (32 queries, bh), each warp owning 4 query rows; loops over 32-key tiles.
 // Shared: Q_i, dO_i [32][HS] (row broadcast), K_j, V_j [32][HS+1] (lane = key).
-template <int HS, bool IsCausal, bool IsDropout>
+template <int HS, bool IsDropout>
 __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dq_f32_kernel(const BwdParams<float> p) {
   constexpr int NTile = SimtTile::kTile, RPW = SimtTile::kPerWarp, KD = HS / 32;
   unsigned char* const smem = dynamic_smem<unsigned char>();
@@ -436,7 +438,7 @@ __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dq_f32_kernel
   const float* K = Q + p.C;
   const float* V = Q + 2LL * p.C;
   const float* dO = p.dout + (long long)b * p.T * p.ld_out + (long long)h * HS;
-  const int j_end = IsCausal ? min(p.T, i0 + NTile) : p.T;
+  const int j_end = p.causal ? min(p.T, i0 + NTile) : p.T;
 
   load_tile_f32<NTile, HS, HS>(sQ, Q, p.ld_qkv, i0, p.T);
   load_tile_f32<NTile, HS, HS>(sdO, dO, p.ld_out, i0, p.T);
@@ -458,8 +460,8 @@ __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_bwd_dq_f32_kernel
 #pragma unroll
     for (int rr = 0; rr < RPW; ++rr) {
       const int r = warp * RPW + rr, i = i0 + r;
-      if (i >= p.T || (IsCausal && j0 > i)) continue;  // warp-uniform
-      const bool valid = j < p.T && (!IsCausal || j <= i);
+      if (i >= p.T || (p.causal && j0 > i)) continue;  // warp-uniform
+      const bool valid = j < p.T && (!p.causal || j <= i);
       // S_ij = Q_i . K_j / sqrt(HS), P_ij = exp(S_ij - lse_i); dPd_ij = dO_i . V_j
       float sdot = 0.f, dpd = 0.f;
 #pragma unroll 8
@@ -497,8 +499,8 @@ size_t bwd_smem_of(bool bf16) {
   return bf16 ? std::max(DkvTile<HS>::kSmemBytes, DqTile<HS>::kSmemBytes) : simt_bwd_smem_bytes<HS>();
 }
 
-// One (T, HS, causal, dropout) instantiation: the D pass, then dK/dV, then dQ, on ctx.stream.
-template <typename T, int HS, bool IsCausal, bool IsDropout>
+// One (T, HS, dropout) instantiation: the D pass, then dK/dV, then dQ, on ctx.stream.
+template <typename T, int HS, bool IsDropout>
 void run_bwd(const Context& ctx, const BwdParams<T>& p) {
   {
     const long long rows = (long long)p.B * p.T * p.NH;
@@ -511,18 +513,18 @@ void run_bwd(const Context& ctx, const BwdParams<T>& p) {
     using Dq = DqTile<HS>;
     const long long kv_tiles = ceil_div(p.T, Kv::kBc), q_tiles = ceil_div(p.T, Dq::kBr);
     if (kv_tiles > 65535 || q_tiles > 65535) throw std::invalid_argument("flash_attn_backward: T too large for the grid");
-    launch(flash_bwd_dkdv_bf16_kernel<HS, IsCausal, IsDropout>,
+    launch(flash_bwd_dkdv_bf16_kernel<HS, IsDropout>,
            dim3((unsigned)(p.B * p.NH), (unsigned)kv_tiles, (unsigned)Kv::kSplits), Kv::kThreads, Kv::kSmemBytes,
            ctx.stream, p);
-    launch(flash_bwd_dq_bf16_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)q_tiles),
+    launch(flash_bwd_dq_bf16_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)q_tiles),
            Dq::kThreads, Dq::kSmemBytes, ctx.stream, p);
   } else {
     const long long tiles = ceil_div(p.T, SimtTile::kTile);
     if (tiles > 65535) throw std::invalid_argument("flash_attn_backward: T too large for the grid");
     const dim3 grid((unsigned)(p.B * p.NH), (unsigned)tiles);
-    launch(flash_bwd_dkdv_f32_kernel<HS, IsCausal, IsDropout>, grid, SimtTile::kThreads, simt_bwd_smem_bytes<HS>(),
+    launch(flash_bwd_dkdv_f32_kernel<HS, IsDropout>, grid, SimtTile::kThreads, simt_bwd_smem_bytes<HS>(),
            ctx.stream, p);
-    launch(flash_bwd_dq_f32_kernel<HS, IsCausal, IsDropout>, grid, SimtTile::kThreads, simt_bwd_smem_bytes<HS>(),
+    launch(flash_bwd_dq_f32_kernel<HS, IsDropout>, grid, SimtTile::kThreads, simt_bwd_smem_bytes<HS>(),
            ctx.stream, p);
   }
 }
@@ -547,7 +549,6 @@ void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qk
                          const philox::DropoutKey& key, int B, int Tn, int C, int NH, bool causal,
                          const uint8_t* keep) {
   const int HS = flash::check_shape(B, Tn, C, NH, "flash_attn_backward");
-  flash::check_causal(causal, "flash_attn_backward");
   if (!dqkv || !dout || !qkv || !out || !lse) throw std::invalid_argument("flash_attn_backward: null buffer");
   if constexpr (std::is_same_v<T, bf16>) {
     flash::check_aligned(qkv, 16, "flash_attn_backward", "qkv");    // cp.async moves 16 bytes
@@ -583,7 +584,7 @@ void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qk
   flash::BwdParams<T> p{};
   // out and lse are only read here (the D pass, the recomputation of P)
   flash::fill_fwd_params<T>(p, qkv_k, const_cast<T*>(out_k), const_cast<float*>(lse), nullptr, key, B, Tn,
-                            NH * pad.HSp, NH);
+                            NH * pad.HSp, NH, causal);
   flash::set_scale(p, HS);
   p.dout = dout_k;
   p.dqkv = dqkv_k;
@@ -595,11 +596,10 @@ void flash_attn_backward(const Context& ctx, T* dqkv, const T* dout, const T* qk
   }
   const bool dropout = key.threshold != 0;
   // (the kernels only read p.keep here)
-  if constexpr (std::is_same_v<T, bf16>) p.keep = dropout && Tn <= kFlashKeepMaxT ? const_cast<uint8_t*>(keep) : nullptr;
-  // the one place where the runtime flags become template parameters
-  // (causal only: see flash::check_causal)
+  if constexpr (std::is_same_v<T, bf16>) p.keep = flash::keep_buffer_used(key, Tn, causal) ? const_cast<uint8_t*>(keep) : nullptr;
+  // the one place where the runtime flags become template parameters (causal stays p.causal)
   FLASH_HEADDIM_SWITCH(pad.HSp, kHS, [&] {
-    BOOL_SWITCH(dropout, kDropout, [&] { flash::run_bwd<T, kHS, /*IsCausal=*/true, kDropout>(ctx, p); });
+    BOOL_SWITCH(dropout, kDropout, [&] { flash::run_bwd<T, kHS, kDropout>(ctx, p); });
   });
   if (pad.active()) flash::copy_heads(ctx, dqkv, HS, dqkv_k, pad.HSp, rows, 3 * NH);
 }

@@ -1,6 +1,7 @@
 // kernels/flash_attn_common.cuh: what the flash-attention forward (flash_attn_fwd.cu) and
 // backward (flash_attn_bwd.cu) share. Not a launcher header: device helpers only.
-//   - the static switch (head dim, causal, dropout become template parameters in one place);
+//   - the static switch (head dim and dropout become template parameters in one place; causal
+//     stays a run-time flag, FwdParams::causal);
 //   - the params structs (the backward's extends the forward's);
 //   - thin PTX wrappers: cp.async (16-byte, zero-filling), ldmatrix (.x4, plain and .trans),
 //     mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32;
@@ -87,6 +88,8 @@ struct FwdParams {
   float scale;             // 1 / sqrt(HS): S_ij = Q_i K_j^T * scale
   float scale_log2;        // scale * log2(e): exp(S - m) = exp2(QK^T * scale_log2 - m * scale_log2)
   int B, T, C, NH, HS;     // batch, sequence length, channels, heads, head size (C = NH * HS)
+  bool causal;             // keys after the query masked (j > i) and the tiles wholly past the
+                           // diagonal skipped; false: every key of the sequence
   long long ld_qkv;        // 3C: row stride of qkv / dqkv in elements
   long long ld_out;        // C: row stride of out / dout in elements
 };
@@ -115,7 +118,7 @@ void launch_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p, bool dropou
 // The fields the forward and backward launchers fill alike.
 template <typename Act>
 inline void fill_fwd_params(FwdParams<Act>& p, const Act* qkv, Act* out, float* lse, uint8_t* mask,
-                            const philox::DropoutKey& key, int B, int Tn, int C, int NH) {
+                            const philox::DropoutKey& key, int B, int Tn, int C, int NH, bool causal) {
   const int HS = C / NH;
   p.qkv = qkv;
   p.out = out;
@@ -130,6 +133,7 @@ inline void fill_fwd_params(FwdParams<Act>& p, const Act* qkv, Act* out, float* 
   p.C = C;
   p.NH = NH;
   p.HS = HS;
+  p.causal = causal;
   p.ld_qkv = 3LL * C;
   p.ld_out = C;
 }
@@ -188,15 +192,11 @@ inline int check_shape(int B, int Tn, int C, int NH, const char* who) {
   return HS;
 }
 
-// The kernels keep IsCausal as a template parameter, but the launchers instantiate only
-// IsCausal = true: the GPT's attention is causal, and each non-causal instantiation doubled the
-// compile time of the flash files (about 37 s of CPU per build on 2 cores) for a path nothing
-// selects. Re-enabling it is one BOOL_SWITCH in each launcher (and the tests' loops).
-// Non-causal attention on the GPU is the naive path (kernels/attention_naive.cuh).
-inline void check_causal(bool causal, const char* who) {
-  if (!causal)
-    throw std::invalid_argument(std::string(who) + ": the flash kernels are built causal only (the GPT's attention); "
-                                "use attention_naive_* for non-causal attention");
+// Whether the launchers hand the kernels the caller's keep buffer (flash_attn_keep_offset): with
+// dropout on, causal (its layout holds the causal triangle alone) and T <= kFlashKeepMaxT;
+// otherwise the kernels make every keep decision by its Philox call.
+inline bool keep_buffer_used(const philox::DropoutKey& key, int Tn, bool causal) {
+  return key.threshold != 0 && causal && Tn <= kFlashKeepMaxT;
 }
 
 inline void check_aligned(const void* p, size_t bytes, const char* who, const char* what) {
@@ -459,14 +459,14 @@ __device__ __forceinline__ void zero(float (&acc)[NT][4]) {
 // i_g = absolute query row of its c0 (first row of the warp + g) and j_t = absolute key
 // column of its c0 in n-tile 0 (j0 + 2t) is row i_g + 8(e/2), column j_t + 8nt + e%2.
 // -inf where j >= T (keys past the end) or, causal, j > i.
-template <int NT, bool IsCausal>
-__device__ __forceinline__ void mask_scores(float (&s)[NT][4], int i_g, int j_t, int Tn) {
+template <int NT>
+__device__ __forceinline__ void mask_scores(float (&s)[NT][4], int i_g, int j_t, int Tn, bool causal) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int i = i_g + 8 * (e / 2), j = j_t + 8 * nt + (e % 2);
-      if (j >= Tn || (IsCausal && j > i)) s[nt][e] = -INFINITY;
+      if (j >= Tn || (causal && j > i)) s[nt][e] = -INFINITY;
     }
 }
 
@@ -474,9 +474,9 @@ __device__ __forceinline__ void mask_scores(float (&s)[NT][4], int i_g, int j_t,
 // The keep decisions of query i and keys j .. j+7 (j a multiple of 8), one byte (bit u: key
 // j + u): stored_keep_byte reads the one the forward stored in `in`; keep_byte makes it by its
 // Philox call (philox::attn_keep_byte) and, when `out` is not null, stores it there for the
-// backward. The buffers hold the causal pairs of queries < T (flash_attn_keep_offset); elsewhere
-// the byte read is 0, for elements the masking has already zeroed (keys all after the query, or a
-// query >= T).
+// backward. The buffers hold the causal pairs of queries < T (flash_attn_keep_offset; the
+// launchers pass them for causal attention only); elsewhere the byte read is 0, for elements the
+// masking has already zeroed (keys all after the query, or a query >= T).
 __device__ __forceinline__ uint32_t stored_keep_byte(const uint8_t* in, int Tn, uint32_t bh, uint32_t i, uint32_t j) {
   return i < (uint32_t)Tn && j <= i ? (uint32_t)in[flash_attn_keep_offset(Tn, bh, i, j / 8)] : 0u;
 }
@@ -555,14 +555,14 @@ __device__ __forceinline__ uint32_t dropout_keep_bits(const philox::DropoutKey& 
 // Records the keep decisions of the elements a lane owns into the (T, T) mask of one (b, h)
 // (mask_bh points at its [0][0]): only i < T, j < T and, causal, j <= i (the CPU twin leaves
 // the entries above the diagonal untouched).
-template <int NT, bool IsCausal>
-__device__ __forceinline__ void write_mask(uint8_t* mask_bh, uint32_t bits, int i_g, int j_t, int Tn) {
+template <int NT>
+__device__ __forceinline__ void write_mask(uint8_t* mask_bh, uint32_t bits, int i_g, int j_t, int Tn, bool causal) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int i = i_g + 8 * (e / 2), j = j_t + 8 * nt + (e % 2);
-      if (i < Tn && j < Tn && (!IsCausal || j <= i)) mask_bh[(long long)i * Tn + j] = (uint8_t)((bits >> (4 * nt + e)) & 1u);
+      if (i < Tn && j < Tn && (!causal || j <= i)) mask_bh[(long long)i * Tn + j] = (uint8_t)((bits >> (4 * nt + e)) & 1u);
     }
 }
 
@@ -624,7 +624,7 @@ __device__ __forceinline__ void online_softmax_update(float (&s)[NT][4], float (
 
 // P~_ij o M_ij with the keep bits of the lane's elements (bit 4nt+e for element (nt, e), as
 // dropout_keep_bits returns them); the same bits go to the mask dump when it is requested.
-template <int NT, bool IsCausal>
+template <int NT>
 __device__ __forceinline__ void apply_keep_bits(float (&s)[NT][4], const FwdParams<bf16>& p, uint32_t bits,
                                                 uint32_t bh, int i_g, int j0, int lane) {
 #pragma unroll
@@ -632,16 +632,16 @@ __device__ __forceinline__ void apply_keep_bits(float (&s)[NT][4], const FwdPara
 #pragma unroll
     for (int e = 0; e < 4; ++e)
       if (!((bits >> (4 * nt + e)) & 1u)) s[nt][e] = 0.f;
-  if (p.mask) write_mask<NT, IsCausal>(p.mask + (long long)bh * p.T * p.T, bits, i_g, j0 + 2 * (lane % 4), p.T);
+  if (p.mask) write_mask<NT>(p.mask + (long long)bh * p.T * p.T, bits, i_g, j0 + 2 * (lane % 4), p.T, p.causal);
 }
 
 // apply dropout: P~_ij o M_ij (the scale s comes at the end), with M_ij from
 // dropout_keep_bits; the same bits go to the mask dump when it is requested, and their bytes to
 // p.keep when it is not null.
-template <int NT, bool IsCausal>
+template <int NT>
 __device__ __forceinline__ void apply_dropout(float (&s)[NT][4], const FwdParams<bf16>& p, uint32_t bh, int i_g,
                                               int j0, int lane) {
-  apply_keep_bits<NT, IsCausal>(s, p, dropout_keep_bits<NT>(p.key, bh, i_g, j0, lane, nullptr, p.keep, p.T), bh, i_g,
+  apply_keep_bits<NT>(s, p, dropout_keep_bits<NT>(p.key, bh, i_g, j0, lane, nullptr, p.keep, p.T), bh, i_g,
                                 j0, lane);
 }
 
@@ -867,14 +867,14 @@ __device__ __forceinline__ uint32_t keep_bits_from_tile(const uint8_t* sM, int w
 
 // Masking in the key-major layout: element (nt, e) is key k_g + 8(e/2), query q_t + 8nt + e%2
 // (absolute); -inf where the query is past T or, causal, q < k (key after the query).
-template <int NT, bool IsCausal>
-__device__ __forceinline__ void mask_scores_t(float (&s)[NT][4], int k_g, int q_t, int Tn) {
+template <int NT>
+__device__ __forceinline__ void mask_scores_t(float (&s)[NT][4], int k_g, int q_t, int Tn, bool causal) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int k = k_g + 8 * (e / 2), q = q_t + 8 * nt + (e % 2);
-      if (q >= Tn || (IsCausal && q < k)) s[nt][e] = -INFINITY;
+      if (q >= Tn || (causal && q < k)) s[nt][e] = -INFINITY;
     }
 }
 

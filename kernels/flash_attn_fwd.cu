@@ -6,7 +6,7 @@
 // cut into tiles Q_i of Br rows (one CTA each) and the keys into tiles K_j, V_j of Bc rows,
 // s = 1 / (1 - p) = key.scale, M the Philox mask (M_ij = philox::attn_keep(key, bh, i, j)):
 //   m_i = -inf, l_i = 0, O_i = 0
-//   for each K_j, V_j (causal: tiles wholly above the diagonal skipped):
+//   for each K_j, V_j (causal: tiles wholly above the diagonal skipped; p.causal, a run-time flag):
 //     S_ij  = Q_i K_j^T / sqrt(HS)          (-inf at j >= T and, causal, at j > i)
 //     m_new = max(m_i, rowmax(S_ij)),  P~_ij = exp(S_ij - m_new)
 //     l_i   = exp(m_i - m_new) l_i + rowsum(P~_ij)          (softmax sum: BEFORE dropout)
@@ -95,9 +95,10 @@ template <int HS>
 using FwdTile = QueryTile<HS, 8, 1>;
 
 // grid (B*NH, ceil(T / Br)); the query tiles are taken last-first so that, causal, the
-// longest CTAs start first.
-template <int HS, bool IsCausal, bool IsDropout>
-__global__ void __launch_bounds__(FwdTile<HS>::kThreads, 1) flash_fwd_bf16_kernel(const FwdParams<bf16> p) {
+// longest CTAs start first. At HS 32 two CTAs an SM (128 registers or fewer a thread): ptxas,
+// left to itself, gave the dropout kernel 130 on sm_90 once causal became a run-time flag.
+template <int HS, bool IsDropout>
+__global__ void __launch_bounds__(FwdTile<HS>::kThreads, HS == 32 ? 2 : 1) flash_fwd_bf16_kernel(const FwdParams<bf16> p) {
   using Tile = FwdTile<HS>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, S = Tile::kStride, NThreads = Tile::kThreads;
   unsigned char* const smem = dynamic_smem<unsigned char>();
@@ -116,7 +117,7 @@ __global__ void __launch_bounds__(FwdTile<HS>::kThreads, 1) flash_fwd_bf16_kerne
   const bf16* V = Q + 2LL * p.C;
 
   // causal: key tiles past the last query row of Q_i are wholly above the diagonal
-  const int j_end = IsCausal ? min(p.T, i0 + Br) : p.T;
+  const int j_end = p.causal ? min(p.T, i0 + Br) : p.T;
   const int n_j = (j_end + Bc - 1) / Bc;
 
   // load tile: Q_i once, K_0 and V_0 into stage 0 (one cp.async group)
@@ -142,16 +143,16 @@ __global__ void __launch_bounds__(FwdTile<HS>::kThreads, 1) flash_fwd_bf16_kerne
     }
     __syncthreads();  // Q_i, K_j, V_j visible to every warp
     // a warp whose 16 rows all lie above this tile's first key has nothing unmasked here
-    if (!(IsCausal && j0 > iw0 + 15)) {
+    if (!(p.causal && j0 > iw0 + 15)) {
       // S_ij = Q_i K_j^T (raw; the 1/sqrt(HS) is folded into scale_log2)
       float s[Bc / 8][4];
       zero(s);
       warp_gemm_ss<HS, Bc, S>(s, sQ + 16 * warp * S, sK + stage * Bc * S, lane);
-      if (j0 + Bc > p.T || (IsCausal && j0 + Bc - 1 > iw0)) mask_scores<Bc / 8, IsCausal>(s, i_g, j0 + 2 * (lane % 4), p.T);
+      if (j0 + Bc > p.T || (p.causal && j0 + Bc - 1 > iw0)) mask_scores<Bc / 8>(s, i_g, j0 + 2 * (lane % 4), p.T, p.causal);
       // m_new = max(m_i, rowmax S_ij), P~_ij = exp(S_ij - m_new), l_i = e^(m_i - m_new) l_i + rowsum(P~_ij)
       online_softmax_update(s, o, m, l, p.scale_log2);
       // P~_ij o M_ij
-      if constexpr (IsDropout) apply_dropout<Bc / 8, IsCausal>(s, p, bh, i_g, j0, lane);
+      if constexpr (IsDropout) apply_dropout<Bc / 8>(s, p, bh, i_g, j0, lane);
       // O_i += (P~_ij o M_ij) V_j   (O_i already rescaled by e^(m_i - m_new))
       warp_gemm_rs<Bc, HS, S, false>(o, s, 0u, sV + stage * Bc * S, lane);
     }
@@ -176,7 +177,7 @@ constexpr size_t simt_fwd_smem_bytes() {
   return (size_t)(SimtTile::kBr * HS + SimtTile::kBc * (HS + 1) + SimtTile::kBc * HS) * sizeof(float);
 }
 
-template <int HS, bool IsCausal, bool IsDropout>
+template <int HS, bool IsDropout>
 __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_fwd_f32_kernel(const FwdParams<float> p) {
   constexpr int Br = SimtTile::kBr, Bc = SimtTile::kBc, RPW = SimtTile::kRowsPerWarp, KD = HS / 32;
   unsigned char* const smem = dynamic_smem<unsigned char>();
@@ -190,7 +191,7 @@ __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_fwd_f32_kernel(co
   const float* Q = p.qkv + (long long)b * p.T * p.ld_qkv + (long long)h * HS;
   const float* K = Q + p.C;
   const float* V = Q + 2LL * p.C;
-  const int j_end = IsCausal ? min(p.T, i0 + Br) : p.T;
+  const int j_end = p.causal ? min(p.T, i0 + Br) : p.T;
 
   load_tile_f32<Br, HS, HS>(sQ, Q, p.ld_qkv, i0, p.T);
   float o[RPW][KD], m[RPW], l[RPW];
@@ -209,8 +210,8 @@ __global__ void __launch_bounds__(SimtTile::kThreads, 1) flash_fwd_f32_kernel(co
 #pragma unroll
     for (int rr = 0; rr < RPW; ++rr) {
       const int r = warp * RPW + rr, i = i0 + r, j = j0 + lane;
-      if (i >= p.T || (IsCausal && j0 > i)) continue;  // warp-uniform
-      const bool valid = j < p.T && (!IsCausal || j <= i);
+      if (i >= p.T || (p.causal && j0 > i)) continue;  // warp-uniform
+      const bool valid = j < p.T && (!p.causal || j <= i);
       // S_ij = Q_i . K_j / sqrt(HS), -inf where masked
       float dot = 0.f;
 #pragma unroll 8
@@ -257,19 +258,19 @@ size_t fwd_smem_of(bool bf16) {
   return bf16 ? FwdTile<HS>::kSmemBytes : simt_fwd_smem_bytes<HS>();
 }
 
-// One (T, HS, causal, dropout) instantiation: grid and launch.
-template <typename T, int HS, bool IsCausal, bool IsDropout>
+// One (T, HS, dropout) instantiation: grid and launch.
+template <typename T, int HS, bool IsDropout>
 void run_fwd(const Context& ctx, const FwdParams<T>& p) {
   if constexpr (std::is_same_v<T, bf16>) {
     using Tile = FwdTile<HS>;
     const long long tiles = ceil_div(p.T, Tile::kBr);
     if (tiles > 65535) throw std::invalid_argument("flash_attn_forward: T too large for the grid");
-    launch(flash_fwd_bf16_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles),
+    launch(flash_fwd_bf16_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles),
            Tile::kThreads, Tile::kSmemBytes, ctx.stream, p);
   } else {
     const long long tiles = ceil_div(p.T, SimtTile::kBr);
     if (tiles > 65535) throw std::invalid_argument("flash_attn_forward: T too large for the grid");
-    launch(flash_fwd_f32_kernel<HS, IsCausal, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles),
+    launch(flash_fwd_f32_kernel<HS, IsDropout>, dim3((unsigned)(p.B * p.NH), (unsigned)tiles),
            SimtTile::kThreads, simt_fwd_smem_bytes<HS>(), ctx.stream, p);
   }
 }
@@ -291,7 +292,6 @@ template <typename T>
 void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, const philox::DropoutKey& key, int B,
                         int Tn, int C, int NH, bool causal, uint8_t* mask, uint8_t* keep) {
   const int HS = flash::check_shape(B, Tn, C, NH, "flash_attn_forward");
-  flash::check_causal(causal, "flash_attn_forward");
   if (!out || !lse || !qkv) throw std::invalid_argument("flash_attn_forward: null buffer");
   if constexpr (std::is_same_v<T, bf16>) {
     flash::check_aligned(qkv, 16, "flash_attn_forward", "qkv");  // cp.async moves 16 bytes
@@ -321,19 +321,18 @@ void flash_attn_forward(const Context& ctx, T* out, float* lse, const T* qkv, co
     qkv_k = qkv_p;
   }
   flash::FwdParams<T> p{};
-  flash::fill_fwd_params(p, qkv_k, out_k, lse, mask, key, B, Tn, NH * pad.HSp, NH);
+  flash::fill_fwd_params(p, qkv_k, out_k, lse, mask, key, B, Tn, NH * pad.HSp, NH, causal);
   flash::set_scale(p, HS);
-  if constexpr (std::is_same_v<T, bf16>) p.keep = key.threshold != 0 && Tn <= kFlashKeepMaxT ? keep : nullptr;
+  if constexpr (std::is_same_v<T, bf16>) p.keep = flash::keep_buffer_used(key, Tn, causal) ? keep : nullptr;
   // with the mask dump and p = 0 the dropout path runs with threshold 0 (every element kept,
   // s = 1: the same result) so that the dump is written by the code that applies dropout
   const bool dropout = key.threshold != 0 || mask != nullptr;
-  // the one place where the runtime flags become template parameters
-  // (causal only: see flash::check_causal)
+  // the one place where the runtime flags become template parameters (causal stays p.causal)
   if (hopper) {
     if constexpr (std::is_same_v<T, bf16>) flash::launch_fwd_hopper(ctx, p, dropout);
   } else {
     FLASH_HEADDIM_SWITCH(pad.HSp, kHS, [&] {
-      BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd<T, kHS, /*IsCausal=*/true, kDropout>(ctx, p); });
+      BOOL_SWITCH(dropout, kDropout, [&] { flash::run_fwd<T, kHS, kDropout>(ctx, p); });
     });
   }
   if (pad.active()) flash::copy_heads(ctx, out, HS, out_k, pad.HSp, rows, NH);

@@ -288,7 +288,7 @@ __device__ __forceinline__ void make_keep_words(uint32_t* words, const FwdParams
   }
 }
 
-// grid (B*NH, ceil(T / Br)), query tiles last-first (the longest CTAs start first). Causal.
+// grid (B*NH, ceil(T / Br)), query tiles last-first (causal: the longest CTAs start first).
 // map: qkv as a (B T, 3C) tensor, boxes of 64 columns by Bc rows (Q_i: two boxes of rows a
 // column block).
 // KeepRing (TG_FLASH_HOPPER=4; with dropout and a producer warpgroup): the keep decisions are made
@@ -320,7 +320,7 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
   const int b = (int)bh / p.NH, h = (int)bh % p.NH;
   const int i0 = (gridDim.y - 1 - blockIdx.y) * Br;  // first query row of Q_i
   // causal: key tiles past the last query row of Q_i are wholly above the diagonal
-  const int j_end = min(p.T, i0 + Br);
+  const int j_end = p.causal ? min(p.T, i0 + Br) : p.T;
   const int n_j = (j_end + Bc - 1) / Bc;
 
   // full: the producer's arrive.expect_tx; empty: one arrival per consumer warpgroup. The keep
@@ -374,15 +374,16 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
   hopper::mbarrier_wait_parity(&bar_q, 0);
 
   // The key tiles with anything unmasked for this warpgroup's 64 rows: a prefix, jt < n_wg (the
-  // condition is the warpgroup's: its four warps issue the wgmmas together). Software-pipelined
-  // where Tile::overlap, as FlashAttention-3 describes (intra-warpgroup overlap): tile jt's
+  // condition is the warpgroup's: its four warps issue the wgmmas together; not causal, every
+  // tile). Software-pipelined where Tile::overlap, as FlashAttention-3 describes
+  // (intra-warpgroup overlap): tile jt's
   // S = Q K_j^T is issued, then tile jt-1's O += P V, and the softmax (and dropout) of tile jt
   // runs on the CUDA cores while that P V product runs on the tensor cores. O's rescaling by tile
   // jt's alpha waits for the product to retire, so O = alpha_j O_{j-1} + P_j V_j as before, in the
   // same order: the same bits as the unpipelined loop (and as the mma.sync kernels).
   // (from wg_uniform: a loop count ptxas sees as uniform keeps the stages' descriptors in uniform
   // registers too)
-  const int n_wg = min(n_j, (i0 + 64 * wg_uniform + 63) / Bc + 1);
+  const int n_wg = p.causal ? min(n_j, (i0 + 64 * wg_uniform + 63) / Bc + 1) : n_j;
   float s[Bc / 8][4];
   float(&s_flat)[Bc / 2] = reinterpret_cast<float(&)[Bc / 2]>(s);
   uint32_t a[Bc / 16][4];  // P of the previous tile, bf16, as wgmma A fragments
@@ -405,16 +406,16 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
   // S_ij masked, m_new, P~_ij = exp(S_ij - m_new), l_i, P~_ij o M_ij: all but O's rescaling
   auto softmax = [&](int jt, float (&alpha)[2]) {
     const int j0 = jt * Bc;
-    if (j0 + Bc > p.T || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), p.T);
+    if (j0 + Bc > p.T || (p.causal && j0 + Bc - 1 > iw0)) mask_scores<Bc / 8>(s, i_g, j0 + 2 * (lane % 4), p.T, p.causal);
     online_softmax_scores(s, alpha, m, l, p.scale_log2);
     if constexpr (KeepRing) {
       const int sk = jt % NK;
       hopper::mbarrier_wait_parity(&keep_full[sk], (jt / NK) & 1);
       const uint32_t bits = keep_words[sk * KW + threadIdx.x];  // consumer warp w's lane l: word 32 w + l
       hopper::mbarrier_arrive(&keep_empty[sk]);
-      apply_keep_bits<Bc / 8, true>(s, p, bits, bh, i_g, j0, lane);
+      apply_keep_bits<Bc / 8>(s, p, bits, bh, i_g, j0, lane);
     } else if constexpr (IsDropout) {
-      apply_dropout<Bc / 8, true>(s, p, bh, i_g, j0, lane);
+      apply_dropout<Bc / 8>(s, p, bh, i_g, j0, lane);
     }
   };
   // the warpgroup's wgmmas on the stage have retired (its reads of the stage are over): one
@@ -590,7 +591,7 @@ __device__ __forceinline__ void for_each_dqt(float (&dqt)[Cols / 64][Br / 8][4],
 // dK's (with Fuse: and dS_ij stored to fq.tS).
 template <int HS, int Br, int Bc, int MS, int Cols, bool IsDropout, bool Fuse = false, int KR = Bc>
 __device__ __forceinline__ void dkdv_products(float (&dk)[Cols / 8][4], float (&dv)[Cols / 8][4],
-                                              float (&st)[Br / 8][4], float (&dpt)[Br / 8][4], int Tn,
+                                              float (&st)[Br / 8][4], float (&dpt)[Br / 8][4], int Tn, bool causal,
                                               float scale_log2, float dropout_scale, uint32_t aV, uint32_t tQ,
                                               uint32_t tdO, uint32_t col_off, const float* sLi, const float* sDi,
                                               const uint8_t* sM, int i0, int jw0, int k_g, int warp, int lane,
@@ -599,7 +600,7 @@ __device__ __forceinline__ void dkdv_products(float (&dk)[Cols / 8][4], float (&
   const int t = lane % 4;
   hopper::wgmma_wait_group<Ov ? 1 : 0>();  // S^T is in st (groups retire in order)
   // S^T masked; P_ij^T = exp(S_ij^T - lse_i) (lse of the column's query)
-  if (i0 + Br > Tn || i0 < jw0 + 15) mask_scores_t<Br / 8, true>(st, k_g, i0 + 2 * t, Tn);
+  if (i0 + Br > Tn || (causal && i0 < jw0 + 15)) mask_scores_t<Br / 8>(st, k_g, i0 + 2 * t, Tn, causal);
   probs_key_major(st, sLi, scale_log2, t);
   // dV_j += (P_ij o M_ij)^T dO_i   (the scale s is applied once, at the end)
   const uint32_t bits = IsDropout ? keep_bits_from_tile<Br / 8, MS>(sM, warp, lane) : ~0u;
@@ -632,13 +633,13 @@ __device__ __forceinline__ void dkdv_products(float (&dk)[Cols / 8][4], float (&
   wg_issue_rs<Br, Cols>(dk, da, tQ + col_off);
 }
 template <int HS, int Br, int Bc, int MS, int Cols, bool IsDropout, bool Fuse = false, int KR = Bc>
-__device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[Cols / 8][4], int Tn, float scale_log2,
-                                          float dropout_scale, uint32_t aK, uint32_t aV, uint32_t tQ, uint32_t tdO,
-                                          uint32_t col_off, const float* sLi, const float* sDi, const uint8_t* sM,
+__device__ __forceinline__ void dkdv_tile(float (&dk)[Cols / 8][4], float (&dv)[Cols / 8][4], int Tn, bool causal,
+                                          float scale_log2, float dropout_scale, uint32_t aK, uint32_t aV,
+                                          uint32_t tQ, uint32_t tdO, uint32_t col_off, const float* sLi, const float* sDi, const uint8_t* sM,
                                           int i0, int jw0, int k_g, int warp, int lane, const FusedDq& fq = {}) {
   float st[Br / 8][4], dpt[Br / 8][4];
   bwd_issue_sdp<HS, Br, KR>(st, dpt, aK, aV, tQ, tdO);
-  dkdv_products<HS, Br, Bc, MS, Cols, IsDropout, Fuse, KR>(dk, dv, st, dpt, Tn, scale_log2, dropout_scale, aV, tQ, tdO,
+  dkdv_products<HS, Br, Bc, MS, Cols, IsDropout, Fuse, KR>(dk, dv, st, dpt, Tn, causal, scale_log2, dropout_scale, aV, tQ, tdO,
                                                            col_off, sLi, sDi, sM, i0, jw0, k_g, warp, lane, fq);
   if constexpr (Fuse) {
     // dQ_i^T (the Cols columns by Br, 64 a slab) += K_j^T dS_ij^T: A = K_j MN-major, B = dS_ij K-major
@@ -732,7 +733,7 @@ struct HopperDkvTile {
   static_assert(kSmemBytesWs <= 227 * 1024, "the warp-specialized dK / dV kernel's tiles exceed 227 KB");
 };
 
-// grid (B*NH, ceil(T / Bc), kSplits). Causal.
+// grid (B*NH, ceil(T / Bc), kSplits).
 // Fuse: and dQ, the CTA's Cols columns of it; grid (ceil(T / Bc), B*NH, kSplits), key tiles
 // last-first. Query tile i's sums get key tile j's terms from the CTA (j, bh, z) in the order
 // j = d, d - 1, .. 0 from its diagonal key tile d = i Br / Bc: CTA j waits until
@@ -785,8 +786,11 @@ __device__ __forceinline__ void dkdv_kernel(const BwdParams<bf16>& p) {
   const float* lse = p.lse + (long long)bh * p.T;
   const float* Dg = p.D + (long long)bh * p.T;
 
-  // causal: query tiles that end before j0 see only keys after their queries
-  const int it0 = j0 / Br;
+  // causal: query tiles that end before j0 see only keys after their queries (with dQ inside,
+  // always: run_bwd_hopper runs it for causal attention alone, its order of the sums being the
+  // causal mask's, and the constant keeps the registers of its HS 256 form under 255)
+  const bool causal = Fuse || p.causal;
+  const int it0 = causal ? j0 / Br : 0;
   const int n_it = (p.T + Br - 1) / Br;
 
   // a query tile's stage: Q_i, dO_i copied (its lse_i, D_i: the caller's, row_stats)
@@ -847,7 +851,7 @@ __device__ __forceinline__ void dkdv_kernel(const BwdParams<bf16>& p) {
       if (second) fetch_mask_tile(mask_next, p.key, bh, (it0 + 1) * Br, j0, tid, p.keep, p.T);
     for (int it = it0;; ++it) {  // (it0 < n_it: every key tile has its diagonal query tile)
       const int n = it - it0, i0 = it * Br, stage = n % 3;
-      dkdv_products<HS, Br, Bc, MS, Cols, IsDropout>(dk, dv, st, dpt, p.T, p.scale_log2, p.dropout_scale, aV,
+      dkdv_products<HS, Br, Bc, MS, Cols, IsDropout>(dk, dv, st, dpt, p.T, causal, p.scale_log2, p.dropout_scale, aV,
                                                      aQ + stage * Tile::kQBytes, adO + stage * Tile::kQBytes, col_off,
                                                      sL + stage * Br, sD + stage * Br, sM + (n % 2) * Tile::kMaskBytes,
                                                      i0, jw0, k_g, warp, lane, FusedDq{});
@@ -903,7 +907,7 @@ __device__ __forceinline__ void dkdv_kernel(const BwdParams<bf16>& p) {
                      tiles_before(it) == 0,
                      jt == 0};
       }
-      dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout, Fuse>(dk, dv, p.T, p.scale_log2, p.dropout_scale, aK, aV,
+      dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout, Fuse>(dk, dv, p.T, causal, p.scale_log2, p.dropout_scale, aK, aV,
                                                        aQ + stage * Tile::kQBytes, adO + stage * Tile::kQBytes, col_off,
                                                        sL + stage * Br, sD + stage * Br, sM, i0, jw0, k_g, warp, lane, fq);
       // (the next stage was last read in the step before, behind its closing barrier)
@@ -959,7 +963,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
 // consumers (24 and 240 a thread, as the forward's): ptxas gives a block of 384 threads 168, where
 // the consumers spilled. One CTA an SM of 8 consumer warps, as two CTAs of the cp.async kernel.
 // Chosen by TG_FLASH_HOPPER=2.
-// grid (B*NH, ceil(T / kBcWs), kSplits). Causal.
+// grid (B*NH, ceil(T / kBcWs), kSplits).
 template <int HS, bool IsDropout>
 __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
     flash_bwd_dkdv_hopper_ws_kernel(const BwdParams<bf16> p, const __grid_constant__ CUtensorMap qkv_map,
@@ -983,7 +987,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
   const int b = (int)bh / p.NH, h = (int)bh % p.NH;
   const int j0 = blockIdx.y * BcW;
   const int c0 = Tile::kSplits > 1 ? (int)blockIdx.z * Cols : 0;
-  const int it0 = j0 / Br, n_it = (p.T + Br - 1) / Br;
+  const int it0 = p.causal ? j0 / Br : 0, n_it = (p.T + Br - 1) / Br;
 
   // full: the producer warp's lanes (one with expect_tx); empty: every consumer thread
   init_ring(&bar_kv, full, 32, empty, NC);
@@ -1027,12 +1031,12 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
   }
 
   // a consumer warpgroup: keys j0 + 64 wg .. (its rows of K_j and V_j), from the query tile that
-  // holds its first key (the earlier ones see none of its keys)
+  // holds its first key (causal: the earlier ones see none of its keys)
   hopper::setmaxnreg_inc<kFwdConsumerRegs>();
   const int wg = warp / 4;
   const int jw0 = j0 + 16 * warp, k_g = jw0 + lane / 4;
   const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);  // (as the forward's; the loop's tests too)
-  const int it_wg = (j0 + Bc * wg_uniform) / Br;
+  const int it_wg = p.causal ? (j0 + Bc * wg_uniform) / Br : 0;
   const uint32_t aKw = aK + (uint32_t)(wg_uniform * Bc * 128), aVw = aV + (uint32_t)(wg_uniform * Bc * 128);
   const uint32_t col_off = (uint32_t)(c0 / 64) * Br * 128;
   float dk[Cols / 8][4], dv[Cols / 8][4];
@@ -1057,7 +1061,7 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
       __syncwarp();
     }
     hopper::mbarrier_wait_parity(&full[st], ((it - it0) / NS) & 1);  // Q_i, dO_i, lse_i, D_i landed
-    dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout, false, BcW>(dk, dv, p.T, p.scale_log2, p.dropout_scale, aKw, aVw,
+    dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout, false, BcW>(dk, dv, p.T, p.causal, p.scale_log2, p.dropout_scale, aKw, aVw,
                                                            aQ + st * Tile::kQBytes, adO + st * Tile::kQBytes, col_off,
                                                            sL + st * Br, sD + st * Br, sM, i0, jw0, k_g, warp, lane);
     // the warp's reads of its keep bits are over before it writes the next tile's
@@ -1109,14 +1113,14 @@ struct HopperDqTile {
 // The groups pending on entry: bwd_issue_sdp's and nothing after them; on return dQ's product.
 template <int HS, int Br, int Bc, bool IsDropout, int QR = Br>
 __device__ __forceinline__ void dq_products(float (&dq)[HS / 8][4], float (&s)[Bc / 8][4], float (&dp)[Bc / 8][4],
-                                            const KeepCalls<Bc / 8>& kc, int Tn, float scale_log2,
+                                            const KeepCalls<Bc / 8>& kc, int Tn, bool causal, float scale_log2,
                                             float dropout_scale, uint32_t aQ, uint32_t adO, uint32_t tK, uint32_t tV,
                                             int j0, int iw0, int i_g, const float (&lse2)[2], const float (&Di)[2],
                                             int lane) {
   constexpr bool Ov = bwd_overlap<HS>();
   hopper::wgmma_wait_group<Ov ? 1 : 0>();  // S is in s
   // S masked; P_ij = exp(S_ij - lse_i); the forward's keep bits
-  if (j0 + Bc > Tn || j0 + Bc - 1 > iw0) mask_scores<Bc / 8, true>(s, i_g, j0 + 2 * (lane % 4), Tn);
+  if (j0 + Bc > Tn || (causal && j0 + Bc - 1 > iw0)) mask_scores<Bc / 8>(s, i_g, j0 + 2 * (lane % 4), Tn, causal);
   probs_query_major(s, lse2, scale_log2);
   const uint32_t bits = IsDropout ? keep_bits_from_calls(kc, lane) : ~0u;
   if constexpr (!Ov) {
@@ -1133,13 +1137,13 @@ __device__ __forceinline__ void dq_products(float (&dq)[HS / 8][4], float (&s)[B
   wg_issue_rs<Bc, HS, true>(dq, a, tK);
 }
 template <int HS, int Br, int Bc, bool IsDropout, int QR = Br>
-__device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const KeepCalls<Bc / 8>& kc, int Tn,
+__device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const KeepCalls<Bc / 8>& kc, int Tn, bool causal,
                                         float scale_log2, float dropout_scale, uint32_t aQ, uint32_t adO,
                                         uint32_t tK, uint32_t tV, int j0, int iw0, int i_g, const float (&lse2)[2],
                                         const float (&Di)[2], int lane) {
   float s[Bc / 8][4], dp[Bc / 8][4];
   bwd_issue_sdp<HS, Bc, QR>(s, dp, aQ, adO, tK, tV);
-  dq_products<HS, Br, Bc, IsDropout, QR>(dq, s, dp, kc, Tn, scale_log2, dropout_scale, aQ, adO, tK, tV, j0, iw0, i_g,
+  dq_products<HS, Br, Bc, IsDropout, QR>(dq, s, dp, kc, Tn, causal, scale_log2, dropout_scale, aQ, adO, tK, tV, j0, iw0, i_g,
                                          lse2, Di, lane);
   hopper::wgmma_wait_group<0>();
 }
@@ -1155,7 +1159,7 @@ __device__ __forceinline__ void row_lse_d(float (&lse2)[2], float (&Di)[2], cons
   }
 }
 
-// grid (B*NH, ceil(T / Br)); query tiles last-first. Causal.
+// grid (B*NH, ceil(T / Br)); query tiles last-first.
 // Pipe: pipelined where Tile::kPipe (flash_bwd_dq_hopper_kernel below, and its twin that is not).
 template <int HS, bool IsDropout, bool Pipe>
 __device__ __forceinline__ void dq_kernel(const BwdParams<bf16>& p) {
@@ -1180,7 +1184,7 @@ __device__ __forceinline__ void dq_kernel(const BwdParams<bf16>& p) {
   const bf16* V = Q + 2LL * p.C;
   const bf16* dO = p.dout + (long long)b * p.T * p.ld_out + (long long)h * HS;
 
-  const int j_end = min(p.T, i0 + Br);
+  const int j_end = p.causal ? min(p.T, i0 + Br) : p.T;
   const int n_j = (j_end + Bc - 1) / Bc;
 
   load_tile_sw128<Br, HS, NThreads>(sQ, Q, p.ld_qkv, i0, p.T);
@@ -1225,7 +1229,7 @@ __device__ __forceinline__ void dq_kernel(const BwdParams<bf16>& p) {
       const int j0 = jt * Bc, stage = (n_j - 1 - jt) % 2;
       KeepCalls<Bc / 8> kc;
       if constexpr (IsDropout) kc = keep_calls_step(keep_next, p.key, bh, i_g, j0 - Bc, lane, p.keep, p.T);
-      dq_products<HS, Br, Bc, IsDropout>(dq, s, dp, kc, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + stage * TB,
+      dq_products<HS, Br, Bc, IsDropout>(dq, s, dp, kc, p.T, p.causal, p.scale_log2, p.dropout_scale, aQ, adO, aK + stage * TB,
                                          aV + stage * TB, j0, iw0, i_g, lse2, Di, lane);
       if (jt == 0) {
         hopper::wgmma_wait_group<0>();
@@ -1258,7 +1262,7 @@ __device__ __forceinline__ void dq_kernel(const BwdParams<bf16>& p) {
       }
       hopper::fence_proxy_async();
       __syncthreads();
-      dq_tile<HS, Br, Bc, IsDropout>(dq, kc, p.T, p.scale_log2, p.dropout_scale, aQ, adO, aK + stage * TB,
+      dq_tile<HS, Br, Bc, IsDropout>(dq, kc, p.T, p.causal, p.scale_log2, p.dropout_scale, aQ, adO, aK + stage * TB,
                                      aV + stage * TB, j0, iw0, i_g, lse2, Di, lane);
       __syncthreads();
     }
@@ -1289,7 +1293,7 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_ho
 // the end of a batch's sequence read the next sequence's rows (zeros past the tensor): their keys
 // are masked and their query rows have lse = +inf (P = 0) and are never written. setmaxnreg 24 /
 // 240 as in the forward. Chosen by TG_FLASH_HOPPER=2.
-// grid (B*NH, ceil(T / kBrWs)); query tiles last-first. Causal.
+// grid (B*NH, ceil(T / kBrWs)); query tiles last-first.
 template <int HS, bool IsDropout>
 __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
     flash_bwd_dq_hopper_ws_kernel(const BwdParams<bf16> p, const __grid_constant__ CUtensorMap qkv_map,
@@ -1309,7 +1313,7 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   const uint32_t bh = blockIdx.x;
   const int b = (int)bh / p.NH, h = (int)bh % p.NH;
   const int i0 = (gridDim.y - 1 - blockIdx.y) * BrW;
-  const int j_end = min(p.T, i0 + BrW);
+  const int j_end = p.causal ? min(p.T, i0 + BrW) : p.T;
   const int n_j = (j_end + Bc - 1) / Bc;
 
   // full: the producer's arrive.expect_tx; empty: one arrival per consumer warp
@@ -1332,13 +1336,14 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   }
 
   // a consumer warpgroup: queries i0 + 64 wg .. (its rows of Q_i and dO_i), the key tiles up to
-  // its last query's (n_wg of them; the tiles after are the other warpgroup's alone)
+  // its last query's (n_wg of them; the tiles after are the other warpgroup's alone; not causal,
+  // every tile)
   hopper::setmaxnreg_inc<kFwdConsumerRegs>();
   const int wg = warp / 4;
   const int iw0 = i0 + 16 * warp;
   const int i_g = iw0 + lane / 4;
   const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);  // (as the forward's; the loop's tests too)
-  const int n_wg = min(n_j, (i0 + Br * wg_uniform + Br - 1) / Bc + 1);
+  const int n_wg = p.causal ? min(n_j, (i0 + Br * wg_uniform + Br - 1) / Bc + 1) : n_j;
   const uint32_t aQw = aQ + (uint32_t)(wg_uniform * Br * 128), adOw = adO + (uint32_t)(wg_uniform * Br * 128);
   float lse2[2], Di[2];
   row_lse_d(lse2, Di, p, bh, i_g);
@@ -1355,7 +1360,7 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
       kc = keep_calls_step(keep_next, p.key, bh, i_g, jt * Bc - Bc, lane, p.keep, p.T);
     hopper::mbarrier_wait_parity(&full[st], (n / NS) & 1);  // K_j, V_j landed
     if (jt < n_wg)
-      dq_tile<HS, Br, Bc, IsDropout, BrW>(dq, kc, p.T, p.scale_log2, p.dropout_scale, aQw, adOw, aK + st * TB,
+      dq_tile<HS, Br, Bc, IsDropout, BrW>(dq, kc, p.T, p.causal, p.scale_log2, p.dropout_scale, aQw, adOw, aK + st * TB,
                                           aV + st * TB, jt * Bc, iw0, i_g, lse2, Di, lane);
     // this warp's wgmmas on the stage have retired: its arrival releases it (with the other seven)
     __syncwarp();
@@ -1386,8 +1391,9 @@ void run_bwd_hopper(const Context& ctx, const BwdParams<bf16>& p) {
            tile_map(p.qkv, p.ld_qkv, rows, Dq::kBc), tile_map(p.dout, p.ld_out, rows, Dq::kBc));
     return;
   }
-  // (the fused grid has the heads in y, at most 65535 of them: past that, the two kernels)
-  if (flash_attn_hopper_fused_dq() && p.B * p.NH <= 65535) {
+  // (the fused grid has the heads in y, at most 65535 of them: past that, the two kernels; its sums
+  // pass in the causal mask's order: not causal, the two kernels too, the same bits)
+  if (flash_attn_hopper_fused_dq() && p.causal && p.B * p.NH <= 65535) {
     if (!p.dq_sums || !p.dq_flags)
       throw std::logic_error("flash_attn_backward (Hopper): no scratch for the dQ sums (flash_attn_scratch_bytes)");
     cudaCheck(cudaMemsetAsync(p.dq_flags, 0, (size_t)p.B * p.NH * Kv::kSplits * ceil_div(p.T, Kv::kBr) * sizeof(int),
@@ -1483,7 +1489,7 @@ void flash_attn_forward_hopper(const Context& ctx, bf16* out, float* lse, const 
   flash::check_aligned(qkv, 16, "flash_attn_forward_hopper", "qkv");  // cp.async moves 16 bytes
   flash::check_aligned(out, 4, "flash_attn_forward_hopper", "out");   // bf16x2 stores
   flash::FwdParams<bf16> p{};
-  flash::fill_fwd_params(p, qkv, out, lse, mask, key, B, Tn, C, NH);
+  flash::fill_fwd_params(p, qkv, out, lse, mask, key, B, Tn, C, NH, /*causal=*/true);
   // as flash_attn_forward: with the mask dump the dropout path runs, threshold 0 or not
   flash::launch_fwd_hopper(ctx, p, key.threshold != 0 || mask != nullptr);
 }

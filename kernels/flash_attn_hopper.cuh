@@ -40,7 +40,8 @@ bool flash_attn_hopper_ws_backward();
 // Whether the Hopper backward computes dQ inside its dK / dV kernel (sums
 // passed from key tile to key tile in order, in flash_attn_scratch_bytes' scratch) rather than in a
 // second kernel that recomputes S and dP: TG_FLASH_HOPPER=3 (on the H200 it was slower than the
-// two kernels, the default). The bits are the same either way.
+// two kernels, the default), for causal attention (its sums pass in the causal mask's order; not
+// causal runs the two kernels). The bits are the same either way.
 bool flash_attn_hopper_fused_dq();
 
 // Whether the Hopper forward with dropout has its producer warpgroup make the keep decisions

@@ -27,7 +27,7 @@ namespace occ {
 struct KernelResources {
   std::string name;     // demangled as g++ demangles the same function (anonymous namespaces as
                         // "(anonymous namespace)"), e.g. "void gpu::flash::(anonymous
-                        // namespace)::flash_fwd_bf16_kernel<64, true, false>(gpu::flash::FwdParams<__nv_bfloat16>)"
+                        // namespace)::flash_fwd_bf16_kernel<64, false>(gpu::flash::FwdParams<__nv_bfloat16>)"
   std::string mangled;  // as nvcc mangled it
   std::string object;   // the object file it came from
   int sm = 0;           // 80, 90, ...
@@ -51,7 +51,7 @@ ResourceTable read_resources(const std::string& path);
 // abi::__cxa_demangle, with nvcc's names for anonymous namespaces (_GLOBAL__N__<hash>_<file>_<hash>)
 // written as g++ writes them; the input unchanged when it is not a mangled name.
 std::string demangle(const std::string& mangled);
-// "flash_fwd_bf16_kernel<64, true, false>": the demangled name without return type, namespaces
+// "flash_fwd_bf16_kernel<64, false>": the demangled name without return type, namespaces
 // and parameters.
 std::string short_name(const std::string& demangled);
 
@@ -100,8 +100,8 @@ Occupancy occupancy(const GpuProfile& part, int regs_per_thread, int threads_per
 // "registers", "shared memory + warps", ...
 std::string limits_text(unsigned limits);
 
-// The launch of a flash attention kernel, from its short name ("flash_fwd_bf16_kernel<64, true,
-// false>", "flash_bwd_dot_do_o_kernel<__nv_bfloat16>"): nullopt for any other kernel.
+// The launch of a flash attention kernel, from its short name ("flash_fwd_bf16_kernel<64, false>",
+// "flash_bwd_dot_do_o_kernel<__nv_bfloat16>"): nullopt for any other kernel.
 struct Launch {
   int threads;
   size_t dynamic_smem_bytes;

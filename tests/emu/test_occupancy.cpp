@@ -49,7 +49,7 @@ std::string parse_error(const std::string& text) {
 }
 
 const char* const kMangledFwd64 =
-    "_ZN3gpu5flash50_GLOBAL__N__ce04b504_17_flash_attn_fwd_cu_9a0deaad21flash_fwd_bf16_kernelILi64ELb1ELb0EEEvNS0_"
+    "_ZN3gpu5flash50_GLOBAL__N__ce04b504_17_flash_attn_fwd_cu_9a0deaad21flash_fwd_bf16_kernelILi64ELb0EEEvNS0_"
     "9FwdParamsI13__nv_bfloat16EE";
 
 const char* const kHeader =
@@ -208,8 +208,8 @@ TEST_CASE("kernel resources: the reader takes the table's format, demangled as g
   CHECK(a.mangled == kMangledFwd64);
   // the name g++ gives the same kernel in the emulator build (nm build/emu/kernels/flash_attn_fwd.o)
   CHECK(a.name ==
-        "void gpu::flash::(anonymous namespace)::flash_fwd_bf16_kernel<64, true, false>(gpu::flash::FwdParams<__nv_bfloat16>)");
-  CHECK(short_name(a.name) == "flash_fwd_bf16_kernel<64, true, false>");
+        "void gpu::flash::(anonymous namespace)::flash_fwd_bf16_kernel<64, false>(gpu::flash::FwdParams<__nv_bfloat16>)");
+  CHECK(short_name(a.name) == "flash_fwd_bf16_kernel<64, false>");
   const KernelResources& b = t.kernels[1];
   CHECK(b.sm == 90);
   CHECK(b.regs == 40);
@@ -333,7 +333,7 @@ TEST_CASE("kernel resources: this build lists its architectures, the flash kerne
     for (const char* base : {"flash_fwd_bf16_kernel", "flash_bwd_dkdv_bf16_kernel", "flash_bwd_dq_bf16_kernel"})
       for (int hs : {32, 64, 128, 256})
         for (const char* dropout : {"false", "true"}) {
-          const std::string nm = std::string(base) + "<" + std::to_string(hs) + ", true, " + dropout + ">";
+          const std::string nm = std::string(base) + "<" + std::to_string(hs) + ", " + dropout + ">";
           CHECK_MESSAGE(find(t, sm, nm) != nullptr, "sm_" << sm << ": no " << nm);
         }
 }
@@ -407,7 +407,7 @@ TEST_CASE("kernel resources: the flash launches' shared memory is the launchers'
   auto check_hs = [](auto hs_c) {
     constexpr int HS = decltype(hs_c)::value;
     CAPTURE(HS);
-    const std::string args = "<" + std::to_string(HS) + ", true, false>";
+    const std::string args = "<" + std::to_string(HS) + ", false>";
     const auto fwd = flash_launch("flash_fwd_bf16_kernel" + args);
     const auto dq = flash_launch("flash_bwd_dq_bf16_kernel" + args);
     const auto dkdv = flash_launch("flash_bwd_dkdv_bf16_kernel" + args);
@@ -427,7 +427,7 @@ TEST_CASE("kernel resources: the flash launches' shared memory is the launchers'
   check_hs(std::integral_constant<int, 256>{});
   CHECK(flash_launch("flash_bwd_dot_do_o_kernel<__nv_bfloat16>")->threads == 256);
   CHECK(!flash_launch("layernorm_kernel"));
-  CHECK(!flash_launch("flash_fwd_bf16_kernel<96, true, false>"));
+  CHECK(!flash_launch("flash_fwd_bf16_kernel<96, false>"));
 }
 
 TEST_CASE("kernel resources: the bf16 flash kernels keep 8 warps per SM resident on an H100 at HS = 64") {
