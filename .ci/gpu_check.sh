@@ -141,7 +141,7 @@ parse_attention() {
     NR > 1 {
       # columns: device,HS,T,B,NH,causal,p,path,status,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tf,bwd_tf,fwdbwd_tf,t_fwd,t_bwd,t_fb
       csv($0, f)
-      key = "HS " f[2] " p " f[7]
+      key = "HS " f[2] (f[6] == "0" ? " full" : "") " p " f[7]
       if (!(key in seen)) { seen[key] = 1; order[++n] = key }
       if (f[8] == "flash" && f[9] == "ok") {
         tf[key] = tf[key] sprintf(" %s:%.0f/%.0f/%.0f", (f[3] + 0 >= 1024 ? f[3] / 1024 "k" : f[3]), f[13], f[14], f[15])
@@ -195,6 +195,7 @@ parse_attention_step() {
   [ -f "$1/bench_fused.csv" ] && parse_attention "$1" bench_fused.csv | sed 's/^/dQ inside the dK \/ dV kernel: /'
   [ -f "$1/bench_ring.csv" ] && parse_attention "$1" bench_ring.csv | sed 's/^/keep decisions by the producer warpgroup: /'
   [ -f "$1/bench_seq.csv" ] && parse_attention "$1" bench_seq.csv | sed 's/^/backward not pipelined: /'
+  [ -f "$1/bench_full.csv" ] && parse_attention "$1" bench_full.csv | sed 's/^/not causal: /'
   return 0
 }
 
@@ -412,6 +413,7 @@ window() {
     MMA_BENCH_ARGS=(--hs 64 --t 64 --p 0.2 --tokens 128 --width 128 --reps 1 --warmup 0 --paths flash,recompute)
     WS_BENCH_ARGS=("${MMA_BENCH_ARGS[@]}")
     RING_BENCH_ARGS=("${MMA_BENCH_ARGS[@]}")
+    FULL_BENCH_ARGS=(--hs 64 --t 64 --p 0.2 --causal 0 --tokens 128 --width 128 --reps 1 --warmup 0 --paths flash)
     # expected seconds on this machine (2 cores, the emulator), and the limits
     NAIVE_ARGS=()
     EXP=([facts]=5 [libs]=5 [suite]=60 [hopper]=20 [attention]=40 [train_flash]=40 [nanogpt]=40 [sanitize]=60 [counters]=40 [train_naive]=30)
@@ -432,6 +434,7 @@ window() {
     MMA_BENCH_ARGS=(--hs 64,128 --t 1024,4096,16384 --p 0,0.2 --naive-max-t 0 --reps 10 --paths flash,recompute)
     WS_BENCH_ARGS=(--hs 64,128 --t 4096 --p 0,0.2 --naive-max-t 0 --reps 10)
     RING_BENCH_ARGS=(--hs 64,128 --t 4096,16384 --p 0.2 --naive-max-t 0 --reps 10 --paths flash)
+    FULL_BENCH_ARGS=(--hs 64,128 --t 4096 --p 0,0.2 --causal 0 --naive-max-t 0 --reps 10 --paths flash)
     NAIVE_ARGS=(--max-iters 1000 --eval-interval 500)
     # seconds each took in the first window on an H100 (docs/BENCHMARKS.md), rounded up
     # (hopper: not yet run on a GPU: its tests, a third of the attention step's shapes, 300
@@ -645,7 +648,8 @@ step_hopper() {
 # kernels at fewer T, then the Hopper kernels with the warp-specialized backward
 # (TG_FLASH_HOPPER=2) and with dQ inside the dK / dV kernel (TG_FLASH_HOPPER=3) at T 4k, then with the
 # forward's keep decisions made by its producer warpgroup (TG_FLASH_HOPPER=4) at p = 0.2, then with the
-# backward's kernels not pipelined (TG_FLASH_HOPPER=5) at T 4k, each beside SDPA
+# backward's kernels not pipelined (TG_FLASH_HOPPER=5) at T 4k, then the default kernels not causal
+# (every key) at T 4k, each beside SDPA
 step_attention() {
   lib_env
   bounded_to 120 "$BENCH" "${BENCH_ARGS[@]}" --csv "$LOGS/bench_attention.csv"
@@ -655,6 +659,7 @@ step_attention() {
   TG_FLASH_HOPPER=3 bounded "$BENCH" "${WS_BENCH_ARGS[@]}" --csv "$LOGS/bench_fused.csv" || rc=$?
   TG_FLASH_HOPPER=4 bounded "$BENCH" "${RING_BENCH_ARGS[@]}" --csv "$LOGS/bench_ring.csv" || rc=$?
   TG_FLASH_HOPPER=5 bounded "$BENCH" "${WS_BENCH_ARGS[@]}" --csv "$LOGS/bench_seq.csv" || rc=$?
+  bounded "$BENCH" "${FULL_BENCH_ARGS[@]}" --csv "$LOGS/bench_full.csv" || rc=$?
   return $rc
 }
 

@@ -1,6 +1,7 @@
 // tests/bench/bench_attention.cu: attention forward, backward and forward+backward time and
 // TFLOP/s of the fused flash kernels (kernels/flash_attn.cuh) and of the naive path
-// (kernels/attention_naive.cuh), bf16, causal, FlashAttention's benchmark shapes by default:
+// (kernels/attention_naive.cuh), bf16, causal (--causal 1,0 adds full attention), FlashAttention's
+// benchmark shapes by default:
 // C = 2048 (NH = C / HS), HS in {64, 128}, B*T = 16384 tokens, T in {512, ..., 16384}, dropout p
 // in {0, 0.2} (0.2: nanoGPT's). FLOPs counted as FlashAttention does: forward 4 B NH T^2 HS (halved
 // when causal), backward 2.5x the forward. Times: cudaEvents on the context's stream, warm-up,
@@ -13,7 +14,8 @@
 // as train_gpt runs it: flash_attn_keep_bytes), recompute (flash with the backward making the
 // decisions again, the keep buffer's alternative; rows at p > 0 only), naive.
 //   build/bench_gpu [--csv PATH] [--reps N] [--warmup N] [--hs 64,128] [--t 512,...] [--p 0,0.2]
-//                   [--tokens 16384] [--width 2048] [--naive-max-t T] [--paths flash,naive] [--peer sdpa|none]
+//                   [--causal 1] [--tokens 16384] [--width 2048] [--naive-max-t T] [--paths flash,naive]
+//                   [--peer sdpa|none]
 // Exits 0 with one line when no GPU is visible. Under the emulator (build/bench_gpu_emu) it runs
 // the same code on tiny shapes (the GPU window's rehearsal): times there are the emulator's.
 #include <cuda_runtime.h>
@@ -155,10 +157,11 @@ void bench_one(Row& row, int warmup, int reps) {
 
 bool torch_available() { return std::system("python3 -c 'import torch' >/dev/null 2>&1") == 0; }
 
-// Runs sdpa_peer.py on the shapes; returns ms (fwd, bwd, fwd+bwd) keyed by (HS, T, p).
-std::map<std::tuple<int, int, int>, std::tuple<double, double, double>> run_peer(const std::vector<Shape>& shapes,
-                                                                                  int reps) {
-  std::map<std::tuple<int, int, int>, std::tuple<double, double, double>> res;
+// Runs sdpa_peer.py on the shapes; returns ms (fwd, bwd, fwd+bwd) keyed by (HS, T, p, causal).
+using PeerKey = std::tuple<int, int, int, int>;
+PeerKey peer_key(int HS, int T, double p, bool causal) { return {HS, T, (int)(p * 1000 + 0.5), causal ? 1 : 0}; }
+std::map<PeerKey, std::tuple<double, double, double>> run_peer(const std::vector<Shape>& shapes, int reps) {
+  std::map<PeerKey, std::tuple<double, double, double>> res;
   std::string arg;
   for (const Shape& s : shapes) {
     char buf[96];
@@ -175,7 +178,7 @@ std::map<std::tuple<int, int, int>, std::tuple<double, double, double>> run_peer
     double p, a, b, c;
     if (std::sscanf(line, "SDPA B=%d T=%d NH=%d HS=%d causal=%d p=%lf fwd_ms=%lf bwd_ms=%lf fwdbwd_ms=%lf", &B, &T, &NH,
                     &HS, &causal, &p, &a, &b, &c) == 9)
-      res[{HS, T, (int)(p * 1000 + 0.5)}] = {a, b, c};
+      res[peer_key(HS, T, p, causal != 0)] = {a, b, c};
     else
       std::fputs(line, stdout);  // the peer's own messages (e.g. why it could not run)
   }
@@ -203,7 +206,7 @@ bool parse_list(const char* text, std::vector<T>& out) {
 
 int usage_error(const std::string& what) {
   std::fprintf(stderr, "bench_gpu: %s; expected [--csv PATH] [--reps N] [--warmup N] [--hs 64,128] [--t 512,1024] "
-               "[--p 0,0.2] [--tokens N] [--width C] [--naive-max-t T] [--paths flash,recompute,naive] [--peer sdpa|none]; "
+               "[--p 0,0.2] [--causal 1,0] [--tokens N] [--width C] [--naive-max-t T] [--paths flash,recompute,naive] [--peer sdpa|none]; "
                "see tests/bench/bench_attention.cu\n", what.c_str());
   return 2;
 }
@@ -215,13 +218,15 @@ int main(int argc, char** argv) {
   int reps = 10, warmup = 3, tokens = 16384, width = 2048, naive_max_t = 1 << 30;
   std::vector<int> head_sizes = {64, 128}, seq_lens = {512, 1024, 2048, 4096, 8192, 16384};
   std::vector<double> drops = {0.0, 0.2};
+  std::vector<int> causals = {1};  // --causal: 1 causal, 0 full (every key), or both
   std::vector<std::string> paths = {"flash", "naive"};
   bool peer_sdpa = true;  // --peer none: no SDPA run (a profiler's pass, which times one path)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::printf("build/bench_gpu [--csv PATH] [--reps N] [--warmup N] [--hs 64,128] [--t 512,...] [--p 0,0.2] "
-                  "[--tokens 16384] [--width 2048] [--naive-max-t T] [--paths flash,recompute,naive] [--peer sdpa|none]: "
+                  "[--causal 1,0] [--tokens 16384] [--width 2048] [--naive-max-t T] [--paths flash,recompute,naive] "
+                  "[--peer sdpa|none]: "
                   "attention kernels beside PyTorch SDPA\n");
       return 0;
     }
@@ -249,6 +254,7 @@ int main(int argc, char** argv) {
     else if (a == "--hs" ? !parse_list(v, head_sizes)
              : a == "--t" ? !parse_list(v, seq_lens)
              : a == "--p" ? !parse_list(v, drops)
+             : a == "--causal" ? !parse_list(v, causals)
              : a == "--reps" || a == "--warmup" || a == "--tokens" || a == "--width" || a == "--naive-max-t"
                  ? !parse_list(v, one) || one.size() != 1
                  : true)
@@ -265,6 +271,8 @@ int main(int argc, char** argv) {
     if (HS == 0 || width % HS != 0) return usage_error("--hs " + std::to_string(HS) + " does not divide --width " + std::to_string(width));
   for (int T : seq_lens)
     if (T == 0) return usage_error("--t 0");
+  for (int c : causals)
+    if (c != 0 && c != 1) return usage_error("--causal " + std::to_string(c) + " is not 1 (causal) or 0 (full)");
 
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -273,13 +281,14 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop{};
   cudaCheck(cudaGetDeviceProperties(&prop, 0));
-  std::printf("bench_attention on %s (sm_%d%d): bf16, C = %d, B*T = %d, causal; median of %d after %d warm-up\n",
-              prop.name, prop.major, prop.minor, width, tokens, reps, warmup);
+  std::printf("bench_attention on %s (sm_%d%d): bf16, C = %d, B*T = %d; median of %d after %d warm-up\n", prop.name,
+              prop.major, prop.minor, width, tokens, reps, warmup);
 
   std::vector<Shape> shapes;
   for (int HS : head_sizes)
     for (int T : seq_lens)
-      for (double p : drops) shapes.push_back(Shape{std::max(1, tokens / T), T, width / HS, HS, true, p});
+      for (int c : causals)
+        for (double p : drops) shapes.push_back(Shape{std::max(1, tokens / T), T, width / HS, HS, c == 1, p});
 
   std::vector<Row> rows;
   for (const Shape& s : shapes)
@@ -290,7 +299,8 @@ int main(int argc, char** argv) {
       r.path = path;
       if (r.path == "naive" && s.T > naive_max_t) r.status = "skipped (above --naive-max-t)";
       else bench_one(r, warmup, reps);
-      std::printf("  HS=%3d T=%5d p=%.1f %-9s %s\n", s.HS, s.T, s.p, path.c_str(), r.status.c_str());
+      std::printf("  HS=%3d T=%5d %s p=%.1f %-9s %s\n", s.HS, s.T, s.causal ? "causal" : "full  ", s.p, path.c_str(),
+                  r.status.c_str());
       std::fflush(stdout);
       rows.push_back(r);
     }
@@ -301,18 +311,19 @@ int main(int argc, char** argv) {
     std::printf("PyTorch found: timing scaled_dot_product_attention with tests/bench/sdpa_peer.py\n");
     const auto peer = run_peer(shapes, reps);
     for (Row& r : rows) {
-      auto it = peer.find({r.s.HS, r.s.T, (int)(r.s.p * 1000 + 0.5)});
+      auto it = peer.find(peer_key(r.s.HS, r.s.T, r.s.p, r.s.causal));
       if (it != peer.end()) std::tie(r.t_fwd, r.t_bwd, r.t_fb) = it->second;
     }
   } else {
     std::printf("PyTorch not importable: no comparison with scaled_dot_product_attention\n");
   }
 
-  std::printf("\n%4s %6s %3s %3s %4s %-9s | %8s %8s %8s | %7s %7s %7s | %9s %6s %6s %6s\n", "HS", "T", "B", "NH", "p",
-              "path", "fwd ms", "bwd ms", "f+b ms", "fwd TF", "bwd TF", "f+b TF", "torch f+b", "r_fwd", "r_bwd", "r_f+b");
+  std::printf("\n%4s %6s %3s %3s %-6s %4s %-9s | %8s %8s %8s | %7s %7s %7s | %9s %6s %6s %6s\n", "HS", "T", "B", "NH",
+              "mask", "p", "path", "fwd ms", "bwd ms", "f+b ms", "fwd TF", "bwd TF", "f+b TF", "torch f+b", "r_fwd", "r_bwd", "r_f+b");
   for (const Row& r : rows) {
     const Shape& s = r.s;
-    std::printf("%4d %6d %3d %3d %4.2f %-9s | ", s.HS, s.T, s.B, s.NH, s.p, r.path.c_str());
+    std::printf("%4d %6d %3d %3d %-6s %4.2f %-9s | ", s.HS, s.T, s.B, s.NH, s.causal ? "causal" : "full", s.p,
+                r.path.c_str());
     if (r.status != "ok") {
       std::printf("%s\n", r.status.c_str());
       continue;
