@@ -641,8 +641,8 @@ __device__ __forceinline__ void apply_keep_bits(float (&s)[NT][4], const FwdPara
 template <int NT>
 __device__ __forceinline__ void apply_dropout(float (&s)[NT][4], const FwdParams<bf16>& p, uint32_t bh, int i_g,
                                               int j0, int lane) {
-  apply_keep_bits<NT>(s, p, dropout_keep_bits<NT>(p.key, bh, i_g, j0, lane, nullptr, p.keep, p.T), bh, i_g,
-                                j0, lane);
+  apply_keep_bits<NT>(s, p, dropout_keep_bits<NT>(p.key, bh, i_g, j0, lane, nullptr, p.keep, p.T), bh, i_g, j0,
+                      lane);
 }
 
 // write O and LSE: l_i = quad sum of the lane partials; O_i = O_i * s / l_i to out (rows < T),
