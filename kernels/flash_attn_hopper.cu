@@ -788,7 +788,7 @@ __device__ __forceinline__ void dkdv_kernel(const BwdParams<bf16>& p) {
 
   // causal: query tiles that end before j0 see only keys after their queries (with dQ inside,
   // always: run_bwd_hopper runs it for causal attention alone, its order of the sums being the
-  // causal mask's, and the constant keeps the registers of its HS 256 form under 255)
+  // causal mask's, and the constant keeps its HS 256 form from spilling, as a run-time flag did)
   const bool causal = Fuse || p.causal;
   const int it0 = causal ? j0 / Br : 0;
   const int n_it = (p.T + Br - 1) / Br;
