@@ -3,10 +3,16 @@
 // one row per kernel and for the cuBLAS GEMMs: launches, compulsory and moved bytes, FLOPs, sector
 // efficiency, bank conflicts, registers, spills and theoretical occupancy (the real nvcc build's,
 // tests/emu/occupancy.h), and a roofline lower bound of each on an H100 SXM or an A100 SXM; then the
-// step's bound, the MFU it would give, and the floor its launch count sets.
+// step's bound, the MFU it would give, and the floor its launch count sets. Each part's step is
+// emulated on that part (TG_EMU_DEVICE), so each runs the kernels it would choose: the Hopper
+// flash kernels on the H100, the mma.sync ones on the A100.
 //
 //   build/gpu_profile [--preset shakespeare-char|gpt2-124m] [--attention flash|naive]
-//                     [--gpu h100|a100|both] [--resources build/kernel_resources.txt] [--check]
+//                     [--gpu h100|a100|both] [--resources TABLE]... [--check]
+//
+// The registers and occupancy come from ptxas's tables: by default build/kernel_resources.txt (or
+// TG_KERNEL_RESOURCES) and, beside it, kernel_resources_hopper.txt (the sm_90a kernels); each
+// --resources names one table and replaces the defaults.
 //
 // What is exact and what is modeled. The counts of a profiled step are exact properties of the
 // code at that shape (emulated). A full preset is too slow to emulate, so the step is emulated at
@@ -43,11 +49,12 @@ namespace {
 // bf16 tensor, 19.5 TFLOP/s fp32.
 struct Peaks {
   const char* name;
+  const char* device;  // TG_EMU_DEVICE: the emulated part the step runs on
   int sm;
   double bytes_per_s, tensor_flops, fp32_flops;
 };
-const Peaks kH100{"H100 SXM", 90, 3.35e12, 989e12, 67e12};
-const Peaks kA100{"A100 SXM", 80, 2.039e12, 312e12, 19.5e12};
+const Peaks kH100{"H100 SXM", "h100", 90, 3.35e12, 989e12, 67e12};
+const Peaks kA100{"A100 SXM", "a100", 80, 2.039e12, 312e12, 19.5e12};
 // A kernel launch without CUDA graphs costs the host a few microseconds; the floor below
 // assumes 3 us a launch (an assumption, not a measurement: measure it on the GPU).
 constexpr double kLaunchSeconds = 3e-6;
@@ -72,7 +79,8 @@ void add_counts(Table& t, const emu::KernelProfiler& p, double times) {
     r.launches += times * (double)k.launches;
     r.compulsory += times * (double)k.compulsory_bytes();
     r.moved += times * (double)k.moved_bytes();
-    r.requested += times * (double)(k.load.bytes + k.store.bytes);
+    // a TMA box's bytes are all asked for (the box is the request), as its loads' bytes are
+    r.requested += times * (double)(k.load.bytes + k.store.bytes + k.tma_bytes);
     r.tensor_flops += times * (double)k.mma_flops;
     r.shared_requests += times * (double)(k.shared_load.requests + k.shared_store.requests);
     r.conflicts += times * (double)(k.shared_load.conflicts() + k.shared_store.conflicts());
@@ -261,7 +269,7 @@ void print_roofline(const Table& step, const Peaks& peaks, const emu::occ::Resou
 int usage(const char* why) {
   std::fprintf(stderr,
                "gpu_profile: %s\nusage: gpu_profile [--preset shakespeare-char|gpt2-124m] [--attention flash|naive] "
-               "[--gpu h100|a100|both] [--resources build/kernel_resources.txt] [--check]\n",
+               "[--gpu h100|a100|both] [--resources TABLE]... [--check]\n",
                why);
   return 2;
 }
@@ -271,7 +279,7 @@ int usage(const char* why) {
 int main(int argc, char** argv) {
   std::string preset = "shakespeare-char", attention = "flash", gpu_name = "both";
   const char* env = std::getenv("TG_KERNEL_RESOURCES");
-  std::string resources = env && *env ? env : "build/kernel_resources.txt";
+  std::vector<std::string> resources;
   bool check = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -280,9 +288,11 @@ int main(int argc, char** argv) {
       into = argv[++i];
       return true;
     };
+    std::string table;
     if (a == "--check") check = true;
+    else if (a == "--resources" && value(table)) resources.push_back(table);
     else if (!((a == "--preset" && value(preset)) || (a == "--attention" && value(attention)) ||
-               (a == "--gpu" && value(gpu_name)) || (a == "--resources" && value(resources))))
+               (a == "--gpu" && value(gpu_name))))
       return usage(("unknown or incomplete argument '" + a + "'").c_str());
   }
   if (preset != "shakespeare-char" && preset != "gpt2-124m") return usage("--preset is shakespeare-char or gpt2-124m");
@@ -292,12 +302,22 @@ int main(int argc, char** argv) {
   if (gpu_name != "a100") gpus.push_back(&kH100);
   if (gpu_name != "h100") gpus.push_back(&kA100);
 
+  if (resources.empty()) {  // the build's table, and the sm_90a kernels' beside it when there is one
+    resources.push_back(env && *env ? env : "build/kernel_resources.txt");
+    const size_t slash = resources[0].rfind('/');
+    const std::string hopper =
+        (slash == std::string::npos ? std::string() : resources[0].substr(0, slash + 1)) + "kernel_resources_hopper.txt";
+    if (std::FILE* f = std::fopen(hopper.c_str(), "r")) std::fclose(f), resources.push_back(hopper);
+  }
   emu::occ::ResourceTable res;
-  try {
-    res = emu::occ::read_resources(resources);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gpu_profile: %s (make build/kernel_resources.txt writes it)\n", e.what());
-    return 1;
+  for (const std::string& path : resources) {
+    try {
+      const emu::occ::ResourceTable t = emu::occ::read_resources(path);
+      res.kernels.insert(res.kernels.end(), t.kernels.begin(), t.kernels.end());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gpu_profile: %s (make build/kernel_resources.txt writes it)\n", e.what());
+      return 1;
+    }
   }
 
   tg::Config c;
@@ -310,28 +330,30 @@ int main(int argc, char** argv) {
 
   std::printf("gpu_profile: %s, --attention %s, bf16, T=%d, one step = %d x (B=%d forward + backward) + AdamW\n",
               preset.c_str(), attention.c_str(), c.block_size, c.grad_accum, c.batch_size);
-  const Shape corners[4] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}};
-  Table micro[4], update[4];
-  for (int i = 0; i < 4; ++i) {
-    std::fprintf(stderr, "gpu_profile: emulating L=%d, B=%d\n", corners[i].L, corners[i].B);
-    profile_step(c, V, Vp, corners[i], path, micro[i], update[i]);
+  for (const Peaks* peaks : gpus) {
+    setenv("TG_EMU_DEVICE", peaks->device, 1);  // the part's kernels: the launchers choose by its capability
+    const Shape corners[4] = {{1, 1}, {2, 1}, {1, 2}, {2, 2}};
+    Table micro[4], update[4];
+    for (int i = 0; i < 4; ++i) {
+      std::fprintf(stderr, "gpu_profile: emulating L=%d, B=%d on the %s\n", corners[i].L, corners[i].B, peaks->name);
+      profile_step(c, V, Vp, corners[i], path, micro[i], update[i]);
+    }
+    const Table* mc[4] = {&micro[0], &micro[1], &micro[2], &micro[3]};
+    const Table* uc[4] = {&update[0], &update[1], &update[2], &update[3]};
+    if (check) {
+      std::fprintf(stderr, "gpu_profile: emulating L=3, B=2 on the %s (the fit's check)\n", peaks->name);
+      Table m3, u3;
+      profile_step(c, V, Vp, {3, 2}, path, m3, u3);
+      std::string w1, w2;
+      const double d1 = max_deviation(bilinear(mc, 3, 2), m3, &w1), d2 = max_deviation(bilinear(uc, 3, 2), u3, &w2);
+      std::printf("\n%s: fit check at L=3, B=2 (kernels with >= 1%% of the bytes): forward + backward counts within "
+                  "%.2g (worst: %s), update within %.2g (worst: %s)\n",
+                  peaks->name, d1, w1.empty() ? "-" : w1.c_str(), d2, w2.empty() ? "-" : w2.c_str());
+    }
+    Table step;
+    add_scaled(step, bilinear(mc, c.n_layer, c.batch_size), c.grad_accum);
+    add_scaled(step, bilinear(uc, c.n_layer, c.batch_size), 1);
+    print_roofline(step, *peaks, res, c, V, Vp);
   }
-  const Table* mc[4] = {&micro[0], &micro[1], &micro[2], &micro[3]};
-  const Table* uc[4] = {&update[0], &update[1], &update[2], &update[3]};
-  if (check) {
-    std::fprintf(stderr, "gpu_profile: emulating L=3, B=2 (the fit's check)\n");
-    Table m3, u3;
-    profile_step(c, V, Vp, {3, 2}, path, m3, u3);
-    std::string w1, w2;
-    const double d1 = max_deviation(bilinear(mc, 3, 2), m3, &w1), d2 = max_deviation(bilinear(uc, 3, 2), u3, &w2);
-    std::printf("fit check at L=3, B=2 (kernels with >= 1%% of the bytes): forward + backward counts within %.2g "
-                "(worst: %s), update within %.2g (worst: %s)\n",
-                d1, w1.empty() ? "-" : w1.c_str(), d2, w2.empty() ? "-" : w2.c_str());
-  }
-  Table step;
-  add_scaled(step, bilinear(mc, c.n_layer, c.batch_size), c.grad_accum);
-  add_scaled(step, bilinear(uc, c.n_layer, c.batch_size), 1);
-
-  for (const Peaks* peaks : gpus) print_roofline(step, *peaks, res, c, V, Vp);
   return 0;
 }
