@@ -264,14 +264,8 @@ __global__ void __launch_bounds__(DqTile<HS>::kThreads, 1) flash_bwd_dq_bf16_ker
   load_tile_async<Bc, HS, NThreads>(sV, V, p.ld_qkv, (n_j - 1) * Bc, p.T);
   cp_async_commit();
 
-  // lse_i log2(e) and D_i of the lane's rows (+inf past T: P = 0 there)
   float lse2[2], Di[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = i_g + 8 * r;
-    lse2[r] = i < p.T ? p.lse[(long long)bh * p.T + i] * kLog2e : INFINITY;
-    Di[r] = i < p.T ? p.D[(long long)bh * p.T + i] : 0.f;
-  }
+  row_lse_d(lse2, Di, p, bh, i_g);
 
   float dq[HS / 8][4];
   zero(dq);

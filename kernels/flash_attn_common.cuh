@@ -454,6 +454,18 @@ __device__ __forceinline__ void zero(float (&acc)[NT][4]) {
     for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
 }
 
+// lse_i log2(e) and D_i of the lane's rows i_g, i_g + 8 (+inf past T: P = 0 there), for the dQ
+// kernels of both families
+__device__ __forceinline__ void row_lse_d(float (&lse2)[2], float (&Di)[2], const BwdParams<bf16>& p, uint32_t bh,
+                                          int i_g) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = i_g + 8 * r;
+    lse2[r] = i < p.T ? p.lse[(long long)bh * p.T + i] * kLog2e : INFINITY;
+    Di[r] = i < p.T ? p.D[(long long)bh * p.T + i] : 0.f;
+  }
+}
+
 // ---- masking in the query-major accumulator layout ---------------------------------------------
 // (forward and dQ: rows = queries i, columns = keys j). Element (nt, e) of the lane with
 // i_g = absolute query row of its c0 (first row of the warp + g) and j_t = absolute key

@@ -1114,9 +1114,8 @@ struct HopperDqTile {
 template <int HS, int Br, int Bc, bool IsDropout, int QR = Br>
 __device__ __forceinline__ void dq_products(float (&dq)[HS / 8][4], float (&s)[Bc / 8][4], float (&dp)[Bc / 8][4],
                                             const KeepCalls<Bc / 8>& kc, int Tn, bool causal, float scale_log2,
-                                            float dropout_scale, uint32_t aQ, uint32_t adO, uint32_t tK, uint32_t tV,
-                                            int j0, int iw0, int i_g, const float (&lse2)[2], const float (&Di)[2],
-                                            int lane) {
+                                            float dropout_scale, uint32_t adO, uint32_t tK, uint32_t tV, int j0,
+                                            int iw0, int i_g, const float (&lse2)[2], const float (&Di)[2], int lane) {
   constexpr bool Ov = bwd_overlap<HS>();
   hopper::wgmma_wait_group<Ov ? 1 : 0>();  // S is in s
   // S masked; P_ij = exp(S_ij - lse_i); the forward's keep bits
@@ -1143,20 +1142,9 @@ __device__ __forceinline__ void dq_tile(float (&dq)[HS / 8][4], const KeepCalls<
                                         const float (&Di)[2], int lane) {
   float s[Bc / 8][4], dp[Bc / 8][4];
   bwd_issue_sdp<HS, Bc, QR>(s, dp, aQ, adO, tK, tV);
-  dq_products<HS, Br, Bc, IsDropout, QR>(dq, s, dp, kc, Tn, causal, scale_log2, dropout_scale, aQ, adO, tK, tV, j0, iw0, i_g,
+  dq_products<HS, Br, Bc, IsDropout, QR>(dq, s, dp, kc, Tn, causal, scale_log2, dropout_scale, adO, tK, tV, j0, iw0, i_g,
                                          lse2, Di, lane);
   hopper::wgmma_wait_group<0>();
-}
-
-// lse_i log2(e) and D_i of the lane's rows i_g, i_g + 8 (+inf past T: P = 0 there)
-__device__ __forceinline__ void row_lse_d(float (&lse2)[2], float (&Di)[2], const BwdParams<bf16>& p, uint32_t bh,
-                                          int i_g) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = i_g + 8 * r;
-    lse2[r] = i < p.T ? p.lse[(long long)bh * p.T + i] * kLog2e : INFINITY;
-    Di[r] = i < p.T ? p.D[(long long)bh * p.T + i] : 0.f;
-  }
 }
 
 // grid (B*NH, ceil(T / Br)); query tiles last-first.
@@ -1193,14 +1181,8 @@ __device__ __forceinline__ void dq_kernel(const BwdParams<bf16>& p) {
   load_tile_sw128<Bc, HS, NThreads>(sV, V, p.ld_qkv, (n_j - 1) * Bc, p.T);
   cp_async_commit();
 
-  // lse_i log2(e) and D_i of the lane's rows (+inf past T: P = 0 there)
   float lse2[2], Di[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = i_g + 8 * r;
-    lse2[r] = i < p.T ? p.lse[(long long)bh * p.T + i] * kLog2e : INFINITY;
-    Di[r] = i < p.T ? p.D[(long long)bh * p.T + i] : 0.f;
-  }
+  row_lse_d(lse2, Di, p, bh, i_g);
 
   float dq[HS / 8][4];
   zero(dq);
@@ -1229,7 +1211,7 @@ __device__ __forceinline__ void dq_kernel(const BwdParams<bf16>& p) {
       const int j0 = jt * Bc, stage = (n_j - 1 - jt) % 2;
       KeepCalls<Bc / 8> kc;
       if constexpr (IsDropout) kc = keep_calls_step(keep_next, p.key, bh, i_g, j0 - Bc, lane, p.keep, p.T);
-      dq_products<HS, Br, Bc, IsDropout>(dq, s, dp, kc, p.T, p.causal, p.scale_log2, p.dropout_scale, aQ, adO, aK + stage * TB,
+      dq_products<HS, Br, Bc, IsDropout>(dq, s, dp, kc, p.T, p.causal, p.scale_log2, p.dropout_scale, adO, aK + stage * TB,
                                          aV + stage * TB, j0, iw0, i_g, lse2, Di, lane);
       if (jt == 0) {
         hopper::wgmma_wait_group<0>();

@@ -186,8 +186,9 @@ TEST_CASE("train_gpt_emu: on a GPU with 99 KB of shared memory a block, head siz
 // line says which; under the emulator (as on an H100) their outputs are the mma.sync kernels' bit
 // for bit (the same products, in the same order per k-step of 16), so the whole run is the same
 // bits; TG_FLASH_HOPPER=2 (the warp-specialized backward), 3 (dQ inside the dK / dV kernel) and 4 (the
-// forward's keep decisions made by its producer warpgroup) too. On an A100 they are the mma.sync
-// kernels, and a value other than 0, 1, 2, 3 or 4 is refused.
+// forward's keep decisions made by its producer warpgroup) too (5, the backward not pipelined, is
+// held to the default's bits by the kernel tests, tests/gpu/test_flash_attn_gpu.cu). On an A100 they
+// are the mma.sync kernels, and a value other than 0 to 5 is refused.
 TEST_CASE("train_gpt_emu: on compute capability 9.0 the flash kernels are Hopper wgmma's unless TG_FLASH_HOPPER=0, the same bits as mma.sync") {
   // head size 64 (one of the Hopper kernel's); two query tiles of its 128 rows at T = 160
   const std::string common = " --device cuda --precision bf16 --eval-interval 2 --log-interval 1 --sample-tokens 0 "
