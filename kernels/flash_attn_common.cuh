@@ -454,6 +454,30 @@ __device__ __forceinline__ void zero(float (&acc)[NT][4]) {
     for (int e = 0; e < 4; ++e) acc[nt][e] = 0.f;
 }
 
+// A dQ kernel's CTA, both families (grid (B*NH, ceil(T / Br)), the query tiles last-first): its
+// batch-head bh; the first query row of the CTA (i0), of the warp (iw0) and of the lane's c0 (i_g);
+// batch b's first element in qkv and dqkv (qkv_b) and head h's first column (h_col); the head's Q,
+// K, V and dO; and the n_j key tiles of Bc it visits.
+struct DqCta {
+  uint32_t bh;
+  int i0, iw0, i_g;
+  long long qkv_b, h_col;
+  const bf16 *Q, *K, *V, *dO;
+  int n_j;
+};
+template <int HS, int Br, int Bc>
+__device__ __forceinline__ DqCta dq_cta(const BwdParams<bf16>& p, int warp, int lane) {
+  const uint32_t bh = blockIdx.x;
+  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
+  const int i0 = (gridDim.y - 1 - blockIdx.y) * Br;
+  const int iw0 = i0 + 16 * warp;
+  const long long qkv_b = (long long)b * p.T * p.ld_qkv, h_col = (long long)h * HS;
+  const bf16* Q = p.qkv + qkv_b + h_col;
+  const int j_end = p.causal ? min(p.T, i0 + Br) : p.T;
+  return DqCta{bh, i0, iw0, iw0 + lane / 4, qkv_b, h_col, Q, Q + p.C, Q + 2LL * p.C,
+               p.dout + (long long)b * p.T * p.ld_out + h_col, (j_end + Bc - 1) / Bc};
+}
+
 // lse_i log2(e) and D_i of the lane's rows i_g, i_g + 8 (+inf past T: P = 0 there), for the dQ
 // kernels of both families
 __device__ __forceinline__ void row_lse_d(float (&lse2)[2], float (&Di)[2], const BwdParams<bf16>& p, uint32_t bh,

@@ -1161,19 +1161,7 @@ __device__ __forceinline__ void dq_kernel(const BwdParams<bf16>& p) {
   const uint32_t aQ = smem_u32(sQ), adO = smem_u32(sdO), aK = smem_u32(sK), aV = smem_u32(sV);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const uint32_t bh = blockIdx.x;
-  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
-  const int i0 = (gridDim.y - 1 - blockIdx.y) * Br;
-  const int iw0 = i0 + 16 * warp;
-  const int i_g = iw0 + lane / 4;
-  const long long qkv_b = (long long)b * p.T * p.ld_qkv;
-  const bf16* Q = p.qkv + qkv_b + (long long)h * HS;
-  const bf16* K = Q + p.C;
-  const bf16* V = Q + 2LL * p.C;
-  const bf16* dO = p.dout + (long long)b * p.T * p.ld_out + (long long)h * HS;
-
-  const int j_end = p.causal ? min(p.T, i0 + Br) : p.T;
-  const int n_j = (j_end + Bc - 1) / Bc;
+  const auto [bh, i0, iw0, i_g, qkv_b, h_col, Q, K, V, dO, n_j] = dq_cta<HS, Br, Bc>(p, warp, lane);
 
   load_tile_sw128<Br, HS, NThreads>(sQ, Q, p.ld_qkv, i0, p.T);
   load_tile_sw128<Br, HS, NThreads>(sdO, dO, p.ld_out, i0, p.T);
@@ -1250,7 +1238,7 @@ __device__ __forceinline__ void dq_kernel(const BwdParams<bf16>& p) {
     }
   }
   // dqkv[Q_i] += dQ_i / sqrt(HS)
-  add_to_dqkv(p.dqkv + qkv_b, p.ld_qkv, (long long)h * HS, dq, p.scale, i_g, p.T, lane);
+  add_to_dqkv(p.dqkv + qkv_b, p.ld_qkv, h_col, dq, p.scale, i_g, p.T, lane);
 }
 template <int HS, bool IsDropout>
 __global__ void __launch_bounds__(HopperDqTile<HS>::kThreads, 1) flash_bwd_dq_hopper_kernel(const BwdParams<bf16> p) {
