@@ -1280,11 +1280,9 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   const uint32_t aQ = smem_u32(sQ), adO = smem_u32(sdO), aK = smem_u32(sK), aV = smem_u32(sV);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const uint32_t bh = blockIdx.x;
+  // (the CTA's rows are the tile's BrW; the head's operands come by TMA, their pointers unused)
+  const auto [bh, i0, iw0, i_g, qkv_b, h_col, Q, K, V, dO, n_j] = dq_cta<HS, BrW, Bc>(p, warp, lane);
   const int b = (int)bh / p.NH, h = (int)bh % p.NH;
-  const int i0 = (gridDim.y - 1 - blockIdx.y) * BrW;
-  const int j_end = p.causal ? min(p.T, i0 + BrW) : p.T;
-  const int n_j = (j_end + Bc - 1) / Bc;
 
   // full: the producer's arrive.expect_tx; empty: one arrival per consumer warp
   init_ring(&bar_q, full, 1, empty, NCW);
@@ -1310,8 +1308,6 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   // every tile)
   hopper::setmaxnreg_inc<kFwdConsumerRegs>();
   const int wg = warp / 4;
-  const int iw0 = i0 + 16 * warp;
-  const int i_g = iw0 + lane / 4;
   const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);  // (as the forward's; the loop's tests too)
   const int n_wg = p.causal ? min(n_j, (i0 + Br * wg_uniform + Br - 1) / Bc + 1) : n_j;
   const uint32_t aQw = aQ + (uint32_t)(wg_uniform * Br * 128), adOw = adO + (uint32_t)(wg_uniform * Br * 128);
@@ -1337,7 +1333,7 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
     if (lane == 0) hopper::mbarrier_arrive(&empty[st]);
   }
   // dqkv[Q_i] += dQ_i / sqrt(HS)
-  add_to_dqkv(p.dqkv + (long long)b * p.T * p.ld_qkv, p.ld_qkv, (long long)h * HS, dq, p.scale, i_g, p.T, lane);
+  add_to_dqkv(p.dqkv + qkv_b, p.ld_qkv, h_col, dq, p.scale, i_g, p.T, lane);
 }
 
 CUtensorMap tile_map(const bf16* base, long long ld, long long rows, int box_rows);
