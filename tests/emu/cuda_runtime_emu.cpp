@@ -418,12 +418,14 @@ cudaError_t synchronize(cudaStream_t s) {
 
 namespace {
 // device_memory's memory: the last few allocations hit (a kernel's accesses mostly stay in the
-// few buffers it reads and writes: q, k, v, o, lse), and the last gap between allocations that an
-// address fell in (a kernel's parameters, in host memory); the map's search is the slow way.
+// few buffers it reads and writes: q, k, v, o, lse), and the last two gaps between allocations
+// that an address fell in (a kernel's parameters, in host memory, and the emulator's variables
+// that kernel code reads, threadIdx's and blockIdx's, in the executable's: taken by turns); the
+// map's search is the slow way.
 struct DeviceMemoryCache {
-  static constexpr int kRemembered = 8;
-  uintptr_t lo[kRemembered] = {}, hi[kRemembered] = {}, gap_lo = 0, gap_hi = 0;
-  int next = 0;
+  static constexpr int kRemembered = 8, kGaps = 2;
+  uintptr_t lo[kRemembered] = {}, hi[kRemembered] = {}, gap_lo[kGaps] = {}, gap_hi[kGaps] = {};
+  int next = 0, next_gap = 0;
   uint64_t generation = ~0ull;
 };
 DeviceMemoryCache g_device_cache;
@@ -432,6 +434,7 @@ __attribute__((noinline)) bool device_memory_search(uintptr_t a) {
   DeviceMemoryCache& c = g_device_cache;
   const auto& m = mem().by_base;
   auto it = m.upper_bound(a);  // the first allocation above a
+  uintptr_t gap_lo = 0;
   if (it != m.begin()) {
     const auto below = std::prev(it);
     const uintptr_t base = below->first, end = base + below->second.size;
@@ -441,11 +444,11 @@ __attribute__((noinline)) bool device_memory_search(uintptr_t a) {
       c.next = (c.next + 1) % DeviceMemoryCache::kRemembered;
       return true;
     }
-    c.gap_lo = end;
-  } else {
-    c.gap_lo = 0;
+    gap_lo = end;
   }
-  c.gap_hi = it == m.end() ? UINTPTR_MAX : it->first;
+  c.gap_lo[c.next_gap] = gap_lo;
+  c.gap_hi[c.next_gap] = it == m.end() ? UINTPTR_MAX : it->first;
+  c.next_gap = (c.next_gap + 1) % DeviceMemoryCache::kGaps;
   return false;
 }
 }  // namespace
@@ -460,7 +463,8 @@ __attribute__((no_sanitize("address"))) bool device_memory(uintptr_t a) {
   }
   for (int i = 0; i < DeviceMemoryCache::kRemembered; ++i)
     if (a - c.lo[i] < c.hi[i] - c.lo[i]) return true;
-  if (a - c.gap_lo < c.gap_hi - c.gap_lo) return false;
+  for (int i = 0; i < DeviceMemoryCache::kGaps; ++i)
+    if (a - c.gap_lo[i] < c.gap_hi[i] - c.gap_lo[i]) return false;
   return device_memory_search(a);
 }
 

@@ -565,22 +565,51 @@ __attribute__((noinline)) std::pair<uintptr_t, uintptr_t> local_statics_span() {
   const auto& v = symbols().local_statics;
   return v.empty() ? std::pair<uintptr_t, uintptr_t>{0, 0} : std::pair<uintptr_t, uintptr_t>{v.front().first, v.back().second};
 }
-__attribute__((noinline)) const std::vector<std::pair<uintptr_t, uintptr_t>>& local_statics() { return symbols().local_statics; }
+// The local static that holds a, searched in the symbol table's list (sorted, disjoint): true
+// and its span in *o, or false and in *o the gap between the statics that a falls in. Out of line,
+// so that its frame (AddressSanitizer poisons a frame's red zones at every call) stays off the
+// path of every observed access.
+__attribute__((noinline)) bool local_static_search(uintptr_t a, std::pair<uintptr_t, uintptr_t>* o) {
+  const auto& v = symbols().local_statics;
+  auto it = std::upper_bound(v.begin(), v.end(), std::make_pair(a, UINTPTR_MAX));
+  const uintptr_t gap_hi = it == v.end() ? UINTPTR_MAX : it->first;
+  if (it == v.begin()) {
+    *o = {0, gap_hi};
+    return false;
+  }
+  --it;
+  if (a >= it->second) {
+    *o = {it->second, gap_hi};
+    return false;
+  }
+  *o = *it;
+  return true;
+}
 }  // namespace
 
-bool static_shared(uintptr_t a) {
+// Every observed access that is neither in the dynamic shared memory, on the thread's stack nor in
+// device memory asks this: a kernel's static __shared__ arrays (true), and its parameters and the
+// emulator's own variables that the kernel code reads (threadIdx is g_thread's, blockIdx
+// g_block_idx: false, millions of times a run). Its test runs without AddressSanitizer's checks of
+// its own fixed fields, as device_memory's.
+__attribute__((no_sanitize("address"))) bool static_shared(uintptr_t a) {
   static const std::pair<uintptr_t, uintptr_t> span = local_statics_span();
   // the objects of the last hits, the newest replacing the oldest (a kernel's static __shared__
-  // arrays are a few, used by turns: one remembered object missed at every turn)
-  static std::pair<uintptr_t, uintptr_t> last[4] = {};
-  static unsigned next = 0;
+  // arrays are a few, used by turns: one remembered object missed at every turn), and the gaps
+  // between them of the last misses (the emulator's variables lie in two)
+  static std::pair<uintptr_t, uintptr_t> last[4] = {}, gaps[2] = {};
+  static unsigned next = 0, next_gap = 0;
   for (const auto& o : last)
     if (a - o.first < o.second - o.first) return true;
   if (a - span.first >= span.second - span.first) return false;
-  const auto& v = local_statics();
-  auto it = std::upper_bound(v.begin(), v.end(), std::make_pair(a, UINTPTR_MAX));
-  if (it == v.begin() || a >= (--it)->second) return false;
-  last[next++ % 4] = *it;
+  for (const auto& g : gaps)
+    if (a - g.first < g.second - g.first) return false;
+  std::pair<uintptr_t, uintptr_t> o;
+  if (!local_static_search(a, &o)) {
+    gaps[next_gap++ % 2] = o;
+    return false;
+  }
+  last[next++ % 4] = o;
   return true;
 }
 
