@@ -64,11 +64,15 @@ bool probe_shadow() {
 }
 const bool fast_shadow = probe_shadow();
 
-inline void asan_check(uintptr_t a, uint32_t n, bool write) {
-  if (fast_shadow && shadow_ok(a, n)) return;
+// (the runtime asked out of line: the fast path keeps no frame, so no red zones to poison)
+__attribute__((noinline)) void asan_check_slow(uintptr_t a, uint32_t n, bool write) {
   if (__asan_region_is_poisoned(reinterpret_cast<void*>(a), n) == nullptr) return;
   if (write) __asan_report_store_n(a, n);
   else __asan_report_load_n(a, n);
+}
+__attribute__((no_sanitize("address"))) inline void asan_check(uintptr_t a, uint32_t n, bool write) {
+  if (fast_shadow && shadow_ok(a, n)) return;
+  asan_check_slow(a, n, write);
 }
 #endif
 
@@ -90,15 +94,18 @@ inline bool classify(uintptr_t a, Space* s) {
   return false;
 }
 
-inline void deliver(const void* pc, uintptr_t a, uint32_t n, bool write, AccessKind kind) {
+// (out of line: the Access it builds on its stack, passed by reference, takes a frame with red zones)
+__attribute__((noinline)) void deliver(const void* pc, uintptr_t a, uint32_t n, bool write, AccessKind kind) {
   Space s;
   if (!classify(a, &s)) return;
   const Access acc{pc, a, n, write, s, kind, g_thread};
   for (Observer* o : observers()) o->access(acc);
 }
 
-// One access of kernel-file code (g_thread is null on the host, e.g. a launcher).
-inline void hook(const void* pc, const void* p, uint32_t n, bool write) {
+// One access of kernel-file code (g_thread is null on the host, e.g. a launcher). Without
+// AddressSanitizer's checks of its own reads (g_observed, g_thread): every access of the kernels
+// comes here, and AddressSanitizer's check of the access itself is asan_check.
+__attribute__((no_sanitize("address"))) inline void hook(const void* pc, const void* p, uint32_t n, bool write) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
 #if TG_EMU_ASAN
   asan_check(a, n, write);
@@ -230,17 +237,19 @@ void notify_device_freed(const void* p, size_t n) {
 // Each plain access of N bytes; "unaligned" ones are the same to the hook; ranges (a struct
 // copied whole) are one access of their size. Function entry and exit are not instrumented
 // (--param tsan-instrument-func-entry-exit=0); __tsan_init has nothing to set up.
-#define TG_EMU_TSAN_ACCESS(N)                                                                             \
-  extern "C" void __tsan_read##N(void* p) { emu::hook(__builtin_return_address(0), p, N, false); }           \
-  extern "C" void __tsan_write##N(void* p) { emu::hook(__builtin_return_address(0), p, N, true); }           \
-  extern "C" void __tsan_unaligned_read##N(void* p) { emu::hook(__builtin_return_address(0), p, N, false); } \
-  extern "C" void __tsan_unaligned_write##N(void* p) { emu::hook(__builtin_return_address(0), p, N, true); }
+#define TG_EMU_UNPOISONED extern "C" __attribute__((no_sanitize("address")))
+#define TG_EMU_TSAN_ACCESS(N)                                                                                  \
+  TG_EMU_UNPOISONED void __tsan_read##N(void* p) { emu::hook(__builtin_return_address(0), p, N, false); }           \
+  TG_EMU_UNPOISONED void __tsan_write##N(void* p) { emu::hook(__builtin_return_address(0), p, N, true); }           \
+  TG_EMU_UNPOISONED void __tsan_unaligned_read##N(void* p) { emu::hook(__builtin_return_address(0), p, N, false); } \
+  TG_EMU_UNPOISONED void __tsan_unaligned_write##N(void* p) { emu::hook(__builtin_return_address(0), p, N, true); }
 TG_EMU_TSAN_ACCESS(1)
 TG_EMU_TSAN_ACCESS(2)
 TG_EMU_TSAN_ACCESS(4)
 TG_EMU_TSAN_ACCESS(8)
 TG_EMU_TSAN_ACCESS(16)
 #undef TG_EMU_TSAN_ACCESS
+#undef TG_EMU_UNPOISONED
 
 extern "C" void __tsan_read_range(void* p, unsigned long n) {
   emu::hook(__builtin_return_address(0), p, (uint32_t)n, false);
