@@ -124,15 +124,26 @@ bool check_extent(const Mat& m, const char* who, const char* name) {
 }
 
 // The column-major fp32 copy of matrix b of m, as sgemm reads it (row-major copies are
-// transposed, so the copy is always column-major with ld = rows).
-std::vector<float> widen(const Mat& m, int b, bool to_tf32) {
-  std::vector<float> f((size_t)(m.rows * m.cols));
+// transposed, so the copy is always column-major with ld = rows), into f.
+void widen(const Mat& m, int b, bool to_tf32, std::vector<float>& f) {
+  f.resize((size_t)(m.rows * m.cols));
   for (int64_t c = 0; c < m.cols; ++c)
     for (int64_t r = 0; r < m.rows; ++r) {
       const float v = load(m.ptr, m.type, m.index(b, r, c));
       f[(size_t)(c * m.rows + r)] = to_tf32 ? tf32(v) : v;
     }
-  return f;
+}
+
+// A GEMM's fp32 copies, kept from one GEMM to the next: a fresh vector each time was, above
+// AddressSanitizer's largest size class, a fresh mapping whose pages the kernel zeroed and
+// unmapped again (page faults and memset were about 8% of the 20-step model test in the
+// hardware-rounding mode).
+struct Scratch {
+  std::vector<float> a, b, start, c, rows, cols, dots;
+};
+Scratch& scratch() {
+  static thread_local Scratch s;
+  return s;
 }
 
 // One GEMM of the batch: D = alpha op(A) op(B) + beta C, then the bias and GELU epilogues, then
@@ -149,26 +160,37 @@ struct Gemm {
 
   void run() const {
     for (int b = 0; b < D.batch; ++b) {
-      const std::vector<float> a = widen(A, b, tf32), bm = widen(B, b, tf32);
+      Scratch& s = scratch();
+      const std::vector<float>& a = s.a;
+      const std::vector<float>& bm = s.b;
+      const std::vector<float>& start = s.start;
+      std::vector<float>& c = s.c;
+      widen(A, b, tf32, s.a);
+      widen(B, b, tf32, s.b);
       // a start value in bf16: the product is rounded to bf16 before beta C is added (below)
       const bool round_product = beta != 0 && D.type == CUDA_R_16BF;
-      const std::vector<float> start = round_product ? widen(C, b, false) : std::vector<float>();
+      if (round_product) widen(C, b, false, s.start);
       const float beta_gemm = round_product ? 0.f : beta;
-      std::vector<float> c = beta_gemm != 0 ? widen(C, b, false) : std::vector<float>((size_t)m * n, 0.f);
+      if (beta_gemm != 0) widen(C, b, false, c);
+      else c.assign((size_t)m * n, 0.f);
       const char opa = ta ? 'T' : 'N', opb = tb ? 'T' : 'N';
       const int lda = (int)std::max<int64_t>(1, A.rows), ldb = (int)std::max<int64_t>(1, B.rows),
                 ldc = std::max(1, m);
       const int block = A.type == CUDA_R_16BF ? hw_rounding_block() : 0;
       if (block) {  // bf16 on the tensor cores, as they round (tests/emu/hw_rounding.h): k in order
         // op(A)'s rows and op(B)'s columns, each gathered once, k contiguous
-        std::vector<float> rows((size_t)m * k), cols((size_t)n * k);
+        std::vector<float>& rows = s.rows;
+        std::vector<float>& cols = s.cols;
+        std::vector<float>& dots = s.dots;
+        rows.resize((size_t)m * k);
+        cols.resize((size_t)n * k);
         for (int i = 0; i < m; ++i)
           for (int kk = 0; kk < k; ++kk)
             rows[(size_t)i * k + kk] = ta ? a[(size_t)i * lda + kk] : a[(size_t)kk * lda + i];
         for (int j = 0; j < n; ++j)
           for (int kk = 0; kk < k; ++kk)
             cols[(size_t)j * k + kk] = tb ? bm[(size_t)kk * ldb + j] : bm[(size_t)j * ldb + kk];
-        std::vector<float> dots((size_t)n);
+        dots.resize((size_t)n);
         for (int i = 0; i < m; ++i) {
           std::fill(dots.begin(), dots.end(), 0.f);
           tensor_core_dots(dots.data(), n, rows.data() + (size_t)i * k, 1, cols.data(), k, 1, k, block);

@@ -7,10 +7,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
 namespace emu {
+
+// A function out of the sanitizers' reach: the emulator's loops over arrays of its own, bounded by
+// construction, whose element-by-element checks would cost more than the arithmetic (GCC does not
+// inline a checked function into one of these, nor the other way round).
+#define TG_EMU_UNCHECKED __attribute__((no_sanitize("address", "undefined")))
 
 // ---- the device (tests/emu/cuda_runtime_emu.cpp) -------------------------------------------
 // The emulated part: an H100 SXM by default, an A100 SXM with TG_EMU_DEVICE=a100, a GeForce RTX
@@ -58,12 +67,69 @@ struct Barrier {
   uint64_t gen = 0;
   const char* op = nullptr;
 };
+// A callable taken by reference for the length of one call: what std::function would be there
+// without its copy (a lambda of more than two words of captures, wgmma.mma_async's, was a heap
+// allocation at every thread's arrival).
+class FunctionRef {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FunctionRef>>>
+  FunctionRef(F&& f)  // (implicit, as std::function's constructor)
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o) { (*static_cast<std::remove_reference_t<F>*>(o))(); }) {}
+  void operator()() const { call_(obj_); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*);
+};
+// The asynchronous operations of one issuer (a thread's cp.async copies, a warpgroup's wgmma
+// operations): those issued and not yet committed, then the committed groups, oldest first, each
+// retired whole. A retired group's storage is kept for a later one, so that issuing allocates
+// nothing once the queue has been as deep before (an allocation under AddressSanitizer records
+// its stack: the emulated Hopper kernels' cases spent about 5% of their time there).
+template <class Op>
+struct GroupQueue {
+  std::vector<Op> open;
+  std::deque<std::vector<Op>> groups;
+  std::vector<std::vector<Op>> spare;
+
+  void commit() {
+    groups.push_back(std::move(open));
+    open = take_spare();
+  }
+  // retire(op) for each operation of the oldest groups, oldest first, until at most n are left
+  template <class F>
+  void retire_until(int n, F&& retire) {
+    while ((int)groups.size() > n) {
+      for (Op& op : groups.front()) retire(op);
+      recycle_front();
+    }
+  }
+  // drops what is queued (a CTA's start)
+  void reset() {
+    while (!groups.empty()) recycle_front();
+    open.clear();
+  }
+
+ private:
+  std::vector<Op> take_spare() {
+    if (spare.empty()) return {};
+    std::vector<Op> v = std::move(spare.back());
+    spare.pop_back();
+    return v;
+  }
+  void recycle_front() {
+    groups.front().clear();
+    spare.push_back(std::move(groups.front()));
+    groups.pop_front();
+  }
+};
 // For instructions emulated outside the engine's file (tests/emu/hopper_emu.cpp), from a running
 // kernel thread: rendezvous arrives at b (all b.expected threads must reach the same op; the last
 // one runs on_last before any is released); block_until_next blocks the thread until b.gen
 // moves (b.op names the wait in a deadlock report: when every live thread of the CTA is blocked,
 // the launch fails as deadlocked); cta_thread is the CTA's thread of that linear index.
-void rendezvous(Barrier& b, const char* op, const std::function<void()>& on_last);
+void rendezvous(Barrier& b, const char* op, FunctionRef on_last);
 void block_until_next(Barrier& b);
 struct Thread;
 Thread& cta_thread(int linear);

@@ -77,7 +77,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -117,7 +116,11 @@ struct WgmmaOp {
   uint32_t a[kWarpgroup][4];
   float* d[kWarpgroup];
   const void* pc = nullptr;
-  std::vector<uint32_t> chunks;  // shared offsets of the 16-byte chunks it reads
+  // shared offsets of the 16-byte chunks it reads: A's (none when A is in registers), then B's,
+  // each operand's in the order of for_each_position
+  static constexpr int kMaxChunks = 64 * 2 + 256 * 2;
+  uint32_t chunks[kMaxChunks];
+  int a_chunks = 0, nchunks = 0;
 };
 
 struct Warpgroup {
@@ -127,8 +130,7 @@ struct Warpgroup {
   uint32_t a[kWarpgroup][4];
   float* d[kWarpgroup];
   int shape[kWarpgroup];  // N, with the a-in-registers, transpose and scale-d flags above bit 9
-  std::vector<WgmmaOp> open;                 // issued, not yet committed
-  std::deque<std::vector<WgmmaOp>> groups;   // committed, oldest first
+  GroupQueue<WgmmaOp> ops;  // issued, then committed groups
   bool fenced = false;
   int regs = 0;                  // registers a thread (setmaxnreg)
   uint32_t count[kWarpgroup];    // one setmaxnreg rendezvous's counts, by thread
@@ -247,19 +249,21 @@ uint32_t operand_offset(uint64_t desc, bool mn_major, int mn, int k) {
 
 // The 16-byte chunks of a shared operand (mn_extent x 16, mn_extent a multiple of 8): the 8
 // elements from (mn, k) along the contiguous dimension (K when K-major, MN when MN-major) lie in
-// one chunk whatever the swizzle, which moves whole chunks; f(mn, k, offset) for each.
+// one chunk whatever the swizzle, which moves whole chunks; f(mn, k) for each chunk's first.
 template <class F>
-void for_each_chunk(uint64_t desc, bool mn_major, int mn_extent, F f) {
+void for_each_position(bool mn_major, int mn_extent, F f) {
   for (int mn = 0; mn < mn_extent; mn += mn_major ? 8 : 1)
-    for (int k = 0; k < 16; k += mn_major ? 1 : 8) f(mn, k, operand_offset(desc, mn_major, mn, k));
+    for (int k = 0; k < 16; k += mn_major ? 1 : 8) f(mn, k);
 }
 
-// Checks one shared operand (mn_extent x 16) at issue and lists the 16-byte chunks it reads.
-void check_operand(uint64_t desc, bool mn_major, int mn_extent, const char* which, std::vector<uint32_t>& chunks) {
+// Checks one shared operand (mn_extent x 16) at issue and lists the 16-byte chunks it reads
+// after op's others.
+void check_operand(uint64_t desc, bool mn_major, int mn_extent, const char* which, WgmmaOp& op) {
   if ((desc >> 49 & 7) != 0)
     device_fault(cudaErrorLaunchFailure, std::string("wgmma: the ") + which + " descriptor " + hex(desc) +
                                              " has a matrix base offset, which the emulator does not model");
-  for_each_chunk(desc, mn_major, mn_extent, [&](int mn, int k, uint32_t off) {
+  for_each_position(mn_major, mn_extent, [&](int mn, int k) {
+    const uint32_t off = operand_offset(desc, mn_major, mn, k);
     for (int e = 0; e < 8; ++e)
       if ((size_t)off + 2 * e + 2 > g_smem_bytes)
         device_fault(cudaErrorIllegalAddress, std::string("wgmma: the ") + which + " descriptor " + hex(desc) +
@@ -267,54 +271,80 @@ void check_operand(uint64_t desc, bool mn_major, int mn_extent, const char* whic
                                                   std::to_string(mn + (mn_major ? e : 0)) + ", k " +
                                                   std::to_string(k + (mn_major ? 0 : e)) + "), past the " +
                                                   std::to_string(g_smem_bytes) + " bytes of dynamic shared memory");
-    chunks.push_back(off);
+    op.chunks[op.nchunks++] = off;
   });
 }
 
-// Reads one shared operand (checked at issue) as floats: element (mn, k) to out[mn * mn_step + k * k_step].
-void read_operand(uint64_t desc, bool mn_major, int mn_extent, float* out, int mn_step, int k_step) {
-  for_each_chunk(desc, mn_major, mn_extent, [&](int mn, int k, uint32_t off) {
-    uint16_t v[8];
-    std::memcpy(v, g_smem + off, sizeof v);
-    const int step = mn_major ? mn_step : k_step;
-    float* o = out + mn * mn_step + k * k_step;
-    for (int e = 0; e < 8; ++e) {
-      const uint32_t u = (uint32_t)v[e] << 16;
-      std::memcpy(o + e * step, &u, 4);
+// execute's loops over its own fixed arrays, and over the shared operands' chunks that
+// check_operand bounded at issue, run unchecked (TG_EMU_UNCHECKED: the checks of each element
+// were most of an emulated Hopper case's time in execute); the accumulators, the kernel's, are
+// copied in and out whole, checked.
+
+// Reads one shared operand (its chunks listed at issue by check_operand) as floats: element
+// (mn, k) to out[mn * mn_step + k * k_step].
+// (for_each_position's loops, written out: a lambda would not share the function's attribute)
+TG_EMU_UNCHECKED void read_operand(const uint32_t* chunks, bool mn_major, int mn_extent, float* out, int mn_step,
+                                   int k_step) {
+  const int step = mn_major ? mn_step : k_step;
+  for (int mn = 0; mn < mn_extent; mn += mn_major ? 8 : 1)
+    for (int k = 0; k < 16; k += mn_major ? 1 : 8) {
+      uint16_t v[8];
+      std::memcpy(v, g_smem + *chunks++, sizeof v);
+      float* o = out + mn * mn_step + k * k_step;
+      for (int e = 0; e < 8; ++e) {
+        const uint32_t u = (uint32_t)v[e] << 16;
+        std::memcpy(o + e * step, &u, 4);
+      }
     }
-  });
+}
+
+// A (64 x 16) from the warpgroup's registers: thread i's register r holds the pair of row
+// 16 (i / 32) + (i % 32) / 4 + 8 (r % 2), columns 2 (i % 4) + 8 (r / 2) and the one after
+TG_EMU_UNCHECKED void a_from_registers(const uint32_t (&a)[kWarpgroup][4], float (&A)[64][16]) {
+  for (int i = 0; i < kWarpgroup; ++i) {
+    const int row = 16 * (i / 32) + (i % 32) / 4, col = 2 * (i % 4);
+    for (int r = 0; r < 4; ++r) {
+      const int m = row + 8 * (r % 2), k = col + 8 * (r / 2);
+      const uint32_t v = a[i][r];
+      uint32_t lo = v << 16, hi = v & 0xffff0000u;
+      std::memcpy(&A[m][k], &lo, 4);
+      std::memcpy(&A[m][k + 1], &hi, 4);
+    }
+  }
+}
+
+// D (64 x n) as the warpgroup's threads hold it: thread i's register r is row
+// 16 (i / 32) + (i % 32) / 4 + 8 ((r / 2) % 2), column 8 (r / 4) + 2 (i % 4) + r % 2: registers
+// 4j, 4j + 1 and 4j + 2, 4j + 3 are two pairs of columns 8j + 2 (i % 4), 8 rows apart.
+// to_d: acc (each thread's n / 2 registers) into D; else D into acc.
+TG_EMU_UNCHECKED void move_d(float (&acc)[kWarpgroup][128], float (&D)[64][256], int n, bool to_d) {
+  for (int i = 0; i < kWarpgroup; ++i) {
+    const int row = 16 * (i / 32) + (i % 32) / 4, col = 2 * (i % 4);
+    for (int j = 0; j < n / 8; ++j)
+      for (int h = 0; h < 2; ++h) {
+        float* d = &D[row + 8 * h][8 * j + col];
+        float* r = &acc[i][4 * j + 2 * h];
+        if (to_d) d[0] = r[0], d[1] = r[1];
+        else r[0] = d[0], r[1] = d[1];
+      }
+  }
 }
 
 // Runs one mma_async: reads the shared operands now, writes every thread's accumulators.
 void execute(const WgmmaOp& op) {
   const int n = op.n;
-  static float A[64][16], B[16][256];
-  if (!op.a_in_regs)
-    read_operand(op.desc_a, op.trans_a, 64, &A[0][0], 16, 1);
-  else
-    for (int i = 0; i < kWarpgroup; ++i) {
-      const int row = 16 * (i / 32) + (i % 32) / 4, col = 2 * (i % 4);
-      for (int r = 0; r < 4; ++r) {
-        const int m = row + 8 * (r % 2), k = col + 8 * (r / 2);
-        const uint32_t v = op.a[i][r];
-        uint32_t lo = v << 16, hi = v & 0xffff0000u;
-        std::memcpy(&A[m][k], &lo, 4);
-        std::memcpy(&A[m][k + 1], &hi, 4);
-      }
-    }
-  read_operand(op.desc_b, op.trans_b, n, &B[0][0], 1, 256);
-  // D (64 x n) as the warpgroup's threads hold it: thread i's register r is row
-  // 16 (i / 32) + (i % 32) / 4 + 8 ((r / 2) % 2), column 8 (r / 4) + 2 (i % 4) + r % 2
-  static float C[64][256];
-  auto at = [](int i, int r) -> float& {
-    const int w = i / 32, g = (i % 32) / 4, t = i % 4;
-    return C[16 * w + g + 8 * ((r / 2) % 2)][8 * (r / 4) + 2 * t + r % 2];
-  };
+  const size_t bytes = (size_t)n / 2 * sizeof(float);  // a thread's accumulators
+  static float A[64][16], B[16][256], D[64][256], acc[kWarpgroup][128];
+  if (!op.a_in_regs) read_operand(op.chunks, op.trans_a, 64, &A[0][0], 16, 1);
+  else a_from_registers(op.a, A);
+  read_operand(op.chunks + op.a_chunks, op.trans_b, n, &B[0][0], 1, 256);
   for (int i = 0; i < kWarpgroup; ++i)
-    for (int r = 0; r < n / 2; ++r) at(i, r) = op.accumulate ? op.d[i][r] : 0.f;
-  tensor_core_mma(&C[0][0], 256, &A[0][0], &B[0][0], 256, 64, n);
-  for (int i = 0; i < kWarpgroup; ++i)
-    for (int r = 0; r < n / 2; ++r) op.d[i][r] = at(i, r);
+    if (op.accumulate) std::memcpy(acc[i], op.d[i], bytes);
+    else std::memset(acc[i], 0, bytes);
+  move_d(acc, D, n, true);
+  tensor_core_mma(&D[0][0], 256, &A[0][0], &B[0][0], 256, 64, n);
+  move_d(acc, D, n, false);
+  for (int i = 0; i < kWarpgroup; ++i) std::memcpy(op.d[i], acc[i], bytes);
 }
 
 // Delivers the chunks of an operation to the observers as the warpgroup's first thread.
@@ -322,7 +352,7 @@ void report_chunks(const WgmmaOp& op, AccessKind kind, int warpgroup) {
   if (!g_observed) return;
   Thread* self = g_thread;
   g_thread = &cta_thread(kWarpgroup * warpgroup);
-  for (uint32_t off : op.chunks) engine_access(op.pc, g_smem + off, 16, false, kind);
+  for (int c = 0; c < op.nchunks; ++c) engine_access(op.pc, g_smem + op.chunks[c], 16, false, kind);
   g_thread = self;
 }
 
@@ -337,8 +367,7 @@ void hopper_cta_begin(int nthreads) {
   for (Warpgroup& w : h.warpgroups) {
     w.bar = Barrier{};
     w.bar.expected = kWarpgroup;
-    w.open.clear();
-    w.groups.clear();
+    w.ops.reset();
     w.fenced = false;
     w.regs = entry;
     w.granted = 0;
@@ -582,8 +611,8 @@ void wgmma_mma_async(float* d, int n, const uint32_t* a, uint64_t desc_a, uint64
       device_fault(cudaErrorLaunchFailure, "wgmma.mma_async with no wgmma.fence since the block began or since the "
                                            "warpgroup's last wgmma.wait_group (PTX ISA: the fence orders the "
                                            "registers' earlier accesses before the wgmma)");
-    w.open.emplace_back();
-    WgmmaOp& op = w.open.back();
+    w.ops.open.emplace_back();
+    WgmmaOp& op = w.ops.open.back();
     op.n = w.shape[0] & 511;
     op.a_in_regs = (w.shape[0] >> 10) & 1;
     op.trans_a = (w.shape[0] >> 11) & 1;
@@ -594,8 +623,9 @@ void wgmma_mma_async(float* d, int n, const uint32_t* a, uint64_t desc_a, uint64
     std::memcpy(op.a, w.a, sizeof op.a);
     std::memcpy(op.d, w.d, sizeof op.d);
     op.pc = pc;
-    if (!op.a_in_regs) check_operand(op.desc_a, op.trans_a, 64, "A", op.chunks);
-    check_operand(op.desc_b, op.trans_b, op.n, "B", op.chunks);
+    if (!op.a_in_regs) check_operand(op.desc_a, op.trans_a, 64, "A", op);
+    op.a_chunks = op.nchunks;
+    check_operand(op.desc_b, op.trans_b, op.n, "B", op);
     report_chunks(op, AccessKind::AsyncRead, wg);
     if (g_observed) notify_mma(4 * wg, 2ull * 64 * op.n * 16);
   });
@@ -603,23 +633,17 @@ void wgmma_mma_async(float* d, int n, const uint32_t* a, uint64_t desc_a, uint64
 
 void wgmma_commit_group() {
   Warpgroup& w = my_warpgroup("wgmma.commit_group");
-  rendezvous(w.bar, "wgmma.commit_group", [&w] {
-    w.groups.push_back(std::move(w.open));
-    w.open.clear();
-  });
+  rendezvous(w.bar, "wgmma.commit_group", [&w] { w.ops.commit(); });
 }
 
 void wgmma_wait_group(int n) {
   Warpgroup& w = my_warpgroup("wgmma.wait_group");
   const int wg = g_thread->linear / kWarpgroup;
   rendezvous(w.bar, "wgmma.wait_group", [&w, n, wg] {
-    while ((int)w.groups.size() > n) {
-      for (const WgmmaOp& op : w.groups.front()) {
-        execute(op);
-        report_chunks(op, AccessKind::AsyncReadDone, wg);
-      }
-      w.groups.pop_front();
-    }
+    w.ops.retire_until(n, [wg](const WgmmaOp& op) {
+      execute(op);
+      report_chunks(op, AccessKind::AsyncReadDone, wg);
+    });
     w.fenced = false;
   });
 }

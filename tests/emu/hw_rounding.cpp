@@ -1,6 +1,8 @@
 // tests/emu/hw_rounding.cpp: the hardware-rounding mode of tests/emu/hw_rounding.h.
 #include "hw_rounding.h"
 
+#include "emu_internal.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -11,14 +13,14 @@ namespace emu {
 namespace {
 
 // tensor_core_dot's arithmetic helpers, inlined into it and, like it, out of the sanitizers' reach
-#define TG_EMU_UNCHECKED __attribute__((no_sanitize("address", "undefined"), always_inline)) inline
+#define TG_EMU_UNCHECKED_INLINE TG_EMU_UNCHECKED __attribute__((always_inline)) inline
 
 int g_block = -1;  // -1: not read from the environment yet
 
 // float(d) rounded toward zero (d finite, within fp32's range): one step back toward zero where
 // the nearest float is larger in magnitude (its bits less one: a finite, non-zero float's next
 // smaller magnitude, of either sign)
-TG_EMU_UNCHECKED float to_float_rz(double d) {
+TG_EMU_UNCHECKED_INLINE float to_float_rz(double d) {
   float f = (float)d;
   if (std::fabs((double)f) > std::fabs(d)) {
     uint32_t u;
@@ -31,7 +33,7 @@ TG_EMU_UNCHECKED float to_float_rz(double d) {
 
 // e with |t| in [2^(e-1), 2^e), for t finite and non-zero (frexp's exponent, from the bits when
 // t is normal: a product of two bf16 values or an fp32 accumulator always is)
-TG_EMU_UNCHECKED int exponent_of(double t) {
+TG_EMU_UNCHECKED_INLINE int exponent_of(double t) {
   uint64_t u;
   std::memcpy(&u, &t, sizeof u);
   const int biased = (int)((u >> 52) & 0x7ff);
@@ -42,7 +44,7 @@ TG_EMU_UNCHECKED int exponent_of(double t) {
 }
 
 // 2^x as a double, for x a normal exponent (-1022 .. 1023)
-TG_EMU_UNCHECKED double pow2(int x) {
+TG_EMU_UNCHECKED_INLINE double pow2(int x) {
   const uint64_t u = (uint64_t)(x + 1023) << 52;
   double d;
   std::memcpy(&d, &u, sizeof d);
@@ -69,7 +71,7 @@ namespace {
 // The sum of u[0 .. n) pairwise (u overwritten): a short chain of dependent additions, and the
 // same value as any other order where every partial sum is exact
 template <int N>
-TG_EMU_UNCHECKED double pairwise_sum(double* u, int n) {
+TG_EMU_UNCHECKED_INLINE double pairwise_sum(double* u, int n) {
 #pragma GCC unroll 17
   for (int w = 1; w < n; w *= 2)
 #pragma GCC unroll 17
@@ -81,7 +83,7 @@ TG_EMU_UNCHECKED double pairwise_sum(double* u, int n) {
 // (bf16 x bf16: 16 significant bits), the sum as the tensor core forms it (nt at most N: a
 // full block's N, so that its loops unroll)
 template <int N>
-TG_EMU_UNCHECKED float accumulate_step(const double* t, int nt = N) {
+TG_EMU_UNCHECKED_INLINE float accumulate_step(const double* t, int nt = N) {
   bool finite = true;
 #pragma GCC unroll 17
   for (int i = 0; i < nt; ++i) finite &= std::fabs(t[i]) <= 1.7976931348623157e308;
@@ -124,7 +126,7 @@ TG_EMU_UNCHECKED float accumulate_step(const double* t, int nt = N) {
 // independent steps sit side by side, so the processor overlaps their chains of dependent
 // operations.
 template <int B, int W>
-TG_EMU_UNCHECKED void dots_in_blocks(float* c, const float* a, long sa, const float* b, long bw, long sb, int n) {
+TG_EMU_UNCHECKED_INLINE void dots_in_blocks(float* c, const float* a, long sa, const float* b, long bw, long sb, int n) {
   double t[W][B + 1];
   for (int k0 = 0; k0 < n; k0 += B) {
     const int kn = n - k0 < B ? n - k0 : B;
@@ -140,7 +142,7 @@ TG_EMU_UNCHECKED void dots_in_blocks(float* c, const float* a, long sa, const fl
 }
 
 template <int B>
-TG_EMU_UNCHECKED void dots(float* c, int count, const float* a, long sa, const float* b, long bw, long sb, int n) {
+TG_EMU_UNCHECKED_INLINE void dots(float* c, int count, const float* a, long sa, const float* b, long bw, long sb, int n) {
   int w = 0;
   for (; w + 4 <= count; w += 4) dots_in_blocks<B, 4>(c + w, a, sa, b + w * bw, bw, sb, n);
   for (; w < count; ++w) dots_in_blocks<B, 1>(c + w, a, sa, b + w * bw, bw, sb, n);
@@ -150,9 +152,8 @@ TG_EMU_UNCHECKED void dots(float* c, int count, const float* a, long sa, const f
 
 // Out of the sanitizers' reach, as tensor_core_mma below: its own small arrays and the caller's
 // rows, by their bounds (their checks were a sixth of the 20-step model test's time in this mode).
-__attribute__((no_sanitize("address", "undefined"))) void tensor_core_dots(float* c, int count, const float* a, int sa,
-                                                                         const float* b, long bw, int sb, int n,
-                                                                         int block) {
+TG_EMU_UNCHECKED void tensor_core_dots(float* c, int count, const float* a, int sa, const float* b, long bw, int sb,
+                                        int n, int block) {
   switch (block) {
     case 4: return dots<4>(c, count, a, sa, b, bw, sb, n);
     case 8: return dots<8>(c, count, a, sa, b, bw, sb, n);
@@ -169,8 +170,8 @@ float tensor_core_dot(float c, const float* a, int sa, const float* b, int sb, i
 
 // Out of the sanitizers' reach: the loops walk the callers' fixed arrays by their bounds, and
 // UBSan's bounds checks kept the k loop from vectorising (a third of an emulated Hopper case's time).
-__attribute__((no_sanitize("address", "undefined"))) void tensor_core_mma(float* c, int ldc, const float* a,
-                                                                        const float* b, int ldb, int rows, int cols) {
+TG_EMU_UNCHECKED void tensor_core_mma(float* c, int ldc, const float* a, const float* b, int ldb, int rows,
+                                       int cols) {
   if (const int block = hw_rounding_block()) {
     for (int r = 0; r < rows; ++r) tensor_core_dots(c + r * ldc, cols, a + r * 16, 1, b, 1, ldb, 16, block);
     return;

@@ -89,7 +89,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <deque>
 #include <map>
 #include <vector>
 
@@ -195,8 +194,7 @@ struct Fiber : Thread {
   const Barrier* waiting = nullptr;
   uint64_t wait_gen = 0;
   void* asan_fake = nullptr;
-  std::vector<Copy> open;                 // cp.async issued, not yet committed
-  std::deque<std::vector<Copy>> groups;   // committed groups, oldest first
+  GroupQueue<Copy> copies;  // cp.async: issued, then committed groups
 };
 
 // Per warp: the rendezvous barrier and the exchange slots of one collective (inputs written by
@@ -412,8 +410,7 @@ void run_cta(bool descending) {
     f.warp = t / 32;
     f.done = false;
     f.waiting = nullptr;
-    f.open.clear();
-    f.groups.clear();
+    f.copies.reset();
 #if TG_EMU_ASAN
     if (f.abandoned) __asan_unpoison_memory_region(f.stack, kFiberStack);
 #endif
@@ -691,7 +688,7 @@ void syncthreads() {
   });
 }
 
-void rendezvous(Barrier& b, const char* op, const std::function<void()>& on_last) { arrive(b, op, on_last); }
+void rendezvous(Barrier& b, const char* op, FunctionRef on_last) { arrive(b, op, on_last); }
 
 void block_until_next(Barrier& b) {
   Fiber& f = cur();
@@ -736,7 +733,7 @@ void cp_async_16(void* smem, const void* gmem, bool valid) {
   if (!device_range_ok(g, 16, &why)) device_fault(cudaErrorIllegalAddress, "cp.async source " + why);
   std::memset(d, kPoison, 16);  // in flight: undefined until the wait
   const void* pc = __builtin_return_address(0);
-  cur().open.push_back({d, g, valid, pc});
+  cur().copies.open.push_back({d, g, valid, pc});
   if (g_observed) {
     if (valid) engine_access(pc, g, 16, false, AccessKind::CpAsync);  // src-size 0 reads nothing
     engine_access(pc, d, 16, true, AccessKind::CpAsync);
@@ -744,32 +741,26 @@ void cp_async_16(void* smem, const void* gmem, bool valid) {
 }
 
 void cp_async_commit() {
-  Fiber& f = cur();
-  f.groups.push_back(std::move(f.open));
-  f.open.clear();
+  cur().copies.commit();
 }
 
 // cp.async.wait_group N: the oldest groups land until at most N are pending.
 void cp_async_wait(int n) {
-  auto& groups = cur().groups;
-  while ((int)groups.size() > n) {
-    for (const Copy& c : groups.front()) {
-      if (c.valid) std::memcpy(c.dst, c.src, 16);
-      else std::memset(c.dst, 0, 16);
-      if (g_observed) engine_access(c.pc, c.dst, 16, true, AccessKind::CpAsyncLand);
-    }
-    groups.pop_front();
-  }
+  cur().copies.retire_until(n, [](const Copy& c) {
+    if (c.valid) std::memcpy(c.dst, c.src, 16);
+    else std::memset(c.dst, 0, 16);
+    if (g_observed) engine_access(c.pc, c.dst, 16, true, AccessKind::CpAsyncLand);
+  });
 }
 
 namespace {
-float bf16_lo(uint32_t reg) {
+TG_EMU_UNCHECKED float bf16_lo(uint32_t reg) {
   const uint32_t u = reg << 16;
   float f;
   std::memcpy(&f, &u, 4);
   return f;
 }
-float bf16_hi(uint32_t reg) {
+TG_EMU_UNCHECKED float bf16_hi(uint32_t reg) {
   const uint32_t u = reg & 0xffff0000u;
   float f;
   std::memcpy(&f, &u, 4);
@@ -784,6 +775,37 @@ void check_matrix_row(const char* op, uint32_t addr) {
                                               " + 16 past the dynamic shared memory (" + std::to_string(g_smem_bytes) +
                                               " bytes)");
 }
+
+// ldmatrix.x4's and stmatrix.x4's moves between the warp's registers (lane l's in ldmatrix's
+// out[l], in stmatrix's in[l][1 .. 4]) and the rows of shared memory whose addresses lanes
+// 8m .. 8m + 7 gave for matrix m (in[.][0]), unchecked: each row was checked inside the dynamic
+// shared memory as its lane arrived (check_matrix_row).
+// (the address of element (row, col) of 8x8 matrix m; a lambda would not share the attribute)
+TG_EMU_UNCHECKED inline unsigned char* matrix_elem(const uint64_t (&in)[32][6], int m, int row, int col) {
+  return g_smem + in[8 * m + row][0] + 2 * col;
+}
+TG_EMU_UNCHECKED void ldmatrix_gather(const uint64_t (&in)[32][6], bool trans, uint32_t (&out)[32][4]) {
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int m = 0; m < 4; ++m) {
+      uint16_t lo, hi;
+      std::memcpy(&lo, trans ? matrix_elem(in, m, 2 * t, g) : matrix_elem(in, m, g, 2 * t), 2);
+      std::memcpy(&hi, trans ? matrix_elem(in, m, 2 * t + 1, g) : matrix_elem(in, m, g, 2 * t + 1), 2);
+      out[l][m] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+  }
+}
+TG_EMU_UNCHECKED void stmatrix_scatter(const uint64_t (&in)[32][6], bool trans) {
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int m = 0; m < 4; ++m) {
+      const uint32_t v = (uint32_t)in[l][1 + m];
+      const uint16_t lo = (uint16_t)v, hi = (uint16_t)(v >> 16);
+      std::memcpy(trans ? matrix_elem(in, m, 2 * t, g) : matrix_elem(in, m, g, 2 * t), &lo, 2);
+      std::memcpy(trans ? matrix_elem(in, m, 2 * t + 1, g) : matrix_elem(in, m, g, 2 * t + 1), &hi, 2);
+    }
+  }
+}
 }  // namespace
 
 // ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16
@@ -796,17 +818,9 @@ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr, bool trans) {
   w.out[lane] = r;
   if (g_observed) engine_access(__builtin_return_address(0), g_smem + addr, 16, false, AccessKind::LdMatrix);
   arrive(w.bar, op, [&w, trans, op] {
-    auto elem = [&w](int m, int row, int col) {  // element (row, col) of 8x8 matrix m
-      uint16_t v;
-      std::memcpy(&v, g_smem + w.in[8 * m + row][0] + 2 * col, 2);
-      return (uint32_t)v;
-    };
-    for (int l = 0; l < 32; ++l) {
-      uint32_t* out = static_cast<uint32_t*>(w.out[l]);
-      const int g = l / 4, t = l % 4;
-      for (int m = 0; m < 4; ++m)
-        out[m] = trans ? (elem(m, 2 * t, g) | elem(m, 2 * t + 1, g) << 16) : (elem(m, g, 2 * t) | elem(m, g, 2 * t + 1) << 16);
-    }
+    uint32_t out[32][4];
+    ldmatrix_gather(w.in, trans, out);
+    for (int l = 0; l < 32; ++l) std::memcpy(w.out[l], out[l], sizeof out[l]);  // (uint32_t (&)[4], checked)
     if (g_observed) notify_warp_collective(g_thread->warp, op);
   });
 }
@@ -824,18 +838,7 @@ void stmatrix_x4(const uint32_t (&r)[4], uint32_t addr, bool trans) {
   for (int m = 0; m < 4; ++m) w.in[lane][1 + m] = r[m];
   if (g_observed) engine_access(__builtin_return_address(0), g_smem + addr, 16, true, AccessKind::StMatrix);
   arrive(w.bar, op, [&w, trans, op] {
-    auto put = [&w](int m, int row, int col, uint32_t v) {  // element (row, col) of 8x8 matrix m
-      const uint16_t h = (uint16_t)v;
-      std::memcpy(g_smem + w.in[8 * m + row][0] + 2 * col, &h, 2);
-    };
-    for (int l = 0; l < 32; ++l) {
-      const int g = l / 4, t = l % 4;
-      for (int m = 0; m < 4; ++m) {
-        const uint32_t v = (uint32_t)w.in[l][1 + m];
-        if (trans) put(m, 2 * t, g, v), put(m, 2 * t + 1, g, v >> 16);
-        else put(m, g, 2 * t, v), put(m, g, 2 * t + 1, v >> 16);
-      }
-    }
+    stmatrix_scatter(w.in, trans);
     if (g_observed) notify_warp_collective(g_thread->warp, op);
   });
 }
@@ -844,6 +847,31 @@ void stmatrix_x4(const uint32_t (&r)[4], uint32_t addr, bool trans) {
 // Instructions: elect.sync"): a rendezvous of the warp that elects one lane; the ISA does not say
 // which, the emulator elects the lowest (lane 0).
 bool elect_sync() { return warp_exchange(0xffffffffu, 0, 0, "elect.sync") == 0 && g_thread->lane == 0; }
+
+namespace {
+// The arithmetic of mma.m16n8k16 over the warp's exchange slots (lane l's a0 .. a3, b0, b1 in
+// in[l][0 .. 5]) and accumulators, unchecked: the arrays' bounds hold by construction.
+TG_EMU_UNCHECKED void mma_16816(const uint64_t (&in)[32][6], float (&acc)[32][4]) {
+  float A[16][16], B[16][8], C[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    const uint32_t a0 = (uint32_t)in[l][0], a1 = (uint32_t)in[l][1], a2 = (uint32_t)in[l][2], a3 = (uint32_t)in[l][3],
+                   r0 = (uint32_t)in[l][4], r1 = (uint32_t)in[l][5];
+    A[g][2 * t] = bf16_lo(a0), A[g][2 * t + 1] = bf16_hi(a0);
+    A[g + 8][2 * t] = bf16_lo(a1), A[g + 8][2 * t + 1] = bf16_hi(a1);
+    A[g][2 * t + 8] = bf16_lo(a2), A[g][2 * t + 9] = bf16_hi(a2);
+    A[g + 8][2 * t + 8] = bf16_lo(a3), A[g + 8][2 * t + 9] = bf16_hi(a3);
+    B[2 * t][g] = bf16_lo(r0), B[2 * t + 1][g] = bf16_hi(r0);
+    B[2 * t + 8][g] = bf16_lo(r1), B[2 * t + 9][g] = bf16_hi(r1);
+    for (int e = 0; e < 4; ++e) C[g + 8 * (e / 2)][2 * t + e % 2] = acc[l][e];
+  }
+  tensor_core_mma(&C[0][0], 8, &A[0][0], &B[0][0], 8, 16, 8);
+  for (int l = 0; l < 32; ++l) {
+    const int g = l / 4, t = l % 4;
+    for (int e = 0; e < 4; ++e) acc[l][e] = C[g + 8 * (e / 2)][2 * t + e % 2];
+  }
+}
+}  // namespace
 
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d (16 x 8) += a (16 x 16) b (16 x 8).
 void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -854,26 +882,10 @@ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t
   w.in[lane][5] = b1;
   w.out[lane] = d;
   arrive(w.bar, "mma.m16n8k16", [&w] {
-    float A[16][16], B[16][8], C[16][8];
-    for (int l = 0; l < 32; ++l) {
-      const int g = l / 4, t = l % 4;
-      const uint32_t a0 = (uint32_t)w.in[l][0], a1 = (uint32_t)w.in[l][1], a2 = (uint32_t)w.in[l][2],
-                     a3 = (uint32_t)w.in[l][3], r0 = (uint32_t)w.in[l][4], r1 = (uint32_t)w.in[l][5];
-      A[g][2 * t] = bf16_lo(a0), A[g][2 * t + 1] = bf16_hi(a0);
-      A[g + 8][2 * t] = bf16_lo(a1), A[g + 8][2 * t + 1] = bf16_hi(a1);
-      A[g][2 * t + 8] = bf16_lo(a2), A[g][2 * t + 9] = bf16_hi(a2);
-      A[g + 8][2 * t + 8] = bf16_lo(a3), A[g + 8][2 * t + 9] = bf16_hi(a3);
-      B[2 * t][g] = bf16_lo(r0), B[2 * t + 1][g] = bf16_hi(r0);
-      B[2 * t + 8][g] = bf16_lo(r1), B[2 * t + 9][g] = bf16_hi(r1);
-      const float* acc = static_cast<const float*>(w.out[l]);
-      for (int e = 0; e < 4; ++e) C[g + 8 * (e / 2)][2 * t + e % 2] = acc[e];
-    }
-    tensor_core_mma(&C[0][0], 8, &A[0][0], &B[0][0], 8, 16, 8);
-    for (int l = 0; l < 32; ++l) {
-      float* acc = static_cast<float*>(w.out[l]);
-      const int g = l / 4, t = l % 4;
-      for (int e = 0; e < 4; ++e) acc[e] = C[g + 8 * (e / 2)][2 * t + e % 2];
-    }
+    float acc[32][4];  // each lane's d (float (&)[4]: copied whole, checked)
+    for (int l = 0; l < 32; ++l) std::memcpy(acc[l], w.out[l], sizeof acc[l]);
+    mma_16816(w.in, acc);
+    for (int l = 0; l < 32; ++l) std::memcpy(w.out[l], acc[l], sizeof acc[l]);
     if (g_observed) {
       notify_mma(g_thread->warp, 2 * 16 * 8 * 16);
       notify_warp_collective(g_thread->warp, "mma.m16n8k16");
