@@ -76,15 +76,24 @@ uint64_t distinct_bytes(const Group& g) {
   return bytes;
 }
 
+// The distinct units (of 2^shift bytes) that the lanes of g selected by `take` touch: sorted,
+// into `units` (kept from one call to the next).
+template <class Take>
+size_t distinct_units(const Group& g, int shift, Take take, std::vector<uintptr_t>& units) {
+  units.clear();
+  for (int i = 0; i < g.n; ++i)
+    if (take(i))
+      for (uintptr_t u = g.addr[i] >> shift; u <= (g.addr[i] + g.size[i] - 1) >> shift; ++u) units.push_back(u);
+  std::sort(units.begin(), units.end());
+  units.erase(std::unique(units.begin(), units.end()), units.end());
+  return units.size();
+}
+
 GlobalCounters count_global(const Group& g, uint32_t width) {
+  static thread_local std::vector<uintptr_t> sectors;
   GlobalCounters c;
   c.requests = 1;
-  std::vector<uintptr_t> sec;
-  sec.reserve(64);
-  for (int i = 0; i < g.n; ++i)
-    for (uintptr_t s = g.addr[i] >> 5; s <= (g.addr[i] + g.size[i] - 1) >> 5; ++s) sec.push_back(s);
-  std::sort(sec.begin(), sec.end());
-  c.sectors = (uint64_t)(std::unique(sec.begin(), sec.end()) - sec.begin());
+  c.sectors = distinct_units(g, 5, [](int) { return true; }, sectors);
   c.ideal_sectors = ((uint64_t)g.n * width + 31) / 32;
   c.bytes = distinct_bytes(g);
   return c;
@@ -96,15 +105,9 @@ SharedCounters count_shared(const Group& g, uint32_t width) {
   c.bytes = distinct_bytes(g);
   const int phases = width <= 4 ? 1 : width <= 8 ? 2 : 4;
   const int per_phase = 32 / phases;
-  std::vector<uintptr_t> words;
+  static thread_local std::vector<uintptr_t> words;
   for (int p = 0; p < phases; ++p) {
-    words.clear();
-    for (int i = 0; i < g.n; ++i)
-      if (g.lane[i] / per_phase == p)
-        for (uintptr_t w = g.addr[i] >> 2; w <= (g.addr[i] + g.size[i] - 1) >> 2; ++w) words.push_back(w);
-    if (words.empty()) continue;
-    std::sort(words.begin(), words.end());
-    words.erase(std::unique(words.begin(), words.end()), words.end());
+    if (distinct_units(g, 2, [&g, p, per_phase](int i) { return g.lane[i] / per_phase == p; }, words) == 0) continue;
     int per_bank[32] = {};
     int most = 0;
     for (uintptr_t w : words) most = std::max(most, ++per_bank[w % 32]);
@@ -128,6 +131,59 @@ bool vector_type_pc(const void* pc) {
   }
   return it->second;
 }
+
+// A map from a pair of keys (64 and 32 bits) to a 32-bit value, by open addressing, emptied in
+// one step by moving its generation: flush's look-ups, which as std::unordered_map allocated a
+// node for each key of every warp at every __syncthreads.
+class FlatIndex {
+ public:
+  // the value of (a, b); inserted as v where absent (*fresh says so)
+  uint32_t& find_or_insert(uint64_t a, uint32_t b, uint32_t v, bool* fresh) {
+    if (2 * (count_ + 1) > slots_.size()) grow();
+    for (size_t i = hash(a, b) & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
+      Slot& s = slots_[i];
+      if (s.gen != gen_) {
+        s = Slot{a, b, v, gen_};
+        ++count_;
+        *fresh = true;
+        return s.v;
+      }
+      if (s.a == a && s.b == b) {
+        *fresh = false;
+        return s.v;
+      }
+    }
+  }
+  void clear() {
+    count_ = 0;
+    if (++gen_ == 0) {  // (after 2^32 clears: every slot's generation is stale again)
+      for (Slot& s : slots_) s.gen = 0;
+      gen_ = 1;
+    }
+  }
+
+ private:
+  struct Slot {
+    uint64_t a;
+    uint32_t b, v, gen;
+  };
+  static size_t hash(uint64_t a, uint32_t b) { return (size_t)((a ^ (uint64_t)b * 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull >> 20); }
+  void grow() {
+    std::vector<Slot> old;
+    old.swap(slots_);
+    slots_.assign(old.empty() ? 256 : 2 * old.size(), Slot{0, 0, 0, 0});
+    const uint32_t g = gen_;
+    gen_ = 1;
+    count_ = 0;
+    for (const Slot& s : old) {
+      bool fresh;
+      if (s.gen == g) find_or_insert(s.a, s.b, s.v, &fresh);
+    }
+  }
+  std::vector<Slot> slots_;
+  uint32_t gen_ = 1;
+  size_t count_ = 0;
+};
 
 std::string fmt(const char* f, double a) {
   char buf[64];
@@ -158,6 +214,29 @@ void KernelProfiler::launch_begin(const void* kernel, dim3 grid, dim3 block, siz
   written_sectors_.clear();
 }
 
+void KernelProfiler::SectorSet::insert(uintptr_t addr, uint32_t size) {
+  for (uintptr_t s = addr >> 5; s <= (addr + size - 1) >> 5; ++s) {
+    const uintptr_t page = s >> 7;
+    if (page != last_page_) {
+      last_ = &pages_[page];  // (zeroed where new)
+      last_page_ = page;
+    }
+    (*last_)[(s >> 6) & 1] |= 1ull << (s & 63);
+  }
+}
+
+uint64_t KernelProfiler::SectorSet::count() const {
+  uint64_t n = 0;
+  for (const auto& [page, bits] : pages_) n += (uint64_t)__builtin_popcountll(bits[0]) + (uint64_t)__builtin_popcountll(bits[1]);
+  return n;
+}
+
+void KernelProfiler::SectorSet::clear() {
+  pages_.clear();
+  last_page_ = ~uintptr_t(0);
+  last_ = nullptr;
+}
+
 void KernelProfiler::cta_begin() {
   if ((int)log_.size() < threads_) log_.resize((size_t)threads_);
   for (int t = 0; t < threads_; ++t) log_[(size_t)t].clear();
@@ -169,14 +248,13 @@ void KernelProfiler::access(const Access& a) {
   if (a.kind == AccessKind::BulkCopy || a.kind == AccessKind::BulkCopyLand) {  // TMA: its bytes, no requests
     if (a.kind == AccessKind::BulkCopy && a.space == Space::Global) {
       launches_.back().tma_bytes += a.size;
-      for (uintptr_t s = a.addr >> 5; s <= (a.addr + a.size - 1) >> 5; ++s) read_sectors_.insert(s);
+      read_sectors_.insert(a.addr, a.size);
     }
     return;
   }
   log_[(size_t)a.thread->linear].push_back(Entry{a.pc, a.addr, a.size, flags_of(a)});
   if (a.space == Space::Global) {
-    auto& set = a.write ? written_sectors_ : read_sectors_;
-    for (uintptr_t s = a.addr >> 5; s <= (a.addr + a.size - 1) >> 5; ++s) set.insert(s);
+    (a.write ? written_sectors_ : read_sectors_).insert(a.addr, a.size);
     if (a.kind == AccessKind::CpAsync) launches_.back().cp_async_bytes += a.size;
   }
 }
@@ -193,8 +271,8 @@ void KernelProfiler::mma(int, uint64_t flops) {
 void KernelProfiler::launch_end() {
   if (!kernel_) return;
   KernelCounters& k = launches_.back();
-  k.unique_read_bytes = 32 * (uint64_t)read_sectors_.size();
-  k.unique_write_bytes = 32 * (uint64_t)written_sectors_.size();
+  k.unique_read_bytes = 32 * read_sectors_.count();
+  k.unique_write_bytes = 32 * written_sectors_.count();
   kernel_ = nullptr;
 }
 
@@ -226,12 +304,10 @@ void KernelProfiler::merge_vector_halves(std::vector<Entry>& entries) {
 void KernelProfiler::flush() {
   if (!kernel_) return;
   KernelCounters& k = launches_.back();
-  std::unordered_map<uint64_t, uint32_t> occurrence;  // per lane: (pc, flags) -> times seen
-  struct KeyHash {
-    size_t operator()(const std::pair<uint64_t, uint32_t>& k) const { return k.first * 0x9E3779B97F4A7C15ull ^ k.second; }
-  };
-  std::unordered_map<std::pair<uint64_t, uint32_t>, size_t, KeyHash> index;  // per warp: (site, occurrence) -> group
-  std::vector<Group> groups;
+  // (kept from one flush to the next)
+  static thread_local FlatIndex occurrence;  // per lane: (pc, flags) -> times seen
+  static thread_local FlatIndex index;       // per warp: (site, occurrence) -> group
+  static thread_local std::vector<Group> groups;
   for (int w = 0; w * 32 < threads_; ++w) {
     index.clear();
     groups.clear();
@@ -242,14 +318,15 @@ void KernelProfiler::flush() {
       for (Entry e : entries) {
         e.pc = source_site(e.pc);
         const uint64_t site = (uint64_t)(uintptr_t)e.pc << 4 | e.flags;
-        const uint32_t occ = occurrence[site]++;
-        auto [it, fresh] = index.try_emplace(std::make_pair(site, occ), groups.size());
+        bool fresh;
+        const uint32_t occ = occurrence.find_or_insert(site, 0, 0, &fresh)++;
+        const uint32_t at = index.find_or_insert(site, occ, (uint32_t)groups.size(), &fresh);
         if (fresh) {
           groups.emplace_back();
           groups.back().pc = e.pc;
           groups.back().flags = e.flags;
         }
-        Group& g = groups[it->second];
+        Group& g = groups[at];
         g.lane[g.n] = lane, g.addr[g.n] = e.addr, g.size[g.n] = e.size;
         ++g.n;
       }
