@@ -628,9 +628,13 @@ TEST_CASE("cli: kill -9 at random instants, then --resume: bitwise the uninterru
     }();
     // killed before its first checkpoint: the same command starts it again
     const std::string cmd = has_ckpt ? "--resume --out-dir " + run.string() : args + " --out-dir " + run.string();
-    // after 20 kills let it finish
+    // after 20 kills let it finish. --foreground: timeout signals train_gpt alone and waits for it
+    // to end; without it, it sends SIGKILL to its whole process group, itself included, and the
+    // shell returned while the killed train_gpt could still hold its run directory's lock (the
+    // next start then refused the directory as in use)
     const std::string prefix =
-        one_thread + (kills < 20 ? "timeout -s KILL 0." + std::to_string(1000 + delay_ms(rng)).substr(1) + " " : "");
+        one_thread +
+        (kills < 20 ? "timeout --foreground -s KILL 0." + std::to_string(1000 + delay_ms(rng)).substr(1) + " " : "");
     Run r = run_train_gpt_prefixed(prefix, cmd);
     if (r.code == 0) finished = 1;
     else if (r.code == 137) ++kills;  // killed by SIGKILL (timeout reports 128 + 9)
