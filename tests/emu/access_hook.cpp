@@ -37,6 +37,10 @@ std::vector<Observer*>& observers() {
   static std::vector<Observer*> v;
   return v;
 }
+// observers() as deliver reads it, set again at each change (deliver runs unchecked, and GCC
+// inlines none of std::vector's checked functions there)
+Observer* const* g_observer_at = nullptr;
+size_t g_observer_count = 0;
 
 #if TG_EMU_ASAN
 // AddressSanitizer's shadow: one byte for 8 of memory, at (addr >> 3) + offset (0x7fff8000 on
@@ -77,7 +81,7 @@ __attribute__((no_sanitize("address"))) inline void asan_check(uintptr_t a, uint
 #endif
 
 // Device or shared memory: the accesses observers see.
-inline bool classify(uintptr_t a, Space* s) {
+TG_EMU_UNCHECKED inline bool classify(uintptr_t a, Space* s) {
   if (a - reinterpret_cast<uintptr_t>(g_smem) < g_smem_bytes) {
     *s = Space::Shared;
     return true;
@@ -94,12 +98,14 @@ inline bool classify(uintptr_t a, Space* s) {
   return false;
 }
 
-// (out of line: the Access it builds on its stack, passed by reference, takes a frame with red zones)
-__attribute__((noinline)) void deliver(const void* pc, uintptr_t a, uint32_t n, bool write, AccessKind kind) {
+// (out of line, and out of the sanitizers' reach (TG_EMU_UNCHECKED): with them, the Access it
+// builds on its stack, passed by reference, took a frame with red zones, and each observer's
+// virtual call UndefinedBehaviorSanitizer's check of its object's dynamic type)
+TG_EMU_UNCHECKED __attribute__((noinline)) void deliver(const void* pc, uintptr_t a, uint32_t n, bool write, AccessKind kind) {
   Space s;
   if (!classify(a, &s)) return;
   const Access acc{pc, a, n, write, s, kind, g_thread};
-  for (Observer* o : observers()) o->access(acc);
+  for (size_t i = 0; i < g_observer_count; ++i) g_observer_at[i]->access(acc);
 }
 
 // One access of kernel-file code (g_thread is null on the host, e.g. a launcher). Without
@@ -117,12 +123,16 @@ __attribute__((no_sanitize("address"))) inline void hook(const void* pc, const v
 
 void add_observer(Observer* o) {
   observers().push_back(o);
+  g_observer_at = observers().data();
+  g_observer_count = observers().size();
   g_observed = true;
 }
 
 void remove_observer(Observer* o) {
   auto& v = observers();
   v.erase(std::remove(v.begin(), v.end(), o), v.end());
+  g_observer_at = v.data();
+  g_observer_count = v.size();
   g_observed = !v.empty();
 }
 

@@ -20,26 +20,36 @@ void RaceChecker::launch_begin(const void* kernel, dim3, dim3 block, size_t dyna
   if (dynamic_.size() < dynamic_smem) dynamic_.resize(dynamic_smem);
   if (async_.size() < (dynamic_smem + 15) / 16) async_.resize((dynamic_smem + 15) / 16);
   collective_.assign((block.x * block.y * block.z + 31) / 32, 0);
+  dynamic_at_ = dynamic_.data();
+  async_at_ = async_.data();
+  collective_at_ = collective_.data();
   bx_ = (int)block.x, by_ = (int)block.y;
   global_.clear();
   pages_used_ = 0;
   std::fill(std::begin(page_cache_), std::end(page_cache_), std::pair<uintptr_t, GlobalCell*>{~uintptr_t(0), nullptr});
   epochs_.assign(1, Epoch{});
+  sync_epochs();
   ctas_.clear();
+  nctas_ = 0;
   flag_released_.clear();
 }
 
 void RaceChecker::cta_begin() {
   ctas_.push_back(g_block_idx);
+  nctas_ = (uint32_t)ctas_.size();
   ++cta_;  // every cell of an earlier CTA reads as empty
   barrier_ = 0;
-  epochs_.push_back(Epoch{(uint32_t)ctas_.size(), 0});
+  epochs_.push_back(Epoch{nctas_, 0});
+  sync_epochs();
   std::fill(collective_.begin(), collective_.end(), 0u);
   landings_.clear();
+  nlandings_ = 0;
   nthreads_ = bx_ * by_ * (int)g_block_dim.z;
   seen_.assign((size_t)nthreads_, {});
   fences_.assign((size_t)nthreads_, 0);
+  fences_at_ = fences_.data();
   clock_.clear();
+  clocked_ = false;
   released_.clear();
   after_.clear();
   acquired_.clear();
@@ -53,6 +63,7 @@ void RaceChecker::join(Clock& into, const Clock& from) {
 void RaceChecker::mbarrier_arrived(const void* bar, uint64_t phase) {
   if (!g_thread) return;
   if (clock_.empty()) clock_.assign((size_t)nthreads_, Clock((size_t)nthreads_, 0));
+  clocked_ = true;
   Clock& mine = clock_[(size_t)g_thread->linear];
   ++mine[(size_t)g_thread->linear];
   std::vector<Clock>& phases = released_[reinterpret_cast<uintptr_t>(bar)];
@@ -62,7 +73,8 @@ void RaceChecker::mbarrier_arrived(const void* bar, uint64_t phase) {
 
 void RaceChecker::barrier() {
   ++barrier_;
-  epochs_.push_back(Epoch{(uint32_t)ctas_.size(), barrier_});
+  epochs_.push_back(Epoch{nctas_, barrier_});
+  sync_epochs();
   for (const auto& [thread, known] : acquired_) learn(after_, known);  // now the whole CTA's
   acquired_.clear();
 }
@@ -92,6 +104,7 @@ void RaceChecker::mbarrier_observed(const void* bar, uint64_t phases) {
 
 void RaceChecker::bulk_landing(const void* bar, uint64_t phases) {
   landings_.emplace_back(reinterpret_cast<uintptr_t>(bar), phases);
+  nlandings_ = (uint32_t)landings_.size();
 }
 // The lanes' accesses before the collective are ordered before every lane's after it (the
 // warp's collective epoch), but not before another warp's accesses through one lane's later
@@ -100,7 +113,7 @@ void RaceChecker::bulk_landing(const void* bar, uint64_t phases) {
 // hazard, so each thread whose accesses an arrival is to order must arrive itself.
 void RaceChecker::warp_collective(int warp, const char*) { ++collective_[(size_t)warp]; }
 
-int32_t RaceChecker::pc_code(const void* pc) {
+TG_EMU_UNCHECKED int32_t RaceChecker::pc_code(const void* pc) {
   const intptr_t d = reinterpret_cast<intptr_t>(pc) - reinterpret_cast<intptr_t>(&racecheck_from_env);
   return d > INT32_MIN && d <= INT32_MAX ? (int32_t)d : kNoPc;
 }
@@ -109,9 +122,11 @@ const void* RaceChecker::pc_of(int32_t code) {
   return code == kNoPc ? nullptr : reinterpret_cast<const void*>(reinterpret_cast<intptr_t>(&racecheck_from_env) + code);
 }
 
-RaceChecker::Cell& RaceChecker::cell(uintptr_t a) {
+// (g_smem_bytes is at most the largest dynamic shared memory of a launch so far, the size of
+// dynamic_, and of async_ in chunks)
+TG_EMU_UNCHECKED RaceChecker::Cell& RaceChecker::cell(uintptr_t a) {
   const uintptr_t off = a - reinterpret_cast<uintptr_t>(g_smem);
-  Cell& c = off < g_smem_bytes ? dynamic_[off] : static_[a];
+  Cell& c = off < g_smem_bytes ? dynamic_at_[off] : static_cell(a);
   if (c.cta != (uint32_t)cta_) {
     c = Cell{};
     c.cta = (uint32_t)cta_;
@@ -119,10 +134,12 @@ RaceChecker::Cell& RaceChecker::cell(uintptr_t a) {
   return c;
 }
 
-RaceChecker::AsyncChunk* RaceChecker::async_chunk(uintptr_t a) {
+__attribute__((noinline)) RaceChecker::Cell& RaceChecker::static_cell(uintptr_t a) { return static_[a]; }
+
+TG_EMU_UNCHECKED RaceChecker::AsyncChunk* RaceChecker::async_chunk(uintptr_t a) {
   const uintptr_t off = a - reinterpret_cast<uintptr_t>(g_smem);
   if (off >= g_smem_bytes) return nullptr;
-  AsyncChunk& k = async_[off / 16];
+  AsyncChunk& k = async_at_[off / 16];
   if (k.cta != (uint32_t)cta_) {
     k = AsyncChunk{};
     k.cta = (uint32_t)cta_;
@@ -130,21 +147,32 @@ RaceChecker::AsyncChunk* RaceChecker::async_chunk(uintptr_t a) {
   return &k;
 }
 
-bool RaceChecker::ordered(const Stamp& e, int thread) const {
-  if (e.thread == kLanded) {  // a TMA box: seen through its mbarrier, or a __syncthreads since
-    if (e.barrier != barrier_) return true;
-    const auto& [bar, phases] = landings_[e.collective];
-    const auto& seen = seen_[(size_t)thread];
-    const auto it = seen.find(bar);
-    if (it != seen.end() && it->second >= phases) return true;
-    // or known through the arrivals of threads that saw it
-    const size_t slot = (size_t)nthreads_ + e.collective;
-    return !clock_.empty() && clock_[(size_t)thread].size() > slot && clock_[(size_t)thread][slot] != 0;
-  }
+TG_EMU_UNCHECKED bool RaceChecker::ordered(const Stamp& e, int thread) const {
+  if (e.thread == kLanded) return e.barrier != barrier_ || landed_ordered(e, thread);
   if (e.thread < 0 || e.thread == thread || e.barrier != barrier_) return true;
   // an arrival of e's thread after e reached this thread
-  if (!clock_.empty() && clock_[(size_t)thread][(size_t)e.thread] > e.arrivals) return true;
-  return e.thread / 32 == thread / 32 && e.collective != collective_[(size_t)(thread / 32)];
+  if (clocked_ && clock_knows(thread, (size_t)e.thread, e.arrivals)) return true;
+  return e.thread / 32 == thread / 32 && e.collective != collective_at_[thread / 32];
+}
+
+// a TMA box landed since the last __syncthreads: seen through its mbarrier
+__attribute__((noinline)) bool RaceChecker::landed_ordered(const Stamp& e, int thread) const {
+  const auto& [bar, phases] = landings_[e.collective];
+  const auto& seen = seen_[(size_t)thread];
+  const auto it = seen.find(bar);
+  if (it != seen.end() && it->second >= phases) return true;
+  // or known through the arrivals of threads that saw it
+  return clocked_ && clock_knows(thread, (size_t)nthreads_ + e.collective, 0);
+}
+
+// whether entry `slot` of the thread's clock is above `above`
+__attribute__((noinline)) bool RaceChecker::clock_knows(int thread, size_t slot, uint32_t above) const {
+  const Clock& c = clock_[(size_t)thread];
+  return c.size() > slot && c[slot] > above;
+}
+
+__attribute__((noinline)) uint32_t RaceChecker::clock_arrivals(int thread) const {
+  return clock_[(size_t)thread][(size_t)thread];
 }
 
 void RaceChecker::hazard(const char* what, uintptr_t a, const Stamp& e, const Access& now, bool ordering_helps) {
@@ -167,15 +195,20 @@ void RaceChecker::hazard(const char* what, uintptr_t a, const Stamp& e, const Ac
 
 // The bits of the bytes [b, end) that lie in b's 64-byte word of the initcheck map, and the end
 // of that run: the map is set and tested a word at a time.
-static uint64_t word_mask(uintptr_t b, uintptr_t end, uintptr_t* run_end) {
-  *run_end = std::min<uintptr_t>(end, (b | 63) + 1);
+TG_EMU_UNCHECKED static inline uint64_t word_mask(uintptr_t b, uintptr_t end, uintptr_t* run_end) {
+  *run_end = end < (b | 63) + 1 ? end : (b | 63) + 1;
   const unsigned len = (unsigned)(*run_end - b);
   return (len == 64 ? ~0ull : (1ull << len) - 1) << (b & 63);
 }
 
-uint64_t* RaceChecker::written_page(uintptr_t page, bool make) const {
+TG_EMU_UNCHECKED uint64_t* RaceChecker::written_page(uintptr_t page, bool make) const {
   std::pair<uintptr_t, uint64_t*>& cached = written_cache_[page % 64];
   if (cached.second && cached.first == page) return cached.second;
+  return written_page_miss(page, make);
+}
+
+__attribute__((noinline)) uint64_t* RaceChecker::written_page_miss(uintptr_t page, bool make) const {
+  std::pair<uintptr_t, uint64_t*>& cached = written_cache_[page % 64];
   auto it = written_.find(page);
   if (it == written_.end()) {
     if (!make) return nullptr;
@@ -185,10 +218,10 @@ uint64_t* RaceChecker::written_page(uintptr_t page, bool make) const {
   return cached.second;
 }
 
-void RaceChecker::mark_written(uintptr_t a, size_t n, bool on) {
+TG_EMU_UNCHECKED void RaceChecker::mark_written(uintptr_t a, size_t n, bool on) {
   for (uintptr_t b = a; b < a + n;) {
     uint64_t* page = written_page(b >> 12, true);
-    const uintptr_t end = std::min<uintptr_t>(a + n, ((b >> 12) + 1) << 12);
+    const uintptr_t page_end = ((b >> 12) + 1) << 12, end = a + n < page_end ? a + n : page_end;
     while (b < end) {
       uintptr_t next;
       const uint64_t bits = word_mask(b, end, &next);
@@ -199,11 +232,11 @@ void RaceChecker::mark_written(uintptr_t a, size_t n, bool on) {
   }
 }
 
-bool RaceChecker::all_written(uintptr_t a, uint32_t n) const {
+TG_EMU_UNCHECKED bool RaceChecker::all_written(uintptr_t a, uint32_t n) const {
   for (uintptr_t b = a; b < a + n;) {
     const uint64_t* page = written_page(b >> 12, false);
     if (!page) return false;
-    const uintptr_t end = std::min<uintptr_t>(a + n, ((b >> 12) + 1) << 12);
+    const uintptr_t page_end = ((b >> 12) + 1) << 12, end = a + n < page_end ? a + n : page_end;
     while (b < end) {
       uintptr_t next;
       const uint64_t bits = word_mask(b, end, &next);
@@ -239,8 +272,13 @@ void RaceChecker::learn(Known& into, const Known& from) {
   }
 }
 
-bool RaceChecker::global_ordered(uint32_t cta, uint32_t barriers, int thread) const {
-  if (cta == (uint32_t)ctas_.size()) return true;
+TG_EMU_UNCHECKED bool RaceChecker::global_ordered(uint32_t epoch, int thread) const {
+  const Epoch& e = epochs_at_[epoch];
+  return e.cta == nctas_ || global_ordered(e.cta, e.barriers, thread);
+}
+
+__attribute__((noinline)) bool RaceChecker::global_ordered(uint32_t cta, uint32_t barriers, int thread) const {
+  if (cta == nctas_) return true;
   const auto it = after_.find(cta);
   if (it != after_.end() && it->second > barriers) return true;
   const auto mine = acquired_.find(thread);
@@ -249,9 +287,13 @@ bool RaceChecker::global_ordered(uint32_t cta, uint32_t barriers, int thread) co
   return jt != mine->second.end() && jt->second > barriers;
 }
 
-RaceChecker::GlobalCell* RaceChecker::global_page(uintptr_t page) {
+TG_EMU_UNCHECKED RaceChecker::GlobalCell* RaceChecker::global_page(uintptr_t page) {
+  const std::pair<uintptr_t, GlobalCell*>& cached = page_cache_[page % kPageCache];
+  return cached.first == page ? cached.second : global_page_miss(page);
+}
+
+__attribute__((noinline)) RaceChecker::GlobalCell* RaceChecker::global_page_miss(uintptr_t page) {
   std::pair<uintptr_t, GlobalCell*>& cached = page_cache_[page % kPageCache];
-  if (cached.first == page) return cached.second;
   GlobalCell*& cells = global_[page];
   if (!cells) {
     if (pages_used_ == pages_.size()) pages_.emplace_back(kPageCells);
@@ -263,25 +305,25 @@ RaceChecker::GlobalCell* RaceChecker::global_page(uintptr_t page) {
   return cells;
 }
 
-void RaceChecker::global_access(const Access& a) {
-  const uint32_t me = (uint32_t)ctas_.size(), now = (uint32_t)epochs_.size() - 1;
+TG_EMU_UNCHECKED void RaceChecker::global_access(const Access& a) {
+  const uint32_t me = nctas_, now = nepochs_ - 1;
   const int t = a.thread->linear;
   GlobalCell* cells = global_page(a.addr >> 12);
   for (uintptr_t b = a.addr; b < a.addr + a.size; ++b) {
     if (b % kPageCells == 0 && b != a.addr) cells = global_page(b >> 12);
     GlobalCell& c = cells[b % kPageCells];
     if (c.writer && !global_ordered(c.writer, t))
-      global_hazard(a.write ? "write-after-write hazard" : "read-after-write hazard", b, epochs_[c.writer].cta, a);
+      global_hazard(a.write ? "write-after-write hazard" : "read-after-write hazard", b, epochs_at_[c.writer].cta, a);
     const uint32_t first_reader = c.reader & ~kSeveral;
     if (a.write) {
       if (first_reader && !global_ordered(first_reader, t))
-        global_hazard("write-after-read hazard", b, epochs_[first_reader].cta, a);
+        global_hazard("write-after-read hazard", b, epochs_at_[first_reader].cta, a);
       if (c.reader & kSeveral) global_hazard("write-after-read hazard", b, 0, a);
       // the earlier accesses are ordered before this write, so after it only it matters
       c = GlobalCell{now, 0};
     } else if (!first_reader || (!(c.reader & kSeveral) && global_ordered(first_reader, t))) {
       c.reader = now;  // the first read, or one after every earlier read (its latest, if its CTA's)
-    } else if (epochs_[first_reader].cta != me) {
+    } else if (epochs_at_[first_reader].cta != me) {
       c.reader |= kSeveral;
     }
   }
@@ -302,22 +344,24 @@ void RaceChecker::flag(const void* flag, bool release) {
   if (it != flag_released_.end()) learn(acquired_[t], it->second);
 }
 
-void RaceChecker::access(const Access& a) {
+void RaceChecker::global_uninitialised(const Access& a) {
+  uintptr_t b = a.addr;
+  while (all_written(b, 1)) ++b;
+  const int t = a.thread->linear;
+  const std::string msg = "initcheck: read of device memory nothing wrote (" +
+                          describe_device_address(reinterpret_cast<const void*>(b)) + "): thread (" +
+                          std::to_string(t % bx_) + "," + std::to_string(t / bx_ % by_) + "," +
+                          std::to_string(t / (bx_ * by_)) + ") at " + source_line(a.pc);
+  std::fprintf(stderr, "SIMT emulator: %s\n", msg.c_str());
+  device_fault(cudaErrorLaunchFailure, msg);
+}
+
+TG_EMU_UNCHECKED void RaceChecker::access(const Access& a) {
   if (!a.thread) return;
   if (a.space == Space::Global) {
     global_access(a);
     if (a.write) mark_written(a.addr, a.size, true);
-    else if (!all_written(a.addr, a.size)) {
-      uintptr_t b = a.addr;
-      while (all_written(b, 1)) ++b;
-      const int t = a.thread->linear;
-      const std::string msg = "initcheck: read of device memory nothing wrote (" +
-                              describe_device_address(reinterpret_cast<const void*>(b)) + "): thread (" +
-                              std::to_string(t % bx_) + "," + std::to_string(t / bx_ % by_) + "," +
-                              std::to_string(t / (bx_ * by_)) + ") at " + source_line(a.pc);
-      std::fprintf(stderr, "SIMT emulator: %s\n", msg.c_str());
-      device_fault(cudaErrorLaunchFailure, msg);
-    }
+    else if (!all_written(a.addr, a.size)) global_uninitialised(a);
     return;
   }
   if (a.kind == AccessKind::AsyncReadDone) {  // a wgmma retired: it reads these chunks no more
@@ -326,7 +370,7 @@ void RaceChecker::access(const Access& a) {
     return;
   }
   const int t = a.thread->linear;
-  const Stamp now{t, barrier_, collective_[(size_t)(t / 32)], pc_code(a.pc), arrivals(t), fences_[(size_t)t]};
+  const Stamp now{t, barrier_, collective_at_[t / 32], pc_code(a.pc), clocked_ ? clock_arrivals(t) : 0, fences_at_[t]};
   const AsyncChunk* ck = nullptr;  // the byte's chunk, looked up for a write as each chunk starts
   for (uint32_t i = 0; i < a.size; ++i) {
     const uintptr_t b = a.addr + i;
@@ -337,7 +381,7 @@ void RaceChecker::access(const Access& a) {
     if (a.kind == AccessKind::BulkCopyLand) {  // a TMA box lands: written, for whoever sees its phase
       c.in_flight = Stamp{};
       c.in_flight_bulk = false;
-      c.write = Stamp{kLanded, barrier_, (uint32_t)(landings_.size() - 1), now.pc};
+      c.write = Stamp{kLanded, barrier_, nlandings_ - 1, now.pc};
       c.read1 = c.read2 = Stamp{};
       c.written = true;
       continue;
@@ -374,7 +418,7 @@ void RaceChecker::access(const Access& a) {
       if (!c.written) hazard("initcheck: read of shared memory nothing wrote since the block began", b, Stamp{}, a);
       if (!ordered(c.write, t)) hazard("read-after-write hazard", b, c.write, a);
       if (a.kind == AccessKind::AsyncRead) {  // in flight until its retire; not a thread's read
-        if (c.write.thread >= 0 && fences_[(size_t)c.write.thread] <= c.write.fences)
+        if (c.write.thread >= 0 && fences_at_[c.write.thread] <= c.write.fences)
           hazard("wgmma read of an operand its writer stored through the generic proxy and did not follow with "
                  "fence.proxy.async",
                  b, c.write, a, false);

@@ -126,8 +126,18 @@ class RaceChecker : public Observer {
   static const void* pc_of(int32_t code);
 
  private:
+  // Every shared and global access of a checked kernel runs access() over each of its bytes: the
+  // functions on that path run out of the sanitizers' reach (TG_EMU_UNCHECKED,
+  // tests/emu/emu_internal.h), and, since GCC inlines no checked function into them (std::vector's
+  // operator[] included), read the vectors below through the raw views that follow them; what is
+  // rare (static __shared__ bytes, mbarrier clocks, TMA landings, a page not yet seen, another
+  // CTA's accesses, the reports) goes to checked functions out of line.
   Cell& cell(uintptr_t a);
+  Cell& static_cell(uintptr_t a);
   bool ordered(const Stamp& earlier, int thread) const;
+  bool landed_ordered(const Stamp& earlier, int thread) const;
+  bool clock_knows(int thread, size_t slot, uint32_t above) const;
+  uint32_t clock_arrivals(int thread) const;
   // ordering_helps: the earlier access is a thread's, which a __syncthreads would order (not an
   // operation still in flight)
   [[noreturn]] void hazard(const char* what, uintptr_t a, const Stamp& earlier, const Access& now,
@@ -154,9 +164,7 @@ class RaceChecker : public Observer {
   // running thread's access: the same CTA, or one whose release after a later __syncthreads it
   // has acquired (its CTA, before one of its own __syncthreads; or the thread itself).
   bool global_ordered(uint32_t cta, uint32_t barriers, int thread) const;
-  bool global_ordered(uint32_t epoch, int thread) const {
-    return global_ordered(epochs_[epoch].cta, epochs_[epoch].barriers, thread);
-  }
+  bool global_ordered(uint32_t epoch, int thread) const;
   // the running CTA's knowledge after its __syncthreads, and per thread what it acquired since
   // the last one; per flag, what its last release carries
   Known after_;
@@ -165,12 +173,14 @@ class RaceChecker : public Observer {
   static constexpr uint32_t kSeveral = 1u << 31;
   void global_access(const Access& a);
   [[noreturn]] void global_hazard(const char* what, uintptr_t a, uint32_t other, const Access& now);
+  [[noreturn]] void global_uninitialised(const Access& a);  // initcheck's report
   // The cells of a 4 KB page of device memory: the launch's pages by page number, taken from a
   // pool kept across launches (pages_, the first pages_used_ of them this launch's), so that a
   // launch reuses the memory of the last one's instead of allocating it anew; a direct-mapped
   // cache of the last pages looked up in front of the map.
   static constexpr size_t kPageCells = 4096, kPageCache = 64;
   GlobalCell* global_page(uintptr_t page);
+  GlobalCell* global_page_miss(uintptr_t page);
   std::unordered_map<uintptr_t, GlobalCell*> global_;
   std::vector<std::vector<GlobalCell>> pages_;
   size_t pages_used_ = 0;
@@ -202,13 +212,13 @@ class RaceChecker : public Observer {
   // per thread, the fence.proxy.async it has executed in this CTA
   std::vector<uint32_t> fences_;
   static void join(Clock& into, const Clock& from);
-  uint32_t arrivals(int thread) const { return clock_.empty() ? 0 : clock_[(size_t)thread][(size_t)thread]; }
   // device memory written since the checker began: a bit a byte, per 4 KB page
   mutable std::unordered_map<uintptr_t, std::vector<uint64_t>> written_;
   // the bits of page `page`, made (all clear) if `make`, else null where no byte of it was ever
   // written; a direct-mapped cache of the pages last found in front of the map (which never
   // drops a page, so the pointers stay valid)
   uint64_t* written_page(uintptr_t page, bool make) const;
+  uint64_t* written_page_miss(uintptr_t page, bool make) const;
   mutable std::pair<uintptr_t, uint64_t*> written_cache_[64];
   void mark_written(uintptr_t a, size_t n, bool on);
   bool all_written(uintptr_t a, uint32_t n) const;
@@ -217,6 +227,21 @@ class RaceChecker : public Observer {
   uint64_t cta_ = 0;
   uint32_t barrier_ = 0;
   int bx_ = 1, by_ = 1;
+
+  // the raw views of the hot path (above), set again wherever their vectors change
+  Cell* dynamic_at_ = nullptr;
+  AsyncChunk* async_at_ = nullptr;
+  uint32_t* collective_at_ = nullptr;
+  uint32_t* fences_at_ = nullptr;
+  const Epoch* epochs_at_ = nullptr;
+  uint32_t nepochs_ = 0;    // epochs_.size()
+  uint32_t nctas_ = 0;      // ctas_.size(): the running CTA's ordinal
+  uint32_t nlandings_ = 0;  // landings_.size()
+  bool clocked_ = false;    // !clock_.empty()
+  void sync_epochs() {
+    epochs_at_ = epochs_.data();
+    nepochs_ = (uint32_t)epochs_.size();
+  }
 };
 
 // Registers one RaceChecker for the rest of the process when the environment sets
