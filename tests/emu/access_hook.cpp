@@ -149,14 +149,21 @@ void symbolize(const void* pc, const char* f, char (&buf)[2048]) {
 
 }  // namespace
 
-const void* source_site(const void* pc) {
+namespace {
+// source_site's answers last given, direct-mapped, in front of its map (the kernel profiler asks
+// for every access it logged); the look-up here runs unchecked, the map's out of line
+struct RecentSite {
+  const void* pc;
+  const void* site;
+};
+RecentSite g_recent_sites[4096];
+TG_EMU_UNCHECKED inline RecentSite& recent_site(const void* pc) {
+  return g_recent_sites[(reinterpret_cast<uintptr_t>(pc) * 0x9E3779B97F4A7C15ull) >> 52];
+}
+
+__attribute__((noinline)) const void* source_site_slow(const void* pc) {
   static std::unordered_map<const void*, const void*> site_of;      // pc -> the site's first pc
   static std::unordered_map<std::string, const void*> first_pc_of;  // file:line chain -> pc
-  // the answers last given, direct-mapped, in front of the map (the kernel profiler asks for
-  // every access it logged)
-  static std::pair<const void*, const void*> recent[4096];
-  std::pair<const void*, const void*>& r = recent[(reinterpret_cast<uintptr_t>(pc) * 0x9E3779B97F4A7C15ull) >> 52];
-  if (r.first == pc && pc) return r.second;
   auto [it, fresh] = site_of.try_emplace(pc, pc);
   if (fresh) {
     char buf[2048];
@@ -166,8 +173,14 @@ const void* source_site(const void* pc) {
     const bool located = !chain.empty() && chain.find(":0|") == std::string::npos;
     if (located) it->second = first_pc_of.try_emplace(chain, pc).first->second;
   }
-  r = {pc, it->second};
+  recent_site(pc) = RecentSite{pc, it->second};
   return it->second;
+}
+}  // namespace
+
+TG_EMU_UNCHECKED const void* source_site(const void* pc) {
+  const RecentSite& r = recent_site(pc);
+  return r.pc == pc && pc ? r.site : source_site_slow(pc);
 }
 
 std::vector<std::string> source_frames(const void* pc) {

@@ -47,7 +47,7 @@ void KernelCounters::add(const KernelCounters& o) {
 namespace {
 
 constexpr uint8_t kWrite = 1, kShared = 2;
-uint8_t flags_of(const Access& a) {
+TG_EMU_UNCHECKED inline uint8_t flags_of(const Access& a) {
   return (uint8_t)((a.write ? kWrite : 0) | (a.space == Space::Shared ? kShared : 0) | ((uint8_t)a.kind << 2));
 }
 
@@ -61,56 +61,93 @@ struct Group {
   uint32_t size[32];
 };
 
+// The grouping and counting below run out of the sanitizers' reach (TG_EMU_UNCHECKED), as
+// KernelProfiler::access does: on the profiler's own fixed arrays and buffers sized beforehand, with
+// no std:: algorithm (GCC would not inline it there).
+
+// v[0 .. n) in ascending order of key(): insertion sort (a warp's lanes mostly come in address
+// order, which it passes through in one sweep)
+struct Range {
+  uintptr_t lo, hi;
+};
+TG_EMU_UNCHECKED inline uintptr_t key(uintptr_t v) { return v; }
+TG_EMU_UNCHECKED inline uintptr_t key(const Range& r) { return r.lo; }
+template <class T>
+TG_EMU_UNCHECKED inline void sort_small(T* v, size_t n) {
+  for (size_t i = 1; i < n; ++i) {
+    const T x = v[i];
+    size_t j = i;
+    for (; j > 0 && key(x) < key(v[j - 1]); --j) v[j] = v[j - 1];
+    v[j] = x;
+  }
+}
+
 // Distinct bytes of the lanes' ranges.
-uint64_t distinct_bytes(const Group& g) {
-  std::pair<uintptr_t, uintptr_t> r[32];
-  for (int i = 0; i < g.n; ++i) r[i] = {g.addr[i], g.addr[i] + g.size[i]};
-  std::sort(r, r + g.n);
+TG_EMU_UNCHECKED uint64_t distinct_bytes(const Group& g) {
+  Range r[32];
+  for (int i = 0; i < g.n; ++i) r[i] = Range{g.addr[i], g.addr[i] + g.size[i]};
+  sort_small(r, (size_t)g.n);
   uint64_t bytes = 0;
   uintptr_t end = 0;
   for (int i = 0; i < g.n; ++i) {
-    const uintptr_t b = std::max(r[i].first, end);
-    if (r[i].second > b) bytes += r[i].second - b;
-    end = std::max(end, r[i].second);
+    const uintptr_t b = r[i].lo > end ? r[i].lo : end;
+    if (r[i].hi > b) bytes += r[i].hi - b;
+    if (r[i].hi > end) end = r[i].hi;
   }
   return bytes;
 }
 
-// The distinct units (of 2^shift bytes) that the lanes of g selected by `take` touch: sorted,
-// into `units` (kept from one call to the next).
-template <class Take>
-size_t distinct_units(const Group& g, int shift, Take take, std::vector<uintptr_t>& units) {
-  units.clear();
-  for (int i = 0; i < g.n; ++i)
-    if (take(i))
-      for (uintptr_t u = g.addr[i] >> shift; u <= (g.addr[i] + g.size[i] - 1) >> shift; ++u) units.push_back(u);
-  std::sort(units.begin(), units.end());
-  units.erase(std::unique(units.begin(), units.end()), units.end());
-  return units.size();
+// room for n units (kept from one call to the next)
+__attribute__((noinline)) uintptr_t* unit_room(size_t n) {
+  static thread_local std::vector<uintptr_t> units;
+  if (units.size() < n) units.resize(n);
+  return units.data();
 }
 
-GlobalCounters count_global(const Group& g, uint32_t width) {
-  static thread_local std::vector<uintptr_t> sectors;
+// The distinct units (of 2^shift bytes) that the lanes of phase p (lane / per_phase == p) of g
+// touch: their count, sorted into `units`, which holds every lane's units with repeats.
+TG_EMU_UNCHECKED size_t distinct_units(const Group& g, int shift, int p, int per_phase, uintptr_t* units) {
+  size_t n = 0;
+  for (int i = 0; i < g.n; ++i)
+    if (g.lane[i] / per_phase == p)
+      for (uintptr_t u = g.addr[i] >> shift; u <= (g.addr[i] + g.size[i] - 1) >> shift; ++u) units[n++] = u;
+  sort_small(units, n);
+  size_t out = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (out == 0 || units[i] != units[out - 1]) units[out++] = units[i];
+  return out;
+}
+
+// room for every lane's units of 2^shift bytes, with repeats
+TG_EMU_UNCHECKED uintptr_t* units_of(const Group& g, int shift) {
+  size_t n = 0;
+  for (int i = 0; i < g.n; ++i) n += ((g.addr[i] + g.size[i] - 1) >> shift) - (g.addr[i] >> shift) + 1;
+  return unit_room(n);
+}
+
+TG_EMU_UNCHECKED GlobalCounters count_global(const Group& g, uint32_t width) {
   GlobalCounters c;
   c.requests = 1;
-  c.sectors = distinct_units(g, 5, [](int) { return true; }, sectors);
+  c.sectors = distinct_units(g, 5, 0, 32, units_of(g, 5));
   c.ideal_sectors = ((uint64_t)g.n * width + 31) / 32;
   c.bytes = distinct_bytes(g);
   return c;
 }
 
-SharedCounters count_shared(const Group& g, uint32_t width) {
+TG_EMU_UNCHECKED SharedCounters count_shared(const Group& g, uint32_t width) {
   SharedCounters c;
   c.requests = 1;
   c.bytes = distinct_bytes(g);
   const int phases = width <= 4 ? 1 : width <= 8 ? 2 : 4;
   const int per_phase = 32 / phases;
-  static thread_local std::vector<uintptr_t> words;
+  uintptr_t* words = units_of(g, 2);
   for (int p = 0; p < phases; ++p) {
-    if (distinct_units(g, 2, [&g, p, per_phase](int i) { return g.lane[i] / per_phase == p; }, words) == 0) continue;
+    const size_t n = distinct_units(g, 2, p, per_phase, words);
+    if (n == 0) continue;
     int per_bank[32] = {};
     int most = 0;
-    for (uintptr_t w : words) most = std::max(most, ++per_bank[w % 32]);
+    for (size_t i = 0; i < n; ++i)
+      if (++per_bank[words[i] % 32] > most) most = per_bank[words[i] % 32];
     c.wavefronts += (uint64_t)most;
     c.ideal_wavefronts += 1;
   }
@@ -138,10 +175,10 @@ bool vector_type_pc(const void* pc) {
 class FlatIndex {
  public:
   // the value of (a, b); inserted as v where absent (*fresh says so)
-  uint32_t& find_or_insert(uint64_t a, uint32_t b, uint32_t v, bool* fresh) {
-    if (2 * (count_ + 1) > slots_.size()) grow();
-    for (size_t i = hash(a, b) & (slots_.size() - 1);; i = (i + 1) & (slots_.size() - 1)) {
-      Slot& s = slots_[i];
+  TG_EMU_UNCHECKED uint32_t& find_or_insert(uint64_t a, uint32_t b, uint32_t v, bool* fresh) {
+    if (2 * (count_ + 1) > size_) grow();
+    for (size_t i = hash(a, b) & (size_ - 1);; i = (i + 1) & (size_ - 1)) {
+      Slot& s = at_[i];
       if (s.gen != gen_) {
         s = Slot{a, b, v, gen_};
         ++count_;
@@ -154,12 +191,9 @@ class FlatIndex {
       }
     }
   }
-  void clear() {
+  TG_EMU_UNCHECKED void clear() {
     count_ = 0;
-    if (++gen_ == 0) {  // (after 2^32 clears: every slot's generation is stale again)
-      for (Slot& s : slots_) s.gen = 0;
-      gen_ = 1;
-    }
+    if (++gen_ == 0) restart();  // (after 2^32 clears: every slot's generation is stale again)
   }
 
  private:
@@ -167,11 +201,19 @@ class FlatIndex {
     uint64_t a;
     uint32_t b, v, gen;
   };
-  static size_t hash(uint64_t a, uint32_t b) { return (size_t)((a ^ (uint64_t)b * 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull >> 20); }
-  void grow() {
+  TG_EMU_UNCHECKED static size_t hash(uint64_t a, uint32_t b) {
+    return (size_t)((a ^ (uint64_t)b * 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull >> 20);
+  }
+  __attribute__((noinline)) void restart() {
+    for (Slot& s : slots_) s.gen = 0;
+    gen_ = 1;
+  }
+  __attribute__((noinline)) void grow() {
     std::vector<Slot> old;
     old.swap(slots_);
     slots_.assign(old.empty() ? 256 : 2 * old.size(), Slot{0, 0, 0, 0});
+    at_ = slots_.data();
+    size_ = slots_.size();
     const uint32_t g = gen_;
     gen_ = 1;
     count_ = 0;
@@ -181,9 +223,27 @@ class FlatIndex {
     }
   }
   std::vector<Slot> slots_;
+  Slot* at_ = nullptr;  // slots_ as the unchecked functions read it
+  size_t size_ = 0;
   uint32_t gen_ = 1;
   size_t count_ = 0;
 };
+
+// flush's tables and its groups, kept from one flush to the next
+struct Scratch {
+  FlatIndex occurrence;  // per lane: (pc, flags) -> times seen
+  FlatIndex index;       // per warp: (site, occurrence) -> group
+  std::vector<Group> groups;
+};
+__attribute__((noinline)) Scratch& scratch() {
+  static thread_local Scratch s;
+  return s;
+}
+// room for n groups
+__attribute__((noinline)) Group* group_room(Scratch& s, size_t n) {
+  if (s.groups.size() < n) s.groups.resize(n);
+  return s.groups.data();
+}
 
 std::string fmt(const char* f, double a) {
   char buf[64];
@@ -205,6 +265,7 @@ void KernelProfiler::launch_begin(const void* kernel, dim3 grid, dim3 block, siz
   kernel_ = kernel;
   launches_.emplace_back();
   KernelCounters& k = launches_.back();
+  current_ = &k;
   k.kernel = kernel_name(kernel);
   k.launches = 1;
   k.grid = grid, k.block = block, k.dynamic_smem = dynamic_smem;
@@ -214,15 +275,19 @@ void KernelProfiler::launch_begin(const void* kernel, dim3 grid, dim3 block, siz
   written_sectors_.clear();
 }
 
-void KernelProfiler::SectorSet::insert(uintptr_t addr, uint32_t size) {
+TG_EMU_UNCHECKED void KernelProfiler::SectorSet::insert(uintptr_t addr, uint32_t size) {
   for (uintptr_t s = addr >> 5; s <= (addr + size - 1) >> 5; ++s) {
     const uintptr_t page = s >> 7;
-    if (page != last_page_) {
-      last_ = &pages_[page];  // (zeroed where new)
-      last_page_ = page;
-    }
-    (*last_)[(s >> 6) & 1] |= 1ull << (s & 63);
+    uint64_t* b = cached_page_[page % kCache] == page ? cached_bits_[page % kCache] : bits(page);
+    b[(s >> 6) & 1] |= 1ull << (s & 63);
   }
+}
+
+uint64_t* KernelProfiler::SectorSet::bits(uintptr_t page) {
+  uint64_t* b = pages_[page].data();
+  cached_page_[page % kCache] = page;
+  cached_bits_[page % kCache] = b;
+  return b;
 }
 
 uint64_t KernelProfiler::SectorSet::count() const {
@@ -233,29 +298,38 @@ uint64_t KernelProfiler::SectorSet::count() const {
 
 void KernelProfiler::SectorSet::clear() {
   pages_.clear();
-  last_page_ = ~uintptr_t(0);
-  last_ = nullptr;
+  std::fill(std::begin(cached_page_), std::end(cached_page_), ~uintptr_t(0));
+  std::fill(std::begin(cached_bits_), std::end(cached_bits_), nullptr);
 }
 
 void KernelProfiler::cta_begin() {
   if ((int)log_.size() < threads_) log_.resize((size_t)threads_);
-  for (int t = 0; t < threads_; ++t) log_[(size_t)t].clear();
+  log_at_ = log_.data();
+  for (int t = 0; t < threads_; ++t) log_at_[t].n = 0;
 }
 
-void KernelProfiler::access(const Access& a) {
+void KernelProfiler::grow(Log& log) {
+  log.storage.resize(log.capacity ? 2 * log.capacity : 64);
+  log.at = log.storage.data();
+  log.capacity = log.storage.size();
+}
+
+TG_EMU_UNCHECKED void KernelProfiler::access(const Access& a) {
   if (!kernel_ || !a.thread || a.kind == AccessKind::CpAsyncLand) return;  // counted at issue
   if (a.kind == AccessKind::AsyncRead || a.kind == AccessKind::AsyncReadDone) return;  // wgmma: not counted yet
   if (a.kind == AccessKind::BulkCopy || a.kind == AccessKind::BulkCopyLand) {  // TMA: its bytes, no requests
     if (a.kind == AccessKind::BulkCopy && a.space == Space::Global) {
-      launches_.back().tma_bytes += a.size;
+      current_->tma_bytes += a.size;
       read_sectors_.insert(a.addr, a.size);
     }
     return;
   }
-  log_[(size_t)a.thread->linear].push_back(Entry{a.pc, a.addr, a.size, flags_of(a)});
+  Log& log = log_at_[a.thread->linear];
+  if (log.n == log.capacity) grow(log);
+  log.at[log.n++] = Entry{a.pc, a.addr, a.size, flags_of(a)};
   if (a.space == Space::Global) {
     (a.write ? written_sectors_ : read_sectors_).insert(a.addr, a.size);
-    if (a.kind == AccessKind::CpAsync) launches_.back().cp_async_bytes += a.size;
+    if (a.kind == AccessKind::CpAsync) current_->cp_async_bytes += a.size;
   }
 }
 
@@ -274,6 +348,7 @@ void KernelProfiler::launch_end() {
   k.unique_read_bytes = 32 * read_sectors_.count();
   k.unique_write_bytes = 32 * written_sectors_.count();
   kernel_ = nullptr;
+  current_ = nullptr;
 }
 
 void KernelProfiler::gemm(const GemmEvent& g) { gemms_.push_back(g); }
@@ -281,12 +356,12 @@ void KernelProfiler::gemm(const GemmEvent& g) { gemms_.push_back(g); }
 // x then y of one two-element vector (vector_type_pc), 4-byte aligned: one 4-byte access. A
 // copy from one vector to another interleaves them (load x, store x, load y, store y), so y is
 // looked for among the next three accesses.
-void KernelProfiler::merge_vector_halves(std::vector<Entry>& entries) {
+TG_EMU_UNCHECKED size_t KernelProfiler::merge_vector_halves(Entry* entries, size_t n) {
   constexpr uint8_t kTaken = 0x80;  // a y half merged into its x
-  for (size_t i = 0; i < entries.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     Entry& a = entries[i];
     if (a.size != 2 || a.addr % 4 != 0 || (a.flags & kTaken) || !vector_type_pc(a.pc)) continue;
-    for (size_t j = i + 1; j < entries.size() && j <= i + 3; ++j) {
+    for (size_t j = i + 1; j < n && j <= i + 3; ++j) {
       Entry& b = entries[j];
       if (b.size == 2 && b.flags == a.flags && b.addr == a.addr + 2 && vector_type_pc(b.pc)) {
         a.size = 4;
@@ -296,57 +371,67 @@ void KernelProfiler::merge_vector_halves(std::vector<Entry>& entries) {
     }
   }
   size_t out = 0;
-  for (const Entry& e : entries)
-    if (!(e.flags & kTaken)) entries[out++] = e;
-  entries.resize(out);
+  for (size_t i = 0; i < n; ++i)
+    if (!(entries[i].flags & kTaken)) entries[out++] = entries[i];
+  return out;
 }
 
-void KernelProfiler::flush() {
+SiteCounters& KernelProfiler::site(uint64_t key, const void* pc, uint8_t flags) {
+  KernelCounters& k = *current_;
+  auto [it, fresh] = site_index_.try_emplace(key, k.sites.size());
+  if (fresh) {
+    k.sites.emplace_back();
+    SiteCounters& s = k.sites.back();
+    s.pc = pc;
+    s.write = flags & kWrite;
+    s.space = flags & kShared ? Space::Shared : Space::Global;
+    s.kind = (AccessKind)(flags >> 2);
+  }
+  return k.sites[it->second];
+}
+
+TG_EMU_UNCHECKED void KernelProfiler::flush() {
   if (!kernel_) return;
-  KernelCounters& k = launches_.back();
-  // (kept from one flush to the next)
-  static thread_local FlatIndex occurrence;  // per lane: (pc, flags) -> times seen
-  static thread_local FlatIndex index;       // per warp: (site, occurrence) -> group
-  static thread_local std::vector<Group> groups;
+  KernelCounters& k = *current_;
+  Scratch& sc = scratch();
   for (int w = 0; w * 32 < threads_; ++w) {
-    index.clear();
-    groups.clear();
-    for (int lane = 0; lane < 32 && 32 * w + lane < threads_; ++lane) {
-      occurrence.clear();
-      std::vector<Entry>& entries = log_[(size_t)(32 * w + lane)];
-      merge_vector_halves(entries);
-      for (Entry e : entries) {
+    const int lanes = threads_ - 32 * w < 32 ? threads_ - 32 * w : 32;
+    Log* logs = log_at_ + 32 * w;
+    size_t total = 0;  // (at most a group an access)
+    for (int lane = 0; lane < lanes; ++lane) total += logs[lane].n;
+    Group* groups = group_room(sc, total);
+    size_t ngroups = 0;
+    sc.index.clear();
+    for (int lane = 0; lane < lanes; ++lane) {
+      sc.occurrence.clear();
+      Log& log = logs[lane];
+      const size_t n = merge_vector_halves(log.at, log.n);
+      for (size_t i = 0; i < n; ++i) {
+        Entry e = log.at[i];
         e.pc = source_site(e.pc);
         const uint64_t site = (uint64_t)(uintptr_t)e.pc << 4 | e.flags;
         bool fresh;
-        const uint32_t occ = occurrence.find_or_insert(site, 0, 0, &fresh)++;
-        const uint32_t at = index.find_or_insert(site, occ, (uint32_t)groups.size(), &fresh);
+        const uint32_t occ = sc.occurrence.find_or_insert(site, 0, 0, &fresh)++;
+        const uint32_t at = sc.index.find_or_insert(site, occ, (uint32_t)ngroups, &fresh);
         if (fresh) {
-          groups.emplace_back();
-          groups.back().pc = e.pc;
-          groups.back().flags = e.flags;
+          Group& g = groups[ngroups++];
+          g.pc = e.pc;
+          g.flags = e.flags;
+          g.n = 0;
         }
         Group& g = groups[at];
         g.lane[g.n] = lane, g.addr[g.n] = e.addr, g.size[g.n] = e.size;
         ++g.n;
       }
-      log_[(size_t)(32 * w + lane)].clear();
+      log.n = 0;
     }
-    for (const Group& g : groups) {
+    for (size_t i = 0; i < ngroups; ++i) {
+      const Group& g = groups[i];
       uint32_t width = 0;
-      for (int i = 0; i < g.n; ++i) width = std::max(width, g.size[i]);
-      const uint64_t site = (uint64_t)(uintptr_t)g.pc << 4 | g.flags;
-      auto [it, fresh] = site_index_.try_emplace(site, k.sites.size());
-      if (fresh) {
-        k.sites.emplace_back();
-        SiteCounters& s = k.sites.back();
-        s.pc = g.pc;
-        s.write = g.flags & kWrite;
-        s.space = g.flags & kShared ? Space::Shared : Space::Global;
-        s.kind = (AccessKind)(g.flags >> 2);
-      }
-      SiteCounters& s = k.sites[it->second];
-      s.width = std::max(s.width, width);
+      for (int l = 0; l < g.n; ++l)
+        if (g.size[l] > width) width = g.size[l];
+      SiteCounters& s = site((uint64_t)(uintptr_t)g.pc << 4 | g.flags, g.pc, g.flags);
+      if (width > s.width) s.width = width;
       if (s.space == Space::Global) {
         const GlobalCounters c = count_global(g, width);
         s.global.add(c);

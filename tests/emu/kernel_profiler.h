@@ -122,12 +122,26 @@ class KernelProfiler : public Observer {
     uint32_t size;
     uint8_t flags;  // bit 0: write, bit 1: shared, bits 2..3: kind
   };
+  // One thread's accesses since the last barrier. access() runs for every access of a counted
+  // kernel out of the sanitizers' reach (TG_EMU_UNCHECKED, tests/emu/emu_internal.h), where GCC
+  // inlines none of std::vector's checked functions: it appends through `at`, and grow() (checked,
+  // out of line) makes room.
+  struct Log {
+    std::vector<Entry> storage;
+    Entry* at = nullptr;
+    size_t n = 0, capacity = 0;
+  };
+  static void grow(Log& log);
   void flush();  // groups the logged accesses into warp-level instructions and counts them
-  static void merge_vector_halves(std::vector<Entry>& entries);
+  static size_t merge_vector_halves(Entry* entries, size_t n);  // the entries left, in place
+  // the counters of the launch's site of key (pc, flags), made where new (checked, out of line)
+  SiteCounters& site(uint64_t key, const void* pc, uint8_t flags);
 
   std::vector<KernelCounters> launches_;
+  KernelCounters* current_ = nullptr;  // launches_.back() while a launch runs
   std::vector<GemmEvent> gemms_;
-  std::vector<std::vector<Entry>> log_;  // per thread of the running CTA, since the last barrier
+  std::vector<Log> log_;  // per thread of the running CTA
+  Log* log_at_ = nullptr;  // log_.data()
   std::unordered_map<uint64_t, size_t> site_index_;  // (pc, flags) -> index in the launch's sites
   // The distinct 32-byte sectors of device memory a launch touched: a bit a sector, per 4 KB
   // page, the page last looked up kept in front of the map (a hash set of sectors allocated a
@@ -140,9 +154,14 @@ class KernelProfiler : public Observer {
 
    private:
     using Bits = std::array<uint64_t, 2>;  // the page's 128 sectors
+    uint64_t* bits(uintptr_t page);  // (zeroed where new; checked, out of line)
     std::unordered_map<uintptr_t, Bits> pages_;
-    uintptr_t last_page_ = ~uintptr_t(0);
-    Bits* last_ = nullptr;
+    // the pages last looked up, direct-mapped: insert() runs unchecked, as access() does
+    static constexpr size_t kCache = 64;
+    uintptr_t cached_page_[kCache];
+    uint64_t* cached_bits_[kCache];
+   public:
+    SectorSet() { clear(); }
   };
   SectorSet read_sectors_, written_sectors_;
   const void* kernel_ = nullptr;
