@@ -586,11 +586,11 @@ train:
 # (compute capability 8.0), so that the model tests run on the mma.sync flash kernels there and on
 # the Hopper ones, the H100's default, in the others.
 #
-# The emulated suite runs as parts of about a minute each (EMU_PART1 .. EMU_PART3's cases, then the
+# The emulated suite runs as parts of a minute or less each (EMU_PART1 .. EMU_PART3's cases, then the
 # rest: each case in exactly one, the rest excluding every pattern; tests/run_all.sh counts a part's
 # skipped cases), so that the last run to start is short and no core waits long for another.
-# Seconds on the 2-vCPU machine, run alone: EMU_PART1 (the flash kernels' suite) 77, EMU_PART2 (the
-# program under the emulator) 73, EMU_PART3 (the counters and the race checker) 80, the rest 63.
+# CPU seconds on the 2-vCPU machine, each run alone: EMU_PART1 (the flash kernels' suite) 50, EMU_PART2
+# (the program under the emulator) 46, EMU_PART3 (the counters and the race checker) 22, the rest 56.
 EMU_PART1 := tests/gpu/test_flash_attn_gpu.cu
 EMU_PART2 := tests/emu/test_emu_cli.cpp
 EMU_PART3 := tests/emu/test_kernel_counters.cpp$(comma)tests/emu/test_race_checker.cpp
