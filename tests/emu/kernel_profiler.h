@@ -144,10 +144,11 @@ class KernelProfiler : public Observer {
   Log* log_at_ = nullptr;  // log_.data()
   std::unordered_map<uint64_t, size_t> site_index_;  // (pc, flags) -> index in the launch's sites
   // The distinct 32-byte sectors of device memory a launch touched: a bit a sector, per 4 KB
-  // page, the page last looked up kept in front of the map (a hash set of sectors allocated a
+  // page, the pages last looked up kept in front of the map (a hash set of sectors allocated a
   // node for each, most of the counters cases' time under AddressSanitizer's allocator).
   class SectorSet {
    public:
+    SectorSet() { clear(); }
     void insert(uintptr_t addr, uint32_t size);  // the sectors of [addr, addr + size)
     uint64_t count() const;
     void clear();
@@ -160,8 +161,6 @@ class KernelProfiler : public Observer {
     static constexpr size_t kCache = 64;
     uintptr_t cached_page_[kCache];
     uint64_t* cached_bits_[kCache];
-   public:
-    SectorSet() { clear(); }
   };
   SectorSet read_sectors_, written_sectors_;
   const void* kernel_ = nullptr;
