@@ -21,6 +21,27 @@ namespace emu {
 // inline a checked function into one of these, nor the other way round).
 #define TG_EMU_UNCHECKED __attribute__((no_sanitize("address", "undefined")))
 
+// The pages last looked up in a map of per-page data (key: address >> 12), direct-mapped, in front
+// of the map: find() runs unchecked, inside the observers' per-access paths; a miss (null) goes to
+// the map, out of line, which put()s its answer. The map must keep what the cache points at.
+template <class T, size_t N = 64>
+class PageCache {
+ public:
+  PageCache() { clear(); }
+  TG_EMU_UNCHECKED T* find(uintptr_t page) const { return page_[page % N] == page ? at_[page % N] : nullptr; }
+  void put(uintptr_t page, T* at) {
+    page_[page % N] = page;
+    at_[page % N] = at;
+  }
+  void clear() {
+    for (size_t i = 0; i < N; ++i) page_[i] = ~uintptr_t(0), at_[i] = nullptr;
+  }
+
+ private:
+  uintptr_t page_[N];
+  T* at_[N];
+};
+
 // ---- the device (tests/emu/cuda_runtime_emu.cpp) -------------------------------------------
 // The emulated part: an H100 SXM by default, an A100 SXM with TG_EMU_DEVICE=a100, a GeForce RTX
 // 4090 with TG_EMU_DEVICE=rtx4090.

@@ -97,11 +97,11 @@ TG_EMU_UNCHECKED uint64_t distinct_bytes(const Group& g) {
   return bytes;
 }
 
-// room for n units (kept from one call to the next)
-__attribute__((noinline)) uintptr_t* unit_room(size_t n) {
-  static thread_local std::vector<uintptr_t> units;
-  if (units.size() < n) units.resize(n);
-  return units.data();
+// v's first n elements, v grown where it is shorter (its storage kept from one call to the next)
+template <class T>
+__attribute__((noinline)) T* room(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
 }
 
 // The distinct units (of 2^shift bytes) that the lanes of phase p (lane / per_phase == p) of g
@@ -122,7 +122,8 @@ TG_EMU_UNCHECKED size_t distinct_units(const Group& g, int shift, int p, int per
 TG_EMU_UNCHECKED uintptr_t* units_of(const Group& g, int shift) {
   size_t n = 0;
   for (int i = 0; i < g.n; ++i) n += ((g.addr[i] + g.size[i] - 1) >> shift) - (g.addr[i] >> shift) + 1;
-  return unit_room(n);
+  static thread_local std::vector<uintptr_t> units;
+  return room(units, n);
 }
 
 TG_EMU_UNCHECKED GlobalCounters count_global(const Group& g, uint32_t width) {
@@ -239,11 +240,6 @@ __attribute__((noinline)) Scratch& scratch() {
   static thread_local Scratch s;
   return s;
 }
-// room for n groups
-__attribute__((noinline)) Group* group_room(Scratch& s, size_t n) {
-  if (s.groups.size() < n) s.groups.resize(n);
-  return s.groups.data();
-}
 
 std::string fmt(const char* f, double a) {
   char buf[64];
@@ -278,15 +274,15 @@ void KernelProfiler::launch_begin(const void* kernel, dim3 grid, dim3 block, siz
 TG_EMU_UNCHECKED void KernelProfiler::SectorSet::insert(uintptr_t addr, uint32_t size) {
   for (uintptr_t s = addr >> 5; s <= (addr + size - 1) >> 5; ++s) {
     const uintptr_t page = s >> 7;
-    uint64_t* b = cached_page_[page % kCache] == page ? cached_bits_[page % kCache] : bits(page);
+    uint64_t* b = cache_.find(page);
+    if (!b) b = bits(page);
     b[(s >> 6) & 1] |= 1ull << (s & 63);
   }
 }
 
 uint64_t* KernelProfiler::SectorSet::bits(uintptr_t page) {
   uint64_t* b = pages_[page].data();
-  cached_page_[page % kCache] = page;
-  cached_bits_[page % kCache] = b;
+  cache_.put(page, b);
   return b;
 }
 
@@ -298,8 +294,7 @@ uint64_t KernelProfiler::SectorSet::count() const {
 
 void KernelProfiler::SectorSet::clear() {
   pages_.clear();
-  std::fill(std::begin(cached_page_), std::end(cached_page_), ~uintptr_t(0));
-  std::fill(std::begin(cached_bits_), std::end(cached_bits_), nullptr);
+  cache_.clear();
 }
 
 void KernelProfiler::cta_begin() {
@@ -399,7 +394,7 @@ TG_EMU_UNCHECKED void KernelProfiler::flush() {
     Log* logs = log_at_ + 32 * w;
     size_t total = 0;  // (at most a group an access)
     for (int lane = 0; lane < lanes; ++lane) total += logs[lane].n;
-    Group* groups = group_room(sc, total);
+    Group* groups = room(sc.groups, total);
     size_t ngroups = 0;
     sc.index.clear();
     for (int lane = 0; lane < lanes; ++lane) {

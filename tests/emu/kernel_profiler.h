@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "access_hook.h"
+#include "emu_internal.h"
 
 namespace emu {
 
@@ -148,7 +149,6 @@ class KernelProfiler : public Observer {
   // node for each, most of the counters cases' time under AddressSanitizer's allocator).
   class SectorSet {
    public:
-    SectorSet() { clear(); }
     void insert(uintptr_t addr, uint32_t size);  // the sectors of [addr, addr + size)
     uint64_t count() const;
     void clear();
@@ -157,10 +157,7 @@ class KernelProfiler : public Observer {
     using Bits = std::array<uint64_t, 2>;  // the page's 128 sectors
     uint64_t* bits(uintptr_t page);  // (zeroed where new; checked, out of line)
     std::unordered_map<uintptr_t, Bits> pages_;
-    // the pages last looked up, direct-mapped: insert() runs unchecked, as access() does
-    static constexpr size_t kCache = 64;
-    uintptr_t cached_page_[kCache];
-    uint64_t* cached_bits_[kCache];
+    PageCache<uint64_t> cache_;  // insert() runs unchecked, as access() does
   };
   SectorSet read_sectors_, written_sectors_;
   const void* kernel_ = nullptr;

@@ -26,7 +26,7 @@ void RaceChecker::launch_begin(const void* kernel, dim3, dim3 block, size_t dyna
   bx_ = (int)block.x, by_ = (int)block.y;
   global_.clear();
   pages_used_ = 0;
-  std::fill(std::begin(page_cache_), std::end(page_cache_), std::pair<uintptr_t, GlobalCell*>{~uintptr_t(0), nullptr});
+  page_cache_.clear();
   epochs_.assign(1, Epoch{});
   sync_epochs();
   ctas_.clear();
@@ -202,20 +202,18 @@ TG_EMU_UNCHECKED static inline uint64_t word_mask(uintptr_t b, uintptr_t end, ui
 }
 
 TG_EMU_UNCHECKED uint64_t* RaceChecker::written_page(uintptr_t page, bool make) const {
-  std::pair<uintptr_t, uint64_t*>& cached = written_cache_[page % 64];
-  if (cached.second && cached.first == page) return cached.second;
-  return written_page_miss(page, make);
+  uint64_t* bits = written_cache_.find(page);
+  return bits ? bits : written_page_miss(page, make);
 }
 
 __attribute__((noinline)) uint64_t* RaceChecker::written_page_miss(uintptr_t page, bool make) const {
-  std::pair<uintptr_t, uint64_t*>& cached = written_cache_[page % 64];
   auto it = written_.find(page);
   if (it == written_.end()) {
     if (!make) return nullptr;
     it = written_.emplace(page, std::vector<uint64_t>(64, 0)).first;
   }
-  cached = {page, it->second.data()};
-  return cached.second;
+  written_cache_.put(page, it->second.data());
+  return it->second.data();
 }
 
 TG_EMU_UNCHECKED void RaceChecker::mark_written(uintptr_t a, size_t n, bool on) {
@@ -288,12 +286,11 @@ __attribute__((noinline)) bool RaceChecker::global_ordered(uint32_t cta, uint32_
 }
 
 TG_EMU_UNCHECKED RaceChecker::GlobalCell* RaceChecker::global_page(uintptr_t page) {
-  const std::pair<uintptr_t, GlobalCell*>& cached = page_cache_[page % kPageCache];
-  return cached.first == page ? cached.second : global_page_miss(page);
+  GlobalCell* cells = page_cache_.find(page);
+  return cells ? cells : global_page_miss(page);
 }
 
 __attribute__((noinline)) RaceChecker::GlobalCell* RaceChecker::global_page_miss(uintptr_t page) {
-  std::pair<uintptr_t, GlobalCell*>& cached = page_cache_[page % kPageCache];
   GlobalCell*& cells = global_[page];
   if (!cells) {
     if (pages_used_ == pages_.size()) pages_.emplace_back(kPageCells);
@@ -301,7 +298,7 @@ __attribute__((noinline)) RaceChecker::GlobalCell* RaceChecker::global_page_miss
     std::fill(v.begin(), v.end(), GlobalCell{});
     cells = v.data();
   }
-  cached = {page, cells};
+  page_cache_.put(page, cells);
   return cells;
 }
 

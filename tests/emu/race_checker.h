@@ -69,6 +69,7 @@
 #include <vector>
 
 #include "access_hook.h"
+#include "emu_internal.h"
 
 namespace emu {
 
@@ -178,13 +179,13 @@ class RaceChecker : public Observer {
   // pool kept across launches (pages_, the first pages_used_ of them this launch's), so that a
   // launch reuses the memory of the last one's instead of allocating it anew; a direct-mapped
   // cache of the last pages looked up in front of the map.
-  static constexpr size_t kPageCells = 4096, kPageCache = 64;
+  static constexpr size_t kPageCells = 4096;
   GlobalCell* global_page(uintptr_t page);
   GlobalCell* global_page_miss(uintptr_t page);
   std::unordered_map<uintptr_t, GlobalCell*> global_;
   std::vector<std::vector<GlobalCell>> pages_;
   size_t pages_used_ = 0;
-  std::pair<uintptr_t, GlobalCell*> page_cache_[kPageCache];
+  PageCache<GlobalCell> page_cache_;
   std::vector<uint3> ctas_;  // the block index of each CTA of the launch, by ordinal - 1
 
   std::vector<Cell> dynamic_;                  // one per byte of the largest dynamic shared memory
@@ -219,7 +220,7 @@ class RaceChecker : public Observer {
   // drops a page, so the pointers stay valid)
   uint64_t* written_page(uintptr_t page, bool make) const;
   uint64_t* written_page_miss(uintptr_t page, bool make) const;
-  mutable std::pair<uintptr_t, uint64_t*> written_cache_[64];
+  mutable PageCache<uint64_t> written_cache_;
   void mark_written(uintptr_t a, size_t n, bool on);
   bool all_written(uintptr_t a, uint32_t n) const;
   std::unordered_set<const void*> kernels_;
