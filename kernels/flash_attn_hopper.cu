@@ -7,12 +7,13 @@
 // The forward, per (Q_i, bh): one CTA of two consumer warpgroups, each owning 64 query rows
 // (Br = 128), and one producer warp (288 threads, warp specialization; at HS = 256 one consumer
 // warpgroup, Br = 64, 160 threads). The producer's elected lane loads Q_i once and streams K_j, V_j
-// (Bc = 64 keys) through a ring of kStages shared stages with TMA (cp.async.bulk.tensor, 2-D boxes
-// of 64 columns from one tensor map over qkv): each stage has a "full" mbarrier (the producer's
+// (Bc = 128 keys at HS 64, else 64: launch_fwd_tiles) through a ring of kStages shared stages with
+// TMA (cp.async.bulk.tensor, 2-D boxes of 64 columns from one tensor map over qkv): each stage has a
+// "full" mbarrier (the producer's
 // arrive.expect_tx; the boxes' bytes complete it) and an "empty" one (one arrival per consumer
 // warpgroup once its wgmmas on the stage have retired); the producer refills a stage only after its
 // empty phase completes. Per key tile and warpgroup:
-//   S (64 x Bc) = Q K^T    HS/16 wgmma m64n64k16, A = Q and B = K from shared memory
+//   S (64 x Bc) = Q K^T    HS/16 wgmma m64n{Bc}k16, A = Q and B = K from shared memory
 //   O (64 x HS) += P V     Bc/16 wgmma m64n{HS}k16, A = P from registers, B = V from shared
 //                          memory (MN-major: V is stored key-major, the wgmma's k)
 // software-pipelined within the warpgroup (FlashAttention-3's intra-warpgroup overlap): tile j's S
@@ -105,16 +106,17 @@ bool flash_attn_hopper_head_size(int HS) { return HS == 64 || HS == 128 || HS ==
 bool flash_attn_hopper_device(const Context& ctx) { return ctx.cc_major == 9 && ctx.cc_minor == 0; }
 
 namespace {
-// TG_FLASH_HOPPER: "" (unset), "0", "1", "2", "3", "4" or "5"; anything else throws
+// TG_FLASH_HOPPER: "" (unset), "0", "1", "2", "3", "4", "5" or "6"; anything else throws
 std::string hopper_setting() {
   const char* v = std::getenv("TG_FLASH_HOPPER");
   const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1" && s != "2" && s != "3" && s != "4" && s != "5")
+  if (!s.empty() && s != "0" && s != "1" && s != "2" && s != "3" && s != "4" && s != "5" && s != "6")
     throw std::invalid_argument("TG_FLASH_HOPPER is '" + s + "'; expected 1 (the Hopper kernels on compute capability "
                                 "9.0, the default), 2 (them with the warp-specialized TMA backward), 3 (them with "
                                 "dQ inside the dK / dV kernel), 4 (them with the forward's keep decisions made by its "
-                                "producer warpgroup), 5 (them with the backward's kernels not pipelined over their tiles) "
-                                "or 0 (the mma.sync kernels); set one of them, or unset it");
+                                "producer warpgroup), 5 (them with the backward's kernels not pipelined over their tiles), "
+                                "6 (them with the forward on key tiles of 64) or 0 (the mma.sync kernels); set one of "
+                                "them, or unset it");
   return s;
 }
 }  // namespace
@@ -132,6 +134,8 @@ bool flash_attn_hopper_keep_producer() { return hopper_setting() == "4"; }
 
 bool flash_attn_hopper_pipelined() { return hopper_setting() != "5"; }
 
+bool flash_attn_hopper_wide_key_tiles() { return hopper_setting() != "6"; }
+
 namespace flash {
 namespace {
 
@@ -142,7 +146,7 @@ using hopper::align_1024;
 // 40 + 2 x 232 = 504 = 3 x 168 (at 32 its loop spilled a few words)
 constexpr int kFwdProducerRegs = 24, kFwdConsumerRegs = 240, kFwdKeepProducerRegs = 40, kFwdKeepConsumerRegs = 232;
 
-template <int HS>
+template <int HS, int Bc = 64>
 struct HopperFwdTile {
   // warpgroups: one at HS = 256, whose 64 x 256 O takes 128 registers a lane (ptxas gives a
   // CTA of three warpgroups' registers 168 a thread, of two 255)
@@ -155,7 +159,8 @@ struct HopperFwdTile {
   static constexpr bool kProducerWarpgroup = kConsumers == 2;
   static constexpr int kThreads = 128 * kConsumers + (kProducerWarpgroup ? 128 : 32);
   static constexpr int kBr = 64 * kConsumers;             // query rows
-  static constexpr int kBc = 64;                          // keys per tile
+  static constexpr int kBc = Bc;                          // keys per tile (fwd_key_tile)
+  static_assert(Bc == 64 || (Bc == 128 && kConsumers == 2), "key tiles of 64, or 128 with two consumers");
   // K_j, V_j stages in the ring: three, since a consumer holds two (V_{j-1} under its P V
   // product while K_j is under S's) and the third is the tile in flight
   static constexpr int kStages = 3;
@@ -298,10 +303,10 @@ __device__ __forceinline__ void make_keep_words(uint32_t* words, const FwdParams
 // each producer thread after its store) and an "empty" one (an arrival by each consumer thread
 // once it has read its word). The same Philox calls, so the same bits; the consumers' dropout is
 // then one shared load a tile.
-template <int HS, bool IsDropout, bool KeepRing = false>
-__global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
+template <int HS, int KeyTile, bool IsDropout, bool KeepRing = false>
+__global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile>::kThreads, 1)
     flash_fwd_hopper_kernel(const FwdParams<bf16> p, const __grid_constant__ CUtensorMap map) {
-  using Tile = HopperFwdTile<HS>;
+  using Tile = HopperFwdTile<HS, KeyTile>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, NS = Tile::kStages, Blocks = HS / 64;
   constexpr int NK = Tile::kKeepStages, KW = Tile::kKeepWords;
   static_assert(!KeepRing || (IsDropout && Tile::kProducerWarpgroup && Bc == 64),
@@ -415,7 +420,10 @@ __global__ void __launch_bounds__(HopperFwdTile<HS>::kThreads, 1)
       hopper::mbarrier_arrive(&keep_empty[sk]);
       apply_keep_bits<Bc / 8>(s, p, bits, bh, i_g, j0, lane);
     } else if constexpr (IsDropout) {
-      apply_dropout<Bc / 8>(s, p, bh, i_g, j0, lane);
+      // a lane's keep bits of 64 keys fill a word: a tile of 128 keys takes two
+#pragma unroll
+      for (int half = 0; half < Bc / 64; ++half)
+        apply_dropout<8>(reinterpret_cast<float(&)[8][4]>(s[8 * half]), p, bh, i_g, j0 + 64 * half, lane);
     }
   };
   // the warpgroup's wgmmas on the stage have retired (its reads of the stage are over): one
@@ -1401,20 +1409,35 @@ CUtensorMap tile_map(const bf16* base, long long ld, long long rows, int box_row
   return map;
 }
 
-template <int HS, bool IsDropout>
-void run_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p) {
-  using Tile = HopperFwdTile<HS>;
+// The forward's key tiles (Bc) and the kernel that runs them: at HS 64, 128 keys, as
+// FlashAttention-3 takes them, so that each tile's fixed work (the row maxima's shuffles, O's
+// rescaling, the barrier waits, the loop) is spread over twice the keys. 64 elsewhere: at HS 128
+// with dropout, tiles of 128 kept two registers on the stack across the loop (ptxas, nvcc 13.0: 8
+// bytes of spill stores), and without dropout they would give other bits than the dropout kernel,
+// which the mask dump runs at p = 0 too; at HS 256 (one consumer warpgroup); with the keep ring
+// (its words are a key tile of 64); and with TG_FLASH_HOPPER=6 (the forward of before, kept to
+// time the change beside it: tiles of 64 give the mma.sync kernels' bits under the emulator).
+template <int HS, int Bc, bool IsDropout, bool KeepRing = false>
+void launch_fwd_tiles(const Context& ctx, const FwdParams<bf16>& p) {
+  using Tile = HopperFwdTile<HS, Bc>;
   const long long tiles = ceil_div(p.T, Tile::kBr);
   if (tiles > 65535) throw std::invalid_argument("flash_attn_forward_hopper: T too large for the grid");
   const dim3 grid((unsigned)(p.B * p.NH), (unsigned)tiles);
-  const CUtensorMap map = tile_map(p.qkv, p.ld_qkv, (long long)p.B * p.T, Tile::kBc);
-  // the keep ring where asked for and there is a producer warpgroup to make it (not at HS 256)
-  if constexpr (IsDropout && Tile::kProducerWarpgroup)
-    if (flash_attn_hopper_keep_producer()) {
-      launch(flash_fwd_hopper_kernel<HS, true, true>, grid, Tile::kThreads, Tile::kSmemBytes, ctx.stream, p, map);
-      return;
-    }
-  launch(flash_fwd_hopper_kernel<HS, IsDropout>, grid, Tile::kThreads, Tile::kSmemBytes, ctx.stream, p, map);
+  const CUtensorMap map = tile_map(p.qkv, p.ld_qkv, (long long)p.B * p.T, Bc);
+  launch(flash_fwd_hopper_kernel<HS, Bc, IsDropout, KeepRing>, grid, Tile::kThreads, Tile::kSmemBytes, ctx.stream, p,
+         map);
+}
+
+template <int HS, bool IsDropout>
+void run_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p) {
+  if constexpr (HopperFwdTile<HS>::kProducerWarpgroup) {
+    // the keep ring where asked for (there is a producer warpgroup to make it: not at HS 256)
+    if constexpr (IsDropout)
+      if (flash_attn_hopper_keep_producer()) return launch_fwd_tiles<HS, 64, true, true>(ctx, p);
+    if constexpr (HS == 64)
+      if (flash_attn_hopper_wide_key_tiles()) return launch_fwd_tiles<HS, 128, IsDropout>(ctx, p);
+  }
+  launch_fwd_tiles<HS, 64, IsDropout>(ctx, p);
 }
 
 }  // namespace

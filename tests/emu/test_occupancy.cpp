@@ -342,20 +342,27 @@ TEST_CASE("kernel resources: the Hopper kernels (sm_90a) are listed and none spi
   const ResourceTable t = this_build(true);
   CHECK(t.archs == std::vector<int>{90});
   check_no_spills(t);
-  for (const char* base : {"flash_fwd_hopper_kernel", "flash_bwd_dq_hopper_kernel", "flash_bwd_dkdv_hopper_kernel"})
+  for (const char* base : {"flash_bwd_dq_hopper_kernel", "flash_bwd_dkdv_hopper_kernel"})
     for (int hs : {64, 128, 256})
       for (const char* dropout : {"false", "true"})
         for (const char* third : {"", ", false", ", true"}) {
-          // the third argument of the dK / dV kernel (dQ inside it) and of the forward (the keep
-          // decisions by its producer warpgroup: with dropout at HS 64 and 128 only)
+          // the third argument of the dK / dV kernel (dQ inside it)
           const bool dq = std::string(base) == "flash_bwd_dq_hopper_kernel";
           if (dq != (*third == 0)) continue;
-          if (std::string(base) == "flash_fwd_hopper_kernel" && std::string(third) == ", true" &&
-              !(hs <= 128 && std::string(dropout) == "true"))
-            continue;
           const std::string nm = std::string(base) + "<" + std::to_string(hs) + ", " + dropout + third + ">";
           CHECK_MESSAGE(find(t, 90, nm) != nullptr, "sm_90a: no " << nm);
         }
+  // the forward's: <head size, key tile, dropout, keep decisions by its producer warpgroup>: key
+  // tiles of 64 at every head size, of 128 at 64; the producer's keep decisions with dropout at HS
+  // 64 and 128 (on tiles of 64)
+  const std::vector<std::string> forwards = {"64, 64, false, false",   "64, 64, true, false",   "64, 64, true, true",
+                                             "64, 128, false, false",  "64, 128, true, false",  "128, 64, false, false",
+                                             "128, 64, true, false",   "128, 64, true, true",   "256, 64, false, false",
+                                             "256, 64, true, false"};
+  for (const std::string& args : forwards) {
+    const std::string nm = "flash_fwd_hopper_kernel<" + args + ">";
+    CHECK_MESSAGE(find(t, 90, nm) != nullptr, "sm_90a: no " << nm);
+  }
   // The dK / dV kernel with dQ inside keeps the blocks an SM on an H100 that it had without (two
   // at HS 64 and 128, one at 256): 128 threads, its registers, and its shared memory
   // (kernels/flash_attn_hopper.cu, HopperDkvTile's kSmemBytesFused: 1024 of alignment; K, V and
@@ -379,13 +386,13 @@ TEST_CASE("kernel resources: the Hopper kernels (sm_90a) are listed and none spi
   // threads): ptxas honours it only where it knows the count at entry, and then gives the kernel
   // that count, the one the emulator's setmaxnreg starts every warpgroup with (168); a kernel
   // where ptxas ignored it (warning C7508) would report what its code needs instead.
-  for (int hs : {64, 128})
-    for (const char* args : {"false, false", "true, false", "true, true"}) {
-      const std::string nm = "flash_fwd_hopper_kernel<" + std::to_string(hs) + ", " + args + ">";
-      const KernelResources* k = find(t, 90, nm);
-      REQUIRE_MESSAGE(k != nullptr, "sm_90a: no " << nm);
-      CHECK_MESSAGE(k->regs == emu::setmaxnreg_entry_count(384), nm << ": " << k->regs << " registers");
-    }
+  for (const std::string& args : forwards) {
+    if (args.rfind("256", 0) == 0) continue;  // (one consumer warpgroup and a producer warp: 160 threads)
+    const std::string nm = "flash_fwd_hopper_kernel<" + args + ">";
+    const KernelResources* k = find(t, 90, nm);
+    REQUIRE_MESSAGE(k != nullptr, "sm_90a: no " << nm);
+    CHECK_MESSAGE(k->regs == emu::setmaxnreg_entry_count(384), nm << ": " << k->regs << " registers");
+  }
   // So do the warp-specialized backward's kernels (two consumer warpgroups and a producer one) at
   // every head size
   for (const char* base : {"flash_bwd_dkdv_hopper_ws_kernel", "flash_bwd_dq_hopper_ws_kernel"})
