@@ -361,13 +361,24 @@ TG_EMU_UNCHECKED void RaceChecker::access(const Access& a) {
     else if (!all_written(a.addr, a.size)) global_uninitialised(a);
     return;
   }
+  const int t = a.thread->linear;
+  const Stamp now{t, barrier_, collective_at_[t / 32], pc_code(a.pc), clocked_ ? clock_arrivals(t) : 0, fences_at_[t]};
   if (a.kind == AccessKind::AsyncReadDone) {  // a wgmma retired: it reads these chunks no more
     for (uintptr_t k = a.addr / 16; k <= (a.addr + a.size - 1) / 16; ++k)
       if (AsyncChunk* ck = async_chunk(16 * k); ck && ck->reads) --ck->reads;
+    // its reads last until now: a read of the warpgroup's first thread at its wait_group
+    for (uint32_t i = 0; i < a.size; ++i) {
+      Cell& c = cell(a.addr + i);
+      if (c.read1.thread < 0 || c.read1.thread == t) {
+        c.read1 = now;
+        c.retired1 = true;
+      } else {
+        c.read2 = now;
+        c.retired2 = true;
+      }
+    }
     return;
   }
-  const int t = a.thread->linear;
-  const Stamp now{t, barrier_, collective_at_[t / 32], pc_code(a.pc), clocked_ ? clock_arrivals(t) : 0, fences_at_[t]};
   const AsyncChunk* ck = nullptr;  // the byte's chunk, looked up for a write as each chunk starts
   for (uint32_t i = 0; i < a.size; ++i) {
     const uintptr_t b = a.addr + i;
@@ -380,6 +391,7 @@ TG_EMU_UNCHECKED void RaceChecker::access(const Access& a) {
       c.in_flight_bulk = false;
       c.write = Stamp{kLanded, barrier_, nlandings_ - 1, now.pc};
       c.read1 = c.read2 = Stamp{};
+      c.retired1 = c.retired2 = false;
       c.written = true;
       continue;
     }
@@ -387,6 +399,7 @@ TG_EMU_UNCHECKED void RaceChecker::access(const Access& a) {
       c.in_flight = Stamp{};
       c.write = now;
       c.read1 = c.read2 = Stamp{};
+      c.retired1 = c.retired2 = false;
       c.written = true;
       continue;
     }
@@ -401,8 +414,15 @@ TG_EMU_UNCHECKED void RaceChecker::access(const Access& a) {
              c.write, a, false);
     if (a.write) {
       if (!ordered(c.write, t)) hazard("write-after-write hazard", b, c.write, a);
-      if (!ordered(c.read1, t)) hazard("write-after-read hazard", b, c.read1, a);
-      if (!ordered(c.read2, t)) hazard("write-after-read hazard", b, c.read2, a);
+      // (a wgmma's retirement: its warpgroup's threads are each past their wait_group)
+      if (!ordered(c.read1, t) && !(c.retired1 && c.read1.thread / 128 == t / 128))
+        hazard(c.retired1 ? "write to a wgmma operand not ordered after the wgmma.wait_group that retired it"
+                          : "write-after-read hazard",
+               b, c.read1, a);
+      if (!ordered(c.read2, t) && !(c.retired2 && c.read2.thread / 128 == t / 128))
+        hazard(c.retired2 ? "write to a wgmma operand not ordered after the wgmma.wait_group that retired it"
+                          : "write-after-read hazard",
+               b, c.read2, a);
       if (a.kind == AccessKind::CpAsync || a.kind == AccessKind::BulkCopy) {
         c.in_flight = now;
         c.in_flight_bulk = a.kind == AccessKind::BulkCopy;
@@ -411,6 +431,7 @@ TG_EMU_UNCHECKED void RaceChecker::access(const Access& a) {
         c.written = true;
       }
       c.read1 = c.read2 = Stamp{};
+      c.retired1 = c.retired2 = false;
     } else {
       if (!c.written) hazard("initcheck: read of shared memory nothing wrote since the block began", b, Stamp{}, a);
       if (!ordered(c.write, t)) hazard("read-after-write hazard", b, c.write, a);
@@ -421,8 +442,13 @@ TG_EMU_UNCHECKED void RaceChecker::access(const Access& a) {
                  b, c.write, a, false);
         continue;  // (counted a chunk at a time, below)
       }
-      if (c.read1.thread < 0 || c.read1.thread == t) c.read1 = now;
-      else c.read2 = now;
+      if (c.read1.thread < 0 || c.read1.thread == t) {
+        c.read1 = now;
+        c.retired1 = false;
+      } else {
+        c.read2 = now;
+        c.retired2 = false;
+      }
     }
   }
   if (a.kind == AccessKind::AsyncRead)  // in flight until its retire

@@ -32,7 +32,11 @@
 //     between its issue and the wgmma.wait_group that retires it; any write to them in between,
 //     by any thread (a cp.async landing included), changes what it multiplies. Its reads at issue
 //     are checked as reads of the warpgroup's first thread (initcheck, and a write that no
-//     __syncthreads, or program order of that thread, orders before them);
+//     __syncthreads, or program order of that thread, orders before them). Its retirement is
+//     kept as a read of that thread at its wait_group: a write after it must be ordered after that
+//     wait (by the warpgroup's own threads, each past its wait_group; another thread through a
+//     __syncthreads or an arrival of the first thread's after the wait), so that a stage released
+//     before the product reading it retires is named whatever order the threads ran in;
 //   - initcheck: a read of a shared byte that nothing wrote since the CTA began (shared memory
 //     has no initial value; the emulator fills it with 0xFF, NaN in fp32 and bf16), and a
 //     kernel's read of device memory that nothing wrote since the checker began (a kernel, a
@@ -109,6 +113,7 @@ class RaceChecker : public Observer {
     uint32_t cta = 0;  // the CTA the rest belongs to (older: as if empty)
     bool written = false;         // written since the CTA began
     bool in_flight_bulk = false;  // in_flight is a TMA box's, not a cp.async's
+    bool retired1 = false, retired2 = false;  // read1 / read2 is a wgmma's retirement (its warpgroup's)
     Stamp write, read1, read2;  // the last write; two reads since it, by different threads
     Stamp in_flight;            // a cp.async issued to this byte and not landed
   };

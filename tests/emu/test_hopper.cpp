@@ -107,14 +107,27 @@ TEST_CASE("hopper: an mbarrier wait that cannot complete is a deadlock; misuse o
 // descriptor reaches past the 4 KB of dynamic shared memory. MODE 3: a correct wgmma, then thread
 // 5 writes into B's tile before the wait_group (a race). MODE 4: that write after the wait_group.
 // MODE 5: thread 40 writes B's tile after the __syncthreads, unordered before the wgmma's read.
-// MODE 6: no fence.proxy.async after the stores (the async proxy need not see them).
+// MODE 6: no fence.proxy.async after the stores (the async proxy need not see them). MODES 7 and 8
+// (160 threads): a warp outside the warpgroup writes into B's tile once thread 0 has arrived on an
+// mbarrier, as a ring's producer refills a stage its consumers released: MODE 7 arrives before the
+// wait_group that retires the wgmma (a race, whichever thread the emulator runs first), 8 after it.
 template <int MODE>
 __global__ void wgmma_misuse_kernel(int* out) {
   unsigned char* s = gpu::dynamic_smem<unsigned char>();
   const int t = threadIdx.x;
   for (int i = t; i < 1024; i += blockDim.x) reinterpret_cast<uint32_t*>(s)[i] = 0x3F803F80u;  // bf16 1.0
   if (MODE != 6) gpu::hopper::fence_proxy_async();
+  __shared__ uint64_t released;
+  if (MODE >= 7 && t == 0) {
+    gpu::hopper::mbarrier_init(&released, 1);
+    gpu::hopper::fence_mbarrier_init();
+  }
   __syncthreads();
+  if (MODE >= 7 && t >= 128) {  // the refilling warp
+    gpu::hopper::mbarrier_wait_parity(&released, 0);
+    if (t == 128) s[2048 + 16] = 0;
+    return;
+  }
   if (MODE == 5 && t == 40) s[2048] = 0;
   const uint64_t desc_a = gpu::hopper::make_smem_desc(0, 1024, 128, Swizzle::None);
   const uint64_t desc_b = gpu::hopper::make_smem_desc(MODE == 2 ? 3968 : 2048, 128, 256, Swizzle::None);
@@ -123,8 +136,10 @@ __global__ void wgmma_misuse_kernel(int* out) {
   gpu::hopper::wgmma_bf16_ss<8>(d, desc_a, desc_b, false);
   gpu::hopper::wgmma_commit_group();
   if (MODE == 3 && t == 5) s[2048 + 16] = 0;
+  if (MODE == 7 && t == 0) gpu::hopper::mbarrier_arrive(&released);
   gpu::hopper::wgmma_wait_group<0>();
   if (MODE == 4 && t == 5) s[2048 + 16] = 0;
+  if (MODE == 8 && t == 0) gpu::hopper::mbarrier_arrive(&released);
   out[t] = (int)d[0];
 }
 
@@ -155,7 +170,7 @@ TEST_CASE("hopper: wgmma misuse is a fault: an incomplete warpgroup, no wgmma.fe
   CHECK(has(past.err, "past the 4096 bytes of dynamic shared memory"));
 }
 
-TEST_CASE("racecheck: a wgmma operand overwritten before its wait_group, written unordered before its issue, or stored with no fence.proxy.async, is a hazard (PTX ISA: wgmma.mma_async, wgmma.wait_group; Memory Consistency Model: proxies)") {
+TEST_CASE("racecheck: a wgmma operand overwritten before its wait_group, or released to another warp before it, written unordered before its issue, or stored with no fence.proxy.async, is a hazard (PTX ISA: wgmma.mma_async, wgmma.wait_group; Memory Consistency Model: proxies)") {
   const tg_test::ChildResult early = run_checked(wgmma_misuse_kernel<3>, 128);
   INFO("child stderr: " << early.err);
   CHECK(early.exit_code == 3);
@@ -172,6 +187,15 @@ TEST_CASE("racecheck: a wgmma operand overwritten before its wait_group, written
   const tg_test::ChildResult after = run_checked(wgmma_misuse_kernel<4>, 128);
   INFO("child stderr: " << after.err);
   CHECK(after.exit_code == 0);
+  // a stage released before the wait_group: the emulator ran the warpgroup's threads to their
+  // wait_group first, so the write came after the retirement, unordered after it
+  const tg_test::ChildResult released_early = run_checked(wgmma_misuse_kernel<7>, 160);
+  INFO("child stderr: " << released_early.err);
+  CHECK(released_early.exit_code == 3);
+  CHECK(has(released_early.err, "write to a wgmma operand not ordered after the wgmma.wait_group that retired it"));
+  const tg_test::ChildResult released_after = run_checked(wgmma_misuse_kernel<8>, 160);
+  INFO("child stderr: " << released_after.err);
+  CHECK(released_after.exit_code == 0);
 }
 
 // ---- TMA ---------------------------------------------------------------------------------------
