@@ -5,11 +5,11 @@
 // twins (cpu::attention_tiled_forward / _backward) are the spec.
 //
 // The forward, per (Q_i, bh): one CTA of two consumer warpgroups, each owning 64 query rows
-// (Br = 128), and one producer warp (288 threads, warp specialization; at HS = 256 one consumer
-// warpgroup, Br = 64, 160 threads). The producer's elected lane loads Q_i once and streams K_j, V_j
-// (Bc = 128 keys at HS 64, else 64: launch_fwd_tiles) through a ring of kStages shared stages with
-// TMA (cp.async.bulk.tensor, 2-D boxes of 64 columns from one tensor map over qkv): each stage has a
-// "full" mbarrier (the producer's
+// (Br = 128), and a producer warpgroup (384 threads, warp specialization; at HS = 256 one consumer
+// warpgroup, Br = 64, and a producer warp, 160 threads). The producer's first lane loads Q_i once
+// and streams K_j, V_j (Bc = 128 keys at HS 64 and 128, 64 at 256: launch_fwd_tiles) through a
+// ring of kStages shared stages with TMA (cp.async.bulk.tensor, 2-D boxes of 64 columns from one
+// tensor map over qkv): each stage has a "full" mbarrier (the producer's
 // arrive.expect_tx; the boxes' bytes complete it) and an "empty" one (one arrival per consumer
 // warpgroup once its wgmmas on the stage have retired); the producer refills a stage only after its
 // empty phase completes. Per key tile and warpgroup:
@@ -159,7 +159,7 @@ struct HopperFwdTile {
   static constexpr bool kProducerWarpgroup = kConsumers == 2;
   static constexpr int kThreads = 128 * kConsumers + (kProducerWarpgroup ? 128 : 32);
   static constexpr int kBr = 64 * kConsumers;             // query rows
-  static constexpr int kBc = Bc;                          // keys per tile (fwd_key_tile)
+  static constexpr int kBc = Bc;                          // keys per tile (launch_fwd_tiles)
   static_assert(Bc == 64 || (Bc == 128 && kConsumers == 2), "key tiles of 64, or 128 with two consumers");
   // K_j, V_j stages in the ring: three, since a consumer holds two (V_{j-1} under its P V
   // product while K_j is under S's) and the third is the tile in flight
@@ -322,7 +322,6 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile>::kThreads, 1)
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wg = warp / 4;
   const uint32_t bh = blockIdx.x;
-  const int b = (int)bh / p.NH, h = (int)bh % p.NH;
   const int i0 = (gridDim.y - 1 - blockIdx.y) * Br;  // first query row of Q_i
   // causal: key tiles past the last query row of Q_i are wholly above the diagonal
   const int j_end = p.causal ? min(p.T, i0 + Br) : p.T;
@@ -342,6 +341,7 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile>::kThreads, 1)
     if constexpr (Tile::kProducerWarpgroup)
       hopper::setmaxnreg_dec<KeepRing ? kFwdKeepProducerRegs : kFwdProducerRegs>();
     const int ptid = (int)threadIdx.x - 128 * Tile::kConsumers;
+    const int b = (int)bh / p.NH, h = (int)bh % p.NH;
     const int row0 = b * p.T;  // row of (b, 0) in the (B T, 3C) tensor
     if (ptid == 0) {
       hopper::mbarrier_arrive_expect_tx(&bar_q, Tile::kQBytes);
@@ -478,7 +478,10 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile>::kThreads, 1)
     }
   }
   // O_i = diag(l_i)^-1 O_i s, lse_i = m_i + log(l_i)
-  write_out_lse(p, o, m, l, bh, b, h, i_g, lane);
+  // (b and h made here, from bh as a shuffle gives it, which ptxas cannot take from before the
+  // loop: held across it, at HS 128 with dropout on key tiles of 128, they were spilled)
+  const int bh_out = __shfl_sync(0xffffffffu, (int)bh, 0);
+  write_out_lse(p, o, m, l, bh, bh_out / p.NH, bh_out % p.NH, i_g, lane);
 }
 
 // ---- the backward: the dK / dV and dQ kernels of kernels/flash_attn_bwd.cu (same algorithm,
@@ -1409,14 +1412,13 @@ CUtensorMap tile_map(const bf16* base, long long ld, long long rows, int box_row
   return map;
 }
 
-// The forward's key tiles (Bc) and the kernel that runs them: at HS 64, 128 keys, as
-// FlashAttention-3 takes them, so that each tile's fixed work (the row maxima's shuffles, O's
-// rescaling, the barrier waits, the loop) is spread over twice the keys. 64 elsewhere: at HS 128
-// with dropout, tiles of 128 kept two registers on the stack across the loop (ptxas, nvcc 13.0: 8
-// bytes of spill stores), and without dropout they would give other bits than the dropout kernel,
-// which the mask dump runs at p = 0 too; at HS 256 (one consumer warpgroup); with the keep ring
-// (its words are a key tile of 64); and with TG_FLASH_HOPPER=6 (the forward of before, kept to
-// time the change beside it: tiles of 64 give the mma.sync kernels' bits under the emulator).
+// The forward's key tiles (Bc) and the kernel that runs them: 128 keys where there are two consumer
+// warpgroups (HS 64 and 128), as FlashAttention-3 takes them, so that each tile's fixed work (the
+// row maxima's shuffles, O's rescaling, the barrier waits, the loop) is spread over twice the keys.
+// 64 at HS 256 (one consumer warpgroup), with the keep ring (its words are a key tile of 64), and
+// with TG_FLASH_HOPPER=6 (the forward of before, kept to time the change beside it: tiles of 64
+// give the mma.sync kernels' bits under the emulator). The dropout kernel takes the same tiles as
+// the one without, since the mask dump runs it at p = 0 too and must give the same bits.
 template <int HS, int Bc, bool IsDropout, bool KeepRing = false>
 void launch_fwd_tiles(const Context& ctx, const FwdParams<bf16>& p) {
   using Tile = HopperFwdTile<HS, Bc>;
@@ -1434,8 +1436,7 @@ void run_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p) {
     // the keep ring where asked for (there is a producer warpgroup to make it: not at HS 256)
     if constexpr (IsDropout)
       if (flash_attn_hopper_keep_producer()) return launch_fwd_tiles<HS, 64, true, true>(ctx, p);
-    if constexpr (HS == 64)
-      if (flash_attn_hopper_wide_key_tiles()) return launch_fwd_tiles<HS, 128, IsDropout>(ctx, p);
+    if (flash_attn_hopper_wide_key_tiles()) return launch_fwd_tiles<HS, 128, IsDropout>(ctx, p);
   }
   launch_fwd_tiles<HS, 64, IsDropout>(ctx, p);
 }

@@ -7,8 +7,9 @@
 // "hopper" cases: their outputs there were the mma.sync kernels' bit for bit, and a whole
 // shakespeare-char run on them gave the mma.sync run's losses at every step); head size 256
 // under the emulator only so far. The forward's key tiles of 128 (the default since; tiles of 64,
-// as then, with TG_FLASH_HOPPER=6) are checked under the emulator only. The backward with dQ inside its dK / dV kernel
-// (TG_FLASH_HOPPER=3) gives the same bits on the H200 and is slower there.
+// as then, with TG_FLASH_HOPPER=6) are checked under the emulator only. The backward with dQ
+// inside its dK / dV kernel (TG_FLASH_HOPPER=3) gives the same bits on the H200 and is slower
+// there.
 // flash_attn_forward / _backward<bf16> run them in place of the mma.sync kernels on compute
 // capability 9.0 unless TG_FLASH_HOPPER=0 (flash_attn_hopper_chosen).
 #pragma once
@@ -28,8 +29,8 @@ bool flash_attn_hopper_device(const Context& ctx);
 
 // Whether flash_attn_forward / _backward<bf16> run the Hopper kernels for heads of size HS on
 // ctx's device: compute capability 9.0, a tile head size (flash_attn_tile_head_size) of 64,
-// 128 or 256, and TG_FLASH_HOPPER unset, 1, 2, 3, 4, 5 or 6 in the environment (read at each call; 0: the
-// mma.sync kernels; another value throws std::invalid_argument).
+// 128 or 256, and TG_FLASH_HOPPER unset, 1, 2, 3, 4, 5 or 6 in the environment (read at each call;
+// 0: the mma.sync kernels; another value throws std::invalid_argument).
 bool flash_attn_hopper_chosen(const Context& ctx, int HS);
 
 // Whether the Hopper backward runs its warp-specialized kernels (a producer warp streaming the
@@ -59,11 +60,11 @@ bool flash_attn_hopper_keep_producer();
 // the next tile's, kept to time the pipelining beside them. The bits are the same either way.
 bool flash_attn_hopper_pipelined();
 
-// Whether the Hopper forward takes its keys in tiles of 128 at head size 64 (tiles of 64 at the
-// others): yes unless TG_FLASH_HOPPER=6, which runs it on tiles of 64 there too, kept to time the
-// wider tiles beside them. The tiles change the order of the online
-// softmax's rescalings, so O and lse differ from the tiles of 64 within rounding (tiles of 64 give
-// the mma.sync kernels' bits under the emulator).
+// Whether the Hopper forward takes its keys in tiles of 128 at head sizes 64 and 128 (tiles of 64
+// at 256): yes unless TG_FLASH_HOPPER=6, which runs it on tiles of 64 there too, kept to time the
+// wider tiles beside them. The tiles change where the online softmax rescales, so O and lse
+// differ from the tiles of 64 within rounding (tiles of 64 give the mma.sync kernels' bits under
+// the emulator).
 bool flash_attn_hopper_wide_key_tiles();
 
 // As flash_attn_forward<bf16> with causal = true: out (B, T, C) and lse (B, NH, T) overwritten,

@@ -102,7 +102,7 @@ class CudaBackend final : public Backend {
                                 ? "Hopper wgmma kernels, keep decisions by the forward's producer warpgroup"
                             : !gpu::flash_attn_hopper_pipelined() && gpu::flash_attn_tile_head_size(HS) <= 128
                                 ? "Hopper wgmma kernels, backward not pipelined"
-                            : !gpu::flash_attn_hopper_wide_key_tiles() && gpu::flash_attn_tile_head_size(HS) == 64
+                            : !gpu::flash_attn_hopper_wide_key_tiles() && gpu::flash_attn_tile_head_size(HS) <= 128
                                 ? "Hopper wgmma kernels, forward on key tiles of 64"
                                                                 : "Hopper wgmma kernels";
       // a Hopper device the Hopper kernels do not serve at this head size: say why

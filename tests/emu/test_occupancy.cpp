@@ -353,11 +353,12 @@ TEST_CASE("kernel resources: the Hopper kernels (sm_90a) are listed and none spi
           CHECK_MESSAGE(find(t, 90, nm) != nullptr, "sm_90a: no " << nm);
         }
   // the forward's: <head size, key tile, dropout, keep decisions by its producer warpgroup>: key
-  // tiles of 64 at every head size, of 128 at 64; the producer's keep decisions with dropout at HS
-  // 64 and 128 (on tiles of 64)
+  // tiles of 64 at every head size, of 128 at 64 and 128; the producer's keep decisions with
+  // dropout at HS 64 and 128 (on tiles of 64)
   const std::vector<std::string> forwards = {"64, 64, false, false",   "64, 64, true, false",   "64, 64, true, true",
                                              "64, 128, false, false",  "64, 128, true, false",  "128, 64, false, false",
-                                             "128, 64, true, false",   "128, 64, true, true",   "256, 64, false, false",
+                                             "128, 64, true, false",   "128, 64, true, true",   "128, 128, false, false",
+                                             "128, 128, true, false",  "256, 64, false, false",
                                              "256, 64, true, false"};
   for (const std::string& args : forwards) {
     const std::string nm = "flash_fwd_hopper_kernel<" + args + ">";

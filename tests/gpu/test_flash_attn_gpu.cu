@@ -524,8 +524,8 @@ TG_GPU_TEST("flash attention float: SIMT path within the derived fp32 tolerance 
 // the same fp64 spec: O, lse, dQ, dK, dV by the ratio rules of the bf16 case above, the keep
 // decisions byte for byte the CPU's (the mask hook); and beside the mma.sync kernels on the same
 // inputs: O within a bf16 rounding, lse to the fp32 sums' few ulp (the two differ in the order of
-// the sums inside their matrix products, and at HS 64 in the forward's key tiles: 128 where
-// mma.sync's are 64), the gradients' largest difference reported; causal, and
+// the sums inside their matrix products, and at HS 64 and 128 in the forward's key tiles: 128
+// where mma.sync's are 64), the gradients' largest difference reported; causal, and
 // not causal at the tile head sizes (T 17 and 129).
 TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the ratio rules, masks the CPU's") {
   uint64_t salt = 80000;
@@ -589,7 +589,7 @@ TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the rati
                                                                 << max_abs_diff(seq.dqkv, hw.dqkv));
           }
           // the forward on key tiles of 64 (TG_FLASH_HOPPER=6; tiles of 128 are the default at HS
-          // 64, the same as 6 elsewhere): the online softmax rescales O at other keys, so O and lse
+          // 64 and 128): the online softmax rescales O at other keys, so O and lse
           // within rounding of the default's, and under the emulator the mma.sync kernels' bit for
           // bit (their tiles of 64 keys, their sums in the same order); the backward is the
           // default's, fed the forward's O and lse
