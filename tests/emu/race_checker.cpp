@@ -353,6 +353,21 @@ void RaceChecker::global_uninitialised(const Access& a) {
   device_fault(cudaErrorLaunchFailure, msg);
 }
 
+namespace {
+// A read of a byte in its cell: the first slot if free or the same thread's, else the second;
+// retired: a wgmma's retirement (a read of its warpgroup's first thread at its wait_group)
+TG_EMU_UNCHECKED inline __attribute__((always_inline)) void note_read(RaceChecker::Cell& c, const RaceChecker::Stamp& s,
+                                                                      bool retired) {
+  if (c.read1.thread < 0 || c.read1.thread == s.thread) {
+    c.read1 = s;
+    c.retired1 = retired;
+  } else {
+    c.read2 = s;
+    c.retired2 = retired;
+  }
+}
+}  // namespace
+
 TG_EMU_UNCHECKED void RaceChecker::access(const Access& a) {
   if (!a.thread) return;
   if (a.space == Space::Global) {
@@ -367,16 +382,7 @@ TG_EMU_UNCHECKED void RaceChecker::access(const Access& a) {
     for (uintptr_t k = a.addr / 16; k <= (a.addr + a.size - 1) / 16; ++k)
       if (AsyncChunk* ck = async_chunk(16 * k); ck && ck->reads) --ck->reads;
     // its reads last until now: a read of the warpgroup's first thread at its wait_group
-    for (uint32_t i = 0; i < a.size; ++i) {
-      Cell& c = cell(a.addr + i);
-      if (c.read1.thread < 0 || c.read1.thread == t) {
-        c.read1 = now;
-        c.retired1 = true;
-      } else {
-        c.read2 = now;
-        c.retired2 = true;
-      }
-    }
+    for (uint32_t i = 0; i < a.size; ++i) note_read(cell(a.addr + i), now, true);
     return;
   }
   const AsyncChunk* ck = nullptr;  // the byte's chunk, looked up for a write as each chunk starts
@@ -415,14 +421,13 @@ TG_EMU_UNCHECKED void RaceChecker::access(const Access& a) {
     if (a.write) {
       if (!ordered(c.write, t)) hazard("write-after-write hazard", b, c.write, a);
       // (a wgmma's retirement: its warpgroup's threads are each past their wait_group)
-      if (!ordered(c.read1, t) && !(c.retired1 && c.read1.thread / 128 == t / 128))
-        hazard(c.retired1 ? "write to a wgmma operand not ordered after the wgmma.wait_group that retired it"
-                          : "write-after-read hazard",
-               b, c.read1, a);
-      if (!ordered(c.read2, t) && !(c.retired2 && c.read2.thread / 128 == t / 128))
-        hazard(c.retired2 ? "write to a wgmma operand not ordered after the wgmma.wait_group that retired it"
-                          : "write-after-read hazard",
-               b, c.read2, a);
+      const Stamp* reads[2] = {&c.read1, &c.read2};
+      const bool retired[2] = {c.retired1, c.retired2};
+      for (int r = 0; r < 2; ++r)
+        if (!ordered(*reads[r], t) && !(retired[r] && reads[r]->thread / 128 == t / 128))
+          hazard(retired[r] ? "write to a wgmma operand not ordered after the wgmma.wait_group that retired it"
+                            : "write-after-read hazard",
+                 b, *reads[r], a);
       if (a.kind == AccessKind::CpAsync || a.kind == AccessKind::BulkCopy) {
         c.in_flight = now;
         c.in_flight_bulk = a.kind == AccessKind::BulkCopy;
@@ -442,13 +447,7 @@ TG_EMU_UNCHECKED void RaceChecker::access(const Access& a) {
                  b, c.write, a, false);
         continue;  // (counted a chunk at a time, below)
       }
-      if (c.read1.thread < 0 || c.read1.thread == t) {
-        c.read1 = now;
-        c.retired1 = false;
-      } else {
-        c.read2 = now;
-        c.retired2 = false;
-      }
+      note_read(c, now, false);
     }
   }
   if (a.kind == AccessKind::AsyncRead)  // in flight until its retire

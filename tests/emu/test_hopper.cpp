@@ -171,31 +171,23 @@ TEST_CASE("hopper: wgmma misuse is a fault: an incomplete warpgroup, no wgmma.fe
 }
 
 TEST_CASE("racecheck: a wgmma operand overwritten before its wait_group, or released to another warp before it, written unordered before its issue, or stored with no fence.proxy.async, is a hazard (PTX ISA: wgmma.mma_async, wgmma.wait_group; Memory Consistency Model: proxies)") {
-  const tg_test::ChildResult early = run_checked(wgmma_misuse_kernel<3>, 128);
-  INFO("child stderr: " << early.err);
-  CHECK(early.exit_code == 3);
-  CHECK(has(early.err, "write to a wgmma operand before the wgmma.wait_group that retires it"));
-  CHECK(has(early.err, "tests/emu/test_hopper.cpp"));
-  const tg_test::ChildResult unordered = run_checked(wgmma_misuse_kernel<5>, 128);
-  INFO("child stderr: " << unordered.err);
-  CHECK(unordered.exit_code == 3);
-  CHECK(has(unordered.err, "read-after-write hazard"));
-  const tg_test::ChildResult unfenced = run_checked(wgmma_misuse_kernel<6>, 128);
-  INFO("child stderr: " << unfenced.err);
-  CHECK(unfenced.exit_code == 3);
-  CHECK(has(unfenced.err, "wgmma read of an operand its writer stored through the generic proxy and did not follow with fence.proxy.async"));
-  const tg_test::ChildResult after = run_checked(wgmma_misuse_kernel<4>, 128);
-  INFO("child stderr: " << after.err);
-  CHECK(after.exit_code == 0);
+  // each mode of the kernel in a child: the hazard it must end with (exit 3), or none (it runs clean)
+  auto expect = [](void (*kernel)(int*), int threads, const char* hazard) {
+    const tg_test::ChildResult r = run_checked(kernel, threads);
+    INFO("child stderr: " << r.err);
+    CHECK(r.exit_code == (hazard ? 3 : 0));
+    if (hazard) CHECK(has(r.err, hazard));
+    if (hazard) CHECK(has(r.err, "tests/emu/test_hopper.cpp"));
+  };
+  expect(wgmma_misuse_kernel<3>, 128, "write to a wgmma operand before the wgmma.wait_group that retires it");
+  expect(wgmma_misuse_kernel<5>, 128, "read-after-write hazard");
+  expect(wgmma_misuse_kernel<6>, 128,
+         "wgmma read of an operand its writer stored through the generic proxy and did not follow with fence.proxy.async");
+  expect(wgmma_misuse_kernel<4>, 128, nullptr);
   // a stage released before the wait_group: the emulator ran the warpgroup's threads to their
   // wait_group first, so the write came after the retirement, unordered after it
-  const tg_test::ChildResult released_early = run_checked(wgmma_misuse_kernel<7>, 160);
-  INFO("child stderr: " << released_early.err);
-  CHECK(released_early.exit_code == 3);
-  CHECK(has(released_early.err, "write to a wgmma operand not ordered after the wgmma.wait_group that retired it"));
-  const tg_test::ChildResult released_after = run_checked(wgmma_misuse_kernel<8>, 160);
-  INFO("child stderr: " << released_after.err);
-  CHECK(released_after.exit_code == 0);
+  expect(wgmma_misuse_kernel<7>, 160, "write to a wgmma operand not ordered after the wgmma.wait_group that retired it");
+  expect(wgmma_misuse_kernel<8>, 160, nullptr);
 }
 
 // ---- TMA ---------------------------------------------------------------------------------------
