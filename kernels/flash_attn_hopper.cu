@@ -460,7 +460,10 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile>::kThreads, 1)
       softmax(jt, alpha);
     }
     release(jt - 1);
-    rescale_rows(o, alpha);
+    // O's rescaling, unless no row of the warp has a new maximum (every alpha exactly 1, whose
+    // products would give O's own bits): a warp-wide vote, so that the branch is uniform (not at
+    // HS 256, where with dropout the vote's registers spilled: ptxas, 28 bytes)
+    if (HS > 128 || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_rows(o, alpha);
     pack_a<Bc, false>(a, s, 0u);
   }
   hopper::wgmma_fence();

@@ -715,6 +715,22 @@ uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane, const char* o
   return r;
 }
 
+uint32_t warp_ballot(unsigned mask, bool pred, const char* op) {
+  if (mask != 0xffffffffu)
+    device_fault(cudaErrorLaunchFailure, std::string(op) + " with a partial mask (the emulator supports full warps only)");
+  Warp& w = my_warp(op);
+  uint64_t r = 0;
+  w.in[g_thread->lane][0] = pred ? 1u : 0u;
+  w.out[g_thread->lane] = &r;
+  arrive(w.bar, op, [&w, op] {
+    uint64_t votes = 0;
+    for (int l = 0; l < 32; ++l) votes |= w.in[l][0] << l;
+    for (int l = 0; l < 32; ++l) *static_cast<uint64_t*>(w.out[l]) = votes;
+    if (g_observed) notify_warp_collective(g_thread->warp, op);
+  });
+  return (uint32_t)r;
+}
+
 uint32_t smem_offset(const void* p, const char* op) {
   const unsigned char* q = static_cast<const unsigned char*>(p);
   if (q < g_smem || q >= g_smem + g_smem_bytes)

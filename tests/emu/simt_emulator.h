@@ -8,9 +8,10 @@
 //       -I$(CUDA_HOME)/include -fsanitize=address,undefined
 // so this header comes first. It provides:
 //   - the CUDA built-ins the kernels use: threadIdx / blockIdx / blockDim / gridDim,
-//     __syncthreads, __syncwarp, __shfl_sync, __shfl_xor_sync; `__shared__` arrays become function-local
-//     statics (one copy per kernel, shared by the threads of the running CTA: CTAs run one at
-//     a time); gpu::dynamic_smem<T>() is the launch's dynamic shared memory;
+//     __syncthreads, __syncwarp, __shfl_sync, __shfl_xor_sync, __ballot_sync, __any_sync,
+//     __all_sync; `__shared__` arrays become function-local statics (one copy per kernel, shared
+//     by the threads of the running CTA: CTAs run one at a time); gpu::dynamic_smem<T>() is the
+//     launch's dynamic shared memory;
 //   - emu::launch_kernel, what gpu::launch (kernels/cuda_common.cuh) calls in place of
 //     kernel<<<grid, block, smem, stream>>>(args);
 //   - in gpu::flash, the PTX wrappers of kernels/flash_attn_common.cuh (cp.async, ldmatrix,
@@ -80,6 +81,8 @@ extern size_t g_smem_bytes;
 // gets back the bits of lane src_lane(lane) (a full mask only).
 void syncthreads();
 uint64_t warp_exchange(unsigned mask, uint64_t bits, int src_lane, const char* op);
+// vote.sync.ballot: bit l of the result is lane l's predicate, in every lane (full warps only)
+uint32_t warp_ballot(unsigned mask, bool pred, const char* op);
 
 // Kernel launches (gpu::launch): the configuration is checked as the runtime checks it (the
 // error is returned by the next cudaGetLastError), pointer arguments must be device or pinned
@@ -178,6 +181,9 @@ inline V __shfl_xor_sync(unsigned mask, V v, int lane_mask, int width = 32) {
   if (width != 32) emu::device_fault(cudaErrorLaunchFailure, "__shfl_xor_sync with width != 32 is not emulated");
   return emu::shfl(mask, v, (emu::g_thread->lane ^ lane_mask) & 31, "__shfl_xor_sync");
 }
+inline unsigned __ballot_sync(unsigned mask, int pred) { return emu::warp_ballot(mask, pred != 0, "__ballot_sync"); }
+inline int __any_sync(unsigned mask, int pred) { return emu::warp_ballot(mask, pred != 0, "__any_sync") != 0u; }
+inline int __all_sync(unsigned mask, int pred) { return emu::warp_ballot(mask, pred != 0, "__all_sync") == 0xffffffffu; }
 using std::max;  // the device code's global min / max
 using std::min;
 

@@ -60,6 +60,15 @@ __global__ void shuffle_kernel(float* out) {
   out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (float)threadIdx.x, 1);
 }
 
+// the votes of each lane (its warp's two 32-lane halves of a 64-thread block): lane l votes
+// l % 3 == 0, and in the second warp every lane votes yes for __all_sync
+__global__ void vote_kernel(unsigned* out) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  out[3 * threadIdx.x] = __ballot_sync(0xffffffffu, lane % 3 == 0);
+  out[3 * threadIdx.x + 1] = (unsigned)__any_sync(0xffffffffu, warp == 0 && lane == 31);
+  out[3 * threadIdx.x + 2] = (unsigned)__all_sync(0xffffffffu, warp == 1 || lane != 7);
+}
+
 __global__ void smem_kernel(float* out, int past) {
   float* s = gpu::dynamic_smem<float>();
   s[threadIdx.x] = (float)threadIdx.x;
@@ -120,6 +129,21 @@ TEST_CASE("emulator: thread and block indices of 3-D launches, and partial warps
   size_t bad = 0;
   for (size_t i = 0; i < n; ++i) bad += h[i] != (int)((i % 30) * 1000 + i / 30);
   CHECK(bad == 0);
+  cudaFree(d);
+}
+
+TEST_CASE("emulator: __ballot_sync, __any_sync and __all_sync give every lane the warp's votes") {
+  unsigned* d = device_alloc<unsigned>(3 * 64);
+  gpu::launch(vote_kernel, 1, 64, 0, nullptr, d);
+  const std::vector<unsigned> h = download(d, 3 * 64);
+  unsigned thirds = 0;
+  for (int l = 0; l < 32; l += 3) thirds |= 1u << l;
+  for (int t = 0; t < 64; ++t) {
+    CAPTURE(t);
+    CHECK(h[3 * t] == thirds);
+    CHECK(h[3 * t + 1] == (t < 32 ? 1u : 0u));  // lane 31 of warp 0 alone votes yes
+    CHECK(h[3 * t + 2] == (t < 32 ? 0u : 1u));  // lane 7 of warp 0 votes no
+  }
   cudaFree(d);
 }
 

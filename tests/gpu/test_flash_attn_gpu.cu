@@ -624,6 +624,46 @@ TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the rati
         }
 }
 
+// The Hopper forward skips a warp's rescaling of O where no row of the warp has a new maximum
+// (every alpha exactly 1, a product that would give O's own bits). Here key 0 of every sequence
+// holds each query's largest score by far (an attention sink: q and k share a large first
+// component), so from the second key tile on no row's maximum moves and every warp skips: on key
+// tiles of 64 (TG_FLASH_HOPPER=6) O, lse and dqkv stay the mma.sync kernels' bit for bit under the
+// emulator (the mma.sync forward always rescales), and the default's within the bf16 rules.
+TG_HOPPER_TEST("flash attention hopper (wgmma): the rescaling skipped where no row has a new maximum gives the same bits") {
+  uint64_t salt = 91000;
+  for (int HS : {64, 128})
+    for (double p : {0.0, 0.17}) {
+      const Shape s{1, 320, 2, HS};
+      const std::string where = describe(s, true, p) + " (hopper, a sink at key 0)";
+      tg_test::TestContext tc(scratch_for(s, sizeof(gpu::bf16)), gpu::Precision::BF16);
+      std::vector<double> qkv = make_qkv(s, salt += 10, 0.25, 0.25);
+      const size_t C = s.C();
+      for (int t = 0; t < s.Tn; ++t)
+        for (int h = 0; h < s.NH; ++h) {
+          qkv[(size_t)t * 3 * C + (size_t)h * HS] = 2.0;                   // q: first component 2
+          qkv[(size_t)t * 3 * C + C + (size_t)h * HS] = t == 0 ? 4.0 : 0.0;  // k: 4 at key 0, else 0
+        }
+      qkv = tg_test::round_to<gpu::bf16>(qkv);
+      const std::vector<double> dout = tg_test::round_to<gpu::bf16>(random_vector(s.nout(), salt + 1));
+      const philox::DropoutKey key = attn_key(p);
+      auto run = [&](const char* family) {
+        const tg_test::FlashKernels k(family);
+        return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, true, false);
+      };
+      const Result mma = run("0"), narrow = run("6"), wide = run("1");
+      const double u = gpu::unit_roundoff<gpu::bf16>();
+      if (tg_test::kEmulated) {
+        CHECK_MESSAGE(bitwise_equal(narrow.out, mma.out), where << ": O differs from mma.sync's, largest "
+                                                               << max_abs_diff(narrow.out, mma.out));
+        CHECK_MESSAGE(bitwise_equal(narrow.lse, mma.lse), where << ": lse differs from mma.sync's");
+        CHECK_MESSAGE(bitwise_equal(narrow.dqkv, mma.dqkv), where << ": dqkv differs from mma.sync's");
+      }
+      CHECK_MESSAGE(max_abs_diff(wide.out, mma.out) <= 2 * u * max_abs(mma.out), where << ": O on key tiles of 128");
+      CHECK_MESSAGE(max_abs_diff(wide.lse, mma.lse) <= 64 * kU32 * (1 + max_abs(mma.lse)), where << ": lse on key tiles of 128");
+    }
+}
+
 TG_HOPPER_TEST("flash attention hopper (wgmma): head sizes other than 64, 128 and 256 are refused") {
   tg_test::TestContext tc(0, gpu::Precision::BF16);
   const philox::DropoutKey key = attn_key(0.0);
