@@ -60,8 +60,9 @@ __global__ void shuffle_kernel(float* out) {
   out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, (float)threadIdx.x, 1);
 }
 
-// the votes of each lane (its warp's two 32-lane halves of a 64-thread block): lane l votes
-// l % 3 == 0, and in the second warp every lane votes yes for __all_sync
+// each lane's view of its warp's votes, in a block of two warps: for __ballot_sync lane l votes
+// l % 3 == 0; for __any_sync lane 31 of warp 0 alone votes yes; for __all_sync lane 7 of warp 0
+// alone votes no
 __global__ void vote_kernel(unsigned* out) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   out[3 * threadIdx.x] = __ballot_sync(0xffffffffu, lane % 3 == 0);
