@@ -106,17 +106,18 @@ bool flash_attn_hopper_head_size(int HS) { return HS == 64 || HS == 128 || HS ==
 bool flash_attn_hopper_device(const Context& ctx) { return ctx.cc_major == 9 && ctx.cc_minor == 0; }
 
 namespace {
-// TG_FLASH_HOPPER: "" (unset), "0", "1", "2", "3", "4", "5" or "6"; anything else throws
+// TG_FLASH_HOPPER: "" (unset), "0" to "7"; anything else throws
 std::string hopper_setting() {
   const char* v = std::getenv("TG_FLASH_HOPPER");
   const std::string s = v ? v : "";
-  if (!s.empty() && s != "0" && s != "1" && s != "2" && s != "3" && s != "4" && s != "5" && s != "6")
+  if (!s.empty() && (s.size() != 1 || s[0] < '0' || s[0] > '7'))
     throw std::invalid_argument("TG_FLASH_HOPPER is '" + s + "'; expected 1 (the Hopper kernels on compute capability "
                                 "9.0, the default), 2 (them with the warp-specialized TMA backward), 3 (them with "
                                 "dQ inside the dK / dV kernel), 4 (them with the forward's keep decisions made by its "
                                 "producer warpgroup), 5 (them with the backward's kernels not pipelined over their tiles), "
-                                "6 (them with the forward on key tiles of 64) or 0 (the mma.sync kernels); set one of "
-                                "them, or unset it");
+                                "6 (them with the forward on key tiles of 64), 7 (them with the forward's two consumer "
+                                "warpgroups where it takes three) or 0 (the mma.sync kernels); set one of them, or "
+                                "unset it");
   return s;
 }
 }  // namespace
@@ -136,6 +137,8 @@ bool flash_attn_hopper_pipelined() { return hopper_setting() != "5"; }
 
 bool flash_attn_hopper_wide_key_tiles() { return hopper_setting() != "6"; }
 
+bool flash_attn_hopper_three_consumers() { return hopper_setting() != "7"; }
+
 namespace flash {
 namespace {
 
@@ -144,23 +147,38 @@ using hopper::align_1024;
 // the forward's registers a thread after setmaxnreg, producer and consumer warpgroups (below);
 // with a producer warpgroup that makes the keep decisions too (KeepRing) 40 and 232:
 // 40 + 2 x 232 = 504 = 3 x 168 (at 32 its loop spilled a few words)
-constexpr int kFwdProducerRegs = 24, kFwdConsumerRegs = 240, kFwdKeepProducerRegs = 40, kFwdKeepConsumerRegs = 232;
+// With three consumer warpgroups (HS 64 without dropout, key tiles of 128) 24 and 160:
+// 24 + 3 x 160 = 504 <= 4 x 128, the registers a thread ptxas gives a block of 512 at entry
+constexpr int kFwdProducerRegs = 24, kFwdConsumerRegs = 240, kFwdKeepProducerRegs = 40, kFwdKeepConsumerRegs = 232,
+              kFwdConsumer3Regs = 160;
 
-template <int HS, int Bc = 64>
+// The forward's consumer warpgroups by default: one at HS = 256, whose 64 x 256 O takes 128
+// registers a lane (ptxas gives a CTA of three warpgroups' registers 168 a thread, of two 255);
+// two at HS 64 and 128; three (Br = 192, FlashAttention-3's count at this size) at HS 64 without
+// dropout on key tiles of 128, whose consumers need at most 160 registers (ptxas: highest R151 in
+// 240), so that an SM holds 12 consumer warps where it held 8 (launch_fwd_tiles)
+__host__ __device__ constexpr int fwd_consumers(int HS, int Bc, bool dropout) {
+  return HS > 128 ? 1 : HS == 64 && Bc == 128 && !dropout ? 3 : 2;
+}
+
+template <int HS, int Bc = 64, int Consumers = fwd_consumers(HS, 64, true)>
 struct HopperFwdTile {
-  // warpgroups: one at HS = 256, whose 64 x 256 O takes 128 registers a lane (ptxas gives a
-  // CTA of three warpgroups' registers 168 a thread, of two 255)
-  static constexpr int kConsumers = HS > 128 ? 1 : 2;
+  static constexpr int kConsumers = Consumers;
   // With two consumers the producer is a whole warpgroup (FlashAttention-3's split): its one
   // issuing lane needs few registers, so the warpgroup gives back all but kFwdProducerRegs a thread
   // (setmaxnreg.dec) and the consumers take them (.inc kFwdConsumerRegs): 24 + 2 x 240 = 3 x 168, the
-  // registers a thread ptxas gives the whole block at entry under __launch_bounds__(384, 1). With
-  // one consumer (HS 256) a producer warp, as before: the consumer has 255 registers already.
-  static constexpr bool kProducerWarpgroup = kConsumers == 2;
+  // registers a thread ptxas gives the whole block at entry under __launch_bounds__(384, 1); with
+  // three, kFwdConsumer3Regs. With one consumer (HS 256) a producer warp, as before: the consumer
+  // has 255 registers already.
+  static constexpr bool kProducerWarpgroup = kConsumers >= 2;
+  static constexpr int kConsumerRegs = kConsumers == 3 ? kFwdConsumer3Regs : kFwdConsumerRegs;
+  static_assert(kFwdProducerRegs + kConsumers * kConsumerRegs <= 65536 / (128 * (kConsumers + 1)) * (kConsumers + 1),
+                "the consumers' registers after setmaxnreg exceed what the block starts with");
   static constexpr int kThreads = 128 * kConsumers + (kProducerWarpgroup ? 128 : 32);
   static constexpr int kBr = 64 * kConsumers;             // query rows
   static constexpr int kBc = Bc;                          // keys per tile (launch_fwd_tiles)
-  static_assert(Bc == 64 || (Bc == 128 && kConsumers == 2), "key tiles of 64, or 128 with two consumers");
+  static_assert(kConsumers >= 1 && kConsumers <= 3 && (Bc == 64 || (Bc == 128 && kConsumers >= 2)),
+                "one to three consumers; key tiles of 64, or 128 with two or three consumers");
   // K_j, V_j stages in the ring: three, since a consumer holds two (V_{j-1} under its P V
   // product while K_j is under S's) and the third is the tile in flight
   static constexpr int kStages = 3;
@@ -237,24 +255,29 @@ __device__ __forceinline__ void init_ring(uint64_t* once, uint64_t (&full)[NS], 
 // released stage n % NS, K_j and V_j as Blocks boxes each of Bc rows from the qkv map (columns
 // C + h HS and 2C + h HS on, rows from row0 + Bc jt) into the stage's TB-byte tiles at sK and sV,
 // completing full[st]. By one thread.
-template <int HS, int Bc, int NS, int TB, bool Desc = false>
+// (Box: the map's box rows, Bc or a divisor of it: each column block of a tile is Bc / Box boxes)
+template <int HS, int Bc, int NS, int TB, bool Desc = false, int Box = Bc>
 __device__ __forceinline__ void produce_kv_stage(unsigned char* sK, unsigned char* sV, const CUtensorMap* map,
                                                  uint64_t (&full)[NS], uint64_t (&empty)[NS], int n, int n_j, int C,
                                                  int h, int row0) {
   constexpr int Blocks = HS / 64;
+  static_assert(Bc % Box == 0, "a tile's rows are whole boxes");
   const int jt = Desc ? n_j - 1 - n : n, st = n % NS, use = n / NS;
   if (use > 0) hopper::mbarrier_wait_parity(&empty[st], (use - 1) & 1);  // the consumers released it
   hopper::mbarrier_arrive_expect_tx(&full[st], 2 * TB);
-  for (int blk = 0; blk < Blocks; ++blk) {
-    hopper::tma_load_2d(sK + st * TB + blk * Bc * 128, map, C + h * HS + 64 * blk, row0 + jt * Bc, &full[st]);
-    hopper::tma_load_2d(sV + st * TB + blk * Bc * 128, map, 2 * C + h * HS + 64 * blk, row0 + jt * Bc, &full[st]);
-  }
+  for (int blk = 0; blk < Blocks; ++blk)
+    for (int r = 0; r < Bc; r += Box) {
+      const int off = st * TB + blk * Bc * 128 + r * 128, row = row0 + jt * Bc + r;
+      hopper::tma_load_2d(sK + off, map, C + h * HS + 64 * blk, row, &full[st]);
+      hopper::tma_load_2d(sV + off, map, 2 * C + h * HS + 64 * blk, row, &full[st]);
+    }
 }
-template <int HS, int Bc, int NS, int TB, bool Desc = false>
+template <int HS, int Bc, int NS, int TB, bool Desc = false, int Box = Bc>
 __device__ __forceinline__ void produce_kv_ring(unsigned char* sK, unsigned char* sV, const CUtensorMap* map,
                                                 uint64_t (&full)[NS], uint64_t (&empty)[NS], int n_j, int C, int h,
                                                 int row0) {
-  for (int n = 0; n < n_j; ++n) produce_kv_stage<HS, Bc, NS, TB, Desc>(sK, sV, map, full, empty, n, n_j, C, h, row0);
+  for (int n = 0; n < n_j; ++n)
+    produce_kv_stage<HS, Bc, NS, TB, Desc, Box>(sK, sV, map, full, empty, n, n_j, C, h, row0);
 }
 
 // The keep ring's words of one key tile (queries i0 .. i0 + 16 Warps - 1, keys j0 .. j0 + 63), by
@@ -303,14 +326,14 @@ __device__ __forceinline__ void make_keep_words(uint32_t* words, const FwdParams
 // each producer thread after its store) and an "empty" one (an arrival by each consumer thread
 // once it has read its word). The same Philox calls, so the same bits; the consumers' dropout is
 // then one shared load a tile.
-template <int HS, int KeyTile, bool IsDropout, bool KeepRing = false>
-__global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile>::kThreads, 1)
+template <int HS, int KeyTile, int Consumers, bool IsDropout, bool KeepRing = false>
+__global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile, Consumers>::kThreads, 1)
     flash_fwd_hopper_kernel(const FwdParams<bf16> p, const __grid_constant__ CUtensorMap map) {
-  using Tile = HopperFwdTile<HS, KeyTile>;
+  using Tile = HopperFwdTile<HS, KeyTile, Consumers>;
   constexpr int Br = Tile::kBr, Bc = Tile::kBc, NS = Tile::kStages, Blocks = HS / 64;
   constexpr int NK = Tile::kKeepStages, KW = Tile::kKeepWords;
-  static_assert(!KeepRing || (IsDropout && Tile::kProducerWarpgroup && Bc == 64),
-                "the keep ring needs dropout, a producer warpgroup and key tiles of 64");
+  static_assert(!KeepRing || (IsDropout && Tile::kConsumers == 2 && Bc == 64),
+                "the keep ring needs dropout, a producer warpgroup, two consumers and key tiles of 64");
   __shared__ uint64_t bar_q, full[NS], empty[NS];
   __shared__ uint64_t keep_full[KeepRing ? NK : 1], keep_empty[KeepRing ? NK : 1];
   __shared__ uint32_t keep_words[KeepRing ? NK * KW : 1];
@@ -343,29 +366,30 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile>::kThreads, 1)
     const int ptid = (int)threadIdx.x - 128 * Tile::kConsumers;
     const int b = (int)bh / p.NH, h = (int)bh % p.NH;
     const int row0 = b * p.T;  // row of (b, 0) in the (B T, 3C) tensor
-    if (ptid == 0) {
+    if (ptid == 0) {  // (the map's boxes are 64 rows: Q_i is Br / 64 of them a column block)
       hopper::mbarrier_arrive_expect_tx(&bar_q, Tile::kQBytes);
       for (int blk = 0; blk < Blocks; ++blk)
-        for (int half = 0; half < Br / Bc; ++half)
-          hopper::tma_load_2d(sQ + blk * Br * 128 + half * Bc * 128, &map, h * HS + 64 * blk, row0 + i0 + half * Bc, &bar_q);
+        for (int r = 0; r < Br; r += 64)
+          hopper::tma_load_2d(sQ + blk * Br * 128 + r * 128, &map, h * HS + 64 * blk, row0 + i0 + r, &bar_q);
     }
     if constexpr (KeepRing) {
       // tile n's K, V (its first lane), then its keep words (the warpgroup) once their stage is free
       for (int n = 0; n < n_j; ++n) {
-        if (ptid == 0) produce_kv_stage<HS, Bc, NS, Tile::kKVBytes>(sK, sV, &map, full, empty, n, n_j, p.C, h, row0);
+        if (ptid == 0)
+          produce_kv_stage<HS, Bc, NS, Tile::kKVBytes, false, 64>(sK, sV, &map, full, empty, n, n_j, p.C, h, row0);
         const int sk = n % NK;
         if (n >= NK) hopper::mbarrier_wait_parity(&keep_empty[sk], (n / NK - 1) & 1);
         make_keep_words<Br / 16>(keep_words + sk * KW, p, bh, i0, n * Bc, ptid);
         hopper::mbarrier_arrive(&keep_full[sk]);
       }
     } else if (ptid == 0) {
-      produce_kv_ring<HS, Bc, NS, Tile::kKVBytes>(sK, sV, &map, full, empty, n_j, p.C, h, row0);
+      produce_kv_ring<HS, Bc, NS, Tile::kKVBytes, false, 64>(sK, sV, &map, full, empty, n_j, p.C, h, row0);
     }
     return;
   }
 
   // a consumer warpgroup: rows iwg0 .. iwg0+63
-  if constexpr (Tile::kProducerWarpgroup) hopper::setmaxnreg_inc<KeepRing ? kFwdKeepConsumerRegs : kFwdConsumerRegs>();
+  if constexpr (Tile::kProducerWarpgroup) hopper::setmaxnreg_inc<KeepRing ? kFwdKeepConsumerRegs : Tile::kConsumerRegs>();
   const int iwg0 = i0 + 64 * wg;                // first row of this warpgroup
   // the warpgroup index as ptxas sees a value the same in every lane (a shuffle from lane 0), so
   // that Q's descriptors stay in uniform registers rather than moving there for each wgmma
@@ -1421,16 +1445,19 @@ CUtensorMap tile_map(const bf16* base, long long ld, long long rows, int box_row
 // 64 at HS 256 (one consumer warpgroup), with the keep ring (its words are a key tile of 64), and
 // with TG_FLASH_HOPPER=6 (the forward of before, kept to time the change beside it: tiles of 64
 // give the mma.sync kernels' bits under the emulator). The dropout kernel takes the same tiles as
-// the one without, since the mask dump runs it at p = 0 too and must give the same bits.
-template <int HS, int Bc, bool IsDropout, bool KeepRing = false>
+// the one without, since the mask dump runs it at p = 0 too and must give the same bits. The
+// consumer warpgroups: fwd_consumers' (three at HS 64 without dropout; two with TG_FLASH_HOPPER=7,
+// kept to time the third beside them), each with its own 64 rows, so the same bits whatever their
+// number. The tensor map's boxes are 64 rows (Q_i of 192 rows is three).
+template <int HS, int Bc, bool IsDropout, bool KeepRing = false, int Consumers = fwd_consumers(HS, Bc, IsDropout)>
 void launch_fwd_tiles(const Context& ctx, const FwdParams<bf16>& p) {
-  using Tile = HopperFwdTile<HS, Bc>;
+  using Tile = HopperFwdTile<HS, Bc, Consumers>;
   const long long tiles = ceil_div(p.T, Tile::kBr);
   if (tiles > 65535) throw std::invalid_argument("flash_attn_forward_hopper: T too large for the grid");
   const dim3 grid((unsigned)(p.B * p.NH), (unsigned)tiles);
-  const CUtensorMap map = tile_map(p.qkv, p.ld_qkv, (long long)p.B * p.T, Bc);
-  launch(flash_fwd_hopper_kernel<HS, Bc, IsDropout, KeepRing>, grid, Tile::kThreads, Tile::kSmemBytes, ctx.stream, p,
-         map);
+  const CUtensorMap map = tile_map(p.qkv, p.ld_qkv, (long long)p.B * p.T, 64);
+  launch(flash_fwd_hopper_kernel<HS, Bc, Consumers, IsDropout, KeepRing>, grid, Tile::kThreads, Tile::kSmemBytes,
+         ctx.stream, p, map);
 }
 
 template <int HS, bool IsDropout>
@@ -1439,7 +1466,11 @@ void run_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p) {
     // the keep ring where asked for (there is a producer warpgroup to make it: not at HS 256)
     if constexpr (IsDropout)
       if (flash_attn_hopper_keep_producer()) return launch_fwd_tiles<HS, 64, true, true>(ctx, p);
-    if (flash_attn_hopper_wide_key_tiles()) return launch_fwd_tiles<HS, 128, IsDropout>(ctx, p);
+    if (flash_attn_hopper_wide_key_tiles()) {
+      if constexpr (fwd_consumers(HS, 128, IsDropout) == 3)
+        if (!flash_attn_hopper_three_consumers()) return launch_fwd_tiles<HS, 128, IsDropout, false, 2>(ctx, p);
+      return launch_fwd_tiles<HS, 128, IsDropout>(ctx, p);
+    }
   }
   launch_fwd_tiles<HS, 64, IsDropout>(ctx, p);
 }

@@ -29,7 +29,7 @@ bool flash_attn_hopper_device(const Context& ctx);
 
 // Whether flash_attn_forward / _backward<bf16> run the Hopper kernels for heads of size HS on
 // ctx's device: compute capability 9.0, a tile head size (flash_attn_tile_head_size) of 64,
-// 128 or 256, and TG_FLASH_HOPPER unset, 1, 2, 3, 4, 5 or 6 in the environment (read at each call;
+// 128 or 256, and TG_FLASH_HOPPER unset or 1 to 7 in the environment (read at each call;
 // 0: the mma.sync kernels; another value throws std::invalid_argument).
 bool flash_attn_hopper_chosen(const Context& ctx, int HS);
 
@@ -66,6 +66,12 @@ bool flash_attn_hopper_pipelined();
 // differ from the tiles of 64 within rounding (tiles of 64 give the mma.sync kernels' bits under
 // the emulator).
 bool flash_attn_hopper_wide_key_tiles();
+
+// Whether the Hopper forward at head size 64 without dropout, on key tiles of 128, runs three
+// consumer warpgroups (192 query rows a CTA, 160 registers a thread each) rather than two: yes
+// unless TG_FLASH_HOPPER=7, kept to time the third beside them. Each warpgroup computes its own
+// rows, so the bits are the same either way.
+bool flash_attn_hopper_three_consumers();
 
 // As flash_attn_forward<bf16> with causal = true: out (B, T, C) and lse (B, NH, T) overwritten,
 // mask (B, NH, T, T) the keep decisions when not null (entries above the diagonal untouched).

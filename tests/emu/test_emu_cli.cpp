@@ -480,9 +480,10 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
       {"TG_FLASH_HOPPER=4 ", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 "
                              "--n-embd 64 --block-size 320 --batch-size 1 --max-iters 1 --eval-interval 1 "
                              "--eval-iters 1 --sample-tokens 0" + data + " --out-dir " + (dir / "ring").string()},
-      // the default forward on key tiles of 128, at head size 64 with dropout and at 128 without:
-      // at T 512 the last query tile's CTA has 4 key tiles, so the first of its ring's 3 stages is
-      // refilled after both consumer warpgroups' reads
+      // the default forward on key tiles of 128, at head size 64 with dropout (its evaluation,
+      // without, on three consumer warpgroups) and at 128 without: at T 512 the last query tile's
+      // CTA has 4 key tiles, so the first of its ring's 3 stages is refilled after every consumer
+      // warpgroup's reads
       {"", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 --n-embd 64 "
            "--block-size 512 --batch-size 1 --max-iters 1 --eval-interval 1 --eval-iters 1 --sample-tokens 0" + data +
            " --out-dir " + (dir / "wide").string()},

@@ -352,14 +352,15 @@ TEST_CASE("kernel resources: the Hopper kernels (sm_90a) are listed and none spi
           const std::string nm = std::string(base) + "<" + std::to_string(hs) + ", " + dropout + third + ">";
           CHECK_MESSAGE(find(t, 90, nm) != nullptr, "sm_90a: no " << nm);
         }
-  // the forward's: <head size, key tile, dropout, keep decisions by its producer warpgroup>: key
-  // tiles of 64 at every head size, of 128 at 64 and 128; the producer's keep decisions with
-  // dropout at HS 64 and 128 (on tiles of 64)
-  const std::vector<std::string> forwards = {"64, 64, false, false",   "64, 64, true, false",   "64, 64, true, true",
-                                             "64, 128, false, false",  "64, 128, true, false",  "128, 64, false, false",
-                                             "128, 64, true, false",   "128, 64, true, true",   "128, 128, false, false",
-                                             "128, 128, true, false",  "256, 64, false, false",
-                                             "256, 64, true, false"};
+  // the forward's: <head size, key tile, consumer warpgroups, dropout, keep decisions by its
+  // producer warpgroup>: key tiles of 64 at every head size, of 128 at 64 and 128; three consumers
+  // at HS 64 without dropout on tiles of 128 (two with TG_FLASH_HOPPER=7); the producer's keep
+  // decisions with dropout at HS 64 and 128 (on tiles of 64)
+  const std::vector<std::string> forwards = {
+      "64, 64, 2, false, false",   "64, 64, 2, true, false",   "64, 64, 2, true, true",   "64, 128, 3, false, false",
+      "64, 128, 2, false, false",  "64, 128, 2, true, false",  "128, 64, 2, false, false", "128, 64, 2, true, false",
+      "128, 64, 2, true, true",    "128, 128, 2, false, false", "128, 128, 2, true, false", "256, 64, 1, false, false",
+      "256, 64, 1, true, false"};
   for (const std::string& args : forwards) {
     const std::string nm = "flash_fwd_hopper_kernel<" + args + ">";
     CHECK_MESSAGE(find(t, 90, nm) != nullptr, "sm_90a: no " << nm);
@@ -384,15 +385,17 @@ TEST_CASE("kernel resources: the Hopper kernels (sm_90a) are listed and none spi
     }
   }
   // The forward at HS 64 and 128 moves registers with setmaxnreg (a producer warpgroup, 384
-  // threads): ptxas honours it only where it knows the count at entry, and then gives the kernel
-  // that count, the one the emulator's setmaxnreg starts every warpgroup with (168); a kernel
-  // where ptxas ignored it (warning C7508) would report what its code needs instead.
+  // threads, or 512 with three consumers): ptxas honours it only where it knows the count at
+  // entry, and then gives the kernel that count, the one the emulator's setmaxnreg starts every
+  // warpgroup with (168, or 128); a kernel where ptxas ignored it (warning C7508) would report what
+  // its code needs instead.
   for (const std::string& args : forwards) {
     if (args.rfind("256", 0) == 0) continue;  // (one consumer warpgroup and a producer warp: 160 threads)
+    const int threads = args.find(", 3, ") != std::string::npos ? 512 : 384;
     const std::string nm = "flash_fwd_hopper_kernel<" + args + ">";
     const KernelResources* k = find(t, 90, nm);
     REQUIRE_MESSAGE(k != nullptr, "sm_90a: no " << nm);
-    CHECK_MESSAGE(k->regs == emu::setmaxnreg_entry_count(384), nm << ": " << k->regs << " registers");
+    CHECK_MESSAGE(k->regs == emu::setmaxnreg_entry_count(threads), nm << ": " << k->regs << " registers");
   }
   // So do the warp-specialized backward's kernels (two consumer warpgroups and a producer one) at
   // every head size

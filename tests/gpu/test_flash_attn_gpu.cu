@@ -588,6 +588,23 @@ TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the rati
             CHECK_MESSAGE(bitwise_equal(seq.dqkv, hw.dqkv), where << ": the backward not pipelined gives another dqkv, largest "
                                                                 << max_abs_diff(seq.dqkv, hw.dqkv));
           }
+          // the forward's three consumer warpgroups (the default at HS 64 without dropout, 192 query
+          // rows a CTA) and its two (TG_FLASH_HOPPER=7): each warpgroup computes its own rows, so the
+          // same bits, and those of the dropout kernel (two consumers), which the mask hook ran above
+          if ((HS == 64 || HS == 40) && p == 0) {
+            const Result three = [&] {
+              const tg_test::FlashKernels family("1");
+              return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, causal, false);
+            }();
+            const Result two = [&] {
+              const tg_test::FlashKernels family("7");
+              return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, causal, false);
+            }();
+            CHECK_MESSAGE(bitwise_equal(three.out, two.out), where << ": O of three consumer warpgroups is not two's");
+            CHECK_MESSAGE(bitwise_equal(three.lse, two.lse), where << ": lse of three consumer warpgroups is not two's");
+            CHECK_MESSAGE(bitwise_equal(three.dqkv, two.dqkv), where << ": dqkv of three consumer warpgroups is not two's");
+            CHECK_MESSAGE(bitwise_equal(three.out, hw.out), where << ": O of three consumer warpgroups is not the dropout kernel's");
+          }
           // the forward on key tiles of 64 (TG_FLASH_HOPPER=6; tiles of 128 are the default at HS
           // 64 and 128): the online softmax rescales O at other keys, so O and lse
           // within rounding of the default's, and under the emulator the mma.sync kernels' bit for
