@@ -5,8 +5,9 @@
 // twins (cpu::attention_tiled_forward / _backward) are the spec.
 //
 // The forward, per (Q_i, bh): one CTA of two consumer warpgroups, each owning 64 query rows
-// (Br = 128), and a producer warpgroup (384 threads, warp specialization; at HS = 256 one consumer
-// warpgroup, Br = 64, and a producer warp, 160 threads). The producer's first lane loads Q_i once
+// (Br = 128), and a producer warpgroup (384 threads, warp specialization; three consumers, Br =
+// 192, 512 threads at HS 64 without dropout: fwd_consumers; at HS = 256 one consumer warpgroup,
+// Br = 64, and a producer warp, 160 threads). The producer's first lane loads Q_i once
 // and streams K_j, V_j (Bc = 128 keys at HS 64 and 128, 64 at 256: launch_fwd_tiles) through a
 // ring of kStages shared stages with TMA (cp.async.bulk.tensor, 2-D boxes of 64 columns from one
 // tensor map over qkv): each stage has a "full" mbarrier (the producer's
