@@ -20,7 +20,9 @@
 // software-pipelined within the warpgroup (FlashAttention-3's intra-warpgroup overlap): tile j's S
 // is issued before tile j-1's P V, and tile j's softmax and dropout run while that P V product
 // does (wgmma.wait_group 1, then 0 before O's rescaling); three stages, since a warpgroup holds
-// two. The accumulators of a wgmma m64nNk16 give
+// two. Without dropout the consumer warpgroups also take turns at issuing each tile's products
+// (FlashAttention-3's pingpong schedule: an mbarrier a warpgroup, arrived on by the one before it
+// in the cycle), so that one's products run while another's softmax does. The accumulators of a wgmma m64nNk16 give
 // each warp of the warpgroup 16 rows in exactly the layout of mma.m16n8k16's C fragments over
 // N / 8 n-tiles (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts": warp w holds rows
 // 16w .. 16w+15, element 2h + c of n-tile j is row 16w + 8h + g, column 8j + 2t + c), so the
@@ -107,18 +109,18 @@ bool flash_attn_hopper_head_size(int HS) { return HS == 64 || HS == 128 || HS ==
 bool flash_attn_hopper_device(const Context& ctx) { return ctx.cc_major == 9 && ctx.cc_minor == 0; }
 
 namespace {
-// TG_FLASH_HOPPER: "" (unset), "0" to "7"; anything else throws
+// TG_FLASH_HOPPER: "" (unset), "0" to "8"; anything else throws
 std::string hopper_setting() {
   const char* v = std::getenv("TG_FLASH_HOPPER");
   const std::string s = v ? v : "";
-  if (!s.empty() && (s.size() != 1 || s[0] < '0' || s[0] > '7'))
+  if (!s.empty() && (s.size() != 1 || s[0] < '0' || s[0] > '8'))
     throw std::invalid_argument("TG_FLASH_HOPPER is '" + s + "'; expected 1 (the Hopper kernels on compute capability "
                                 "9.0, the default), 2 (them with the warp-specialized TMA backward), 3 (them with "
                                 "dQ inside the dK / dV kernel), 4 (them with the forward's keep decisions made by its "
                                 "producer warpgroup), 5 (them with the backward's kernels not pipelined over their tiles), "
                                 "6 (them with the forward on key tiles of 64), 7 (them with the forward's two consumer "
-                                "warpgroups where it takes three) or 0 (the mma.sync kernels); set one of them, or "
-                                "unset it");
+                                "warpgroups where it takes three), 8 (them with the forward's consumer warpgroups not taking "
+                                "turns at their products) or 0 (the mma.sync kernels); set one of them, or unset it");
   return s;
 }
 }  // namespace
@@ -139,6 +141,8 @@ bool flash_attn_hopper_pipelined() { return hopper_setting() != "5"; }
 bool flash_attn_hopper_wide_key_tiles() { return hopper_setting() != "6"; }
 
 bool flash_attn_hopper_three_consumers() { return hopper_setting() != "7"; }
+
+bool flash_attn_hopper_turns() { return hopper_setting() != "8"; }
 
 namespace flash {
 namespace {
@@ -194,6 +198,12 @@ struct HopperFwdTile {
   // at HS = 128 it spilled in 168 registers (28 bytes of spill stores) and fits in the consumers'
   // 240
   __host__ __device__ static constexpr bool overlap(bool dropout) { return !(dropout && HS > 128); }
+  // Whether the consumers take turns at issuing their products (flash_fwd_hopper_kernel): where
+  // there are two or three, without dropout. With it a consumer's work on the CUDA cores is about
+  // three times its products' (the keep decisions: about 705 instructions a warp for 64 keys where
+  // 230 without, ptxas sm_90a), so the tensor cores wait whatever the order; and at HS 128 the
+  // turns' registers spilled 32 bytes (ptxas, nvcc 13.0)
+  __host__ __device__ static constexpr bool turns(bool dropout) { return kConsumers >= 2 && !dropout; }
   // The keep ring (TG_FLASH_HOPPER=4, with a producer warpgroup): stages of one word a consumer
   // lane, its keep bits of a key tile
   static constexpr int kKeepStages = 4;
@@ -329,13 +339,15 @@ __device__ __forceinline__ void make_keep_words(uint32_t* words, const FwdParams
 // then one shared load a tile.
 template <int HS, int KeyTile, int Consumers, bool IsDropout, bool KeepRing = false>
 __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile, Consumers>::kThreads, 1)
-    flash_fwd_hopper_kernel(const FwdParams<bf16> p, const __grid_constant__ CUtensorMap map) {
+    flash_fwd_hopper_kernel(const FwdParams<bf16> p, const __grid_constant__ CUtensorMap map, const bool turns) {
   using Tile = HopperFwdTile<HS, KeyTile, Consumers>;
-  constexpr int Br = Tile::kBr, Bc = Tile::kBc, NS = Tile::kStages, Blocks = HS / 64;
+  constexpr int Br = Tile::kBr, Bc = Tile::kBc, NS = Tile::kStages, Blocks = HS / 64, NC = Tile::kConsumers;
   constexpr int NK = Tile::kKeepStages, KW = Tile::kKeepWords;
   static_assert(!KeepRing || (IsDropout && Tile::kConsumers == 2 && Bc == 64),
                 "the keep ring needs dropout, a producer warpgroup, two consumers and key tiles of 64");
-  __shared__ uint64_t bar_q, full[NS], empty[NS];
+  // the consumers' turns (Tile::turns): the kernel's own choice, and the caller's
+  const bool pingpong = Tile::turns(IsDropout) && turns;
+  __shared__ uint64_t bar_q, full[NS], empty[NS], turn[Tile::turns(IsDropout) ? NC : 1];
   __shared__ uint64_t keep_full[KeepRing ? NK : 1], keep_empty[KeepRing ? NK : 1];
   __shared__ uint32_t keep_words[KeepRing ? NK * KW : 1];
   unsigned char* const raw = dynamic_smem<unsigned char>();
@@ -359,6 +371,9 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile, Consumers>::kThread
       hopper::mbarrier_init(&keep_full[st], 128);
       hopper::mbarrier_init(&keep_empty[st], 128 * Tile::kConsumers);
     }
+  // turn[w]: every thread of the consumer warpgroup before w in the cycle (w - 1, or the last for 0)
+  if (Tile::turns(IsDropout) && threadIdx.x == 0)
+    for (int w = 0; w < NC; ++w) hopper::mbarrier_init(&turn[w], 128);
   init_ring(&bar_q, full, 1, empty, Tile::kConsumers);
 
   if (wg == Tile::kConsumers) {  // the producer: the first lane of its first warp issues every load
@@ -413,7 +428,11 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile, Consumers>::kThread
   // same order: the same bits as the unpipelined loop (and as the mma.sync kernels).
   // (from wg_uniform: a loop count ptxas sees as uniform keeps the stages' descriptors in uniform
   // registers too)
-  const int n_wg = p.causal ? min(n_j, (i0 + 64 * wg_uniform + 63) / Bc + 1) : n_j;
+  // A warpgroup whose rows are all past T has none (the last query tile's, where T is not a
+  // multiple of Br: at T 1024 and Br 192 two of the three, whose products made a fifth of the
+  // forward's work) and only releases the stages.
+  // (With one consumer, never: at HS 256 the test spilled 4 bytes with dropout.)
+  const int n_wg = NC > 1 && i0 + 64 * wg_uniform >= p.T ? 0 : p.causal ? min(n_j, (i0 + 64 * wg_uniform + 63) / Bc + 1) : n_j;
   float s[Bc / 8][4];
   float(&s_flat)[Bc / 2] = reinterpret_cast<float(&)[Bc / 2]>(s);
   uint32_t a[Bc / 16][4];  // P of the previous tile, bf16, as wgmma A fragments
@@ -456,11 +475,48 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile, Consumers>::kThread
   auto release = [&](int jt) {
     if (threadIdx.x % 128 == 0) hopper::mbarrier_arrive(&empty[jt % NS]);
   };
+  // The consumers' turns (FlashAttention-3's pingpong schedule between warpgroups): each key tile
+  // jt, the warpgroups issue their products in a fixed cycle, 0, 1 (, 2), and warpgroup 0 the next
+  // tile's after the last one's of this tile, so that one's products run on the tensor cores while
+  // another's softmax runs, rather than all of them meeting at the tensor cores at once. Warpgroup
+  // w waits on turn[w] (completion jt: the warpgroup before it issued tile jt; for 0, completion
+  // jt - 1: the last one issued tile jt - 1) and arrives on the next one's once it has issued. Every
+  // warpgroup takes a turn at every tile jt < n_j, those past its rows too, without products.
+  // Scheduling alone: the same products in the same order, so the same bits.
+  auto take_turn = [&](int jt) {
+    if (pingpong && (wg_uniform > 0 || jt > 0))
+      hopper::mbarrier_wait_parity(&turn[wg_uniform], (wg_uniform > 0 ? jt : jt - 1) & 1);
+  };
+  auto pass_turn = [&] {
+    if (pingpong) hopper::mbarrier_arrive(&turn[wg_uniform + 1 < NC ? wg_uniform + 1 : 0]);
+  };
+
+  // the tiles past this warpgroup's rows (from j0): nothing to compute, the stage released once
+  // landed (and the keep ring's once written: an arrival before would count towards an earlier
+  // phase), the turns taken
+  auto idle_from = [&](int j0) {
+    for (int jt = j0; jt < n_j; ++jt) {
+      hopper::mbarrier_wait_parity(&full[jt % NS], (jt / NS) & 1);
+      release(jt);
+      take_turn(jt);
+      pass_turn();
+      if constexpr (KeepRing) {
+        hopper::mbarrier_wait_parity(&keep_full[jt % NK], (jt / NK) & 1);
+        hopper::mbarrier_arrive(&keep_empty[jt % NK]);
+      }
+    }
+  };
+  if (NC > 1 && n_wg == 0) {  // a warpgroup whose rows are all past T: nothing to write either
+    idle_from(0);
+    return;
+  }
 
   float alpha[2];
   hopper::mbarrier_wait_parity(&full[0], 0);  // K_0, V_0 landed
+  take_turn(0);
   hopper::wgmma_fence();
   issue_s(0);
+  pass_turn();
   hopper::wgmma_wait_group<0>();
   softmax(0, alpha);
   rescale_rows(o, alpha);
@@ -468,9 +524,11 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile, Consumers>::kThread
   for (int jt = 1; jt < n_wg; ++jt) {
     if constexpr (Tile::overlap(IsDropout)) {
       hopper::mbarrier_wait_parity(&full[jt % NS], (jt / NS) & 1);  // K_j, V_j landed
+      take_turn(jt);
       hopper::wgmma_fence();  // o was rescaled and a written by ordinary code since the last wgmma
       issue_s(jt);
       issue_pv(jt - 1);
+      pass_turn();
       hopper::wgmma_wait_group<1>();  // S_ij (committed first) is in s; P_{j-1} V_{j-1} may run on
       softmax(jt, alpha);
       hopper::wgmma_wait_group<0>();  // O += P_{j-1} V_{j-1} retired: a and o are free
@@ -495,16 +553,7 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile, Consumers>::kThread
   issue_pv(n_wg - 1);
   hopper::wgmma_wait_group<0>();
   release(n_wg - 1);
-  // the tiles past this warpgroup's rows: nothing to compute, the stage released once landed
-  // (and the keep ring's once written: an arrival before would count towards an earlier phase)
-  for (int jt = n_wg; jt < n_j; ++jt) {
-    hopper::mbarrier_wait_parity(&full[jt % NS], (jt / NS) & 1);
-    release(jt);
-    if constexpr (KeepRing) {
-      hopper::mbarrier_wait_parity(&keep_full[jt % NK], (jt / NK) & 1);
-      hopper::mbarrier_arrive(&keep_empty[jt % NK]);
-    }
-  }
+  idle_from(n_wg);
   // O_i = diag(l_i)^-1 O_i s, lse_i = m_i + log(l_i)
   // (b and h made here, from bh as a shuffle gives it, which ptxas cannot take from before the
   // loop: held across it, at HS 128 with dropout on key tiles of 128, they were spilled)
@@ -1348,7 +1397,8 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   hopper::setmaxnreg_inc<kFwdConsumerRegs>();
   const int wg = warp / 4;
   const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);  // (as the forward's; the loop's tests too)
-  const int n_wg = p.causal ? min(n_j, (i0 + Br * wg_uniform + Br - 1) / Bc + 1) : n_j;
+  // (none where its queries are all past T, as the forward's)
+  const int n_wg = i0 + Br * wg_uniform >= p.T ? 0 : p.causal ? min(n_j, (i0 + Br * wg_uniform + Br - 1) / Bc + 1) : n_j;
   const uint32_t aQw = aQ + (uint32_t)(wg_uniform * Br * 128), adOw = adO + (uint32_t)(wg_uniform * Br * 128);
   float lse2[2], Di[2];
   row_lse_d(lse2, Di, p, bh, i_g);
@@ -1356,7 +1406,8 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   zero(dq);
   // the keep bytes of the warpgroup's first key tile (n_wg - 1), then each step the next one's
   KeepCalls<Bc / 8> keep_next;
-  if constexpr (IsDropout) fetch_keep_calls(keep_next, p.key, bh, i_g, (n_wg - 1) * Bc, lane, p.keep, nullptr, p.T);
+  if constexpr (IsDropout)
+    if (n_wg > 0) fetch_keep_calls(keep_next, p.key, bh, i_g, (n_wg - 1) * Bc, lane, p.keep, nullptr, p.T);
   hopper::mbarrier_wait_parity(&bar_q, 0);
   for (int n = 0; n < n_j; ++n) {  // the keys last-first, as the producer loads them
     const int jt = n_j - 1 - n, st = n % NS;
@@ -1458,7 +1509,7 @@ void launch_fwd_tiles(const Context& ctx, const FwdParams<bf16>& p) {
   const dim3 grid((unsigned)(p.B * p.NH), (unsigned)tiles);
   const CUtensorMap map = tile_map(p.qkv, p.ld_qkv, (long long)p.B * p.T, 64);
   launch(flash_fwd_hopper_kernel<HS, Bc, Consumers, IsDropout, KeepRing>, grid, Tile::kThreads, Tile::kSmemBytes,
-         ctx.stream, p, map);
+         ctx.stream, p, map, flash_attn_hopper_turns());
 }
 
 template <int HS, bool IsDropout>

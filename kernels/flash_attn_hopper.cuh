@@ -73,6 +73,12 @@ bool flash_attn_hopper_wide_key_tiles();
 // rows, so the bits are the same either way.
 bool flash_attn_hopper_three_consumers();
 
+// Whether the Hopper forward's consumer warpgroups (two or three, head sizes 64 and 128) take turns
+// at issuing each key tile's products (FlashAttention-3's pingpong schedule, so that one's
+// softmax runs while another's products do): yes unless TG_FLASH_HOPPER=8, kept to time the turns
+// beside them. Scheduling alone: the bits are the same either way.
+bool flash_attn_hopper_turns();
+
 // As flash_attn_forward<bf16> with causal = true: out (B, T, C) and lse (B, NH, T) overwritten,
 // mask (B, NH, T, T) the keep decisions when not null (entries above the diagonal untouched).
 // Throws std::invalid_argument for a shape or head size it does not take, or a device that is

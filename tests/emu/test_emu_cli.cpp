@@ -44,13 +44,13 @@ Run run_cpu(const std::string& args) { return cli::run_exe(cli::train_gpt_exe(),
 const std::string kTiny = " --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 --batch-size 4 --eval-iters 1 ";
 
 // The train loss of every step in a run directory's metrics.jsonl (the final line has none).
-std::map<int, double> train_losses(const fs::path& dir) {
+std::map<int, double> train_losses(const fs::path& dir, const char* key = "train_loss") {
   std::map<int, double> r;
   std::istringstream lines(cli::slurp((dir / "metrics.jsonl").string()));
   for (std::string l; std::getline(lines, l);) {
     const nlohmann::json j = nlohmann::json::parse(l, nullptr, false);
-    if (j.is_object() && j.contains("step") && j.contains("train_loss") && j["train_loss"].is_number())
-      r[j["step"].get<int>()] = j["train_loss"].get<double>();
+    if (j.is_object() && j.contains("step") && j.contains(key) && j[key].is_number())
+      r[j["step"].get<int>()] = j[key].get<double>();
   }
   return r;
 }
@@ -238,6 +238,17 @@ TEST_CASE("train_gpt_emu: on compute capability 9.0 the flash kernels are Hopper
   CHECK(ring.out.find("attention: flash (Hopper wgmma kernels, keep decisions by the forward's producer warpgroup) |") !=
         std::string::npos);
   CHECK(train_losses(out / "ring") == a);
+  // the forward's consumer warpgroups not taking turns (TG_FLASH_HOPPER=8; the forward without
+  // dropout, the evaluations' at HS 64, three consumers): the same train and validation losses
+  const Run turnless = cli::run_exe(cli::train_gpt_emu_exe(),
+                                    common + " --max-iters 3 --out-dir " + (out / "turnless").string(), "env TG_FLASH_HOPPER=8 ");
+  INFO("stderr: " << turnless.err);
+  REQUIRE(turnless.code == 0);
+  CHECK(turnless.out.find("attention: flash (Hopper wgmma kernels, forward's consumer warpgroups not taking turns) |") !=
+        std::string::npos);
+  CHECK(train_losses(out / "turnless") == b);
+  CHECK(!train_losses(out / "hopper", "val_loss").empty());
+  CHECK(train_losses(out / "turnless", "val_loss") == train_losses(out / "hopper", "val_loss"));
   const Run a100 = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 1 --out-dir " + (out / "a100").string(),
                                 "env TG_EMU_DEVICE=a100 ");
   CHECK(a100.code == 0);
@@ -483,7 +494,8 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
       // the default forward on key tiles of 128, at head size 64 with dropout (its evaluation,
       // without, on three consumer warpgroups) and at 128 without: at T 512 the last query tile's
       // CTA has 4 key tiles, so the first of its ring's 3 stages is refilled after every consumer
-      // warpgroup's reads
+      // warpgroup's reads; without dropout the consumers take turns at their products, and at
+      // HS 64 the last query tile's third warpgroup (rows 512 ..) has none, only turns and releases
       {"", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 --n-embd 64 "
            "--block-size 512 --batch-size 1 --max-iters 1 --eval-interval 1 --eval-iters 1 --sample-tokens 0" + data +
            " --out-dir " + (dir / "wide").string()},

@@ -12,10 +12,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../gpu/counters_step.cuh"
+#include "../../kernels/flash_attn.cuh"
+#include "../../kernels/philox.h"
 #include "../gpu/gpu_util.cuh"
 #include "emu_internal.h"
 #include "kernel_profiler.h"
@@ -181,4 +185,58 @@ TEST_CASE("warp-specialized Hopper backward: its kernel counters, no shared bank
   const uint64_t heads = 6, pair = 2 * 64 * 64 * 2;
   CHECK(dkdv == heads * 4 * pair);
   CHECK(dq == heads * 4 * pair);
+}
+
+// The Hopper forward at head size 64 without dropout (three consumer warpgroups, 192 query rows a
+// CTA, key tiles of 128) where T is not a multiple of 192: a warpgroup whose rows all lie past T
+// has no products. At T 200 the second query tile (rows 192 .. 383) has rows before T in its first
+// warpgroup only; the wgmmas' FLOPs are those of the six (warpgroup, key tile) pairs with rows
+// before T (query tile 0: one, one and two key tiles; tile 1: two), each S (4 wgmma m64n128k16)
+// and P V (8 m64n64k16), 2 x 64 x 128 x 64 FLOPs apiece; with the last two warpgroups of tile 1
+// computing theirs (two key tiles each), ten. The same with the consumers not taking turns
+// (TG_FLASH_HOPPER=8) and with two consumers (TG_FLASH_HOPPER=7: 128 rows a CTA, six pairs too),
+// and the output the same bits.
+TEST_CASE("kernel counters: the Hopper forward has no products for a warpgroup whose rows are past T") {
+  const int B = 1, Tn = 200, NH = 1, HS = 64, C = NH * HS;
+  std::vector<gpu::bf16> qkv((size_t)B * Tn * 3 * C);
+  for (size_t i = 0; i < qkv.size(); ++i) qkv[i] = __float2bfloat16((float)((i * 37) % 101) / 50.f - 1.f);
+  gpu::bf16 *d_qkv = nullptr, *d_out = nullptr;
+  float* d_lse = nullptr;
+  REQUIRE(cudaMalloc(&d_qkv, qkv.size() * sizeof(gpu::bf16)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&d_out, (size_t)B * Tn * C * sizeof(gpu::bf16)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&d_lse, (size_t)B * NH * Tn * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(d_qkv, qkv.data(), qkv.size() * sizeof(gpu::bf16), cudaMemcpyHostToDevice) == cudaSuccess);
+  gpu::Context ctx;
+  ctx.create(gpu::flash_attn_scratch_bytes(B, Tn, C, NH));
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // the upload ran on the legacy stream
+  const philox::DropoutKey key = philox::make_dropout_key(1, 0, 0, 0, 0.0);
+  // the forward on TG_FLASH_HOPPER=family: the FLOPs of the kernel named `kernel`, and the output
+  auto forward = [&](const char* family, const char* kernel) {
+    const tg_test::FlashKernels k(family);
+    emu::KernelProfiler prof;
+    gpu::flash_attn_forward<gpu::bf16>(ctx, d_out, d_lse, d_qkv, key, B, Tn, C, NH, true, nullptr);
+    REQUIRE(cudaStreamSynchronize(ctx.stream) == cudaSuccess);
+    uint64_t flops = 0;
+    bool seen = false;
+    for (const emu::KernelCounters& kc : prof.per_kernel())
+      if (kc.kernel.find(kernel) != std::string::npos) flops += kc.mma_flops, seen = true;
+    CHECK_MESSAGE(seen, kernel << " did not run");
+    std::vector<gpu::bf16> out((size_t)B * Tn * C);
+    REQUIRE(cudaMemcpy(out.data(), d_out, out.size() * sizeof(gpu::bf16), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return std::make_pair(flops, out);
+  };
+  const auto turns = forward("1", "flash_fwd_hopper_kernel<64, 128, 3, false");
+  const auto apart = forward("8", "flash_fwd_hopper_kernel<64, 128, 3, false");
+  const auto two = forward("7", "flash_fwd_hopper_kernel<64, 128, 2, false");
+  const uint64_t pair = 2ull * (2ull * 64 * 128 * 64);
+  CHECK(turns.first == 6 * pair);
+  CHECK(apart.first == 6 * pair);
+  CHECK(two.first == 6 * pair);
+  const size_t bytes = turns.second.size() * sizeof(gpu::bf16);
+  CHECK(std::memcmp(turns.second.data(), apart.second.data(), bytes) == 0);
+  CHECK(std::memcmp(turns.second.data(), two.second.data(), bytes) == 0);
+  ctx.destroy();
+  cudaFree(d_qkv);
+  cudaFree(d_out);
+  cudaFree(d_lse);
 }

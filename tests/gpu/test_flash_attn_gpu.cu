@@ -588,22 +588,26 @@ TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the rati
             CHECK_MESSAGE(bitwise_equal(seq.dqkv, hw.dqkv), where << ": the backward not pipelined gives another dqkv, largest "
                                                                 << max_abs_diff(seq.dqkv, hw.dqkv));
           }
-          // the forward's three consumer warpgroups (the default at HS 64 without dropout, 192 query
-          // rows a CTA) and its two (TG_FLASH_HOPPER=7): each warpgroup computes its own rows, so the
-          // same bits, and those of the dropout kernel (two consumers), which the mask hook ran above
-          if ((HS == 64 || HS == 40) && p == 0) {
-            const Result three = [&] {
-              const tg_test::FlashKernels family("1");
+          // Without dropout the forward's kernel is not the one the mask hook ran above (the dropout
+          // kernel at p = 0): the default's consumer warpgroups take turns at their products, and at
+          // HS 64 there are three (192 query rows a CTA). Against the same forward with its
+          // consumers not taking turns (TG_FLASH_HOPPER=8) and, at HS 64, with two consumers
+          // (TG_FLASH_HOPPER=7; each warpgroup computes its own rows): the same products in the same
+          // order, so the same bits, and the dropout kernel's O
+          if (HS <= 128 && p == 0) {
+            auto family_run = [&](const char* family) {
+              const tg_test::FlashKernels k(family);
               return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, causal, false);
-            }();
-            const Result two = [&] {
-              const tg_test::FlashKernels family("7");
-              return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, causal, false);
-            }();
-            CHECK_MESSAGE(bitwise_equal(three.out, two.out), where << ": O of three consumer warpgroups is not two's");
-            CHECK_MESSAGE(bitwise_equal(three.lse, two.lse), where << ": lse of three consumer warpgroups is not two's");
-            CHECK_MESSAGE(bitwise_equal(three.dqkv, two.dqkv), where << ": dqkv of three consumer warpgroups is not two's");
-            CHECK_MESSAGE(bitwise_equal(three.out, hw.out), where << ": O of three consumer warpgroups is not the dropout kernel's");
+            };
+            const Result dflt = family_run("1");
+            auto same = [&](const Result& r, const char* what) {
+              CHECK_MESSAGE(bitwise_equal(dflt.out, r.out), where << ": O of the default forward is not " << what << "'s");
+              CHECK_MESSAGE(bitwise_equal(dflt.lse, r.lse), where << ": lse of the default forward is not " << what << "'s");
+              CHECK_MESSAGE(bitwise_equal(dflt.dqkv, r.dqkv), where << ": dqkv of the default forward is not " << what << "'s");
+            };
+            same(family_run("8"), "the consumers not taking turns");
+            if (HS <= 64) same(family_run("7"), "two consumer warpgroups");
+            CHECK_MESSAGE(bitwise_equal(dflt.out, hw.out), where << ": O of the default forward is not the dropout kernel's");
           }
           // the forward on key tiles of 64 (TG_FLASH_HOPPER=6; tiles of 128 are the default at HS
           // 64 and 128): the online softmax rescales O at other keys, so O and lse
