@@ -56,23 +56,35 @@ double fwd_flops(const Shape& s) {
   return 4.0 * s.B * s.NH * (double)s.T * s.T * s.HS / (s.causal ? 2.0 : 1.0);
 }
 
+// Two timing events, destroyed however the timing ends (a shape whose call throws is reported
+// and the run goes on to the next).
+struct EventPair {
+  cudaEvent_t a{}, b{};
+  EventPair() {
+    cudaCheck(cudaEventCreate(&a));
+    cudaCheck(cudaEventCreate(&b));
+  }
+  EventPair(const EventPair&) = delete;
+  EventPair& operator=(const EventPair&) = delete;
+  ~EventPair() {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+};
+
 // Median of reps timings (ms) of f() on stream st, after warmup calls.
 template <typename F>
 double median_ms(cudaStream_t st, F&& f, int warmup, int reps) {
   for (int i = 0; i < warmup; ++i) f();
-  cudaEvent_t a, b;
-  cudaCheck(cudaEventCreate(&a));
-  cudaCheck(cudaEventCreate(&b));
+  const EventPair ev;
   std::vector<float> ms(reps);
   for (int r = 0; r < reps; ++r) {
-    cudaCheck(cudaEventRecord(a, st));
+    cudaCheck(cudaEventRecord(ev.a, st));
     f();
-    cudaCheck(cudaEventRecord(b, st));
-    cudaCheck(cudaEventSynchronize(b));
-    cudaCheck(cudaEventElapsedTime(&ms[r], a, b));
+    cudaCheck(cudaEventRecord(ev.b, st));
+    cudaCheck(cudaEventSynchronize(ev.b));
+    cudaCheck(cudaEventElapsedTime(&ms[r], ev.a, ev.b));
   }
-  cudaCheck(cudaEventDestroy(a));
-  cudaCheck(cudaEventDestroy(b));
   std::sort(ms.begin(), ms.end());
   return ms[reps / 2];
 }
