@@ -39,7 +39,8 @@
 #                MFU, peak device memory (nvidia-smi sampled), best val loss, the kernels it ran
 #   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle);
 #                then where the backward's warps wait (ncu's stall reasons at HS 128, T 4k, and the
-#                dK / dV kernel's stall samples per SASS instruction), the two kernels and the fused one
+#                dK / dV kernel's stall samples per SASS instruction), the two kernels and the fused one,
+#                and the forward's at HS 64, T 4k, p 0 and 0.2, with how busy each pipe is
 #   train_naive  the naive path: 1000 iterations (its ms/iteration; the flash run has the loss)
 #   nanogpt      nanoGPT's own train.py, config/train_shakespeare_char.py, torch.compile, on the
 #                same GPU (the bundle's copy; our code never imports it): ms/iteration after
@@ -266,8 +267,10 @@ parse_counters() {
   n=$(awk -F'","' '/^"[0-9]/ && $5 != "" {k[$1]} END {print length(k)}' "$d/counters_ncu.csv" 2>/dev/null)
   e=$(grep -c '^emulated' "$d/counters_emulated.txt" 2>/dev/null)
   echo "ncu: ${n:-0} kernel launches profiled (counters_ncu.csv); emulated: ${e:-0} kernel lines (counters_emulated.txt)$(counters_agree "$d")"
-  [ -f "$d/stalls_1.csv" ] && stall_line "$d/stalls_1.csv" "the two kernels"
-  [ -f "$d/stalls_3.csv" ] && stall_line "$d/stalls_3.csv" "dQ inside the dK / dV kernel"
+  [ -f "$d/stalls_1.csv" ] && stall_line "$d/stalls_1.csv" "HS 128, T 4k, p 0; the two kernels"
+  [ -f "$d/stalls_3.csv" ] && stall_line "$d/stalls_3.csv" "HS 128, T 4k, p 0; dQ inside the dK / dV kernel"
+  [ -f "$d/stalls_fwd0.csv" ] && stall_line "$d/stalls_fwd0.csv" "HS 64, T 4k, p 0; the forward"
+  [ -f "$d/stalls_fwd2.csv" ] && stall_line "$d/stalls_fwd2.csv" "HS 64, T 4k, p 0.2; the forward"
   local f any=""
   for f in "$d"/sass_1.csv "$d"/sass_3.csv; do
     [ -s "$f" ] && any+="$(basename "$f") $(grep -c . "$f") lines, "
@@ -276,9 +279,11 @@ parse_counters() {
   return 0
 }
 
-# One line from ncu's CSV of the backward's kernels (step_counters): per kernel (its first launch),
-# its duration and the three largest stall reasons, in cycles a warp spends in each per instruction
-# issued (ncu's smsp__average_warps_issue_stalled_*_per_issue_active.ratio, "selected" left out).
+# One line from ncu's CSV of a pass over attention kernels (step_counters): per kernel (its first
+# launch), its duration, the three largest stall reasons, in cycles a warp spends in each per
+# instruction issued (ncu's smsp__average_warps_issue_stalled_*_per_issue_active.ratio, "selected"
+# left out), and where the pass asked for them the four busiest pipes (sm__pipe_*_cycles_active, %
+# of peak). LABEL: the shape and the kernels.
 stall_line() {  # FILE LABEL
   awk -F'","' -v label="$2" '
     function base(s,   p, n) {
@@ -294,18 +299,28 @@ stall_line() {  # FILE LABEL
       else if ($13 ~ /^smsp__average_warps_issue_stalled_.*_per_issue_active[.]ratio$/) {
         r = $13; sub(/^smsp__average_warps_issue_stalled_/, "", r); sub(/_per_issue_active[.]ratio$/, "", r)
         if (r != "selected") { n[k]++; name[k, n[k]] = r; val[k, n[k]] = v + 0 }
+      } else if ($13 ~ /^sm__pipe_.*_cycles_active[.]avg[.]pct_of_peak_sustained_active$/) {
+        r = $13; sub(/^sm__pipe_/, "", r); sub(/_cycles_active.*$/, "", r)
+        np[k]++; pname[k, np[k]] = r; pval[k, np[k]] = v + 0
       }
+    }
+    # the m largest of the count c values of kernel k in names nm and values vl, "name value" apart
+    function top(k, c, nm, vl, m, fmt,   t, j, best, s, used) {
+      s = ""
+      for (t = 1; t <= m && t <= c; t++) {
+        best = 0
+        for (j = 1; j <= c; j++) if (!(j in used) && (!best || vl[k, j] > vl[k, best])) best = j
+        used[best] = 1; s = s (t == 1 ? "" : ", ") nm[k, best] sprintf(fmt, vl[k, best])
+      }
+      return s
     }
     END {
       if (!nk) exit
-      out = "stalls (ncu; cycles a warp waits per instruction issued; HS 128, T 4k, p 0; " label "):"
+      out = "stalls (ncu; cycles a warp waits per instruction issued; " label "):"
       for (i = 1; i <= nk; i++) {
         k = order[i]; out = out " " k ((k in dur) ? sprintf(" %.2f ms", dur[k]) : "")
-        for (t = 1; t <= 3 && t <= n[k]; t++) {
-          best = 0
-          for (j = 1; j <= n[k]; j++) if (!((k, j) in used) && (!best || val[k, j] > val[k, best])) best = j
-          used[k, best] = 1; out = out (t == 1 ? ": " : ", ") name[k, best] sprintf(" %.2f", val[k, best])
-        }
+        if (n[k]) out = out ": " top(k, n[k], name, val, 3, " %.2f")
+        if (np[k]) out = out "; pipes busy: " top(k, np[k], pname, pval, 4, " %.0f%%")
         out = out (i < nk ? ";" : "")
       }
       print out
@@ -778,6 +793,15 @@ step_counters() {
     TG_FLASH_HOPPER=$v bounded_to 60 ncu --kernel-name regex:'dkdv|bwd_dq' --launch-count 2 --section SpeedOfLight \
       --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' --csv --log-file "$LOGS/stalls_$v.csv" \
       "$BENCH" --hs 128 --t 4096 --p 0 --reps 1 --warmup 0 --naive-max-t 0 --paths flash --peer none >>"$LOGS/stalls.log" 2>&1
+  done
+  # the forward's at HS 64, T 4k, without and with dropout: stall reasons and how busy each pipe
+  # is (whether the keep decisions' integer work or the tensor cores bound it)
+  local p
+  for p in 0 0.2; do
+    bounded_to 40 ncu --kernel-name regex:'fwd_hopper' --launch-count 1 --section SpeedOfLight --metrics \
+      'regex:^(smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio|sm__pipe_.*_cycles_active\.avg\.pct_of_peak_sustained_active)$' \
+      --csv --log-file "$LOGS/stalls_fwd${p/0./}.csv" "$BENCH" --hs 64 --t 4096 --p "$p" --reps 1 --warmup 0 \
+      --naive-max-t 0 --paths flash --peer none >>"$LOGS/stalls.log" 2>&1
   done
   # and the dK / dV kernel's stall samples per SASS instruction (ncu's source page), for the next
   # change to read where in a step the warps wait

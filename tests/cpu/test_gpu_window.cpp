@@ -302,6 +302,21 @@ TEST_CASE("GPU window: the counters row compares ncu's global requests and secto
                    "flash_bwd_dkdv_hopper_kernel 2.02 ms: long_scoreboard 2.50, barrier 1.20, wait 0.80; "
                    "flash_bwd_dq_hopper_kernel 1.14 ms: wait 1.50") != std::string::npos);
   CHECK(s.out.find("stall samples per SASS instruction") == std::string::npos);  // none written
+  CHECK(s.out.find("the forward") == std::string::npos);  // no pass over the forward: no line
+  // the forward's (stalls_fwd2.csv, p 0.2): its stall reasons and its four busiest pipes
+  const std::string fwd = "void flash::<unnamed>::flash_fwd_hopper_kernel<64, 128, 2, 1, 0>(flash::FwdParams<__nv_bfloat16>, "
+                          "CUtensorMap_st, bool)";
+  const std::string pipe = "sm__pipe_", busy = "_cycles_active.avg.pct_of_peak_sustained_active";
+  write(d / "stalls_fwd2.csv",
+        hdr + sol(0, fwd, "Duration", "msecond", "2.31") + sol(0, fwd, st + "math_pipe_throttle" + ratio, "", "1.40") +
+            sol(0, fwd, st + "wait" + ratio, "", "0.90") + sol(0, fwd, pipe + "alu" + busy, "%", "61.2") +
+            sol(0, fwd, pipe + "fma" + busy, "%", "48.7") + sol(0, fwd, pipe + "fmaheavy" + busy, "%", "70.4") +
+            sol(0, fwd, pipe + "tensor_op_gmma" + busy, "%", "18.0") + sol(0, fwd, pipe + "xu" + busy, "%", "9.5"));
+  const cli::Run f2 = cli::run_exe("bash", ".ci/gpu_check.sh summarize " + d.string());
+  CHECK(f2.out.find("stalls (ncu; cycles a warp waits per instruction issued; HS 64, T 4k, p 0.2; the forward): "
+                    "flash_fwd_hopper_kernel 2.31 ms: math_pipe_throttle 1.40, wait 0.90; pipes busy: fmaheavy 70%, "
+                    "alu 61%, fma 49%, tensor_op_gmma 18%") != std::string::npos);
+  fs::remove(d / "stalls_fwd2.csv");
   // the source pages (kept whole in the logs; the line counts them), an empty one left out
   write(d / "sass_1.csv", "\"Address\",\"Source\"\n\"0\",\"LDC R1\"\n\"16\",\"S2R R0\"\n");
   write(d / "sass_3.csv", "");
