@@ -168,14 +168,18 @@ TG_HD U32x4 attn_words(const DropoutKey& k, uint32_t bh, uint32_t i, uint32_t j)
 }
 
 // The keep decisions of the 8 columns of one call: bit u for column 8*(j/8) + u (the low
-// half of word u/2 for even u, the high half for odd u), with thr = attn_threshold(key).
+// half of word u/2 for even u, the high half for odd u, kept when >= thr), with thr =
+// attn_threshold(key). Each half is compared whole-word against thr << 16 (exact, thr < 2^16):
+// the high half's test is word >= thr << 16, the low half's (word << 16) >= thr << 16, so that
+// no half is extracted (ptxas made each bit a mask or shift, a compare, a select and a shift).
 TG_HD uint32_t attn_keep_byte(const U32x4& r, uint32_t thr) {
+  const uint32_t t16 = thr << 16;
   uint32_t bits = 0;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
   for (int w = 0; w < 4; ++w)
-    bits |= ((uint32_t)((r.v[w] & 0xFFFFu) >= thr) | ((uint32_t)((r.v[w] >> 16) >= thr) << 1)) << (2 * w);
+    bits |= ((r.v[w] << 16 >= t16 ? 1u : 0u) | (r.v[w] >= t16 ? 2u : 0u)) << (2 * w);
   return bits;
 }
 

@@ -3,6 +3,7 @@
 //   (b) word-for-word equality with cuRAND's host Philox generator (when built with cuRAND);
 //   (c) keep fractions, (d) exact thresholds, (e) masks keyed by seed/step/layer/site,
 //   (f) dropout_forward values and unbiasedness.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -160,6 +161,24 @@ TEST_CASE("philox: the attention probabilities' rule, 16 bits a decision and 8 c
       }
   CHECK(bad == 0);
   CHECK(std::fabs((double)kept / (double)n - 0.7) < 0.01);
+  // attn_keep_byte compares each half through the whole word (the high half: word >= thr << 16;
+  // the low: word << 16 >= thr << 16): at the halves' edges, beside each half taken apart, for
+  // thresholds from 0 to the largest
+  const uint32_t edges[] = {0u, 1u, 2u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFEu, 0xFFFFu};
+  size_t wrong = 0;
+  for (uint32_t t : edges)
+    for (uint32_t lo : edges)
+      for (uint32_t hi : edges)
+        for (uint32_t dt : {0u, 1u, 0xFFFFu}) {
+          const uint32_t thr = std::min<uint32_t>(t + (dt == 0xFFFFu ? 0u : dt), 0xFFFFu);
+          const uint32_t w = (hi << 16) | lo, other = (lo << 16) | hi;
+          const philox::U32x4 r{{w, other, ~w, w ^ 0x00010001u}};
+          uint32_t want = 0;
+          for (int k = 0; k < 4; ++k)
+            want |= ((uint32_t)((r.v[k] & 0xFFFFu) >= thr) | ((uint32_t)((r.v[k] >> 16) >= thr) << 1)) << (2 * k);
+          wrong += philox::attn_keep_byte(r, thr) != want;
+        }
+  CHECK(wrong == 0);
   // p = 0 (threshold 0): every element kept
   const auto none = philox::make_dropout_key(3, 4, 5, philox::kSiteAttnProbs, 0.0);
   for (uint32_t j = 0; j < 64; ++j) CHECK(philox::attn_keep(none, 2, 3, j));
