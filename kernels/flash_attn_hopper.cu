@@ -18,20 +18,20 @@
 //   O (64 x HS) += P V     Bc/16 wgmma m64n{HS}k16, A = P from registers, B = V from shared
 //                          memory (MN-major: V is stored key-major, the wgmma's k)
 // software-pipelined within the warpgroup (FlashAttention-3's intra-warpgroup overlap): tile j's S
-// is issued before tile j-1's P V, and tile j's softmax and dropout run while that P V product
-// does (wgmma.wait_group 1, then 0 before O's rescaling); three stages, since a warpgroup holds
-// two. Without dropout the consumer warpgroups also take turns at issuing each tile's products
+// is issued before tile j-1's P V, and tile j's softmax and dropout run while that P V product does
+// (wgmma.wait_group 1, then 0 before O's rescaling); three stages, since a warpgroup holds two.
+// Without dropout the consumer warpgroups also take turns at issuing each tile's products
 // (FlashAttention-3's pingpong schedule: an mbarrier a warpgroup, arrived on by the one before it
-// in the cycle), so that one's products run while another's softmax does. The accumulators of a wgmma m64nNk16 give
-// each warp of the warpgroup 16 rows in exactly the layout of mma.m16n8k16's C fragments over
-// N / 8 n-tiles (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts": warp w holds rows
-// 16w .. 16w+15, element 2h + c of n-tile j is row 16w + 8h + g, column 8j + 2t + c), so the
-// masking, the online softmax, the dropout (one Philox call per 8 columns, keyed by position)
-// and the output are the mma.sync kernel's own functions (kernels/flash_attn_common.cuh): the
-// keep decisions are the same bytes by construction, and so is every other step but the sums
+// in the cycle), so that one's products run while another's softmax does. The accumulators of a
+// wgmma m64nNk16 give each warp of the warpgroup 16 rows in exactly the layout of mma.m16n8k16's C
+// fragments over N / 8 n-tiles (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts":
+// warp w holds rows 16w .. 16w+15, element 2h + c of n-tile j is row 16w + 8h + g, column
+// 8j + 2t + c), so the masking, the online softmax, the dropout (one Philox call per 8 columns, keyed by
+// position) and the output are the mma.sync kernel's own functions (kernels/flash_attn_common.cuh):
+// the keep decisions are the same bytes by construction, and so is every other step but the sums
 // inside the two products. A box of rows past the end of a batch's sequence reads the next
-// sequence's rows (zeros past the tensor): those keys are masked (-inf, P = 0) and those query
-// rows never written, as with the mma.sync kernel's zero-filled rows.
+// sequence's rows (zeros past the tensor): those keys are masked (-inf, P = 0) and those query rows
+// never written, as with the mma.sync kernel's zero-filled rows.
 //
 // With TG_FLASH_HOPPER=4 (not yet the default) the producer warpgroup also makes the keep
 // decisions and hands them to the consumers through a ring in shared memory (KeepRing below).
@@ -432,7 +432,9 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile, Consumers>::kThread
   // multiple of Br: at T 1024 and Br 192 two of the three, whose products made a fifth of the
   // forward's work) and only releases the stages.
   // (With one consumer, never: at HS 256 the test spilled 4 bytes with dropout.)
-  const int n_wg = NC > 1 && i0 + 64 * wg_uniform >= p.T ? 0 : p.causal ? min(n_j, (i0 + 64 * wg_uniform + 63) / Bc + 1) : n_j;
+  const int n_wg = NC > 1 && i0 + 64 * wg_uniform >= p.T ? 0
+                   : p.causal                              ? min(n_j, (i0 + 64 * wg_uniform + 63) / Bc + 1)
+                                                           : n_j;
   float s[Bc / 8][4];
   float(&s_flat)[Bc / 2] = reinterpret_cast<float(&)[Bc / 2]>(s);
   uint32_t a[Bc / 16][4];  // P of the previous tile, bf16, as wgmma A fragments
@@ -1398,7 +1400,9 @@ __global__ void __launch_bounds__(HopperDqTile<HS>::kThreadsWs, 1)
   const int wg = warp / 4;
   const int wg_uniform = __shfl_sync(0xffffffffu, wg, 0);  // (as the forward's; the loop's tests too)
   // (none where its queries are all past T, as the forward's)
-  const int n_wg = i0 + Br * wg_uniform >= p.T ? 0 : p.causal ? min(n_j, (i0 + Br * wg_uniform + Br - 1) / Bc + 1) : n_j;
+  const int n_wg = i0 + Br * wg_uniform >= p.T ? 0
+                   : p.causal                   ? min(n_j, (i0 + Br * wg_uniform + Br - 1) / Bc + 1)
+                                                : n_j;
   const uint32_t aQw = aQ + (uint32_t)(wg_uniform * Br * 128), adOw = adO + (uint32_t)(wg_uniform * Br * 128);
   float lse2[2], Di[2];
   row_lse_d(lse2, Di, p, bh, i_g);
