@@ -429,8 +429,8 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile, Consumers>::kThread
   // (from wg_uniform: a loop count ptxas sees as uniform keeps the stages' descriptors in uniform
   // registers too)
   // A warpgroup whose rows are all past T has none (the last query tile's, where T is not a
-  // multiple of Br: at T 1024 and Br 192 two of the three, whose products made a fifth of the
-  // forward's work) and only releases the stages.
+  // multiple of Br: at T 1024 and Br 192 two of the three, whose products made 18% of the
+  // forward's work) and only releases the stages and takes its turns (idle_from below).
   // (With one consumer, never: at HS 256 the test spilled 4 bytes with dropout.)
   const int n_wg = NC > 1 && i0 + 64 * wg_uniform >= p.T ? 0
                    : p.causal                              ? min(n_j, (i0 + 64 * wg_uniform + 63) / Bc + 1)
