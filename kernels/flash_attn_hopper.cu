@@ -19,19 +19,19 @@
 //                          memory (MN-major: V is stored key-major, the wgmma's k)
 // software-pipelined within the warpgroup (FlashAttention-3's intra-warpgroup overlap): tile j's S
 // is issued before tile j-1's P V, and tile j's softmax and dropout run while that P V product does
-// (wgmma.wait_group 1, then 0 before O's rescaling); three stages, since a warpgroup holds two.
-// Without dropout the consumer warpgroups also take turns at issuing each tile's products
-// (FlashAttention-3's pingpong schedule: an mbarrier a warpgroup, arrived on by the one before it
-// in the cycle), so that one's products run while another's softmax does. The accumulators of a
-// wgmma m64nNk16 give each warp of the warpgroup 16 rows in exactly the layout of mma.m16n8k16's C
-// fragments over N / 8 n-tiles (PTX ISA, "Register Fragments and Shared Memory Matrix Layouts":
-// warp w holds rows 16w .. 16w+15, element 2h + c of n-tile j is row 16w + 8h + g, column
-// 8j + 2t + c), so the masking, the online softmax, the dropout (one Philox call per 8 columns, keyed by
-// position) and the output are the mma.sync kernel's own functions (kernels/flash_attn_common.cuh):
-// the keep decisions are the same bytes by construction, and so is every other step but the sums
-// inside the two products. A box of rows past the end of a batch's sequence reads the next
-// sequence's rows (zeros past the tensor): those keys are masked (-inf, P = 0) and those query rows
-// never written, as with the mma.sync kernel's zero-filled rows.
+// (wgmma.wait_group 1, then 0; O is rescaled under the next S); three stages, since a warpgroup
+// holds two. Without dropout the consumer warpgroups also take turns at issuing each tile's
+// products (FlashAttention-3's pingpong schedule: an mbarrier a warpgroup, arrived on by the one
+// before it in the cycle), so that one's products run while another's softmax does. The
+// accumulators of a wgmma m64nNk16 give each warp of the warpgroup 16 rows in exactly the layout of
+// mma.m16n8k16's C fragments over N / 8 n-tiles (PTX ISA, "Register Fragments and Shared Memory
+// Matrix Layouts": warp w holds rows 16w .. 16w+15, element 2h + c of n-tile j is row 16w + 8h + g,
+// column 8j+2t+c), so the masking, the online softmax, the dropout (one Philox call per 8 columns,
+// keyed by position) and the output are the mma.sync kernel's own functions
+// (kernels/flash_attn_common.cuh): the keep decisions are the same bytes by construction, and so is
+// every other step but the sums inside the two products. A box of rows past the end of a batch's
+// sequence reads the next sequence's rows (zeros past the tensor): those keys are masked (-inf, P =
+// 0) and those query rows never written, as with the mma.sync kernel's zero-filled rows.
 //
 // With TG_FLASH_HOPPER=4 (not yet the default) the producer warpgroup also makes the keep
 // decisions and hands them to the consumers through a ring in shared memory (KeepRing below).
@@ -421,11 +421,11 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile, Consumers>::kThread
   // The key tiles with anything unmasked for this warpgroup's 64 rows: a prefix, jt < n_wg (the
   // condition is the warpgroup's: its four warps issue the wgmmas together; not causal, every
   // tile). Software-pipelined where Tile::overlap, as FlashAttention-3 describes
-  // (intra-warpgroup overlap): tile jt's
-  // S = Q K_j^T is issued, then tile jt-1's O += P V, and the softmax (and dropout) of tile jt
-  // runs on the CUDA cores while that P V product runs on the tensor cores. O's rescaling by tile
-  // jt's alpha waits for the product to retire, so O = alpha_j O_{j-1} + P_j V_j as before, in the
-  // same order: the same bits as the unpipelined loop (and as the mma.sync kernels).
+  // (intra-warpgroup overlap): tile jt's S = Q K_j^T is issued, then O is rescaled by tile jt-1's
+  // alpha (under S's product) and tile jt-1's O += P V issued, and the softmax (and dropout) of
+  // tile jt runs on the CUDA cores while that P V product runs on the tensor cores. So O =
+  // alpha_j O_{j-1} + P_j V_j as before, in the same order: the same bits as the unpipelined loop
+  // (and as the mma.sync kernels).
   // (from wg_uniform: a loop count ptxas sees as uniform keeps the stages' descriptors in uniform
   // registers too)
   // A warpgroup whose rows are all past T has none (the last query tile's, where T is not a
@@ -513,7 +513,18 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile, Consumers>::kThread
     return;
   }
 
-  float alpha[2];
+  float alpha[2] = {1.f, 1.f};  // (each softmax sets it before a rescaling reads it)
+  // O's rescaling by the last softmax's alpha, unless no row of the warp has a new maximum (every
+  // alpha exactly 1, whose products would give O's own bits): a warp-wide vote, so that the branch
+  // is uniform (not at HS 256, where with dropout the vote's registers spilled: ptxas, 28 bytes).
+  // Where the products overlap the softmax it runs once the next tile's S is issued, under that
+  // product (o is not among its registers), before the P V product that accumulates into o, as
+  // FlashAttention-3 places it: off the chain between one tile's products and the next's. The
+  // same multiplies between the same two products, so the same bits.
+  auto rescale = [&] {
+    if (HS > 128 || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_rows(o, alpha);
+  };
+  constexpr bool kOverlap = Tile::overlap(IsDropout);
   hopper::mbarrier_wait_parity(&full[0], 0);  // K_0, V_0 landed
   take_turn(0);
   hopper::wgmma_fence();
@@ -521,14 +532,16 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile, Consumers>::kThread
   pass_turn();
   hopper::wgmma_wait_group<0>();
   softmax(0, alpha);
-  rescale_rows(o, alpha);
+  if constexpr (!kOverlap) rescale();
   pack_a<Bc, false>(a, s, 0u);
   for (int jt = 1; jt < n_wg; ++jt) {
-    if constexpr (Tile::overlap(IsDropout)) {
+    if constexpr (kOverlap) {
       hopper::mbarrier_wait_parity(&full[jt % NS], (jt / NS) & 1);  // K_j, V_j landed
       take_turn(jt);
-      hopper::wgmma_fence();  // o was rescaled and a written by ordinary code since the last wgmma
+      hopper::wgmma_fence();  // a was written by ordinary code since the last wgmma
       issue_s(jt);
+      rescale();  // by tile jt - 1's alpha, under S_ij's product
+      hopper::wgmma_fence();  // o was rescaled by ordinary code
       issue_pv(jt - 1);
       pass_turn();
       hopper::wgmma_wait_group<1>();  // S_ij (committed first) is in s; P_{j-1} V_{j-1} may run on
@@ -545,12 +558,10 @@ __global__ void __launch_bounds__(HopperFwdTile<HS, KeyTile, Consumers>::kThread
       softmax(jt, alpha);
     }
     release(jt - 1);
-    // O's rescaling, unless no row of the warp has a new maximum (every alpha exactly 1, whose
-    // products would give O's own bits): a warp-wide vote, so that the branch is uniform (not at
-    // HS 256, where with dropout the vote's registers spilled: ptxas, 28 bytes)
-    if (HS > 128 || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_rows(o, alpha);
+    if constexpr (!kOverlap) rescale();
     pack_a<Bc, false>(a, s, 0u);
   }
+  if constexpr (kOverlap) rescale();  // by the last tile's alpha
   hopper::wgmma_fence();
   issue_pv(n_wg - 1);
   hopper::wgmma_wait_group<0>();
