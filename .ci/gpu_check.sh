@@ -33,8 +33,10 @@
 #                producer warpgroup) at p = 0.2, T 4k and 16k, with TG_FLASH_HOPPER=5 (the backward's
 #                kernels not pipelined over their tiles) at T 4k, with TG_FLASH_HOPPER=6 (the
 #                forward on key tiles of 64) at T 4k and 16k, with TG_FLASH_HOPPER=7 (the
-#                forward's two consumer warpgroups where it takes three) at HS 64, p = 0, and with
-#                TG_FLASH_HOPPER=8 (the forward's consumer warpgroups not taking turns) at p = 0
+#                forward's two consumer warpgroups where it takes three) at HS 64, p = 0, with
+#                TG_FLASH_HOPPER=8 (the forward's consumer warpgroups not taking turns) at p = 0, and
+#                with TG_FLASH_HOPPER=9 (the forward's dropout on three consumer warpgroups) at HS 64,
+#                p = 0.2
 #   train_flash  shakespeare-char, flash, bf16, the full 5000 iterations: ms/iteration, tokens/s,
 #                MFU, peak device memory (nvidia-smi sampled), best val loss, the kernels it ran
 #   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle);
@@ -192,7 +194,8 @@ parse_hopper() {
 # 9.0), then the mma.sync kernels' at fewer T, then the warp-specialized backward's, then the
 # backward's with dQ inside the dK / dV kernel, then the forward's with its producer warpgroup
 # making the keep decisions, then the backward's with its kernels not pipelined, then the forward's
-# on key tiles of 64, then with its two consumer warpgroups, then with its consumers not taking turns
+# on key tiles of 64, then with its two consumer warpgroups, then with its consumers not taking turns,
+# then with its dropout on three consumer warpgroups
 parse_attention_step() {
   parse_attention "$1"
   [ -f "$1/bench_mma.csv" ] && parse_attention "$1" bench_mma.csv | sed 's/^/mma.sync kernels: /'
@@ -203,6 +206,8 @@ parse_attention_step() {
   [ -f "$1/bench_narrow.csv" ] && parse_attention "$1" bench_narrow.csv | sed 's/^/forward on key tiles of 64: /'
   [ -f "$1/bench_two.csv" ] && parse_attention "$1" bench_two.csv | sed 's/^/forward with two consumer warpgroups: /'
   [ -f "$1/bench_turns.csv" ] && parse_attention "$1" bench_turns.csv | sed 's/^/forward without turns: /'
+  [ -f "$1/bench_three.csv" ] && parse_attention "$1" bench_three.csv |
+    sed 's/^/forward with dropout on three consumer warpgroups: /'
   [ -f "$1/bench_full.csv" ] && parse_attention "$1" bench_full.csv | sed 's/^/not causal: /'
   return 0
 }
@@ -438,6 +443,7 @@ window() {
     NARROW_BENCH_ARGS=("${MMA_BENCH_ARGS[@]}")
     TWO_BENCH_ARGS=(--hs 64 --t 64 --p 0 --tokens 128 --width 128 --reps 1 --warmup 0 --paths flash)
     TURNS_BENCH_ARGS=("${TWO_BENCH_ARGS[@]}")
+    THREE_BENCH_ARGS=(--hs 64 --t 64 --p 0.2 --tokens 128 --width 128 --reps 1 --warmup 0 --paths flash)
     FULL_BENCH_ARGS=(--hs 64 --t 64 --p 0.2 --causal 0 --tokens 128 --width 128 --reps 1 --warmup 0 --paths flash)
     # expected seconds on this machine (2 cores, the emulator), and the limits
     NAIVE_ARGS=()
@@ -462,6 +468,7 @@ window() {
     NARROW_BENCH_ARGS=(--hs 64,128 --t 4096,16384 --p 0,0.2 --naive-max-t 0 --reps 10 --paths flash)
     TWO_BENCH_ARGS=(--hs 64 --t 4096,16384 --p 0 --naive-max-t 0 --reps 10 --paths flash)
     TURNS_BENCH_ARGS=(--hs 64,128 --t 4096,16384 --p 0 --naive-max-t 0 --reps 10 --paths flash)
+    THREE_BENCH_ARGS=(--hs 64 --t 4096,16384 --p 0.2 --naive-max-t 0 --reps 10 --paths flash)
     FULL_BENCH_ARGS=(--hs 64,128 --t 4096 --p 0,0.2 --causal 0 --naive-max-t 0 --reps 10 --paths flash)
     NAIVE_ARGS=(--max-iters 1000 --eval-interval 500)
     # seconds each took in the first window on an H100 (docs/BENCHMARKS.md), rounded up
@@ -679,7 +686,8 @@ step_hopper() {
 # backward's kernels not pipelined (TG_FLASH_HOPPER=5) at T 4k, then with the forward on key tiles of
 # 64 (TG_FLASH_HOPPER=6) at T 4k and 16k, then with its two consumer warpgroups where it takes three
 # (TG_FLASH_HOPPER=7: HS 64, p = 0), then with its consumer warpgroups not taking turns
-# (TG_FLASH_HOPPER=8: p = 0), then the default kernels not causal (every key) at T 4k, each beside SDPA
+# (TG_FLASH_HOPPER=8: p = 0), then with its dropout on three consumer warpgroups (TG_FLASH_HOPPER=9:
+# HS 64, p = 0.2), then the default kernels not causal (every key) at T 4k, each beside SDPA
 step_attention() {
   lib_env
   bounded_to 120 "$BENCH" "${BENCH_ARGS[@]}" --csv "$LOGS/bench_attention.csv"
@@ -692,6 +700,7 @@ step_attention() {
   TG_FLASH_HOPPER=6 bounded "$BENCH" "${NARROW_BENCH_ARGS[@]}" --csv "$LOGS/bench_narrow.csv" || rc=$?
   TG_FLASH_HOPPER=7 bounded "$BENCH" "${TWO_BENCH_ARGS[@]}" --csv "$LOGS/bench_two.csv" || rc=$?
   TG_FLASH_HOPPER=8 bounded "$BENCH" "${TURNS_BENCH_ARGS[@]}" --csv "$LOGS/bench_turns.csv" || rc=$?
+  TG_FLASH_HOPPER=9 bounded "$BENCH" "${THREE_BENCH_ARGS[@]}" --csv "$LOGS/bench_three.csv" || rc=$?
   bounded "$BENCH" "${FULL_BENCH_ARGS[@]}" --csv "$LOGS/bench_full.csv" || rc=$?
   return $rc
 }

@@ -109,18 +109,20 @@ bool flash_attn_hopper_head_size(int HS) { return HS == 64 || HS == 128 || HS ==
 bool flash_attn_hopper_device(const Context& ctx) { return ctx.cc_major == 9 && ctx.cc_minor == 0; }
 
 namespace {
-// TG_FLASH_HOPPER: "" (unset), "0" to "8"; anything else throws
+// TG_FLASH_HOPPER: "" (unset), "0" to "9"; anything else throws
 std::string hopper_setting() {
   const char* v = std::getenv("TG_FLASH_HOPPER");
   const std::string s = v ? v : "";
-  if (!s.empty() && (s.size() != 1 || s[0] < '0' || s[0] > '8'))
+  if (!s.empty() && (s.size() != 1 || s[0] < '0' || s[0] > '9'))
     throw std::invalid_argument("TG_FLASH_HOPPER is '" + s + "'; expected 1 (the Hopper kernels on compute capability "
                                 "9.0, the default), 2 (them with the warp-specialized TMA backward), 3 (them with "
                                 "dQ inside the dK / dV kernel), 4 (them with the forward's keep decisions made by its "
                                 "producer warpgroup), 5 (them with the backward's kernels not pipelined over their tiles), "
                                 "6 (them with the forward on key tiles of 64), 7 (them with the forward's two consumer "
                                 "warpgroups where it takes three), 8 (them with the forward's consumer warpgroups not taking "
-                                "turns at their products) or 0 (the mma.sync kernels); set one of them, or unset it");
+                                "turns at their products), 9 (them with the forward's dropout at head size 64 on three "
+                                "consumer warpgroups and key tiles of 64) or 0 (the mma.sync kernels); set one of them, "
+                                "or unset it");
   return s;
 }
 }  // namespace
@@ -143,6 +145,8 @@ bool flash_attn_hopper_wide_key_tiles() { return hopper_setting() != "6"; }
 bool flash_attn_hopper_three_consumers() { return hopper_setting() != "7"; }
 
 bool flash_attn_hopper_turns() { return hopper_setting() != "8"; }
+
+bool flash_attn_hopper_dropout_three_consumers() { return hopper_setting() == "9"; }
 
 namespace flash {
 namespace {
@@ -1533,6 +1537,12 @@ void run_fwd_hopper(const Context& ctx, const FwdParams<bf16>& p) {
     // the keep ring where asked for (there is a producer warpgroup to make it: not at HS 256)
     if constexpr (IsDropout)
       if (flash_attn_hopper_keep_producer()) return launch_fwd_tiles<HS, 64, true, true>(ctx, p);
+    // three consumers with dropout where asked for (HS 64 on key tiles of 64: 156 registers of
+    // their 160, where tiles of 128 need 235), and only at p > 0: the mask dump at p = 0 keeps the
+    // tiles of the forward without dropout, whose bits it must give
+    if constexpr (IsDropout && HS == 64)
+      if (flash_attn_hopper_dropout_three_consumers() && p.key.threshold != 0)
+        return launch_fwd_tiles<HS, 64, true, false, 3>(ctx, p);
     if (flash_attn_hopper_wide_key_tiles()) {
       if constexpr (fwd_consumers(HS, 128, IsDropout) == 3)
         if (!flash_attn_hopper_three_consumers()) return launch_fwd_tiles<HS, 128, IsDropout, false, 2>(ctx, p);

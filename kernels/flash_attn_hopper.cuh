@@ -79,6 +79,14 @@ bool flash_attn_hopper_three_consumers();
 // beside them. Scheduling alone: the bits are the same either way.
 bool flash_attn_hopper_turns();
 
+// Whether the Hopper forward with dropout (p > 0) at head size 64 runs three consumer warpgroups on
+// key tiles of 64 (192 query rows a CTA, 160 registers a thread each: 12 consumer warps an SM)
+// rather than two on key tiles of 128 (235 registers each: 8): TG_FLASH_HOPPER=9, not the default.
+// Its time follows its instructions, issued on about half the cycles by two warps a scheduler (ncu
+// on the H200): a third warp would issue on more of them, the tiles of 64 costing 8% more
+// instructions. It has not run on a GPU. Its bits are those of TG_FLASH_HOPPER=6's forward.
+bool flash_attn_hopper_dropout_three_consumers();
+
 // As flash_attn_forward<bf16> with causal = true: out (B, T, C) and lse (B, NH, T) overwritten,
 // mask (B, NH, T, T) the keep decisions when not null (entries above the diagonal untouched).
 // Throws std::invalid_argument for a shape or head size it does not take, or a device that is

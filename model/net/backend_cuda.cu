@@ -108,6 +108,8 @@ class CudaBackend final : public Backend {
                                 ? "Hopper wgmma kernels, forward with two consumer warpgroups"
                             : !gpu::flash_attn_hopper_turns() && gpu::flash_attn_tile_head_size(HS) <= 128
                                 ? "Hopper wgmma kernels, forward's consumer warpgroups not taking turns"
+                            : gpu::flash_attn_hopper_dropout_three_consumers() && gpu::flash_attn_tile_head_size(HS) == 64
+                                ? "Hopper wgmma kernels, forward with dropout on three consumer warpgroups"
                                                                 : "Hopper wgmma kernels";
       // a Hopper device the Hopper kernels do not serve at this head size: say why
       if (tile != 0 && gpu::flash_attn_hopper_device(gpt_.ctx()) && !gpu::flash_attn_hopper_head_size(tile))

@@ -122,6 +122,10 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
         "device,HS,T,B,NH,causal,p,path,status,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,bwd_tflops,fwdbwd_tflops,"
         "torch_fwd_ms,torch_bwd_ms,torch_fwdbwd_ms\n"
         "\"NVIDIA H100 80GB HBM3\",128,16384,1,16,1,0,flash,\"ok\",2.0000,4.0000,6.0000,137.44,171.80,160.34,1.0000,4.0000,5.0000\n");
+  write(d / "bench_three.csv",
+        "device,HS,T,B,NH,causal,p,path,status,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,bwd_tflops,fwdbwd_tflops,"
+        "torch_fwd_ms,torch_bwd_ms,torch_fwdbwd_ms\n"
+        "\"NVIDIA H100 80GB HBM3\",64,4096,4,32,1,0.2,flash,\"ok\",2.0000,4.0000,6.0000,137.44,171.80,160.34,2.0000,8.0000,12.0000\n");
   write(d / "train_flash.log",
         "device: cuda:0 NVIDIA H100 80GB HBM3 | attention: flash (Hopper wgmma kernels) | precision: bf16 | memory: 2048 MiB\n"
         "step 0: train loss 4.2009, val loss 4.2097\n"
@@ -199,6 +203,9 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
   // then the forward with two consumer warpgroups where it takes three (TG_FLASH_HOPPER=7)
   CHECK(t.find("forward with two consumer warpgroups: HS 64 p 0: flash TFLOP/s fwd/bwd/both at T 4k:275/172/160 | time / "
                "SDPA (median over T): fwd 1.00 bwd 1.00 both 1.00") != std::string::npos);
+  // then the forward with its dropout on three consumer warpgroups (TG_FLASH_HOPPER=9)
+  CHECK(t.find("forward with dropout on three consumer warpgroups: HS 64 p 0.2: flash TFLOP/s fwd/bwd/both at T "
+               "4k:137/172/160 | time / SDPA (median over T): fwd 1.00 bwd 0.50 both 0.50") != std::string::npos);
   // then the forward with its consumer warpgroups not taking turns (TG_FLASH_HOPPER=8)
   CHECK(t.find("forward without turns: HS 128 p 0: flash TFLOP/s fwd/bwd/both at T 16k:137/172/160 | time / SDPA "
                "(median over T): fwd 2.00 bwd 1.00 both 1.20") != std::string::npos);

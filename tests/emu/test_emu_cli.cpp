@@ -249,6 +249,15 @@ TEST_CASE("train_gpt_emu: on compute capability 9.0 the flash kernels are Hopper
   CHECK(train_losses(out / "turnless") == b);
   CHECK(!train_losses(out / "hopper", "val_loss").empty());
   CHECK(train_losses(out / "turnless", "val_loss") == train_losses(out / "hopper", "val_loss"));
+  // the forward's dropout on three consumer warpgroups and key tiles of 64 (TG_FLASH_HOPPER=9): the
+  // bits of tiles of 64 on two, so the mma.sync run's losses
+  const Run three = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 3 --out-dir " + (out / "three").string(),
+                                 "env TG_FLASH_HOPPER=9 ");
+  INFO("stderr: " << three.err);
+  REQUIRE(three.code == 0);
+  CHECK(three.out.find("attention: flash (Hopper wgmma kernels, forward with dropout on three consumer warpgroups) |") !=
+        std::string::npos);
+  CHECK(train_losses(out / "three") == a);
   const Run a100 = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 1 --out-dir " + (out / "a100").string(),
                                 "env TG_EMU_DEVICE=a100 ");
   CHECK(a100.code == 0);
@@ -502,6 +511,11 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
       {"", "--device cuda --precision bf16 --attention flash --dropout 0 --n-layer 1 --n-head 1 --n-embd 128 "
            "--block-size 512 --batch-size 1 --max-iters 1 --eval-interval 1 --eval-iters 1 --sample-tokens 0" + data +
            " --out-dir " + (dir / "wide0").string()},
+      // the forward's dropout on three consumer warpgroups and key tiles of 64 (TG_FLASH_HOPPER=9):
+      // at T 512 the last query tile's third warpgroup has no rows, and its ring is refilled
+      {"TG_FLASH_HOPPER=9 ", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 "
+                             "--n-embd 64 --block-size 512 --batch-size 1 --max-iters 1 --eval-interval 1 --eval-iters 1 "
+                             "--sample-tokens 0" + data + " --out-dir " + (dir / "three").string()},
       // the default kernels at head size 128, where both backward kernels are pipelined, with
       // dropout: at T 192 key tile 0's dK / dV CTA has six query tiles of 32 and the last query
       // tile's dQ CTA three key tiles of 64, so each refills its stages after the products that

@@ -76,7 +76,8 @@ struct FlashKernels {
   // dQ inside the dK / dV kernel; "4": with the forward's keep decisions made by its producer
   // warpgroup; "5": with the backward's kernels not pipelined over their tiles; "6": with the
   // forward on key tiles of 64; "7": with the forward's two consumer warpgroups where it takes three;
-  // "8": with the forward's consumer warpgroups not taking turns at their products)
+  // "8": with the forward's consumer warpgroups not taking turns at their products; "9": with the
+  // forward's dropout at head size 64 on three consumer warpgroups and key tiles of 64)
   explicit FlashKernels(const char* value) {
     if (const char* v = std::getenv("TG_FLASH_HOPPER")) had = true, before = v;
     setenv("TG_FLASH_HOPPER", value, 1);

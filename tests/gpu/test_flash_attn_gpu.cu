@@ -641,6 +641,20 @@ TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the rati
               CHECK_MESSAGE(bitwise_equal(ring.lse, narrow.lse), where << ": lse with the producer's keep decisions differs");
               CHECK_MESSAGE(bitwise_equal(ring.dqkv, narrow.dqkv), where << ": dqkv with the producer's keep decisions differs");
             }
+            // the forward with dropout on three consumer warpgroups and key tiles of 64
+            // (TG_FLASH_HOPPER=9, HS 64): each warpgroup computes its own rows on the same tiles,
+            // so the bits of two on tiles of 64, and the CPU's mask byte for byte
+            if (p > 0 && HS <= 64) {
+              const Result three = [&] {
+                const tg_test::FlashKernels family("9");
+                return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, causal, true);
+              }();
+              CHECK_MESSAGE(three.mask == hw.mask, where << ": the keep decisions on three consumers differ from the CPU's");
+              CHECK_MESSAGE(bitwise_equal(three.out, narrow.out), where << ": O with dropout on three consumers differs, largest "
+                                                                        << max_abs_diff(three.out, narrow.out));
+              CHECK_MESSAGE(bitwise_equal(three.lse, narrow.lse), where << ": lse with dropout on three consumers differs");
+              CHECK_MESSAGE(bitwise_equal(three.dqkv, narrow.dqkv), where << ": dqkv with dropout on three consumers differs");
+            }
           }
         }
 }
