@@ -217,47 +217,30 @@ TEST_CASE("train_gpt_emu: on compute capability 9.0 the flash kernels are Hopper
     CAPTURE(step);
     CHECK(b.at(step) == doctest::Approx(loss).epsilon(1e-3));
   }
-  const Run ws = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 3 --out-dir " + (out / "ws").string(),
-                              "env TG_FLASH_HOPPER=2 ");
-  INFO("stderr: " << ws.err);
-  REQUIRE(ws.code == 0);
-  CHECK(ws.out.find("attention: flash (Hopper wgmma kernels, warp-specialized backward) |") != std::string::npos);
-  CHECK(train_losses(out / "ws") == b);
-  // dQ inside the dK / dV kernel (TG_FLASH_HOPPER=3): named, and the same first two steps (the second
-  // after the first backward)
-  const Run apart = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 2 --out-dir " + (out / "apart").string(),
-                                 "env TG_FLASH_HOPPER=3 ");
-  INFO("stderr: " << apart.err);
-  REQUIRE(apart.code == 0);
-  CHECK(apart.out.find("attention: flash (Hopper wgmma kernels, dQ inside the dK / dV kernel) |") != std::string::npos);
-  CHECK(train_losses(out / "apart") == std::map<int, double>(b.begin(), std::next(b.begin(), 2)));
-  const Run ring = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 3 --out-dir " + (out / "ring").string(),
-                                "env TG_FLASH_HOPPER=4 ");
-  INFO("stderr: " << ring.err);
-  REQUIRE(ring.code == 0);
-  CHECK(ring.out.find("attention: flash (Hopper wgmma kernels, keep decisions by the forward's producer warpgroup) |") !=
-        std::string::npos);
-  CHECK(train_losses(out / "ring") == a);
+  // TG_FLASH_HOPPER=setting for iters steps into out / name: it ends well and its start-up line names
+  // the kernels `kernels`; its train losses
+  auto variant = [&](const char* setting, const char* name, int iters, const std::string& kernels) {
+    const Run r = cli::run_exe(cli::train_gpt_emu_exe(),
+                               common + " --max-iters " + std::to_string(iters) + " --out-dir " + (out / name).string(),
+                               std::string("env TG_FLASH_HOPPER=") + setting + " ");
+    INFO("TG_FLASH_HOPPER=" << setting << " stderr: " << r.err);
+    REQUIRE(r.code == 0);
+    CHECK(r.out.find("attention: flash (Hopper wgmma kernels, " + kernels + ") |") != std::string::npos);
+    return train_losses(out / name);
+  };
+  CHECK(variant("2", "ws", 3, "warp-specialized backward") == b);
+  // dQ inside the dK / dV kernel (TG_FLASH_HOPPER=3): the same first two steps (the second after the
+  // first backward)
+  CHECK(variant("3", "apart", 2, "dQ inside the dK / dV kernel") == std::map<int, double>(b.begin(), std::next(b.begin(), 2)));
+  CHECK(variant("4", "ring", 3, "keep decisions by the forward's producer warpgroup") == a);
   // the forward's consumer warpgroups not taking turns (TG_FLASH_HOPPER=8; the forward without
   // dropout, the evaluations' at HS 64, three consumers): the same train and validation losses
-  const Run turnless = cli::run_exe(cli::train_gpt_emu_exe(),
-                                    common + " --max-iters 3 --out-dir " + (out / "turnless").string(), "env TG_FLASH_HOPPER=8 ");
-  INFO("stderr: " << turnless.err);
-  REQUIRE(turnless.code == 0);
-  CHECK(turnless.out.find("attention: flash (Hopper wgmma kernels, forward's consumer warpgroups not taking turns) |") !=
-        std::string::npos);
-  CHECK(train_losses(out / "turnless") == b);
+  CHECK(variant("8", "turnless", 3, "forward's consumer warpgroups not taking turns") == b);
   CHECK(!train_losses(out / "hopper", "val_loss").empty());
   CHECK(train_losses(out / "turnless", "val_loss") == train_losses(out / "hopper", "val_loss"));
   // the forward's dropout on three consumer warpgroups and key tiles of 64 (TG_FLASH_HOPPER=9): the
   // bits of tiles of 64 on two, so the mma.sync run's losses
-  const Run three = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 3 --out-dir " + (out / "three").string(),
-                                 "env TG_FLASH_HOPPER=9 ");
-  INFO("stderr: " << three.err);
-  REQUIRE(three.code == 0);
-  CHECK(three.out.find("attention: flash (Hopper wgmma kernels, forward with dropout on three consumer warpgroups) |") !=
-        std::string::npos);
-  CHECK(train_losses(out / "three") == a);
+  CHECK(variant("9", "three", 3, "forward with dropout on three consumer warpgroups") == a);
   const Run a100 = cli::run_exe(cli::train_gpt_emu_exe(), common + " --max-iters 1 --out-dir " + (out / "a100").string(),
                                 "env TG_EMU_DEVICE=a100 ");
   CHECK(a100.code == 0);

@@ -627,34 +627,25 @@ TG_HOPPER_TEST("flash attention hopper (wgmma): forward and backward by the rati
                                                                      << max_abs_diff(narrow.out, mma.out));
               CHECK_MESSAGE(bitwise_equal(narrow.lse, mma.lse), where << ": lse on key tiles of 64 is not mma.sync's");
             }
-            // the forward's keep decisions made by its producer warpgroup (TG_FLASH_HOPPER=4, whose
-            // forward takes key tiles of 64): the same Philox calls, so the same mask byte for byte,
-            // and the same O, lse and dqkv bit for bit as on tiles of 64 without it
-            if (p > 0) {
-              const Result ring = [&] {
-                const tg_test::FlashKernels family("4");
+            // With dropout, forwards whose bits are those of the tiles of 64 (their tiles, their sums
+            // in the same order), with the mask hook: the CPU's mask byte for byte, and O, lse and
+            // dqkv bit for bit. The keep decisions made by the forward's producer warpgroup
+            // (TG_FLASH_HOPPER=4, whose forward takes key tiles of 64): the same Philox calls. The
+            // forward on three consumer warpgroups and key tiles of 64 (TG_FLASH_HOPPER=9, HS 64):
+            // each warpgroup computes its own rows on the same tiles.
+            auto as_narrow = [&](const char* setting, const char* what) {
+              const Result r = [&] {
+                const tg_test::FlashKernels family(setting);
                 return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, causal, true);
               }();
-              CHECK_MESSAGE(ring.mask == hw.mask, where << ": the producer warpgroup's keep decisions differ from the CPU's");
-              CHECK_MESSAGE(bitwise_equal(ring.out, narrow.out), where << ": O with the producer's keep decisions differs, largest "
-                                                                       << max_abs_diff(ring.out, narrow.out));
-              CHECK_MESSAGE(bitwise_equal(ring.lse, narrow.lse), where << ": lse with the producer's keep decisions differs");
-              CHECK_MESSAGE(bitwise_equal(ring.dqkv, narrow.dqkv), where << ": dqkv with the producer's keep decisions differs");
-            }
-            // the forward with dropout on three consumer warpgroups and key tiles of 64
-            // (TG_FLASH_HOPPER=9, HS 64): each warpgroup computes its own rows on the same tiles,
-            // so the bits of two on tiles of 64, and the CPU's mask byte for byte
-            if (p > 0 && HS <= 64) {
-              const Result three = [&] {
-                const tg_test::FlashKernels family("9");
-                return run_flash<gpu::bf16>(tc.ctx, s, qkv, dout, key, causal, true);
-              }();
-              CHECK_MESSAGE(three.mask == hw.mask, where << ": the keep decisions on three consumers differ from the CPU's");
-              CHECK_MESSAGE(bitwise_equal(three.out, narrow.out), where << ": O with dropout on three consumers differs, largest "
-                                                                        << max_abs_diff(three.out, narrow.out));
-              CHECK_MESSAGE(bitwise_equal(three.lse, narrow.lse), where << ": lse with dropout on three consumers differs");
-              CHECK_MESSAGE(bitwise_equal(three.dqkv, narrow.dqkv), where << ": dqkv with dropout on three consumers differs");
-            }
+              CHECK_MESSAGE(r.mask == hw.mask, where << ": the keep decisions " << what << " differ from the CPU's");
+              CHECK_MESSAGE(bitwise_equal(r.out, narrow.out), where << ": O " << what << " differs, largest "
+                                                                    << max_abs_diff(r.out, narrow.out));
+              CHECK_MESSAGE(bitwise_equal(r.lse, narrow.lse), where << ": lse " << what << " differs");
+              CHECK_MESSAGE(bitwise_equal(r.dqkv, narrow.dqkv), where << ": dqkv " << what << " differs");
+            };
+            if (p > 0) as_narrow("4", "by the producer warpgroup");
+            if (p > 0 && HS <= 64) as_narrow("9", "with dropout on three consumers");
           }
         }
 }
