@@ -182,33 +182,37 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
   CHECK(row(t, "hopper").find("instructions: 8 passed, 1 failed, 44 skipped of 9 (failed: hopper: wgmma m64nNk16 bf16, "
                               "MN-major (transposed) operands)") != std::string::npos);
   CHECK(t.find("kernels: 2 passed, 0 failed, 44 skipped of 2") != std::string::npos);
-  // the attention step: the default kernels' rows, then the mma.sync kernels' (TG_FLASH_HOPPER=0)
-  CHECK(t.find("mma.sync kernels: HS 128 p 0.2: flash TFLOP/s fwd/bwd/both at T 1k:344/172/200 | time / SDPA (median "
-               "over T): fwd 0.50 bwd 0.50 both 0.50") != std::string::npos);
-  // then the warp-specialized backward's (TG_FLASH_HOPPER=2)
-  CHECK(t.find("warp-specialized backward: HS 64 p 0.2: flash TFLOP/s fwd/bwd/both at T 4k:137/172/160 | time / SDPA "
-               "(median over T): fwd 1.00 bwd 0.50 both 0.50") != std::string::npos);
-  // then the backward with dQ inside the dK / dV kernel (TG_FLASH_HOPPER=3)
-  CHECK(t.find("dQ inside the dK / dV kernel: HS 128 p 0: flash TFLOP/s fwd/bwd/both at T 4k:137/172/160 | time / SDPA "
-               "(median over T): fwd 1.00 bwd 2.00 both 1.00") != std::string::npos);
-  // then the forward with its producer warpgroup making the keep decisions (TG_FLASH_HOPPER=4)
-  CHECK(t.find("keep decisions by the producer warpgroup: HS 64 p 0.2: flash TFLOP/s fwd/bwd/both at T 16k:275/172/160 | "
-               "time / SDPA (median over T): fwd 0.50 bwd 0.50 both 0.50") != std::string::npos);
-  // then the backward with its kernels not pipelined (TG_FLASH_HOPPER=5)
-  CHECK(t.find("backward not pipelined: HS 128 p 0.2: flash TFLOP/s fwd/bwd/both at T 4k:137/86/96 | time / SDPA "
-               "(median over T): fwd 1.00 bwd 2.00 both 2.00") != std::string::npos);
-  // then the forward on key tiles of 64 (TG_FLASH_HOPPER=6)
-  CHECK(t.find("forward on key tiles of 64: HS 64 p 0: flash TFLOP/s fwd/bwd/both at T 16k:137/172/160 | time / SDPA "
-               "(median over T): fwd 2.00 bwd 1.00 both 1.20") != std::string::npos);
-  // then the forward with two consumer warpgroups where it takes three (TG_FLASH_HOPPER=7)
-  CHECK(t.find("forward with two consumer warpgroups: HS 64 p 0: flash TFLOP/s fwd/bwd/both at T 4k:275/172/160 | time / "
-               "SDPA (median over T): fwd 1.00 bwd 1.00 both 1.00") != std::string::npos);
-  // then the forward with its dropout on three consumer warpgroups (TG_FLASH_HOPPER=9)
-  CHECK(t.find("forward with dropout on three consumer warpgroups: HS 64 p 0.2: flash TFLOP/s fwd/bwd/both at T "
-               "4k:137/172/160 | time / SDPA (median over T): fwd 1.00 bwd 0.50 both 0.50") != std::string::npos);
-  // then the forward with its consumer warpgroups not taking turns (TG_FLASH_HOPPER=8)
-  CHECK(t.find("forward without turns: HS 128 p 0: flash TFLOP/s fwd/bwd/both at T 16k:137/172/160 | time / SDPA "
-               "(median over T): fwd 2.00 bwd 1.00 both 1.20") != std::string::npos);
+  // the attention step: the default kernels' rows, then each variant's, named by its prefix
+  const char* const variants[] = {
+      // the mma.sync kernels (TG_FLASH_HOPPER=0)
+      "mma.sync kernels: HS 128 p 0.2: flash TFLOP/s fwd/bwd/both at T 1k:344/172/200 | time / SDPA (median over T): "
+      "fwd 0.50 bwd 0.50 both 0.50",
+      // the warp-specialized backward (TG_FLASH_HOPPER=2)
+      "warp-specialized backward: HS 64 p 0.2: flash TFLOP/s fwd/bwd/both at T 4k:137/172/160 | time / SDPA (median "
+      "over T): fwd 1.00 bwd 0.50 both 0.50",
+      // the backward with dQ inside the dK / dV kernel (TG_FLASH_HOPPER=3)
+      "dQ inside the dK / dV kernel: HS 128 p 0: flash TFLOP/s fwd/bwd/both at T 4k:137/172/160 | time / SDPA (median "
+      "over T): fwd 1.00 bwd 2.00 both 1.00",
+      // the forward with its producer warpgroup making the keep decisions (TG_FLASH_HOPPER=4)
+      "keep decisions by the producer warpgroup: HS 64 p 0.2: flash TFLOP/s fwd/bwd/both at T 16k:275/172/160 | time / "
+      "SDPA (median over T): fwd 0.50 bwd 0.50 both 0.50",
+      // the backward with its kernels not pipelined (TG_FLASH_HOPPER=5)
+      "backward not pipelined: HS 128 p 0.2: flash TFLOP/s fwd/bwd/both at T 4k:137/86/96 | time / SDPA (median over "
+      "T): fwd 1.00 bwd 2.00 both 2.00",
+      // the forward on key tiles of 64 (TG_FLASH_HOPPER=6)
+      "forward on key tiles of 64: HS 64 p 0: flash TFLOP/s fwd/bwd/both at T 16k:137/172/160 | time / SDPA (median "
+      "over T): fwd 2.00 bwd 1.00 both 1.20",
+      // the forward with two consumer warpgroups where it takes three (TG_FLASH_HOPPER=7)
+      "forward with two consumer warpgroups: HS 64 p 0: flash TFLOP/s fwd/bwd/both at T 4k:275/172/160 | time / SDPA "
+      "(median over T): fwd 1.00 bwd 1.00 both 1.00",
+      // the forward with its dropout on three consumer warpgroups (TG_FLASH_HOPPER=9)
+      "forward with dropout on three consumer warpgroups: HS 64 p 0.2: flash TFLOP/s fwd/bwd/both at T 4k:137/172/160 "
+      "| time / SDPA (median over T): fwd 1.00 bwd 0.50 both 0.50",
+      // the forward with its consumer warpgroups not taking turns (TG_FLASH_HOPPER=8)
+      "forward without turns: HS 128 p 0: flash TFLOP/s fwd/bwd/both at T 16k:137/172/160 | time / SDPA (median over "
+      "T): fwd 2.00 bwd 1.00 both 1.20",
+  };
+  for (const char* line : variants) CHECK_MESSAGE(t.find(line) != std::string::npos, line);
   CHECK(row(t, "train_flash").find("5000 steps in 41.2 s, 7.10 ms/step (median), tokens/s 2307605, MFU 31.5%, "
                                    "peak device memory 3100 MiB (nvidia-smi), model buffers 2048 MiB, best val loss "
                                    "1.4652; attention: flash (Hopper wgmma kernels)") != std::string::npos);

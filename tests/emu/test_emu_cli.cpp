@@ -455,6 +455,13 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
   const std::string data = " --data " + data_path();
   // (block_size 32: 36 tokens sampled slide the KV cache's window, which primes it again)
   const std::string train = " --max-iters 2 --eval-interval 1 --dropout 0.1 --sample-tokens 36" + kTiny + data;
+  // one step and one evaluation of one bf16 head of size embd on the flash path at T block, into dir / name
+  auto one_head = [&](const char* dropout, int embd, int block, int sample, const char* name) {
+    return std::string("--device cuda --precision bf16 --attention flash --dropout ") + dropout +
+           " --n-layer 1 --n-head 1 --n-embd " + std::to_string(embd) + " --block-size " + std::to_string(block) +
+           " --batch-size 1 --max-iters 1 --eval-interval 1 --eval-iters 1 --sample-tokens " + std::to_string(sample) +
+           data + " --out-dir " + (dir / name).string();
+  };
   const std::vector<std::pair<std::string, std::string>> runs = {  // (environment, arguments)
       {"", "--device cuda --precision bf16 --attention flash --bias" + train + " --out-dir " + (dir / "flash").string()},
       {"", "--device cuda --precision fp32 --attention naive" + train + " --out-dir " + (dir / "naive").string()},
@@ -472,46 +479,32 @@ TEST_CASE("train_gpt_emu: every kernel of the build runs clean under racecheck a
       // the dQ kernel's second query tile, so a stage of each ring (three) is refilled after both
       // warpgroups' reads (with one lane's arrival for its warp this run names the race an H200
       // found), and each kernel's first or second warpgroup skips the tiles outside its rows
-      {"TG_FLASH_HOPPER=2 ", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 "
-                             "--n-embd 128 --block-size 256 --batch-size 1 --max-iters 1 --eval-interval 1 "
-                             "--eval-iters 1 --sample-tokens 4" + data + " --out-dir " + (dir / "ws").string()},
+      {"TG_FLASH_HOPPER=2 ", one_head("0.1", 128, 256, 4, "ws")},
       // the forward's keep decisions made by its producer warpgroup (opt-in; head size 64), with
       // dropout: at T 320 the last query tile's CTA has 5 key tiles, so both its rings are refilled
       // (the keep ring's 4 stages after the consumers' reads of their words); its backward is the
       // default's, whose pipelined dK / dV kernel has 5 query tiles for key tile 0, so each of its
       // three stages and two keep tiles is refilled after its reads
-      {"TG_FLASH_HOPPER=4 ", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 "
-                             "--n-embd 64 --block-size 320 --batch-size 1 --max-iters 1 --eval-interval 1 "
-                             "--eval-iters 1 --sample-tokens 0" + data + " --out-dir " + (dir / "ring").string()},
+      {"TG_FLASH_HOPPER=4 ", one_head("0.1", 64, 320, 0, "ring")},
       // the default forward on key tiles of 128, at head size 64 with dropout (its evaluation,
       // without, on three consumer warpgroups) and at 128 without: at T 512 the last query tile's
       // CTA has 4 key tiles, so the first of its ring's 3 stages is refilled after every consumer
       // warpgroup's reads; without dropout the consumers take turns at their products, and at
       // HS 64 the last query tile's third warpgroup (rows 512 ..) has none, only turns and releases
-      {"", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 --n-embd 64 "
-           "--block-size 512 --batch-size 1 --max-iters 1 --eval-interval 1 --eval-iters 1 --sample-tokens 0" + data +
-           " --out-dir " + (dir / "wide").string()},
-      {"", "--device cuda --precision bf16 --attention flash --dropout 0 --n-layer 1 --n-head 1 --n-embd 128 "
-           "--block-size 512 --batch-size 1 --max-iters 1 --eval-interval 1 --eval-iters 1 --sample-tokens 0" + data +
-           " --out-dir " + (dir / "wide0").string()},
+      {"", one_head("0.1", 64, 512, 0, "wide")},
+      {"", one_head("0", 128, 512, 0, "wide0")},
       // the forward's dropout on three consumer warpgroups and key tiles of 64 (TG_FLASH_HOPPER=9):
       // at T 512 the last query tile's third warpgroup has no rows, and its ring is refilled
-      {"TG_FLASH_HOPPER=9 ", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 "
-                             "--n-embd 64 --block-size 512 --batch-size 1 --max-iters 1 --eval-interval 1 --eval-iters 1 "
-                             "--sample-tokens 0" + data + " --out-dir " + (dir / "three").string()},
+      {"TG_FLASH_HOPPER=9 ", one_head("0.1", 64, 512, 0, "three")},
       // the default kernels at head size 128, where both backward kernels are pipelined, with
       // dropout: at T 192 key tile 0's dK / dV CTA has six query tiles of 32 and the last query
       // tile's dQ CTA three key tiles of 64, so each refills its stages after the products that
       // read them (the other runs' default kernels are at head size 64 or the mma.sync ones)
-      {"", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 --n-embd 128 "
-           "--block-size 192 --batch-size 1 --max-iters 1 --eval-interval 1 --eval-iters 1 --sample-tokens 0" + data +
-           " --out-dir " + (dir / "hs128").string()},
+      {"", one_head("0.1", 128, 192, 0, "hs128")},
       // the backward's kernels not pipelined over their tiles (kept to time the pipelining beside
       // them; head size 128, where both kernels have a twin that waits, T 192: six query tiles of
       // 32 for key tile 0's dK / dV CTA, three key tiles of 64 for the last query tile's dQ CTA)
-      {"TG_FLASH_HOPPER=5 ", "--device cuda --precision bf16 --attention flash --dropout 0.1 --n-layer 1 --n-head 1 "
-                             "--n-embd 128 --block-size 192 --batch-size 1 --max-iters 1 --eval-interval 1 "
-                             "--eval-iters 1 --sample-tokens 0" + data + " --out-dir " + (dir / "seq").string()},
+      {"TG_FLASH_HOPPER=5 ", one_head("0.1", 128, 192, 0, "seq")},
       {"TG_EMU_CUBLASLT_NO_ALGORITHM=1 ", "--device cuda --precision bf16 --bias --max-iters 1 --eval-interval 1 "
                                           "--sample-tokens 4" + kTiny + data + " --out-dir " + (dir / "fallback").string()},
   };
