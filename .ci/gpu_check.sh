@@ -26,17 +26,15 @@
 #   attention    the attention benchmark (bench_gpu) beside PyTorch SDPA: forward, backward and
 #                both, p = 0 and 0.2, HS 64 and 128, TFLOP/s and ratios, on the default kernels
 #                (the Hopper ones on compute capability 9.0; at p = 0.2 also with the backward
-#                making the keep decisions again, --paths recompute), then with TG_FLASH_HOPPER=0 (the
-#                mma.sync ones, recompute rows too) at fewer T, then with TG_FLASH_HOPPER=2 (the Hopper kernels with
-#                the warp-specialized TMA backward) and TG_FLASH_HOPPER=3 (them with dQ inside the dK / dV
-#                kernel) at T 4k, and with TG_FLASH_HOPPER=4 (the forward's keep decisions made by its
-#                producer warpgroup) at p = 0.2, T 4k and 16k, with TG_FLASH_HOPPER=5 (the backward's
-#                kernels not pipelined over their tiles) at T 4k, with TG_FLASH_HOPPER=6 (the
-#                forward on key tiles of 64) at T 4k and 16k, with TG_FLASH_HOPPER=7 (the
-#                forward's two consumer warpgroups where it takes three) at HS 64, p = 0, with
-#                TG_FLASH_HOPPER=8 (the forward's consumer warpgroups not taking turns) at p = 0, and
-#                with TG_FLASH_HOPPER=9 (the forward's dropout on three consumer warpgroups) at HS 64,
-#                p = 0.2
+#                making the keep decisions again, --paths recompute); then each twin that
+#                TG_FLASH_HOPPER=N selects, on some of those shapes, without SDPA, its time over the
+#                default's in the summary: 0 the mma.sync kernels (recompute rows too) at T 1k, 4k
+#                and 16k; 2 the warp-specialized TMA backward, 3 dQ inside the dK / dV kernel and
+#                5 the backward not pipelined, at T 4k; 4 the forward's keep decisions by its
+#                producer warpgroup at p = 0.2 and 6 the forward on key tiles of 64, at T 4k and
+#                16k; 7 the forward's two consumer warpgroups where it takes three (HS 64, p = 0),
+#                8 its consumers not taking turns (p = 0) and 9 its dropout on three consumer
+#                warpgroups (HS 64, p = 0.2), at T 4k and 16k; then not causal at T 4k
 #   train_flash  shakespeare-char, flash, bf16, the full 5000 iterations: ms/iteration, tokens/s,
 #                MFU, peak device memory (nvidia-smi sampled), best val loss, the kernels it ran
 #   counters     Nsight Compute's counters of one step beside the emulator's (carried in the bundle);
@@ -129,11 +127,14 @@ failing_cases() { sed -nE 's/^TEST CASE: +//p' "$1" 2>/dev/null | awk '!seen[$0]
 # bench_attention.csv (or the CSV named second): one line per head size and dropout: flash
 # forward + backward TFLOP/s at each T, the median over T of flash's time over SDPA's (< 1:
 # ours faster), and where the CSV has recompute rows the median over T of the backward's time
-# with the stored keep bytes over its time making them again
+# with the stored keep bytes over its time making them again. With a third, a twin's CSV beside
+# the default's (bench_attention.csv): the median over T of the twin's time over the default's at
+# the shapes both ran (< 1: the twin faster), and nothing of SDPA where the twin's run had none.
 parse_attention() {
-  local f=$1/${2:-bench_attention.csv}
-  [ -f "$f" ] || { [ -f "$1/${3:-attention}.log" ] && echo "no CSV written"; return 0; }
-  awk 'function csv(line, f,   n, q, c, i, cur) {  # split a CSV line into f[1..n], quotes honoured
+  local f=$1/${2:-bench_attention.csv} base=${3:+$1/$3}
+  [ -f "$f" ] || { [ -f "$1/attention.log" ] && echo "no CSV written"; return 0; }
+  [ -n "$base" ] && [ ! -f "$base" ] && base=""
+  awk -v base="$base" 'function csv(line, f,   n, q, c, i, cur) {  # split a CSV line into f[1..n], quotes honoured
       n = 0; q = 0; cur = ""
       for (i = 1; i <= length(line); i++) {
         c = substr(line, i, 1)
@@ -144,10 +145,19 @@ parse_attention() {
       f[++n] = cur
       return n
     }
-    NR > 1 {
+    # the flash times of the default run by shape (read first, where a twin is parsed)
+    base != "" && FILENAME == base {
+      if (FNR > 1 && csv($0, f) && f[8] == "flash" && f[9] == "ok") def[f[2], f[6], f[7], f[3]] = f[10] " " f[11] " " f[12]
+      next
+    }
+    FNR > 1 {
       # columns: device,HS,T,B,NH,causal,p,path,status,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tf,bwd_tf,fwdbwd_tf,t_fwd,t_bwd,t_fb
       csv($0, f)
       key = "HS " f[2] (f[6] == "0" ? " full" : "") " p " f[7]
+      if (f[8] == "flash" && f[9] == "ok" && (f[2], f[6], f[7], f[3]) in def) {
+        split(def[f[2], f[6], f[7], f[3]], d0, " ")
+        if (d0[1] > 0 && d0[2] > 0 && d0[3] > 0) { nd[key]++; df[key, nd[key]] = f[10] / d0[1]; db[key, nd[key]] = f[11] / d0[2]; dfb[key, nd[key]] = f[12] / d0[3] }
+      }
       if (!(key in seen)) { seen[key] = 1; order[++n] = key }
       if (f[8] == "flash" && f[9] == "ok") {
         tf[key] = tf[key] sprintf(" %s:%.0f/%.0f/%.0f", (f[3] + 0 >= 1024 ? f[3] / 1024 "k" : f[3]), f[13], f[14], f[15])
@@ -168,7 +178,8 @@ parse_attention() {
         k = order[i]
         line = sprintf("%s: flash TFLOP/s fwd/bwd/both at T%s", k, tf[k] == "" ? " -" : tf[k])
         if (nr[k] > 0) line = line sprintf(" | time / SDPA (median over T): fwd %.2f bwd %.2f both %.2f", med(rf, k, nr[k]), med(rb, k, nr[k]), med(r, k, nr[k]))
-        else line = line " | SDPA: not measured"
+        else if (base == "") line = line " | SDPA: not measured"
+        if (nd[k] > 0) line = line sprintf(" | time / the default'"'"'s (median over T): fwd %.2f bwd %.2f both %.2f", med(df, k, nd[k]), med(db, k, nd[k]), med(dfb, k, nd[k]))
         m = 0
         for (j = 1; j <= nt[k]; j++)
           if ((k, ts[k, j], "flash") in bw && bw[k, ts[k, j], "recompute"] + 0 > 0) kr[k, ++m] = bw[k, ts[k, j], "flash"] / bw[k, ts[k, j], "recompute"]
@@ -176,7 +187,7 @@ parse_attention() {
         if (bad[k]) line = line sprintf(" | %d shape(s) not ok", bad[k])
         print line
       }
-    }' "$f"
+    }' ${base:+"$base"} "$f"
 }
 
 # the Hopper instructions' and kernels' test cases (their doctest lines, the failing instructions
@@ -191,24 +202,24 @@ parse_hopper() {
 }
 
 # the attention benchmark's rows on the default kernels (the Hopper ones on compute capability
-# 9.0), then the mma.sync kernels' at fewer T, then the warp-specialized backward's, then the
-# backward's with dQ inside the dK / dV kernel, then the forward's with its producer warpgroup
-# making the keep decisions, then the backward's with its kernels not pipelined, then the forward's
-# on key tiles of 64, then with its two consumer warpgroups, then with its consumers not taking turns,
-# then with its dropout on three consumer warpgroups
+# 9.0), then each twin's (the header's attention line) beside them
 parse_attention_step() {
   parse_attention "$1"
-  [ -f "$1/bench_mma.csv" ] && parse_attention "$1" bench_mma.csv | sed 's/^/mma.sync kernels: /'
-  [ -f "$1/bench_ws.csv" ] && parse_attention "$1" bench_ws.csv | sed 's/^/warp-specialized backward: /'
-  [ -f "$1/bench_fused.csv" ] && parse_attention "$1" bench_fused.csv | sed 's/^/dQ inside the dK \/ dV kernel: /'
-  [ -f "$1/bench_ring.csv" ] && parse_attention "$1" bench_ring.csv | sed 's/^/keep decisions by the producer warpgroup: /'
-  [ -f "$1/bench_seq.csv" ] && parse_attention "$1" bench_seq.csv | sed 's/^/backward not pipelined: /'
-  [ -f "$1/bench_narrow.csv" ] && parse_attention "$1" bench_narrow.csv | sed 's/^/forward on key tiles of 64: /'
-  [ -f "$1/bench_two.csv" ] && parse_attention "$1" bench_two.csv | sed 's/^/forward with two consumer warpgroups: /'
-  [ -f "$1/bench_turns.csv" ] && parse_attention "$1" bench_turns.csv | sed 's/^/forward without turns: /'
-  [ -f "$1/bench_three.csv" ] && parse_attention "$1" bench_three.csv |
-    sed 's/^/forward with dropout on three consumer warpgroups: /'
-  [ -f "$1/bench_full.csv" ] && parse_attention "$1" bench_full.csv | sed 's/^/not causal: /'
+  local twin csv label
+  # each twin's CSV and its prefix (the TG_FLASH_HOPPER setting step_attention ran it with)
+  for twin in "bench_mma.csv:mma.sync kernels" "bench_ws.csv:warp-specialized backward" \
+    "bench_fused.csv:dQ inside the dK / dV kernel" "bench_ring.csv:keep decisions by the producer warpgroup" \
+    "bench_seq.csv:backward not pipelined" "bench_narrow.csv:forward on key tiles of 64" \
+    "bench_two.csv:forward with two consumer warpgroups" "bench_turns.csv:forward without turns" \
+    "bench_three.csv:forward with dropout on three consumer warpgroups" "bench_full.csv:not causal"; do
+    csv=${twin%%:*} label=${twin#*:}
+    [ -f "$1/$csv" ] || continue
+    if [ "$csv" = bench_full.csv ]; then  # other shapes than the default run's: nothing to compare
+      parse_attention "$1" "$csv"
+    else
+      parse_attention "$1" "$csv" bench_attention.csv
+    fi | sed "s|^|$label: |"
+  done
   return 0
 }
 
@@ -679,28 +690,27 @@ step_hopper() {
   return $rc
 }
 
-# the default kernels at every T (on compute capability 9.0 the Hopper ones), then the mma.sync
-# kernels at fewer T, then the Hopper kernels with the warp-specialized backward
-# (TG_FLASH_HOPPER=2) and with dQ inside the dK / dV kernel (TG_FLASH_HOPPER=3) at T 4k, then with the
-# forward's keep decisions made by its producer warpgroup (TG_FLASH_HOPPER=4) at p = 0.2, then with the
-# backward's kernels not pipelined (TG_FLASH_HOPPER=5) at T 4k, then with the forward on key tiles of
-# 64 (TG_FLASH_HOPPER=6) at T 4k and 16k, then with its two consumer warpgroups where it takes three
-# (TG_FLASH_HOPPER=7: HS 64, p = 0), then with its consumer warpgroups not taking turns
-# (TG_FLASH_HOPPER=8: p = 0), then with its dropout on three consumer warpgroups (TG_FLASH_HOPPER=9:
-# HS 64, p = 0.2), then the default kernels not causal (every key) at T 4k, each beside SDPA
+# the default kernels beside SDPA, then each twin (the header's attention line)
 step_attention() {
   lib_env
   bounded_to 120 "$BENCH" "${BENCH_ARGS[@]}" --csv "$LOGS/bench_attention.csv"
   local rc=$?
-  TG_FLASH_HOPPER=0 bounded "$BENCH" "${MMA_BENCH_ARGS[@]}" --csv "$LOGS/bench_mma.csv" || rc=$?
-  TG_FLASH_HOPPER=2 bounded "$BENCH" "${WS_BENCH_ARGS[@]}" --csv "$LOGS/bench_ws.csv" || rc=$?
-  TG_FLASH_HOPPER=3 bounded "$BENCH" "${WS_BENCH_ARGS[@]}" --csv "$LOGS/bench_fused.csv" || rc=$?
-  TG_FLASH_HOPPER=4 bounded "$BENCH" "${RING_BENCH_ARGS[@]}" --csv "$LOGS/bench_ring.csv" || rc=$?
-  TG_FLASH_HOPPER=5 bounded "$BENCH" "${WS_BENCH_ARGS[@]}" --csv "$LOGS/bench_seq.csv" || rc=$?
-  TG_FLASH_HOPPER=6 bounded "$BENCH" "${NARROW_BENCH_ARGS[@]}" --csv "$LOGS/bench_narrow.csv" || rc=$?
-  TG_FLASH_HOPPER=7 bounded "$BENCH" "${TWO_BENCH_ARGS[@]}" --csv "$LOGS/bench_two.csv" || rc=$?
-  TG_FLASH_HOPPER=8 bounded "$BENCH" "${TURNS_BENCH_ARGS[@]}" --csv "$LOGS/bench_turns.csv" || rc=$?
-  TG_FLASH_HOPPER=9 bounded "$BENCH" "${THREE_BENCH_ARGS[@]}" --csv "$LOGS/bench_three.csv" || rc=$?
+  # each twin (TG_FLASH_HOPPER=N) on shapes of the default run, without SDPA: the summary gives its
+  # time over the default's there (SDPA's own times are the default run's)
+  attention_twin() {
+    local setting=$1 csv=$2
+    shift 2
+    TG_FLASH_HOPPER=$setting bounded "$BENCH" "$@" --peer none --csv "$LOGS/$csv" || rc=$?
+  }
+  attention_twin 0 bench_mma.csv "${MMA_BENCH_ARGS[@]}"
+  attention_twin 2 bench_ws.csv "${WS_BENCH_ARGS[@]}"
+  attention_twin 3 bench_fused.csv "${WS_BENCH_ARGS[@]}"
+  attention_twin 4 bench_ring.csv "${RING_BENCH_ARGS[@]}"
+  attention_twin 5 bench_seq.csv "${WS_BENCH_ARGS[@]}"
+  attention_twin 6 bench_narrow.csv "${NARROW_BENCH_ARGS[@]}"
+  attention_twin 7 bench_two.csv "${TWO_BENCH_ARGS[@]}"
+  attention_twin 8 bench_turns.csv "${TURNS_BENCH_ARGS[@]}"
+  attention_twin 9 bench_three.csv "${THREE_BENCH_ARGS[@]}"
   bounded "$BENCH" "${FULL_BENCH_ARGS[@]}" --csv "$LOGS/bench_full.csv" || rc=$?
   return $rc
 }

@@ -121,7 +121,7 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
   write(d / "bench_turns.csv",
         "device,HS,T,B,NH,causal,p,path,status,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,bwd_tflops,fwdbwd_tflops,"
         "torch_fwd_ms,torch_bwd_ms,torch_fwdbwd_ms\n"
-        "\"NVIDIA H100 80GB HBM3\",128,16384,1,16,1,0,flash,\"ok\",2.0000,4.0000,6.0000,137.44,171.80,160.34,1.0000,4.0000,5.0000\n");
+        "\"NVIDIA H100 80GB HBM3\",64,4096,4,32,1,0,flash,\"ok\",2.2000,4.0000,6.2000,124.95,171.80,155.17,0.0000,0.0000,0.0000\n");
   write(d / "bench_three.csv",
         "device,HS,T,B,NH,causal,p,path,status,fwd_ms,bwd_ms,fwdbwd_ms,fwd_tflops,bwd_tflops,fwdbwd_tflops,"
         "torch_fwd_ms,torch_bwd_ms,torch_fwdbwd_ms\n"
@@ -182,7 +182,8 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
   CHECK(row(t, "hopper").find("instructions: 8 passed, 1 failed, 44 skipped of 9 (failed: hopper: wgmma m64nNk16 bf16, "
                               "MN-major (transposed) operands)") != std::string::npos);
   CHECK(t.find("kernels: 2 passed, 0 failed, 44 skipped of 2") != std::string::npos);
-  // the attention step: the default kernels' rows, then each variant's, named by its prefix
+  // the attention step: the default kernels' rows, then each twin's, named by its prefix, with its time over the
+  // default's where both ran a shape
   const char* const variants[] = {
       // the mma.sync kernels (TG_FLASH_HOPPER=0)
       "mma.sync kernels: HS 128 p 0.2: flash TFLOP/s fwd/bwd/both at T 1k:344/172/200 | time / SDPA (median over T): "
@@ -204,13 +205,15 @@ TEST_CASE("GPU window: the summary of canned logs names every figure, the failin
       "over T): fwd 2.00 bwd 1.00 both 1.20",
       // the forward with two consumer warpgroups where it takes three (TG_FLASH_HOPPER=7)
       "forward with two consumer warpgroups: HS 64 p 0: flash TFLOP/s fwd/bwd/both at T 4k:275/172/160 | time / SDPA "
-      "(median over T): fwd 1.00 bwd 1.00 both 1.00",
+      "(median over T): fwd 1.00 bwd 1.00 both 1.00 | time / the default's (median over T): fwd 0.50 bwd 1.00 both "
+      "0.83",
       // the forward with its dropout on three consumer warpgroups (TG_FLASH_HOPPER=9)
       "forward with dropout on three consumer warpgroups: HS 64 p 0.2: flash TFLOP/s fwd/bwd/both at T 4k:137/172/160 "
       "| time / SDPA (median over T): fwd 1.00 bwd 0.50 both 0.50",
-      // the forward with its consumer warpgroups not taking turns (TG_FLASH_HOPPER=8)
-      "forward without turns: HS 128 p 0: flash TFLOP/s fwd/bwd/both at T 16k:137/172/160 | time / SDPA (median over "
-      "T): fwd 2.00 bwd 1.00 both 1.20",
+      // the forward with its consumer warpgroups not taking turns (TG_FLASH_HOPPER=8), a twin's run without SDPA
+      // (--peer none): its time over the default's at T 4k alone, and no word of SDPA
+      "forward without turns: HS 64 p 0: flash TFLOP/s fwd/bwd/both at T 4k:125/172/155 | time / the default's (median "
+      "over T): fwd 1.10 bwd 1.00 both 1.03\n",
   };
   for (const char* line : variants) CHECK_MESSAGE(t.find(line) != std::string::npos, line);
   CHECK(row(t, "train_flash").find("5000 steps in 41.2 s, 7.10 ms/step (median), tokens/s 2307605, MFU 31.5%, "
