@@ -690,8 +690,8 @@ __device__ __forceinline__ void for_each_dqt(float (&dqt)[Cols / 64][Br / 8][4],
 // In parts: bwd_issue_sdp issues S^T (and, overlapped, dP^T), dkdv_products waits for them and issues
 // dV's and dK's products (and with Fuse stores dS); dkdv_tile calls the two and waits for every
 // product of the tile before it returns. The default kernel at HS <= 128 (flash_bwd_dkdv_hopper_kernel,
-// kPipe) calls the parts itself, so that the next query tile's S^T and dP^T run while this one's dV
-// and dK do.
+// kPipe) and the warp-specialized one there call the parts themselves, so that the next query tile's
+// S^T and dP^T run while this one's dV and dK do.
 // The groups pending on entry: bwd_issue_sdp's (one or two) and nothing after them; on return dV's and
 // dK's (with Fuse: and dS_ij stored to fq.tS).
 template <int HS, int Br, int Bc, int MS, int Cols, bool IsDropout, bool Fuse = false, int KR = Bc>
@@ -1051,23 +1051,24 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreads, 1) flash_bwd_dkdv
   dkdv_kernel<HS, IsDropout, false, false>(p);
 }
 
-// The dK / dV kernel warp-specialized: two consumer warpgroups (dkdv_tile), each with 64 keys of
-// the CTA's key tile of 128, and a producer warp. The producer's elected lane loads K_j, V_j once
-// and streams Q_i, dO_i through a ring of kStagesWs stages with TMA (boxes of 64 columns by Br
-// rows over qkv and dout); its 32 lanes write the stage's lse_i log2(e) and D_i into shared memory
-// and each arrives on the stage's "full" mbarrier (the elected lane's arrival is the expect_tx
-// one), so that the consumers see them with the boxes. Both warpgroups read each stage (one load
-// of Q_i, dO_i for 128 keys), and nothing but the ring ties them: no block barrier. Each consumer
-// warp makes the keep bits of its own 16 keys (a warp-local make_mask_tile), and each consumer
-// thread arrives on "empty" when done with the stage (also for a query tile wholly before its
-// warpgroup's keys, which it skips once the stage has landed, so that no arrival counts towards an
-// earlier phase). Each warpgroup's sums over the query tiles are those of the one-warpgroup kernels
-// for its 64 keys, in the same order: the same bits. Rows past the end of a batch's sequence read
-// the next sequence's rows (zeros past the tensor): their queries have lse = +inf, so P = dS = 0
-// there. The producer warp is the first of a warpgroup whose registers setmaxnreg gives to the
-// consumers (24 and 240 a thread, as the forward's): ptxas gives a block of 384 threads 168, where
-// the consumers spilled. One CTA an SM of 8 consumer warps, as two CTAs of the cp.async kernel.
-// Chosen by TG_FLASH_HOPPER=2.
+// The dK / dV kernel warp-specialized: two consumer warpgroups (dkdv_tile; at HS 64 and 128 its
+// parts, pipelined as the cp.async kernel's: the next query tile's S^T and dP^T issued before this
+// one's dV and dK retire), each with 64 keys of the CTA's key tile of 128, and a producer warp. The
+// producer's elected lane loads K_j, V_j once and streams Q_i, dO_i through a ring of kStagesWs
+// stages with TMA (boxes of 64 columns by Br rows over qkv and dout); its 32 lanes write the
+// stage's lse_i log2(e) and D_i into shared memory and each arrives on the stage's "full" mbarrier
+// (the elected lane's arrival is the expect_tx one), so that the consumers see them with the boxes.
+// Both warpgroups read each stage (one load of Q_i, dO_i for 128 keys), and nothing but the ring
+// ties them: no block barrier. Each consumer warp makes the keep bits of its own 16 keys (a
+// warp-local make_mask_tile), and each consumer thread arrives on "empty" when done with the stage
+// (also for a query tile wholly before its warpgroup's keys, which it skips once the stage has
+// landed, so that no arrival counts towards an earlier phase). Each warpgroup's sums over the query
+// tiles are those of the one-warpgroup kernels for its 64 keys, in the same order: the same bits.
+// Rows past the end of a batch's sequence read the next sequence's rows (zeros past the tensor):
+// their queries have lse = +inf, so P = dS = 0 there. The producer warp is the first of a warpgroup
+// whose registers setmaxnreg gives to the consumers (24 and 240 a thread, as the forward's): ptxas
+// gives a block of 384 threads 168, where the consumers spilled. One CTA an SM of 8 consumer warps,
+// as two CTAs of the cp.async kernel. Chosen by TG_FLASH_HOPPER=2.
 // grid (B*NH, ceil(T / kBcWs), kSplits).
 template <int HS, bool IsDropout>
 __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
@@ -1152,30 +1153,71 @@ __global__ void __launch_bounds__(HopperDkvTile<HS>::kThreadsWs, 1)
   MaskTileBytes<Br, 16, 32> mask_next;
   if constexpr (IsDropout) fetch_mask_tile(mask_next, p.key, bh, it_wg * Br, jw0, lane, p.keep, p.T);
   hopper::mbarrier_wait_parity(&bar_kv, 0);
-  for (int it = it0; it < n_it; ++it) {
-    const int i0 = it * Br, st = (it - it0) % NS;
-    if (it < it_wg) {  // nothing of this warpgroup's: the stage released once landed
-      hopper::mbarrier_wait_parity(&full[st], ((it - it0) / NS) & 1);
-      hopper::mbarrier_arrive(&empty[st]);
-      continue;
-    }
-    // (while the stage lands)
+  // query tile it's stage and the parity of its "full" phase
+  auto stage_of = [&](int it) { return (it - it0) % NS; };
+  auto landed = [&](int it) { hopper::mbarrier_wait_parity(&full[stage_of(it)], ((it - it0) / NS) & 1); };
+  // the warp's keep bits of query tile it into its rows of sM (fetched a step ahead), while the
+  // stage lands; the warp's reads of the tile before are over (__syncwarp before)
+  auto keep_step = [&](int it) {
     if constexpr (IsDropout) {
-      mask_tile_step<Br, 16, MS, 32, true>(sM + 2 * warp * MS, mask_next, p.key, bh, i0, jw0, lane, p.keep, p.T,
+      mask_tile_step<Br, 16, MS, 32, true>(sM + 2 * warp * MS, mask_next, p.key, bh, it * Br, jw0, lane, p.keep, p.T,
                                            it + 1 < n_it);
       __syncwarp();
     }
-    hopper::mbarrier_wait_parity(&full[st], ((it - it0) / NS) & 1);  // Q_i, dO_i, lse_i, D_i landed
-    dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout, false, BcW>(dk, dv, p.T, p.causal, p.scale_log2, p.dropout_scale, aKw, aVw,
-                                                           aQ + st * Tile::kQBytes, adO + st * Tile::kQBytes, col_off,
-                                                           sL + st * Br, sD + st * Br, sM, i0, jw0, k_g, warp, lane);
-    // the warp's reads of its keep bits are over before it writes the next tile's
-    __syncwarp();
-    // this thread's reads of the stage (its wgmmas retired, its lse and D loads done) are over:
-    // each consumer thread arrives, so that each of its loads is ordered before the producer's
-    // next writes of the stage by its own release (one arrival a warp after __syncwarp left the
-    // other lanes' loads unordered for compute-sanitizer's racecheck on the H200)
-    hopper::mbarrier_arrive(&empty[st]);
+  };
+  // this thread's reads of a stage (its wgmmas retired, its lse and D loads done) are over: each
+  // consumer thread arrives, so that each of its loads is ordered before the producer's next writes
+  // of the stage by its own release (one arrival a warp after __syncwarp left the other lanes'
+  // loads unordered for compute-sanitizer's racecheck on the H200)
+  auto release = [&](int it) { hopper::mbarrier_arrive(&empty[stage_of(it)]); };
+  int it = it0;
+  for (; it < min(it_wg, n_it); ++it) {  // nothing of this warpgroup's: the stage released once landed
+    landed(it);
+    release(it);
+  }
+  if constexpr (Tile::kPipe) {
+    // Pipelined as the cp.async kernel (kPipe there): step it finds its S^T and dP^T issued, issues
+    // its dV and dK, then, once tile it + 1 has landed (and its keep bits are in sM), issues tile
+    // it + 1's S^T and dP^T and waits for its own dV and dK alone (wait_group 2: the groups retire
+    // in order) before it releases its stage. The same products in the same order: the same bits.
+    if (it < n_it) {
+      float st[Br / 8][4], dpt[Br / 8][4];
+      keep_step(it);
+      landed(it);
+      bwd_issue_sdp<HS, Br, BcW>(st, dpt, aKw, aVw, aQ + stage_of(it) * Tile::kQBytes, adO + stage_of(it) * Tile::kQBytes);
+      for (;; ++it) {
+        const int stage = stage_of(it);
+        dkdv_products<HS, Br, Bc, MS, Cols, IsDropout, false, BcW>(
+            dk, dv, st, dpt, p.T, p.causal, p.scale_log2, p.dropout_scale, aVw, aQ + stage * Tile::kQBytes,
+            adO + stage * Tile::kQBytes, col_off, sL + stage * Br, sD + stage * Br, sM, it * Br, jw0, k_g, warp, lane,
+            FusedDq{});
+        if (it + 1 == n_it) {
+          hopper::wgmma_wait_group<0>();
+          release(it);
+          break;
+        }
+        // (this tile's keep bits were read into registers before its dV's product was issued)
+        if constexpr (IsDropout) __syncwarp();
+        keep_step(it + 1);
+        landed(it + 1);
+        bwd_issue_sdp<HS, Br, BcW>(st, dpt, aKw, aVw, aQ + stage_of(it + 1) * Tile::kQBytes,
+                                   adO + stage_of(it + 1) * Tile::kQBytes);
+        hopper::wgmma_wait_group<2>();  // this tile's dV and dK retired (tile it + 1's S^T, dP^T may run)
+        release(it);
+      }
+    }
+  } else {
+    for (; it < n_it; ++it) {
+      const int stage = stage_of(it);
+      keep_step(it);
+      landed(it);  // Q_i, dO_i, lse_i, D_i
+      dkdv_tile<HS, Br, Bc, MS, Cols, IsDropout, false, BcW>(dk, dv, p.T, p.causal, p.scale_log2, p.dropout_scale, aKw,
+                                                             aVw, aQ + stage * Tile::kQBytes, adO + stage * Tile::kQBytes,
+                                                             col_off, sL + stage * Br, sD + stage * Br, sM, it * Br, jw0,
+                                                             k_g, warp, lane);
+      __syncwarp();  // the warp's reads of its keep bits are over before it writes the next tile's
+      release(it);
+    }
   }
   // dqkv[K_j] += dK_j / sqrt(HS), dqkv[V_j] += dV_j s
   bf16* dqkv_b = p.dqkv + (long long)b * p.T * p.ld_qkv;
