@@ -374,6 +374,14 @@ ParsedArgs parse_args(int argc, const char* const* argv, const std::string& defa
   if (given.count("out-dir") && c.out_dir.empty())
     throw InputError("--out-dir is empty; expected a directory path; pass --out-dir PATH, or leave the flag out for out/" +
                      c.preset);
+  // an empty path or mode flag would read as one not given (--init-from '' trains from scratch,
+  // --export-hf '' trains): refused, as an empty --out-dir is (--prompt '' is a prompt)
+  for (const Flag& f : flags()) {
+    auto it = given.find(f.name);
+    if (f.kind == Kind::Str && it != given.end() && it->second.empty() && std::string(f.name) != "prompt")
+      throw InputError("--" + it->first + " is empty; expected a value; pass --" + it->first +
+                       " VALUE (see train_gpt --help), or leave the flag out");
+  }
   if (c.out_dir.empty()) c.out_dir = "out/" + c.preset;
   validate(c);
   return out;

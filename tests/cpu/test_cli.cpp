@@ -305,6 +305,12 @@ TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
       {{"--lr", "1e"}, "--lr '1e' is not valid"},
       {{"--lr", "."}, "--lr '.' is not valid"},
       {{"--out-dir", ""}, "--out-dir is empty"},
+      // an empty path or mode is refused, not read as the flag left out (which trains)
+      {{"--init-from", ""}, "--init-from is empty"},
+      {{"--export-hf", "", "--ckpt", "out/run"}, "--export-hf is empty"},
+      {{"--logits=", "--init-from", "gpt2"}, "--logits is empty"},
+      {{"--tokenizer", ""}, "--tokenizer is empty"},
+      {{"--sample", "--ckpt", ""}, "--ckpt is empty"},
       {{"--resume", "--attention", "check"}, "--attention check with --resume"},
   };
   for (const Row& r : rows) {
