@@ -339,7 +339,11 @@ ParsedArgs parse_args(int argc, const char* const* argv, const std::string& defa
     bool has_value = false;
     size_t eq = name.find('=');
     if (eq != std::string::npos) { value = name.substr(eq + 1); name = name.substr(0, eq); has_value = true; }
-    if (name == "no-bias" && !has_value) { name = "bias"; value = "false"; has_value = true; }
+    if ((name == "no-bias" || name == "help") && has_value)
+      throw InputError("option --" + name + " takes no value but is given '" + printable(value) + "'; expected --" +
+                       name + " alone" + (name == "no-bias" ? " (or --bias=false)" : "") + "; drop the '=" +
+                       printable(value) + "'");
+    if (name == "no-bias") { name = "bias"; value = "false"; has_value = true; }
     if (name == "plot")
       throw InputError("--plot is a mode of its own and comes first; expected train_gpt --plot OUT.svg "
                        "RUN/metrics.jsonl ...; move it to the front");

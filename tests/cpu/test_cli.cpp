@@ -288,6 +288,9 @@ TEST_CASE("cli: bad values are rejected with what, expected and how to fix") {
       {{"--lr", "1e-3", "--lr", "2e-3"}, "--lr given twice"},
       {{"--lr"}, "--lr needs a value"},
       {{"--lr", "--seed", "3"}, "--lr needs a value but is followed by --seed"},
+      // the flags that take no value, given one: named as such, not as unknown ("did you mean --no-bias?")
+      {{"--no-bias=true"}, "option --no-bias takes no value but is given 'true'; expected --no-bias alone (or --bias=false)"},
+      {{"--help=1"}, "option --help takes no value but is given '1'"},
       {{"input.txt"}, "unexpected argument 'input.txt'"},
       // values valid on paper that degenerate as the kernels see them (in float)
       {{"--beta2", "0.99999999"}, "--beta2 is 0.99999999"},  // 1.0f: AdamW's bias correction divides by 0
