@@ -125,6 +125,10 @@ int attention_check(const tg::Config& c) {
 int plot(int argc, char** argv) {
   if (argc < 4)
     throw tg::InputError("--plot needs an output file and at least one metrics file; expected train_gpt --plot OUT.svg RUN/metrics.jsonl ...; see README");
+  // the output comes first and is overwritten: a metrics file named there (the .svg forgotten) would be lost
+  if (fs::path(argv[2]).extension() != ".svg")
+    throw tg::InputError("--plot's output " + tg::printable(argv[2]) + " is not an .svg file; expected train_gpt --plot OUT.svg "
+                         "RUN/metrics.jsonl ... (the output first); name the .svg file to write first");
   std::vector<tg::RunCurves> runs;
   for (int i = 3; i < argc; ++i)
     runs.push_back(tg::read_metrics(argv[i], fs::path(argv[i]).parent_path().filename().string()));

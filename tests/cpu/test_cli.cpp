@@ -502,6 +502,23 @@ TEST_CASE("cli: --plot of two runs with identical curves shows both, and a long 
   fs::remove_all(base);
 }
 
+TEST_CASE("cli: --plot without its .svg output first refuses, and the metrics file named there is kept") {
+  const fs::path base = fresh_dir("tg_cli_plot_out");
+  const std::string metrics = "{\"step\": 0, \"train_loss\": 4.2, \"val_loss\": 4.19}\n";
+  for (const char* run : {"a", "b"}) {
+    fs::create_directories(base / run);
+    std::ofstream((base / run / "metrics.jsonl").string()) << metrics;
+  }
+  // the output forgotten: the first run's metrics would be the output
+  Run r = run_train_gpt("--plot " + (base / "a" / "metrics.jsonl").string() + " " + (base / "b" / "metrics.jsonl").string());
+  CAPTURE(r.err);
+  CHECK(r.code == 2);
+  CHECK(count_lines(r.err) == 1);
+  CHECK(r.err.find("is not an .svg file; expected train_gpt --plot OUT.svg") != std::string::npos);
+  CHECK(slurp((base / "a" / "metrics.jsonl").string()) == metrics);
+  fs::remove_all(base);
+}
+
 TEST_CASE("cli: SIGTERM stops the run, writes a checkpoint, and says how to resume") {
   const fs::path out = fresh_dir("tg_cli_sigterm");
   // a run far longer than the 3 s after which timeout sends SIGTERM
