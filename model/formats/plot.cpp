@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -74,6 +75,11 @@ std::string legend_label(const std::string& label, size_t max_chars) {
 }
 
 RunCurves read_metrics(const std::string& path, const std::string& label) {
+  // a directory reads as no lines, /dev/zero as one line without end, a FIFO waits for a writer
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    throw InputError("metrics file '" + path + "' is not a regular file (a directory, device or FIFO); expected a run's "
+                     "metrics.jsonl; pass the path of one (out/<run>/metrics.jsonl)");
   std::ifstream f(path);
   if (!f)
     throw InputError("cannot read metrics file '" + path + "'; expected a run's metrics.jsonl; pass the path of one (out/<run>/metrics.jsonl)");

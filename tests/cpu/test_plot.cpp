@@ -65,6 +65,11 @@ TEST_CASE("plot: bad metrics are refused with the line number") {
     CHECK(m.find("expected") != std::string::npos);
   }
   CHECK_THROWS_AS(read_metrics("/nonexistent/metrics.jsonl", "x"), InputError);
+  // not a file: a directory (it read as no lines) and a device (/dev/zero: one line without end)
+  for (const std::string& path : {fs::temp_directory_path().string(), std::string("/dev/null")}) {
+    CAPTURE(path);
+    CHECK_THROWS_WITH_AS(read_metrics(path, "x"), doctest::Contains("is not a regular file"), InputError);
+  }
   CHECK_THROWS_AS(loss_svg({RunCurves{}}, "empty"), InputError);
   fs::remove(bad);
 }
