@@ -193,7 +193,8 @@ Dataset load_dataset(const std::string& path, int block_size, const std::string&
   if (is_token_data(path)) {
     Dataset d;
     d.path = path;
-    d.tokens = load_token_data(path, block_size, bpe ? bpe->vocab_size() : kGpt2Vocab, "", bpe != nullptr);
+    // (the ends of every file checked now: a damaged shard is refused before a run writes anything)
+    d.tokens = load_token_data(path, block_size, bpe ? bpe->vocab_size() : kGpt2Vocab, "", true);
     d.sha256 = d.tokens->fingerprint;
     d.bpe = bpe;
     return d;

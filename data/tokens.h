@@ -91,7 +91,7 @@ bool is_token_data(const std::string& spec);
 // window of block_size + 1 tokens.
 // vocab: the ids' bound (the tokenizer's vocabulary, GPT-2's by default); what, when given,
 // names the data in messages in place of "--data <spec>" (a cache of a text's tokens); ends:
-// check the ends of every file now (TokenSplit::check_ends: --data with --tokenizer).
+// check the ends of every file now (TokenSplit::check_ends: load_dataset does, for every --data).
 std::shared_ptr<TokenData> load_token_data(const std::string& spec, int block_size, int vocab = kGpt2Vocab,
                                            const std::string& what = "", bool ends = false);
 

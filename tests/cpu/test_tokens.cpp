@@ -193,6 +193,9 @@ TEST_CASE("tokens: every damaged or missing shard is one clear error, and an id 
     msg = e.what();
   }
   CHECK(msg.find("x_train.bin holds token id 65535 at token 17 (byte offset 1058)") != std::string::npos);
+  // --data loads it with the ends of every file checked: refused at start, before a run writes its directory
+  CHECK_THROWS_WITH_AS(data::load_dataset(dir.string(), 8), doctest::Contains("x_train.bin holds token id 65535 at token 17"),
+                       tg::InputError);
   fs::remove_all(dir);
 }
 
