@@ -151,6 +151,8 @@ int tokenize(int argc, char** argv) {
     if (!to || v.empty())
       throw tg::InputError("--tokenize: " + tg::printable(a) + (to ? " has no value" : " is not one of its flags") +
                            "; expected train_gpt --tokenize IN.txt --tokenizer DIR|FILE --out DIR; see README");
+    if (!to->empty())
+      throw tg::InputError("--tokenize: option " + a + " given twice; expected it at most once; remove one of them");
     *to = v;
   }
   if (tokenizer.empty() || out.empty())

@@ -151,6 +151,8 @@ TEST_CASE("bpe cli: --tokenize writes llm.c shards of prepare.py's split; traini
       {"--tokenize " + data_path() + " --tokenizer " + abs_path(kBpe + "/hostile.txt"), "not a tokenizer file"},
       {"--tokenize " + (d / "none.txt").string() + " --tokenizer " + tok, "does not exist"},
       {"--tokenize " + data_path() + " --out " + (d / "out").string(), "--tokenize without --tokenizer"},
+      {"--tokenize " + data_path() + " --tokenizer " + tok + " --tokenizer " + abs_path(kBpe + "/tiny_llmc.bin"),
+       "--tokenize: option --tokenizer given twice; expected it at most once"},
   };
   // big.tiktoken: every byte, then 65280 two-byte tokens (written here, not committed)
   {
