@@ -120,6 +120,19 @@ void check_creatable(const std::string& dir) {
     throw InputError("--out-dir " + dir + ": cannot write in " + p.string() + "; expected a writable place; pass another --out-dir");
 }
 
+// Refuses a checkpoint directory (ckpt-<step>, holding state.bin) as --out-dir: a run there
+// would write its own checkpoints and metrics inside another run's checkpoint, which that run
+// deletes with it once newer ones are written.
+void check_not_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(fs::path(dir) / "state.bin", ec)) return;
+  fs::path ckpt = fs::absolute(dir, ec).lexically_normal();
+  if (!ckpt.has_filename()) ckpt = ckpt.parent_path();  // a trailing '/'
+  throw InputError("--out-dir " + dir + " is a checkpoint directory (it holds state.bin); expected a run directory; pass " +
+                   "the run's directory (" + ckpt.parent_path().string() +
+                   ": --resume goes on from its newest checkpoint), or another --out-dir");
+}
+
 // Creates dir and its missing parents; on failure removes those it made (nothing is left
 // behind) and throws InputError.
 void create_out_dir(const std::string& dir) {
@@ -265,6 +278,7 @@ RunStart RunDir::plan(const ParsedArgs& args, std::ostream& out, std::ostream& w
 
 RunStart RunDir::plan_new(const Config& flags, std::ostream& warn) {
   check_creatable(dir_);
+  check_not_checkpoint(dir_);
   check_not_in_use(dir_);
   const Contents k = inspect(dir_);
   if (k.holds_run() && !(k.checkpoints.empty() && k.run_file))
@@ -298,6 +312,7 @@ RunStart RunDir::plan_resume(const ParsedArgs& args, std::ostream& out, std::ost
   if (!fs::exists(dir_, ec))
     throw InputError("--resume: --out-dir " + dir_ + " does not exist: it holds no complete checkpoint" + nothing);
   if (!fs::is_directory(dir_, ec)) throw InputError("--resume: --out-dir " + dir_ + " is not a directory" + nothing);
+  check_not_checkpoint(dir_);
   if (writer_) lock();
   // where it goes on from: the newest intact checkpoint, or step 0 of the run begun
   RunStart st;

@@ -279,6 +279,25 @@ TEST_CASE("run dir: a directory with checkpoints but no metrics.jsonl holds a ru
   fs::remove_all(run);
 }
 
+TEST_CASE("run dir: a checkpoint directory as --out-dir is refused, new or --resume: nothing written inside it") {
+  const fs::path run = fresh_dir("tg_rd_ckdir");
+  REQUIRE(run_train_gpt(tiny(6, "--ckpt-interval 3") + " --out-dir " + run.string()).code == 0);
+  const fs::path ck = run / "ckpt-00000003";
+  for (const std::string& args : {"--resume --device cpu --max-iters 9 --out-dir " + ck.string(),
+                                  "--resume --device cpu --out-dir " + ck.string() + "/",
+                                  tiny(6) + " --out-dir " + ck.string()}) {
+    CAPTURE(args);
+    Run r = run_train_gpt(args);
+    CAPTURE(r.err);
+    CHECK(r.code == 2);
+    CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.find("is a checkpoint directory (it holds state.bin); expected a run directory; pass the run's directory (" +
+                     run.string() + ": --resume") != std::string::npos);
+    CHECK(entries(ck) == std::vector<std::string>({"model.safetensors", "state.bin"}));
+  }
+  fs::remove_all(run);
+}
+
 TEST_CASE("run dir: a checkpoint is streamed from the backend: its peak RSS is at most 1.2x the training peak") {
   // a model whose state (params, grads, m, v: 4 x 4 bytes x 3.2M) dominates the process;
   // copies of the state while writing (as before: 8 floats per parameter more) would show
