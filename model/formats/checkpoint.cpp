@@ -425,9 +425,15 @@ std::vector<std::pair<uint32_t, std::string>> list_checkpoints(const std::string
   return out;
 }
 
-std::string checkpoint_damage(const std::string& ckpt_dir) {
+std::string checkpoint_damage(const std::string& ckpt_dir, long long name_step) {
   try {
     Files f = read_files(ckpt_dir);
+    // a copy or rename under another step's name would be taken for that step, and resumed from
+    // again and again while the run deletes its newer checkpoints
+    if (name_step >= 0 && f.state.info.step != name_step)
+      throw InputError("checkpoint " + ckpt_dir + " holds step " + std::to_string(f.state.info.step) + "; expected step " +
+                       std::to_string(name_step) + " (its name); it was renamed or copied from another step: rename it " +
+                       ckpt_name(f.state.info.step) + " or delete it");
     if (f.state.adam_floats != model_numel(f.header))
       another_model(ckpt_dir, "its AdamW state holds " + std::to_string(f.state.adam_floats) + " floats per moment",
                     std::to_string(model_numel(f.header)) + " (the weights' element count)");
@@ -439,7 +445,7 @@ std::string checkpoint_damage(const std::string& ckpt_dir) {
 
 std::string latest_checkpoint(const std::string& out_dir, std::vector<std::string>* skipped) {
   for (const auto& c : list_checkpoints(out_dir)) {
-    const std::string damage = checkpoint_damage(c.second);
+    const std::string damage = checkpoint_damage(c.second, c.first);
     if (damage.empty()) return c.second;
     std::error_code ec;
     if (skipped && fs::exists(c.second, ec)) skipped->push_back(damage);  // (else a run deleted it meanwhile)

@@ -99,8 +99,9 @@ std::vector<std::pair<uint32_t, std::string>> list_checkpoints(const std::string
 
 // What is wrong with a checkpoint directory: "" when its two files read back intact (magic,
 // version, CRCs, sections, a valid config, the safetensors header, WSUM), else the one-line
-// message load_checkpoint would throw.
-std::string checkpoint_damage(const std::string& ckpt_dir);
+// message load_checkpoint would throw. name_step (>= 0): the step its name says (ckpt-<step>),
+// which its state must hold.
+std::string checkpoint_damage(const std::string& ckpt_dir, long long name_step = -1);
 
 // The path of the newest checkpoint in out_dir that checkpoint_damage finds intact: a damaged
 // newer one falls back to the one before, and its damage (which names the file) goes to

@@ -853,6 +853,14 @@ TEST_CASE("checkpoint: latest_checkpoint picks the newest complete one, ignores 
   fs::create_directories(out + "/ckpt-abc");
   fs::create_directories(out + "/ckpt-00000999");  // empty: damaged
   CHECK(ckpt::latest_checkpoint(out) == step_dir(out, 200));
+  // an intact checkpoint under a newer step's name: skipped, its name and step said
+  fs::copy(step_dir(out, 100), step_dir(out, 500), fs::copy_options::recursive);
+  std::vector<std::string> skipped;
+  CHECK(ckpt::latest_checkpoint(out, &skipped) == step_dir(out, 200));
+  REQUIRE(skipped.size() == 2);
+  CHECK(skipped[1] == "checkpoint " + step_dir(out, 500) + " holds step 100; expected step 500 (its name); it was renamed "
+                      "or copied from another step: rename it ckpt-00000100 or delete it");
+  fs::remove_all(step_dir(out, 500));
   // the newest damaged: falls back
   std::string s = read_bytes(step_dir(out, 200) + "/state.bin");
   s[s.size() - 20] ^= 0x40;
