@@ -387,11 +387,11 @@ ParsedArgs parse_args(int argc, const char* const* argv, const std::string& defa
                        " VALUE (see train_gpt --help), or leave the flag out");
   }
   if (c.out_dir.empty()) c.out_dir = "out/" + c.preset;
-  validate(c);
+  validate(c, !c.init_from.empty());
   return out;
 }
 
-void validate(const Config& c) {
+void validate(const Config& c, bool shape_to_come) {
   check_string_sizes(c);
   auto flag_is = [](const char* flag, double v) { return std::string("--") + flag + " is " + num_text(v); };
   const std::string help = "see train_gpt --help";
@@ -402,7 +402,7 @@ void validate(const Config& c) {
     const double v = f.kind == Kind::Int ? *reinterpret_cast<const int*>(field) : *reinterpret_cast<const double*>(field);
     require(f.bounds.holds(v), flag_is(f.name, v), f.bounds.expected_text(), help);
   }
-  require(c.n_embd % c.n_head == 0,
+  require(shape_to_come || c.n_embd % c.n_head == 0,
           "--n-embd " + std::to_string(c.n_embd) + " is not divisible by --n-head " + std::to_string(c.n_head),
           "n-embd a multiple of n-head (the head dim is n-embd / n-head)", "change one of them");
   require(c.world >= 1 && c.world <= 65536, "the number of ranks is " + std::to_string(c.world), "1 to 65536",

@@ -196,8 +196,10 @@ std::vector<std::string> ignored_flags(const ParsedArgs& a);
 // of a saved config), with the values as the kernels see them: the AdamW betas, the learning
 // rates and the weight decay rounded to float, the dropout as its 32-bit threshold and float
 // scale. So no config that passes degenerates (beta2 rounding to 1, lr to 0 or inf). Throws
-// InputError naming the flag.
-void validate(const Config& c);
+// InputError naming the flag. shape_to_come: the model's shape is still to be read from
+// --init-from's file (parse_args), which apply_init_model validates again: n-embd, the preset's
+// until then, is not held to a --n-head given for a file without config.json.
+void validate(const Config& c, bool shape_to_come = false);
 
 // Whether a flag cannot change when a run is resumed: it fixes the model (its shape) or the
 // data the run sees (the text, the batch size, the seed). The other flags (the step count and

@@ -78,6 +78,10 @@ TEST_CASE("cli: explicit flags override the preset, in any order, both spellings
   CHECK(!parse({"--no-bias"}).bias);
   CHECK(parse({"--attention", "naive"}).attention == Attention::Naive);
   CHECK(parse({"--prompt", "ROMEO:"}).prompt == "ROMEO:");
+  // with --init-from the shape is the file's: --n-head (for a file without config.json) is not held
+  // to the preset's n-embd (baby's 128; GPT-2 small's 12 heads of 64)
+  CHECK(parse_error({"--init-from", "gpt2/model.safetensors", "--n-head", "12"}) == "");
+  CHECK(parse_error({"--n-head", "12"}).find("--n-embd 128 is not divisible by --n-head 12") != std::string::npos);
 }
 
 TEST_CASE("cli: the enum flags are parsed once; the mode and the run shape follow from the config") {
