@@ -132,9 +132,8 @@ int plot(int argc, char** argv) {
   std::vector<tg::RunCurves> runs;
   for (int i = 3; i < argc; ++i)
     runs.push_back(tg::read_metrics(argv[i], fs::path(argv[i]).parent_path().filename().string()));
-  const std::string svg = tg::loss_svg(runs, "train_gpt loss");
-  std::ofstream out(argv[2]);
-  if (!(out << svg) || !out.flush()) throw tg::RuntimeError(std::string("cannot write ") + argv[2] + "; check the path and free space");
+  // written whole or not at all: an SVG there before stays until the new one replaces it
+  tg::ckpt::write_file_atomic(argv[2], tg::loss_svg(runs, "train_gpt loss"));
   std::cout << "wrote " << argv[2] << " (" << runs.size() << (runs.size() == 1 ? " run)" : " runs)") << std::endl;
   return 0;
 }
@@ -187,6 +186,10 @@ int sample_from_checkpoint(const tg::ParsedArgs& args) {
     try {
       const tg::ckpt::CheckpointInfo info = tg::ckpt::checkpoint_info(dir);
       const tg::ModelConfig m = tg::checkpoint_model(dir, info, data_flag(args), tok, std::cerr, &bpe);
+      if (!flags.tokenizer.empty() && !tok.itos.empty())
+        throw tg::InputError("--tokenizer " + flags.tokenizer + ": checkpoint " + dir + " is a model of characters (" +
+                             std::to_string(tok.vocab_size()) + " in its vocabulary), which no tokenizer decodes; "
+                             "expected a checkpoint of a run in BPE tokens; drop --tokenizer");
       if (!flags.tokenizer.empty()) bpe = std::make_shared<const data::BpeTokenizer>(data::BpeTokenizer::load(flags.tokenizer));
       V = m.vocab_size;
       c = info.config;  // the flags --sample reads are this command's (sampling, the device)
@@ -204,10 +207,10 @@ int sample_from_checkpoint(const tg::ParsedArgs& args) {
       throw;
     }
   }
-  if (tok.itos.empty()) {  // a model of tokens: no character vocabulary
-    tg::sample_tokens(*be, c, V, bpe.get(), std::cout);
-  } else {
-    tg::sample(*be, c, tok, std::cout);
+  try {
+    if (tok.itos.empty()) tg::sample_tokens(*be, c, V, bpe.get(), std::cout);  // a model of tokens
+    else tg::sample(*be, c, tok, std::cout);
+  } catch (const tg::Interrupted&) {  // the CPU backend's forward cut short
   }
   if (tg::stop_requested()) {
     std::fprintf(stderr, "interrupted while sampling\n");
@@ -360,7 +363,14 @@ int train_run(tg::ParsedArgs args) {
   }
 
   dir.begin(start);
-  const tg::TrainSummary s = tg::train(*be, c, ds, std::cout, dir.hooks(*be, c, table), start.progress);
+  tg::TrainSummary s;
+  try {
+    s = tg::train(*be, c, ds, std::cout, dir.hooks(*be, c, table), start.progress);
+  } catch (const tg::InputError& e) {
+    // bad input found only now (a token id past the vocabulary inside a shard): a new run that
+    // wrote no checkpoint is taken back, so that the command corrected starts afresh
+    throw tg::InputError(e.what() + dir.abandon());
+  }
   if (s.stopped && !writer) return 130;
   if (s.stopped) {
     const std::string resume = "continue the run with: train_gpt --resume --out-dir " + c.out_dir;
@@ -376,8 +386,11 @@ int train_run(tg::ParsedArgs args) {
   if (sampling.sample_tokens > 0 && writer) {
     std::cout << "---- sample (" << sampling.sample_tokens << (ds.tokens ? " tokens" : " characters") << ", temperature "
               << sampling.temperature << ", top-k " << sampling.top_k << ") ----" << std::endl;
-    if (ds.tokens) tg::sample_tokens(*be, sampling, m.vocab_size, ds.bpe.get(), std::cout);
-    else tg::sample(*be, sampling, ds.tok, std::cout);
+    try {
+      if (ds.tokens) tg::sample_tokens(*be, sampling, m.vocab_size, ds.bpe.get(), std::cout);
+      else tg::sample(*be, sampling, ds.tok, std::cout);
+    } catch (const tg::Interrupted&) {  // the CPU backend's forward cut short
+    }
     if (tg::stop_requested()) {
       std::fprintf(stderr, "interrupted while sampling: the run itself is complete\n");
       return 130;
@@ -455,6 +468,7 @@ int main(int argc, char** argv) {
     error = e.what();
     code = 1;
   }
+  error = tg::one_line(error);  // one line, whatever the paths named in it hold
   // a rank that fails ends the whole job (MPI_Abort): no other rank waits for it in a collective
   if (!error.empty() && tg::dist::active())
     tg::dist::abort("error: rank " + std::to_string(tg::dist::rank()) + " of " + std::to_string(tg::dist::world()) + ": " + error, code);

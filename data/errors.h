@@ -38,4 +38,20 @@ inline std::string printable(const std::string& s, size_t max = 60) {
   return out;
 }
 
+// A message as one line: its control characters (a newline in a path given, say) as \xNN,
+// every other byte as it is (UTF-8 file names stay readable). main() prints errors through it.
+inline std::string one_line(const std::string& s) {
+  std::string out;
+  for (unsigned char ch : s) {
+    if (ch >= 0x20 && ch != 0x7f) {
+      out += (char)ch;
+    } else {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", ch);
+      out += b;
+    }
+  }
+  return out;
+}
+
 }  // namespace tg

@@ -385,9 +385,19 @@ std::string save_checkpoint(const std::string& out_dir, const CheckpointInfo& in
   }
   for (const fs::path& p : stale) fs::remove_all(p, ec);
   if (keep <= 0) return final_dir;
+  // the newest keep intact ones stay: a damaged one (skipped by every resume) neither counts
+  // nor is deleted while newer than they are, so it cannot push out a checkpoint resumes need
   std::vector<std::pair<uint32_t, std::string>> all = list_checkpoints(out_dir);
-  for (size_t i = (size_t)keep; i < all.size(); ++i) {
-    if (all[i].first == info.step) continue;
+  int intact = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i].first == info.step) {
+      ++intact;
+      continue;
+    }
+    if (intact < keep) {
+      if (checkpoint_damage(all[i].second, all[i].first).empty()) ++intact;
+      continue;
+    }
     // renamed to *.tmp first, so a crash while deleting leaves no half checkpoint behind
     std::string doomed = all[i].second + ".tmp";
     const std::string& victim = ::rename(all[i].second.c_str(), doomed.c_str()) == 0 ? doomed : all[i].second;

@@ -48,9 +48,13 @@ std::string pick_checkpoint(const std::string& dir, std::ostream& warn) {
 }
 
 std::string run_tokenizer(const std::string& dir, const Config& c) {
+  if (c.tokenizer.empty()) return "";  // a run without one (characters, or GPT-2's ids) kept none
   std::error_code ec;
-  for (const fs::path& p : {fs::path(dir) / "tokenizer", fs::path(dir).parent_path() / "tokenizer"})
-    if (fs::is_directory(p, ec)) return p.string();
+  // a run directory's copy; a checkpoint's is its run's
+  fs::path kept = fs::absolute(dir, ec).lexically_normal();
+  if (!kept.has_filename()) kept = kept.parent_path();  // a trailing '/'
+  if (fs::exists(kept / "state.bin", ec)) kept = kept.parent_path();
+  if (fs::is_directory(kept / "tokenizer", ec)) return (kept / "tokenizer").string();
   if (!c.tokenizer.empty() && fs::exists(c.tokenizer, ec)) return c.tokenizer;
   return "";
 }

@@ -27,9 +27,10 @@ std::string pick_checkpoint(const std::string& dir, std::ostream& warn);
 data::Dataset checkpoint_data(const ckpt::CheckpointInfo& info, const std::string& data_flag, std::ostream& warn,
                               const std::string& tokenizer = "");
 
-// The tokenizer of the run that wrote the checkpoint or run directory dir: the copy the run
-// directory keeps (<run>/tokenizer/, model/run/run_dir.h), else the --tokenizer its config
-// names when that still exists, else "".
+// The tokenizer of the run that wrote the checkpoint or run directory dir: "" for a run given
+// none (c.tokenizer empty: characters, or GPT-2's ids), whatever its directory holds; else the
+// copy the run directory keeps (<run>/tokenizer/, model/run/run_dir.h), else the --tokenizer
+// its config names when that still exists, else "".
 std::string run_tokenizer(const std::string& dir, const Config& c);
 
 // The tokenizer a checkpoint samples with: the vocabulary it holds (no data file needed), or,

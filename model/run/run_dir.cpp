@@ -39,7 +39,7 @@ std::string join(const std::string& dir, const std::string& name) { return (fs::
 
 // What a directory holds, read without writing.
 struct Contents {
-  bool metrics = false, run_file = false;
+  bool metrics = false, run_file = false, tokenizer = false;  // tokenizer: a run's tokenizer/ or a stray one
   std::vector<std::pair<uint32_t, std::string>> checkpoints;  // ckpt-<step> directories, newest first
   std::vector<std::string> partial;                           // other ckpt-* entries (ckpt-<step>.tmp, ...)
 
@@ -64,6 +64,7 @@ Contents inspect(const std::string& dir) {
   std::error_code ec;
   k.metrics = fs::exists(join(dir, kMetricsFile), ec);
   k.run_file = fs::exists(join(dir, kRunFile), ec);
+  k.tokenizer = fs::exists(join(dir, kTokenizerDir), ec);
   k.checkpoints = ckpt::list_checkpoints(dir);
   fs::directory_iterator it(dir, ec), end;
   for (; !ec && it != end; it.increment(ec)) {
@@ -133,9 +134,9 @@ void check_not_checkpoint(const std::string& dir) {
                    ": --resume goes on from its newest checkpoint), or another --out-dir");
 }
 
-// Creates dir and its missing parents; on failure removes those it made (nothing is left
-// behind) and throws InputError.
-void create_out_dir(const std::string& dir) {
+// Creates dir and its missing parents and returns those it made, outermost first; on failure
+// removes them (nothing is left behind) and throws InputError.
+std::vector<std::string> create_out_dir(const std::string& dir) {
   std::vector<fs::path> made;
   std::error_code ec;
   fs::path p;
@@ -151,6 +152,7 @@ void create_out_dir(const std::string& dir) {
     }
     made.push_back(p);
   }
+  return std::vector<std::string>(made.begin(), made.end());
 }
 
 // ---- run.cfg: the config text with the absolute data path, then the data's sha256
@@ -287,6 +289,11 @@ RunStart RunDir::plan_new(const Config& flags, std::ostream& warn) {
                           ? "it has no checkpoint or run.cfg to continue from: pass another --out-dir, or delete those "
                             "to start over there"
                           : "continue it with train_gpt --resume --out-dir " + dir_ + ", or pass another --out-dir"));
+  // a run keeps its tokenizer there, and a run of a text in BPE tokens would replace it
+  if (k.tokenizer && !k.run_file)
+    throw InputError("--out-dir " + dir_ + " holds a " + kTokenizerDir + " entry but no run (no " + kRunFile +
+                     "); expected a new or empty directory (a run keeps its tokenizer in " + kTokenizerDir +
+                     "/); move it elsewhere, or pass another --out-dir");
   RunStart st;
   st.config = flags;
   st.data = data::load_dataset(flags.data, flags.block_size, flags.tokenizer);
@@ -344,7 +351,9 @@ RunStart RunDir::plan_resume(const ParsedArgs& args, std::ostream& out, std::ost
     if (flag == "grad-accum") continue;  // below, with the number of ranks
     const std::string now = flag_value(flags, flag), was = flag_value(info.config, flag);
     if (now == was) continue;
-    if (fixed_on_resume(flag)) {
+    if (flag == "tokenizer" && was.empty() && !data::is_token_data(info.config.data)) {
+      conflicts.push_back("--tokenizer " + now + " (the run has none: it trains on characters)");
+    } else if (fixed_on_resume(flag)) {
       conflicts.push_back("--" + flag + " " + now + " (the run has " + was + ")");
     } else {
       copy_flag(c, flags, flag);
@@ -402,7 +411,7 @@ void RunDir::begin(const RunStart& start) {
   if (!writer_) return;
   if (!start.resumed) {
     std::error_code ec;
-    create_out_dir(dir_);
+    made_ = create_out_dir(dir_);
     lock();
     const Contents k = inspect(dir_);
     if (k.holds_run() && !(start.again && k.checkpoints.empty() && k.run_file))
@@ -412,6 +421,7 @@ void RunDir::begin(const RunStart& start) {
       fs::remove(join(dir_, kMetricsFile), ec);
       for (const std::string& p : k.partial) fs::remove_all(p, ec);
     }
+    began_new_ = true;
   }
   data_sha256_ = start.data.sha256;
   data_path_ = fs::absolute(start.data.path).lexically_normal().string();
@@ -423,6 +433,7 @@ void RunDir::begin(const RunStart& start) {
     fs::remove_all(tdir, ec);
     fs::create_directories(tdir, ec);
     for (const auto& [name, bytes] : start.data.bpe->files()) ckpt::write_file_atomic(join(tdir, name), bytes);
+    kept_tokenizer_ = true;
   }
   ckpt::write_file_atomic(join(dir_, kRunFile), run_file_text(start.config, data_path_, data_sha256_));
   const std::string path = join(dir_, kMetricsFile);
@@ -460,6 +471,18 @@ TrainHooks RunDir::hooks(const Backend& be, const Config& c, const std::vector<P
     return save(be, c, table, p, unlogged);
   };
   return h;
+}
+
+std::string RunDir::abandon() {
+  if (!writer_ || !began_new_ || !ckpt::list_checkpoints(dir_).empty()) return "";
+  if (metrics_fd_ >= 0) ::close(metrics_fd_);
+  metrics_fd_ = -1;
+  std::error_code ec;
+  for (const char* name : {kMetricsFile, kRunFile, kLockFile}) fs::remove(join(dir_, name), ec);
+  if (kept_tokenizer_) fs::remove_all(join(dir_, kTokenizerDir), ec);
+  for (auto it = made_.rbegin(); it != made_.rend(); ++it) fs::remove(*it, ec);  // each only when empty
+  began_new_ = false;
+  return "; the run begun in " + dir_ + " wrote no checkpoint and is removed: once the input is corrected, the same command starts it afresh";
 }
 
 std::string RunDir::save(const Backend& be, const Config& c, const std::vector<ParamSpec>& table, const Progress& p,

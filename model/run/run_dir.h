@@ -93,6 +93,12 @@ class RunDir {
   std::string save(const Backend& be, const Config& c, const std::vector<ParamSpec>& table, const Progress& p,
                    const std::vector<std::string>& unlogged);
 
+  // Takes back a new run that wrote no checkpoint (its run.cfg, metrics.jsonl, tokenizer/, lock
+  // file, and the directories begin() created), for bad input found only while training: the
+  // command corrected then starts afresh there. Returns what to add to the error ("; ..."), or ""
+  // when there was nothing to take back (a resumed run, a checkpoint written, not rank 0).
+  std::string abandon();
+
   const std::string& path() const { return dir_; }
 
  private:
@@ -106,6 +112,8 @@ class RunDir {
   int lock_fd_ = -1, metrics_fd_ = -1;
   std::string data_sha256_, data_path_;  // of the run begun
   std::string vocab_;                    // its vocabulary (CharTokenizer::chars()), kept in checkpoints
+  bool began_new_ = false, kept_tokenizer_ = false;  // begin() of a new run; it wrote tokenizer/
+  std::vector<std::string> made_;                     // the directories begin() created, outermost first
 };
 
 }  // namespace tg

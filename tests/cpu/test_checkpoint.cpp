@@ -904,6 +904,14 @@ TEST_CASE("checkpoint: keep=2 deletes older checkpoints and stale .tmp directori
   // keep <= 0 keeps all
   ckpt::save_checkpoint(out, random_checkpoint(c, table, 6), table, 0);
   CHECK(listing().size() == 4);
+
+  // a damaged checkpoint (step 6 copied under step 9's name) is not counted: the two newest
+  // intact ones stay, and so does it, being newer (every resume skips it, saying why)
+  fs::copy(step_dir(out, 6), step_dir(out, 9), fs::copy_options::recursive);
+  REQUIRE(!ckpt::checkpoint_damage(step_dir(out, 9), 9).empty());
+  ckpt::save_checkpoint(out, random_checkpoint(c, table, 7), table);
+  CHECK(listing() == std::vector<std::string>({"ckpt-00000006", "ckpt-00000007", "ckpt-00000009", "metrics.jsonl"}));
+  CHECK(ckpt::latest_checkpoint(out) == step_dir(out, 7));
 }
 
 TEST_CASE("checkpoint: write_file_atomic failures throw RuntimeError and keep the old file") {

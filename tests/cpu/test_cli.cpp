@@ -540,6 +540,26 @@ TEST_CASE("cli: SIGTERM stops the run, writes a checkpoint, and says how to resu
   fs::remove_all(out);
 }
 
+TEST_CASE("cli: SIGTERM while sampling says the run is complete (its checkpoint kept), and in --sample that it stopped") {
+  const fs::path out = fresh_dir("tg_cli_sigterm_sample");
+  // two steps, then a sample far longer than the seconds after which timeout sends SIGTERM
+  const std::string tiny = "--device cpu --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 2 --eval-iters 1 ";
+  Run r = run_train_gpt_prefixed("timeout --preserve-status -s TERM 5 ", tiny + "--max-iters 2 --sample-tokens 100000000 --data " +
+                                                                             data_path() + " --out-dir " + out.string());
+  CAPTURE(r.err);
+  CHECK(r.code == 130);
+  CHECK(count_lines(r.err) == 1);
+  CHECK(r.err.find("interrupted while sampling: the run itself is complete") != std::string::npos);
+  CHECK(fs::exists(out / "ckpt-00000002"));
+  Run smp = run_train_gpt_prefixed("timeout --preserve-status -s TERM 3 ",
+                                   "--sample --ckpt " + out.string() + " --sample-tokens 100000000");
+  CAPTURE(smp.err);
+  CHECK(smp.code == 130);
+  CHECK(smp.err.find("interrupted while sampling") != std::string::npos);
+  CHECK(count_lines(smp.err) == 2);  // "sampling from ...", then the stop
+  fs::remove_all(out);
+}
+
 TEST_CASE("cli: SIGINT during a long evaluation stops the run within a second, not after the evaluation") {
   const fs::path out = fresh_dir("tg_cli_sigint_eval");
   // step 0's evaluation of 2 x 3000 batches takes about a minute on two cores
@@ -792,9 +812,11 @@ TEST_CASE("cli: every bad input, one table: exit code, one line on stderr, nothi
     const char* what;
     std::string args;
     int code;
-    const char* says;
+    std::string says;
   };
   const std::string out = " --out-dir " + (base / "out").string();
+  const std::string bpe = fs::absolute("tests/interop/bpe/shakes1k").string();
+  fs::create_directories(base / "stray" / "tokenizer");  // not a run's: a new run there would replace it
   const std::vector<Row> rows = {
       {"missing data", "--data " + (base / "none.txt").string() + out, 2, "does not exist"},
       {"empty data", "--data " + file("empty.txt", "") + out, 2, "empty"},
@@ -849,6 +871,15 @@ TEST_CASE("cli: every bad input, one table: exit code, one line on stderr, nothi
       {"a checkpoint with lr nan", "--resume --out-dir " + damaged("lrnan", config_with("lr", "nan")), 2, "lr=nan"},
       {"sampling from a checkpoint with n_head 0", "--sample --ckpt " + damaged("snhead0", config_with("n_head", "0")), 2,
        "--n-head is 0"},
+      // a path holding a newline: still one line, the newline written \x0a
+      {"a data path with a newline", "--data \"$(printf '" + base.string() + "/a\\nb.txt')\"" + out, 2,
+       "/a\\x0ab.txt' does not exist"},
+      {"an --out-dir holding a tokenizer/ but no run", "--max-iters 1" + tiny + " --data " + data_path() + " --tokenizer " +
+       bpe + " --out-dir " + (base / "stray").string(), 2, "holds a tokenizer entry but no run"},
+      {"--tokenizer to sample a model of characters", "--sample --ckpt " + good.string() + " --tokenizer " + bpe, 2,
+       "is a model of characters"},
+      {"--tokenizer to resume a run of characters", "--resume --max-iters 3 --out-dir " + good.string() + " --tokenizer " + bpe,
+       2, "--tokenizer " + bpe + " (the run has none: it trains on characters)"},
   };
   for (const Row& r : rows) {
     CAPTURE(std::string(r.what));
@@ -860,6 +891,8 @@ TEST_CASE("cli: every bad input, one table: exit code, one line on stderr, nothi
     CHECK(run.err.find("expected") != std::string::npos);
     CHECK(!fs::exists(base / "out"));
   }
+  CHECK(fs::is_empty(base / "stray" / "tokenizer"));
+  CHECK(!fs::exists(good / "ckpt-00000003"));
   fs::remove_all(base);
 }
 

@@ -321,6 +321,28 @@ TEST_CASE("cli: training on llm.c shards: V 50257 padded to 50304, samples as id
   CHECK(bad.err.find("is truncated") != std::string::npos);
   CHECK(std::count(bad.err.begin(), bad.err.end(), '\n') == 1);
   CHECK(!fs::exists(out2));
+  // an id past the vocabulary where the start's check of each file's ends does not look (a shard
+  // of 1.5M tokens: its middle): refused when a batch reads it, and the new run that had written
+  // its directory takes it back, so that the command, the shard regenerated, starts afresh
+  std::vector<uint16_t> big = some_tokens(1500000, 5);
+  std::fill(big.begin() + 600000, big.begin() + 900000, (uint16_t)60000);
+  const fs::path mid = s.dir / "mid";
+  write(mid / "fineweb_train_000000.bin", shard_bytes(big));
+  write(mid / "fineweb_val_000000.bin", shard_bytes(some_tokens(100, 6)));
+  const std::string mid_cmd = "--device cpu --n-layer 1 --n-head 2 --n-embd 16 --block-size 8 --batch-size 8 "
+                              "--eval-interval 0 --eval-iters 1 --ckpt-interval 0 --sample-tokens 0 --max-iters 20 --data " +
+                              mid.string() + " --out-dir " + (s.dir / "made" / "run").string();
+  Run mid_bad = run_train_gpt(mid_cmd);
+  CHECK(mid_bad.code == 2);
+  CHECK(count_lines(mid_bad.err) == 1);
+  CHECK(mid_bad.err.find("holds token id 60000") != std::string::npos);
+  CHECK(mid_bad.err.find("wrote no checkpoint and is removed") != std::string::npos);
+  CHECK(!fs::exists(s.dir / "made"));  // the directories it created too
+  std::fill(big.begin() + 600000, big.begin() + 900000, (uint16_t)7);
+  write(mid / "fineweb_train_000000.bin", shard_bytes(big));
+  Run mid_again = run_train_gpt(mid_cmd);
+  CAPTURE(mid_again.err);
+  CHECK(mid_again.code == 0);
   // a text with llm.c's tokenizer file is refused: it decodes only (tests/cpu/test_bpe_cli.cpp: a BPE that encodes)
   Run text_tok = run_train_gpt("--device cpu --max-iters 1 --data " + data_path() + " --tokenizer " +
                                (s.dir / "tok" / "gpt2_tokenizer.bin").string() + " --out-dir " + (s.dir / "run3").string());
