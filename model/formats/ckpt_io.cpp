@@ -114,7 +114,14 @@ void fsync_dir(const std::string& dir) {
 }
 
 std::string read_file(const std::string& path, size_t max_bytes, uint64_t* file_size) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO's open returns at once
+  struct stat st = {};
+  if (fd >= 0 && (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+    ::close(fd);
+    throw InputError("checkpoint file " + path + " is not a regular file (a directory, device or FIFO); expected a "
+                     "file written by train_gpt or a model's file; pass the path of one");
+  }
+  if (fd >= 0) ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   if (fd < 0) {
     int e = errno;
     if (e == ENOENT)
@@ -124,10 +131,7 @@ std::string read_file(const std::string& path, size_t max_bytes, uint64_t* file_
     throw InputError("cannot open checkpoint file " + path + ": " + std::strerror(e) +
                      "; expected a readable file; check its permissions");
   }
-  if (file_size) {
-    struct stat st = {};
-    *file_size = ::fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
-  }
+  if (file_size) *file_size = (uint64_t)st.st_size;
   std::string out;
   char buf[1 << 16];
   while (out.size() < max_bytes) {

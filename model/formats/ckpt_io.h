@@ -45,7 +45,8 @@ void write_file_atomic(const std::string& path, const std::string& bytes);
 void fsync_dir(const std::string& dir);
 
 // The content of a checkpoint file: all of it, or its first max_bytes; its size in bytes goes
-// to file_size when given. Throws InputError (missing, unreadable) saying what and how to fix.
+// to file_size when given. Throws InputError (missing, unreadable, not a regular file: a FIFO
+// would block the open, /dev/zero never end) saying what and how to fix.
 std::string read_file(const std::string& path, size_t max_bytes = SIZE_MAX, uint64_t* file_size = nullptr);
 
 // A checkpoint file read back is damaged: InputError with what, what was expected, and the way

@@ -569,18 +569,28 @@ void start_from(Backend& be, const std::vector<float>& params) {
 }
 
 std::vector<int32_t> parse_token_ids(const std::string& text, int V, int T) {
+  const std::string expected = "; expected integers 0 to " + std::to_string(V - 1) +
+                               " (the model's vocabulary), separated by commas; fix the list";
+  std::vector<std::string> items(1);  // split at commas, each trimmed of spaces
+  for (char ch : text) {
+    if (ch == ',') items.emplace_back();
+    else items.back() += ch;
+  }
+  for (std::string& w : items) {
+    w.erase(0, w.find_first_not_of(' '));
+    w.erase(w.find_last_not_of(' ') + 1);
+  }
+  const bool none = std::all_of(items.begin(), items.end(), [](const std::string& w) { return w.empty(); });
   std::vector<int32_t> ids;
-  std::string s = text;
-  for (char& ch : s)
-    if (ch == ',') ch = ' ';
-  std::istringstream in(s);
-  for (std::string w; in >> w;) {
+  for (size_t k = 0; k < items.size() && !none; ++k) {
+    const std::string& w = items[k];
+    if (w.empty())  // "1,,2" or "1,2,": an id left out, not skipped
+      throw InputError("--logits '" + printable(text) + "' has an empty item (number " + std::to_string(k + 1) + ")" + expected);
     char* end = nullptr;
     errno = 0;
     const long long x = std::strtoll(w.c_str(), &end, 10);
     if (*end != '\0' || w[0] == '-' || w[0] == '+' || errno == ERANGE || x >= V)
-      throw InputError("--logits: '" + printable(w) + "' is not a token id; expected integers 0 to " +
-                       std::to_string(V - 1) + " (the model's vocabulary), separated by commas; fix the list");
+      throw InputError("--logits: '" + printable(w) + "' is not a token id" + expected);
     ids.push_back((int32_t)x);
   }
   if (ids.empty() || (int)ids.size() > T)

@@ -324,6 +324,9 @@ RunStart RunDir::plan_resume(const ParsedArgs& args, std::ostream& out, std::ost
   // where it goes on from: the newest intact checkpoint, or step 0 of the run begun
   RunStart st;
   const Contents k = inspect(dir_);
+  if (k.metrics && !fs::is_regular_file(join(dir_, kMetricsFile), ec))  // a FIFO would block its reading
+    throw InputError("--resume: " + join(dir_, kMetricsFile) + " is not a regular file (a directory, device or FIFO); "
+                     "expected the run's metrics.jsonl; move it away (the run goes on without its earlier lines)");
   ckpt::CheckpointInfo info;
   st.checkpoint = pick_checkpoint(dir_, warn);
   if (!st.checkpoint.empty()) {

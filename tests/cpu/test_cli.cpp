@@ -848,6 +848,13 @@ TEST_CASE("cli: every bad input, one table: exit code, one line on stderr, nothi
        "state.bin"},
       {"checkpoint from a newer format", "--resume --out-dir " + damaged("newer", [&](const fs::path& d) { flip_byte(d / "state.bin", 9); }), 2,
        "newer"},
+      {"a FIFO for state.bin (its open blocked)", "--sample --ckpt " + damaged("fifo", [&](const fs::path& d) {
+         fs::remove(d / "state.bin");
+         REQUIRE(::mkfifo((d / "state.bin").c_str(), 0644) == 0);
+       }), 2, "state.bin is not a regular file"},
+      {"a FIFO for a run's metrics.jsonl", "--resume --max-iters 3 --out-dir " + damaged("mfifo", [&](const fs::path& d) {
+         REQUIRE(::mkfifo((d.parent_path() / "metrics.jsonl").c_str(), 0644) == 0);
+       }), 2, "metrics.jsonl is not a regular file"},
       // values that degenerate in float, through the binary
       {"beta2 that rounds to 1 in float", "--beta2 0.99999999 --max-iters 2" + tiny + " --data " + data_path() + out, 2,
        "--beta2 is 0.99999999"},

@@ -484,6 +484,9 @@ TEST_CASE("init-from: through the binary: resume is bitwise and reads no file ag
            {"--logits 1,65 --init-from " + hf.string(), "'65' is not a token id"},
            {"--logits 1,x --init-from " + hf.string(), "'x' is not a token id"},
            {"--logits , --init-from " + hf.string(), "holds 0 token ids"},
+           {"--logits 1,,2 --init-from " + hf.string(), "has an empty item (number 2)"},
+           {"--logits '1, 2,' --init-from " + hf.string(), "has an empty item (number 3)"},
+           {"--init-from /dev/zero" + d, "/dev/zero is not a regular file"},  // read for ever before
            {"--resume --init-from " + bin.string() + " --out-dir " + whole.string(), "--init-from " + bin.string() + " (the run has"}}) {
     CAPTURE(args);
     Run bad = run_train_gpt(args);
