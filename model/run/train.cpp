@@ -488,9 +488,13 @@ std::string sample_ids(Backend& be, const Config& c, std::vector<int32_t> idx, i
   std::vector<double> prob(V);
   std::vector<int> order(V);
   // the prompt goes through the KV cache one token at a time; logits are then those of its
-  // last position (the backend crops the context to block_size tokens as nanoGPT does)
+  // last position (the backend crops the context to block_size tokens as nanoGPT does). Once
+  // the window is full, each step recomputes it from its own tokens alone (net::decode_step),
+  // so of a longer prompt only the last block_size + 1 tokens go in: the same bits, where every
+  // token of a book-long prompt cost a pass over the window
   be.generate_reset();
-  for (int32_t t : idx) be.generate_step(t, logits.data());
+  const size_t skip = idx.size() > (size_t)c.block_size + 1 ? idx.size() - (size_t)c.block_size - 1 : 0;
+  for (size_t i = skip; i < idx.size(); ++i) be.generate_step(idx[i], logits.data());
   for (int n = 0; n < c.sample_tokens && !stop_requested(); ++n) {
     if (n > 0) be.generate_step(idx.back(), logits.data());
     for (float l : logits)

@@ -263,6 +263,28 @@ TEST_CASE("kvcache: the CPU backend's generate_step equals full forwards, croppi
   CHECK(worst <= 1e-4);
 }
 
+TEST_CASE("kvcache: past block_size + 1 tokens, the earlier ones leave the logits' bits unchanged; a long prompt samples as the reference") {
+  // sample() feeds only a prompt's last block_size + 1 tokens (model/run/train.cpp): once the
+  // window is full each step recomputes it from its own tokens, whatever came before
+  SampleSetup s;
+  const int V = s.m.vocab_size, bs = s.m.block_size;
+  const std::vector<int32_t> seq = testutil::random_tokens(5 * bs + 3, V);
+  std::vector<float> all(V), tail(V);
+  s.be->generate_reset();
+  for (int32_t t : seq) s.be->generate_step(t, all.data());
+  s.be->generate_reset();
+  for (size_t i = seq.size() - bs - 1; i < seq.size(); ++i) s.be->generate_step(seq[i], tail.data());
+  CHECK(std::memcmp(all.data(), tail.data(), V * sizeof(float)) == 0);
+  // sample() from a prompt of 5 windows: the reference sampler over full forwards of the cropped context
+  auto ref = s.reference();
+  Config c = s.c;
+  c.prompt = s.tok.decode(seq.data(), seq.size());
+  std::vector<int32_t> idx = seq;
+  for (int n = 0; n < c.sample_tokens; ++n)
+    idx.push_back(reference_draw(full_last_logits(*ref, idx), c, (uint32_t)idx.size()));
+  CHECK(s.run(c) == s.tok.decode(idx.data(), idx.size()));
+}
+
 TEST_CASE("kvcache: sample() is reproducible; top_k = 1 and top_p = 1e-9 give the argmax sequence") {
   SampleSetup s;
   Config c = s.c;
