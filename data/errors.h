@@ -21,13 +21,14 @@ struct RuntimeError : std::runtime_error {
 // Throws InputError(m): for the readers that refuse bad bytes in many places.
 [[noreturn]] inline void bad_input(const std::string& m) { throw InputError(m); }
 
-// Bytes read from a file or the command line, made safe for a one-line message: at most max
-// characters, backslashes and bytes outside printable ASCII as \xNN.
-inline std::string printable(const std::string& s, size_t max = 60) {
+// s with every byte that keep(byte) refuses written as \xNN, cut to at most max characters
+// (then "...").
+template <class Keep>
+inline std::string escaped(const std::string& s, Keep keep, size_t max) {
   std::string out;
   for (unsigned char ch : s) {
     if (out.size() >= max) { out += "..."; break; }
-    if (ch >= 0x20 && ch < 0x7f && ch != '\\') {
+    if (keep(ch)) {
       out += (char)ch;
     } else {
       char b[8];
@@ -38,20 +39,16 @@ inline std::string printable(const std::string& s, size_t max = 60) {
   return out;
 }
 
+// Bytes read from a file or the command line, made safe for a one-line message: at most max
+// characters, backslashes and bytes outside printable ASCII as \xNN.
+inline std::string printable(const std::string& s, size_t max = 60) {
+  return escaped(s, [](unsigned char ch) { return ch >= 0x20 && ch < 0x7f && ch != '\\'; }, max);
+}
+
 // A message as one line: its control characters (a newline in a path given, say) as \xNN,
 // every other byte as it is (UTF-8 file names stay readable). main() prints errors through it.
 inline std::string one_line(const std::string& s) {
-  std::string out;
-  for (unsigned char ch : s) {
-    if (ch >= 0x20 && ch != 0x7f) {
-      out += (char)ch;
-    } else {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\x%02x", ch);
-      out += b;
-    }
-  }
-  return out;
+  return escaped(s, [](unsigned char ch) { return ch >= 0x20 && ch != 0x7f; }, std::string::npos);
 }
 
 }  // namespace tg

@@ -85,8 +85,9 @@ std::string ckpt_name(uint32_t step);
 // Writes out_dir/ckpt-<step>/ (creating out_dir if needed; replacing an existing
 // ckpt-<step>/ atomically), then deletes the checkpoints older than the newest keep intact
 // ones (by step, checkpoint_damage; the one just written counts; a damaged one newer than
-// those stays; keep <= 0 keeps all) and stale ckpt-*.tmp directories. Returns the checkpoint's path. Throws RuntimeError if it cannot be written
-// (deleting old ones is best effort).
+// those stays; keep <= 0 keeps all) and stale ckpt-*.tmp directories. Returns the
+// checkpoint's path. Throws RuntimeError if it cannot be written (deleting old ones is best
+// effort).
 std::string save_checkpoint(const std::string& out_dir, const CheckpointInfo& info, const StateView& state,
                             const std::vector<ParamSpec>& table, int keep = 2);
 // The same from a Checkpoint's own arrays (each must hold param_count(table) floats).

@@ -55,7 +55,7 @@ std::string run_tokenizer(const std::string& dir, const Config& c) {
   if (!kept.has_filename()) kept = kept.parent_path();  // a trailing '/'
   if (fs::exists(kept / "state.bin", ec)) kept = kept.parent_path();
   if (fs::is_directory(kept / "tokenizer", ec)) return (kept / "tokenizer").string();
-  if (!c.tokenizer.empty() && fs::exists(c.tokenizer, ec)) return c.tokenizer;
+  if (fs::exists(c.tokenizer, ec)) return c.tokenizer;
   return "";
 }
 
