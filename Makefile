@@ -685,7 +685,7 @@ interop: train_gpt
 # (tests/interop/bpe/expected.json), both libraries' MB/s (pip install tokenizers tiktoken)
 tokenizer-check:
 	@$(MAKE) data
-	@$(PYTHON) tests/interop/tokenizer_check.py --data $(DATA_FILE) --check
+	@$(PYTHON) tests/interop/tokenizer_check.py --data $(DATA_FILE) --check $(if $(GPT2),--gpt2 $(GPT2),)
 
 # ---- loss curves: make plot RUNS="out/a out/b" [PLOT=out/loss.svg] --------------------------
 PLOT ?= out/loss.svg

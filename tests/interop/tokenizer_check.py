@@ -18,6 +18,10 @@ train_gpt's ids, from each format, to hash the same, with no Python.
   --check         recompute the hashes live and compare them with expected.json; check the
                   Unicode class table (data/unicode_classes.inc) against both libraries,
                   code point by code point; time both libraries (MB/s, one thread)
+  --gpt2 DIR      GPT-2's own files, where a machine has them (vocab.json + merges.txt, or
+                  OpenAI's encoder.json + vocab.bpe; their sha256 checked against those tiktoken
+                  checks): train_gpt --tokenize of each corpus in them (the binary --exe names)
+                  against tiktoken's and tokenizers' ids, id for id, both parts of the 90/10 split
 Tiny Shakespeare is read from --data (never committed). make tokenizer-check runs --check.
 Another version of `tokenizers` may train other merges: after --train, run --expect too (the
 two libraries must still agree on every corpus).
@@ -201,6 +205,60 @@ def tt_encoding(name):
     return tiktoken.Encoding(name, pat_str=PAT, mergeable_ranks=ranks, special_tokens={EOT: len(ranks)})
 
 
+# GPT-2's vocabulary and merges, as tiktoken's gpt2 encoding checks them (encoder.json, vocab.bpe)
+GPT2_SHA256 = ("196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+               "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5")
+
+
+def check_gpt2(d, data, exe):
+    import shutil
+    import subprocess
+    import tempfile
+    import tiktoken
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    pair = next(((os.path.join(d, v), os.path.join(d, m)) for v, m in (("vocab.json", "merges.txt"),
+                 ("encoder.json", "vocab.bpe")) if os.path.exists(os.path.join(d, v))), None)
+    if pair is None:
+        sys.exit(f"tokenizer_check.py: {d} holds neither vocab.json + merges.txt nor encoder.json + vocab.bpe")
+    for path, want in zip(pair, GPT2_SHA256):
+        got = hashlib.sha256(open(path, "rb").read()).hexdigest()
+        if got != want:
+            sys.exit(f"tokenizer_check.py: {path} has sha256 {got[:16]}..., not GPT-2's {want[:16]}...")
+    vocab = json.load(open(pair[0], encoding="utf-8"))
+    ranks = {token_bytes(t): i for t, i in vocab.items() if t != EOT}
+    tt = tiktoken.Encoding("gpt2", pat_str=PAT, mergeable_ranks=ranks, special_tokens={EOT: vocab[EOT]})
+    hf = Tokenizer(models.BPE.from_file(*pair))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    work = tempfile.mkdtemp()
+    try:
+        tok = os.path.join(work, "gpt2")  # Hugging Face's names, which train_gpt reads
+        os.mkdir(tok)
+        shutil.copy(pair[0], os.path.join(tok, "vocab.json"))
+        shutil.copy(pair[1], os.path.join(tok, "merges.txt"))
+        ok, total = True, 0
+        for cname, text in corpora(data).items():
+            src, out = os.path.join(work, cname + ".txt"), os.path.join(work, cname)
+            with open(src, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+            r = subprocess.run([exe, "--tokenize", src, "--tokenizer", tok, "--out", out], capture_output=True, text=True)
+            if r.returncode != 0:
+                sys.exit(f"tokenizer_check.py: {exe} --tokenize failed: {r.stderr.strip()}")
+            n = int(len(text) * 0.9)  # prepare.py's split, by characters
+            for part, piece in (("train", text[:n]), ("val", text[n:])):
+                b = open(os.path.join(out, f"{cname}_{part}.bin"), "rb").read()
+                count = struct.unpack("<i", b[8:12])[0]
+                ours = list(struct.unpack(f"<{count}H", b[1024:1024 + 2 * count]))
+                same = ours == tt.encode_ordinary(piece) == hf.encode(piece).ids
+                ok &= same
+                total += count
+                print(f"gpt2 {cname} {part}: {count} tokens, "
+                      f"{'the same ids as tiktoken and tokenizers' if same else 'DIFFERENT ids'}")
+        print(f"gpt2 check ({total} tokens): " + ("passed" if ok else "FAILED"))
+        return ok
+    finally:
+        shutil.rmtree(work)
+
+
 def ids_hash(ids):
     return hashlib.sha256(struct.pack(f"<{len(ids)}I", *ids)).hexdigest()
 
@@ -326,6 +384,8 @@ def main():
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--bench", action="store_true")
     ap.add_argument("--mb", type=float, default=100.0)
+    ap.add_argument("--gpt2", default="")
+    ap.add_argument("--exe", default=os.path.join(ROOT, "train_gpt"))
     a = ap.parse_args()
     if not a.data or not os.path.exists(a.data):
         sys.exit("tokenizer_check.py: tiny Shakespeare not found; pass --data PATH (or set TG_DATA)")
@@ -341,6 +401,8 @@ def main():
             f.write("\n")
     if a.bench:
         bench(a.data, a.mb)
+    if a.gpt2 and not check_gpt2(a.gpt2, a.data, a.exe):
+        sys.exit(1)
     if a.check:
         ok = check_classes()
         live = hashes(a.data, timing=True)
