@@ -682,7 +682,8 @@ interop: train_gpt
 
 # ---- GPT-2's tokenizer (data/bpe.h) against Hugging Face tokenizers and tiktoken, live: the Unicode
 # class table code point by code point, the ids' hashes that tests/cpu/test_bpe.cpp compares with
-# (tests/interop/bpe/expected.json), both libraries' MB/s (pip install tokenizers tiktoken)
+# (tests/interop/bpe/expected.json), both libraries' MB/s (pip install tokenizers tiktoken); GPT2=DIR:
+# train_gpt's ids with GPT-2's own files in DIR against both libraries', id for id
 tokenizer-check:
 	@$(MAKE) data
 	@$(PYTHON) tests/interop/tokenizer_check.py --data $(DATA_FILE) --check $(if $(GPT2),--gpt2 $(GPT2),)
