@@ -217,7 +217,7 @@ def check_gpt2(d, data, exe):
     import tiktoken
     from tokenizers import Tokenizer, models, pre_tokenizers
     pair = next(((os.path.join(d, v), os.path.join(d, m)) for v, m in (("vocab.json", "merges.txt"),
-                 ("encoder.json", "vocab.bpe")) if os.path.exists(os.path.join(d, v))), None)
+                 ("encoder.json", "vocab.bpe")) if all(os.path.isfile(os.path.join(d, f)) for f in (v, m))), None)
     if pair is None:
         sys.exit(f"tokenizer_check.py: {d} holds neither vocab.json + merges.txt nor encoder.json + vocab.bpe")
     for path, want in zip(pair, GPT2_SHA256):
