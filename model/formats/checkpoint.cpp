@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 #include <utility>
 
 #include "../../data/errors.h"
@@ -386,18 +387,23 @@ std::string save_checkpoint(const std::string& out_dir, const CheckpointInfo& in
   for (const fs::path& p : stale) fs::remove_all(p, ec);
   if (keep <= 0) return final_dir;
   // the newest keep intact ones stay: a damaged one (skipped by every resume) neither counts
-  // nor is deleted while newer than they are, so it cannot push out a checkpoint resumes need
+  // nor is deleted while newer than they are, so it cannot push out a checkpoint resumes need.
+  // Each is read whole for its damage once a process at most: the ones this process wrote, or
+  // found intact, are remembered (a GPT-2 124M checkpoint is 1.5 GB)
+  static std::set<std::string> intact_known;
+  intact_known.insert(final_dir);
   std::vector<std::pair<uint32_t, std::string>> all = list_checkpoints(out_dir);
   int intact = 0;
   for (size_t i = 0; i < all.size(); ++i) {
-    if (all[i].first == info.step) {
-      ++intact;
-      continue;
-    }
     if (intact < keep) {
-      if (checkpoint_damage(all[i].second, all[i].first).empty()) ++intact;
+      if (intact_known.count(all[i].second) || checkpoint_damage(all[i].second, all[i].first).empty()) {
+        intact_known.insert(all[i].second);
+        ++intact;
+      }
       continue;
     }
+    if (all[i].first == info.step) continue;
+    intact_known.erase(all[i].second);
     // renamed to *.tmp first, so a crash while deleting leaves no half checkpoint behind
     std::string doomed = all[i].second + ".tmp";
     const std::string& victim = ::rename(all[i].second.c_str(), doomed.c_str()) == 0 ? doomed : all[i].second;

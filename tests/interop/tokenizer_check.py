@@ -186,12 +186,16 @@ def token_bytes(tkn):
     return bytes(BYTE_OF[ch] for ch in tkn)
 
 
-def hf_tokenizer(name):
+def hf_bpe(vocab, merges):
     from tokenizers import Tokenizer, models, pre_tokenizers
-    d = os.path.join(OUT, name)
-    tok = Tokenizer(models.BPE.from_file(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt")))
+    tok = Tokenizer(models.BPE.from_file(vocab, merges))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     return tok
+
+
+def hf_tokenizer(name):
+    d = os.path.join(OUT, name)
+    return hf_bpe(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"))
 
 
 def tt_encoding(name):
@@ -215,7 +219,6 @@ def check_gpt2(d, data, exe):
     import subprocess
     import tempfile
     import tiktoken
-    from tokenizers import Tokenizer, models, pre_tokenizers
     pair = next(((os.path.join(d, v), os.path.join(d, m)) for v, m in (("vocab.json", "merges.txt"),
                  ("encoder.json", "vocab.bpe")) if all(os.path.isfile(os.path.join(d, f)) for f in (v, m))), None)
     if pair is None:
@@ -227,8 +230,7 @@ def check_gpt2(d, data, exe):
     vocab = json.load(open(pair[0], encoding="utf-8"))
     ranks = {token_bytes(t): i for t, i in vocab.items() if t != EOT}
     tt = tiktoken.Encoding("gpt2", pat_str=PAT, mergeable_ranks=ranks, special_tokens={EOT: vocab[EOT]})
-    hf = Tokenizer(models.BPE.from_file(*pair))
-    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    hf = hf_bpe(*pair)
     work = tempfile.mkdtemp()
     try:
         tok = os.path.join(work, "gpt2")  # Hugging Face's names, which train_gpt reads
