@@ -369,7 +369,7 @@ int train_run(tg::ParsedArgs args) {
   } catch (const tg::InputError& e) {
     // bad input found only now (a token id past the vocabulary inside a shard): a new run that
     // wrote no checkpoint is taken back, so that the command corrected starts afresh
-    throw tg::InputError(e.what() + dir.abandon());
+    throw tg::InputError(e.what() + dir.abandon(), e.every_rank);
   }
   if (s.stopped && !writer) return 130;
   if (s.stopped) {
@@ -447,6 +447,7 @@ int main(int argc, char** argv) {
   tg::install_stop_handler();  // before anything slow: a signal from now on is honoured
   std::string error;
   int code = 0;
+  bool every_rank = false;  // the error is every rank's (their collectives agreed on it)
   try {
     tg::dist::init(&argc, &argv);  // mpirun -np N: this process is one of N ranks
     if (tg::dist::active()) {
@@ -458,6 +459,7 @@ int main(int argc, char** argv) {
   } catch (const tg::InputError& e) {
     error = e.what();
     code = 2;
+    every_rank = e.every_rank;
   } catch (const tg::Interrupted&) {  // a stop outside training (--attention check): nothing to save
     std::fprintf(stderr, "interrupted: nothing written\n");
     code = 130;
@@ -469,13 +471,15 @@ int main(int argc, char** argv) {
     code = 1;
   }
   error = tg::one_line(error);  // one line, whatever the paths named in it hold
-  // a rank that fails ends the whole job (MPI_Abort): no other rank waits for it in a collective
-  if (!error.empty() && tg::dist::active())
+  // a rank that fails alone ends the whole job (MPI_Abort): no other rank waits for it in a
+  // collective. An error every rank has (it names the rank that found it) is rank 0's to print.
+  if (!error.empty() && tg::dist::active() && !every_rank)
     tg::dist::abort("error: rank " + std::to_string(tg::dist::rank()) + " of " + std::to_string(tg::dist::world()) + ": " + error, code);
-  if (!error.empty()) std::fprintf(stderr, "error: %s\n", error.c_str());
-  // every rank waits for rank 0 (its checkpoint, its sample): mpirun ends the job as soon as one
-  // rank exits with a non-zero status (130 after a stop)
-  if (error.empty()) tg::dist::barrier();
+  if (!error.empty() && tg::dist::rank() == 0) std::fprintf(stderr, "error: %s\n", error.c_str());
+  // every rank waits for rank 0 (its checkpoint, its sample, its clean-up after an error every
+  // rank has): mpirun ends the job as soon as one rank exits with a non-zero status (130 after a
+  // stop, 2 after such an error)
+  if (error.empty() || every_rank) tg::dist::barrier();
   tg::dist::finalize();
   return code;
 }

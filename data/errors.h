@@ -11,7 +11,11 @@
 namespace tg {
 
 struct InputError : std::runtime_error {
-  explicit InputError(const std::string& m) : std::runtime_error(m) {}
+  explicit InputError(const std::string& m, bool every_rank = false) : std::runtime_error(m), every_rank(every_rank) {}
+  // Thrown by every rank of a data-parallel job together, their collectives having agreed on it
+  // (model/run/dist.h: first_error): the ranks then end side by side, rank 0 after taking back
+  // what it began, and none ends the job before that (train_gpt.cu's main).
+  bool every_rank;
 };
 
 struct RuntimeError : std::runtime_error {

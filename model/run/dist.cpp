@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -189,6 +190,22 @@ void barrier() {
 #ifdef TG_HAVE_MPI
   check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
 #endif
+}
+
+std::string first_error(const std::string& mine) {
+  if (g_world == 1) return mine;
+  std::vector<double> has((size_t)g_world, 0.0);
+  has[(size_t)g_rank] = mine.empty() ? 0.0 : 1.0;
+  all_reduce_sum(has.data(), has.size());
+  int first = 0;
+  while (first < g_world && has[(size_t)first] == 0.0) ++first;
+  if (first == g_world) return "";
+  uint64_t n = first == g_rank ? mine.size() : 0;
+  broadcast(&n, sizeof n, first);
+  std::string text(n, '\0');
+  if (first == g_rank) text = mine;
+  broadcast(text.data(), n, first);
+  return "rank " + std::to_string(first) + " of " + std::to_string(g_world) + ": " + text;
 }
 
 void abort(const std::string& line, int code) {

@@ -44,6 +44,11 @@ void gather(const float* mine, float* all, const std::vector<size_t>& counts, in
 // Copies root's bytes to every rank.
 void broadcast(void* buf, size_t bytes, int root = 0);
 void barrier();
+// Collective: the error of the lowest rank whose mine is not empty, as "rank r of W: " + its
+// mine, or "" when every rank's mine is empty; every rank gets the same string. Alone: mine.
+// For bad input that one rank finds where the others do not (a token id past the vocabulary in
+// the rows it reads), so that every rank can end with the same error.
+std::string first_error(const std::string& mine);
 // Ends every rank of the job now (MPI_Abort with exit status code), after printing line on
 // stderr: what a rank that fails must do so that no other rank waits for it in a collective.
 // Alone: prints line and exits with code.

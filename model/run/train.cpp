@@ -231,15 +231,24 @@ class TrainLoop {
   // ranks (model/run/dist.h) the step is W N micro-batches: rank r runs r N .. r N + N - 1 of
   // them, exactly those a single process with --grad-accum W N runs at those indices (the same
   // rows, the same dropout keys); one all-reduce sums the gradients, one more the losses with
-  // the ranks' pending stops (a rank was signalled: every rank stops before this step).
+  // the ranks' pending stops (a rank was signalled: every rank stops before this step) and their
+  // bad input (a batch of one rank's rows held a token id past the vocabulary: every rank throws
+  // that rank's error).
   StepLoss forward_backward(int step) {
     StepLoss st;
     st.t0 = Clock::now();
     const int first = dist::rank() * c_.grad_accum, micro_batches = dist::world() * c_.grad_accum;
-    double sums[2] = {0, 0};  // the losses of this rank's micro-batches; a stop pending here
+    double sums[3] = {0, 0, 0};  // the losses of this rank's micro-batches; a stop pending here; bad input here
+    std::string bad;
     for (int k = first; k < first + c_.grad_accum; ++k) {
-      ds_.train_batch(c_.seed, (uint32_t)step, c_.batch_size, c_.block_size, x_.data(), y_.data(),
-                      (uint32_t)k * (uint32_t)c_.batch_size);
+      try {
+        ds_.train_batch(c_.seed, (uint32_t)step, c_.batch_size, c_.block_size, x_.data(), y_.data(),
+                        (uint32_t)k * (uint32_t)c_.batch_size);
+      } catch (const InputError& e) {
+        if (!dist::active()) throw;
+        bad = e.what();  // the other ranks wait in the collectives below: this one joins them
+        break;
+      }
       sums[0] += be_.forward_backward(x_.data(), y_.data(), (uint32_t)step, k, micro_batches, first);
     }
     if (step == faults_.fail_step)
@@ -248,7 +257,9 @@ class TrainLoop {
     if (dist::active()) {
       be_.reduce_grads();
       sums[1] = stop_pending() ? 1 : 0;
-      dist::all_reduce_sum(sums, 2);
+      sums[2] = bad.empty() ? 0 : 1;
+      dist::all_reduce_sum(sums, 3);
+      if (sums[2] > 0) throw InputError(dist::first_error(bad), true);
       if (sums[1] > 0) {
         request_stop();
         throw Interrupted{};
@@ -423,16 +434,27 @@ double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int 
                      const std::function<void(int k)>& on_batch) {
   // data parallel: rank r evaluates batches r, r + W, r + 2W, ...; the batches' losses are
   // then summed over the ranks (each slot holds one rank's loss, the others' 0: exact) and
-  // added in batch order on every rank, in double as one process adds them: the same bits
+  // added in batch order on every rank, in double as one process adds them: the same bits. One
+  // slot more counts the ranks whose batch held bad input: every rank then throws the first's.
   std::vector<int32_t> x((size_t)c.batch_size * c.block_size), y(x.size());
-  std::vector<double> loss((size_t)c.eval_iters, 0.0);
+  std::vector<double> loss((size_t)c.eval_iters + 1, 0.0);
+  std::string bad;
   for (int k = dist::rank(); k < c.eval_iters; k += dist::world()) {
     throw_if_stop_requested();
-    ds.eval_batch(c.seed, (uint32_t)split, (uint32_t)k, c.batch_size, c.block_size, x.data(), y.data());
+    try {
+      ds.eval_batch(c.seed, (uint32_t)split, (uint32_t)k, c.batch_size, c.block_size, x.data(), y.data());
+    } catch (const InputError& e) {
+      if (!dist::active()) throw;
+      bad = e.what();
+      break;
+    }
     loss[(size_t)k] = be.eval_loss(x.data(), y.data());
     if (on_batch) on_batch(k);
   }
+  loss.back() = bad.empty() ? 0 : 1;
   dist::all_reduce_sum(loss.data(), loss.size());
+  if (loss.back() > 0) throw InputError(dist::first_error(bad), true);
+  loss.pop_back();
   double sum = 0;
   for (double l : loss) sum += l;
   return sum / c.eval_iters;

@@ -8,12 +8,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "../../data/tokens.h"
 #include "../../model/run/dist.h"
 
 namespace cli {
@@ -125,6 +129,17 @@ inline std::string mpirun(int ranks) {
   if (!tg::dist::built_with_mpi() || std::system("command -v mpirun >/dev/null 2>&1") != 0) return "";
   return "env OMP_NUM_THREADS=1 LSAN_OPTIONS=detect_leaks=0 mpirun -np " + std::to_string(ranks) + " --oversubscribe" +
          (geteuid() == 0 ? " --allow-run-as-root" : "") + " -x OMP_NUM_THREADS -x LSAN_OPTIONS ";
+}
+
+// An llm.c shard (data/tokens.h) of tokens written at path (its folders made): the header of 256
+// int32 (magic, version 1, the count), then the uint16 tokens.
+inline void write_shard(const fs::path& path, const std::vector<uint16_t>& tokens) {
+  std::string b(1024 + 2 * tokens.size(), '\0');
+  const int32_t head[3] = {data::kShardMagic, 1, (int32_t)tokens.size()};
+  std::memcpy(&b[0], head, sizeof head);
+  if (!tokens.empty()) std::memcpy(&b[1024], tokens.data(), 2 * tokens.size());
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << b;
 }
 
 inline int count_lines(const std::string& s) {

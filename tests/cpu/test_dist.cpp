@@ -7,7 +7,9 @@
 //   3. a rank killed with SIGKILL ends the job within seconds, and its last checkpoint resumes;
 //      SIGTERM to one rank stops every rank before the same step, with a checkpoint;
 //   4. a rank that throws (bad input on every rank; a failure on rank 1 alone, TG_INJECT_FAIL)
-//      ends the job with a line naming the rank, and the last checkpoint resumes;
+//      ends the job with a line naming the rank, and the last checkpoint resumes; a token id
+//      past the vocabulary in rank 1's rows alone (a training batch, an evaluation batch) ends
+//      every rank with that line, rank 0 having taken back the run it began;
 //   5. ZeRO-1 (--zero 1, model/net/shards.h): two sharded ranks train bit for bit as two unsharded
 //      ones, with an odd parameter count and a shard boundary inside a decayed tensor; the
 //      evaluations spread over the ranks give one process's bits; sharded and unsharded
@@ -298,6 +300,102 @@ TEST_CASE("dist: a rank that throws ends the job with one line naming it" * doct
   CAPTURE(resumed.err);
   CHECK(resumed.code == 0);
   CHECK(resumed.out.find("at step 2") != std::string::npos);
+  fs::remove_all(base);
+}
+
+TEST_CASE("dist: a bad token id in rank 1's rows alone ends every rank with its line; the new run is taken back" *
+          doctest::skip(no_mpi())) {
+  // Shards of 1.5M tokens: the start checks the first and last 2^19 of each (data/tokens.h), so
+  // an id past the vocabulary in the middle is found only by the batch that reads it. Which
+  // positions each rank reads: the batches of a vector whose token i is i (data/dataset.h draws
+  // a split's windows from its size alone; checked below against the shard's own batches).
+  // Rank 0 reads rows 0..B-1 of each step and the evaluation batches 0, 2, 4, 6; rank 1 rows
+  // B..2B-1 and batches 1, 3, 5, 7. The bad id goes to a middle position of a window of rank 1
+  // that no window of rank 0 reads up to then: found by rank 1 alone.
+  const fs::path base = fresh_dir("tg_dist_bad_id");
+  constexpr int B = 4, kIters = 3, kEvals = 8, n = 1500000, kEnd = 1 << 19;
+  const uint64_t seed = 7;
+  std::vector<uint16_t> ids(n);
+  std::vector<int32_t> pos(n);
+  for (int i = 0; i < n; ++i) {
+    ids[(size_t)i] = (uint16_t)(i % 50000);
+    pos[(size_t)i] = i;
+  }
+  const fs::path good = base / "good";
+  write_shard(good / "t_train_000000.bin", ids);
+  write_shard(good / "t_val_000000.bin", ids);
+  std::vector<int32_t> x(B * kT), y(B * kT), xs(B * kT);
+  std::vector<int> rank0;  // window starts rank 0 has read so far
+  auto read_by_rank0 = [&](int at) {
+    for (int s : rank0)
+      if (at >= s && at <= s + kT) return true;
+    return false;
+  };
+  auto add_windows = [&](std::vector<int>& to) {
+    for (int b = 0; b < B; ++b) to.push_back(x[(size_t)b * kT]);
+  };
+  const data::Dataset ds = data::load_dataset(good.string(), kT);
+  ds.train_batch(seed, 0, B, kT, xs.data(), y.data(), B);
+  data::train_batch(pos, seed, 0, B, kT, x.data(), y.data(), B);
+  for (int i = 0; i < B * kT; ++i) REQUIRE(xs[(size_t)i] == x[(size_t)i] % 50000);
+  int in_train = -1, in_val = -1;
+  for (int step = 0; step < kIters && in_train < 0; ++step) {
+    data::train_batch(pos, seed, (uint32_t)step, B, kT, x.data(), y.data(), 0);
+    add_windows(rank0);
+    data::train_batch(pos, seed, (uint32_t)step, B, kT, x.data(), y.data(), B);
+    for (int b = 0; b < B && in_train < 0; ++b) {
+      const int at = x[(size_t)b * kT] + kT / 2;
+      if (at >= kEnd && at < n - kEnd && !read_by_rank0(at)) in_train = at;
+    }
+  }
+  rank0.clear();
+  for (int k = 0; k < kEvals; k += 2) {
+    data::eval_batch(pos, seed, 1, (uint32_t)k, B, kT, x.data(), y.data());
+    add_windows(rank0);
+  }
+  for (int k = 1; k < kEvals && in_val < 0; k += 2) {
+    data::eval_batch(pos, seed, 1, (uint32_t)k, B, kT, x.data(), y.data());
+    for (int b = 0; b < B && in_val < 0; ++b) {
+      const int at = x[(size_t)b * kT] + kT / 2;
+      if (at >= kEnd && at < n - kEnd && !read_by_rank0(at)) in_val = at;
+    }
+  }
+  REQUIRE(in_train >= 0);
+  REQUIRE(in_val >= 0);
+  const std::string model = "--device cpu --n-layer 1 --n-head 2 --n-embd 16 --block-size " + std::to_string(kT) +
+                            " --batch-size " + std::to_string(B) + " --seed " + std::to_string(seed) +
+                            " --eval-iters " + std::to_string(kEvals) + " --max-iters " + std::to_string(kIters) +
+                            " --ckpt-interval 0 --sample-tokens 0 ";
+  struct Case {
+    const char* what;
+    bool train;
+    int at;
+    const char* eval;
+  };
+  for (const Case& k : {Case{"a training batch", true, in_train, "--eval-interval 0"},
+                        Case{"an evaluation batch", false, in_val, "--eval-interval 1"}}) {
+    CAPTURE(k.what);
+    const fs::path bad = base / (k.train ? "bad_train" : "bad_val");
+    std::vector<uint16_t> damaged = ids;
+    damaged[(size_t)k.at] = 60000;
+    write_shard(bad / "t_train_000000.bin", k.train ? damaged : ids);
+    write_shard(bad / "t_val_000000.bin", k.train ? ids : damaged);
+    const fs::path out = base / "made" / "run";
+    const Run r = run_train_gpt_prefixed(mpirun2(), model + k.eval + " --data " + bad.string() + " --out-dir " + out.string());
+    CAPTURE(r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("error: rank 1 of 2: token file ") != std::string::npos);
+    CHECK(r.err.find("holds token id 60000 at token " + std::to_string(k.at) + " ") != std::string::npos);
+    CHECK(r.err.find("wrote no checkpoint and is removed") != std::string::npos);
+    CHECK(r.err.find("rank 0 of 2") == std::string::npos);  // one line, rank 0's, naming rank 1
+    CHECK(r.err.find("MPI_ABORT") == std::string::npos);   // the ranks ended side by side
+    CHECK(!fs::exists(base / "made"));
+    // the data corrected, the same command runs
+    const Run again = run_train_gpt_prefixed(mpirun2(), model + k.eval + " --data " + good.string() + " --out-dir " + out.string());
+    CAPTURE(again.err);
+    CHECK(again.code == 0);
+    fs::remove_all(base / "made");
+  }
   fs::remove_all(base);
 }
 
