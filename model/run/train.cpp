@@ -47,6 +47,21 @@ RunShape run_shape(const Config& c) {
 
 namespace {
 
+// Reads a batch (read()). Alone, its bad input (InputError: a token id past the vocabulary) is
+// thrown as it is. On data-parallel ranks it is kept in bad and false returned: the other ranks
+// wait in the collective that follows, which this one joins, and which tells every rank of it.
+template <class Read>
+bool read_batch(std::string& bad, Read&& read) {
+  try {
+    read();
+    return true;
+  } catch (const InputError& e) {
+    if (!dist::active()) throw;
+    bad = e.what();
+    return false;
+  }
+}
+
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -241,14 +256,11 @@ class TrainLoop {
     double sums[3] = {0, 0, 0};  // the losses of this rank's micro-batches; a stop pending here; bad input here
     std::string bad;
     for (int k = first; k < first + c_.grad_accum; ++k) {
-      try {
-        ds_.train_batch(c_.seed, (uint32_t)step, c_.batch_size, c_.block_size, x_.data(), y_.data(),
-                        (uint32_t)k * (uint32_t)c_.batch_size);
-      } catch (const InputError& e) {
-        if (!dist::active()) throw;
-        bad = e.what();  // the other ranks wait in the collectives below: this one joins them
+      if (!read_batch(bad, [&] {
+            ds_.train_batch(c_.seed, (uint32_t)step, c_.batch_size, c_.block_size, x_.data(), y_.data(),
+                            (uint32_t)k * (uint32_t)c_.batch_size);
+          }))
         break;
-      }
       sums[0] += be_.forward_backward(x_.data(), y_.data(), (uint32_t)step, k, micro_batches, first);
     }
     if (step == faults_.fail_step)
@@ -441,13 +453,8 @@ double estimate_loss(Backend& be, const Config& c, const data::Dataset& ds, int 
   std::string bad;
   for (int k = dist::rank(); k < c.eval_iters; k += dist::world()) {
     throw_if_stop_requested();
-    try {
-      ds.eval_batch(c.seed, (uint32_t)split, (uint32_t)k, c.batch_size, c.block_size, x.data(), y.data());
-    } catch (const InputError& e) {
-      if (!dist::active()) throw;
-      bad = e.what();
+    if (!read_batch(bad, [&] { ds.eval_batch(c.seed, (uint32_t)split, (uint32_t)k, c.batch_size, c.block_size, x.data(), y.data()); }))
       break;
-    }
     loss[(size_t)k] = be.eval_loss(x.data(), y.data());
     if (on_batch) on_batch(k);
   }
